@@ -1,0 +1,30 @@
+# The two commands: `make reproduce` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv reproduce test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+reproduce: $(STAMP)
+	$(VENV)/bin/grpo-theory reproduce --quick --out results
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow" -n 2 -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_mc_gradients.py
+
+clean:
+	rm -rf $(VENV) results/.cache

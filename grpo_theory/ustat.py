@@ -1,0 +1,289 @@
+r"""U-statistics: a general order-m toolkit, the GRPO kernel (Lemma 1) and the exact MSE forms.
+
+General toolkit
+---------------
+For a symmetric kernel ``h`` of order m and iid draws X_1..X_n,
+``U_n = binom(n, m)^-1 sum_{i_1 < .. < i_m} h(X_{i_1}, .., X_{i_m})``. Its Hoeffding
+decomposition uses the projections ``h_c(x_1..x_c) = E[h | X_1..X_c = x_1..x_c]`` and
+``sigma_c^2 = Var h_c(X_1..X_c)`` (trace of the covariance for vector kernels). The classical
+variance (Hoeffding 1948) is
+
+.. math:: \operatorname{Var} U_n = \binom{n}{m}^{-1} \sum_{c=1}^m \binom{m}{c}\binom{n-m}{m-c}\,\sigma_c^2 .
+
+GRPO as a U-statistic (Lemma 1)
+-------------------------------
+For one prompt, with ``h((s_i, z_i), (s_j, z_j)) = 1/2 (s_i - s_j)(z_i - z_j)``,
+``ghat_GRPO = binom(G, 2)^-1 sum_{i<j} h_ij`` equals the leave-one-out estimator
+``(1/G) sum_g s_g (z_g - Zbar_(-g))``. Its projections are ``h_0 = g(x)``,
+``h_1(y, z) = 1/2 [s(y)(z - V(x)) + g(x)]`` so ``sigma_1^2 = tr Sigma_or(x) / 4``.
+
+Exact MSE (THEORY.md section 4)
+-------------------------------
+Per prompt: oracle ``tr Sigma_or / G``; prompt baseline b: ``(E[||s||^2 (Z-b)^2] - ||g||^2) / G``;
+GRPO: ``tr Sigma_or / G + (E||s||^2 sigma^2 + ||g||^2) / (G (G-1))`` (exact, derived); the
+self-inclusive mean is ``(G-1)/G`` times GRPO (bias ``-g(x)/G``). For a minibatch of B iid prompts,
+with per-prompt mean ``m(x)`` and trace variance ``v(x)``:
+``MSE_B = (E_X v(X) + E_X ||m(X) - E m||^2) / B + ||E m - g||^2``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from math import comb
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _validation as V
+from .policies import DiscreteProblem
+
+__all__ = [
+    "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",
+    "grpo_kernel", "grpo_loo_estimate", "grpo_ustat_estimate",
+    "PromptMoments", "prompt_moments", "prompt_mean_and_variance", "minibatch_mse",
+    "exact_mse_closed_form", "leading_order_mse", "sigma_oracle",
+]
+
+
+# --- general order-m U-statistics ---------------------------------------------------------------
+
+def _take(tree, i):
+    return jax.tree_util.tree_map(lambda a: a[i], tree)
+
+
+def _leading(tree) -> int:
+    return jax.tree_util.tree_leaves(tree)[0].shape[0]
+
+
+def u_statistic(kernel, samples, order: int):
+    """Evaluate ``U_n`` for a symmetric ``kernel(x_1, .., x_m)`` over all m-subsets of ``samples``.
+
+    ``samples`` is an array or pytree whose leaves have a leading axis of length n >= m. The
+    kernel is vmapped over the ``binom(n, m)`` index subsets.
+    """
+    order = V.positive_int("order", order, 1)
+    n = _leading(samples)
+    if n < order:
+        raise ValueError(f"samples must hold at least order={order} draws, got n={n}")
+    idx = jnp.asarray(list(itertools.combinations(range(n), order)))
+    vals = jax.vmap(lambda ii: kernel(*[_take(samples, ii[j]) for j in range(order)]))(idx)
+    return jnp.mean(vals, axis=0)
+
+
+@dataclass(frozen=True)
+class HoeffdingResult:
+    """``theta = E h`` and ``sigma_sq[c-1] = sigma_c^2`` for c = 1..m (trace for vector kernels)."""
+
+    theta: np.ndarray
+    sigma_sq: np.ndarray
+    projections: tuple  # h_c evaluated on all c-tuples of atoms, shape (n_atoms,)*c + out
+
+    def variance(self, n: int) -> float:
+        return ustat_variance(self.sigma_sq, n)
+
+
+def hoeffding_exact(kernel, atoms, weights, order: int) -> HoeffdingResult:
+    """Exact Hoeffding projections and sigma_c^2 for a discrete distribution.
+
+    ``atoms`` is an array/pytree with leading axis A (the support), ``weights`` (A,) their
+    probabilities. Enumerates all A^m tuples, so keep A^m small.
+    """
+    order = V.positive_int("order", order, 1)
+    w = V.probability_vector("weights", weights, size=_leading(atoms))
+    a = w.shape[0]
+    tuples = jnp.asarray(list(itertools.product(range(a), repeat=order)))
+    vals = jax.vmap(lambda ii: kernel(*[_take(atoms, ii[j]) for j in range(order)]))(tuples)
+    vals = np.asarray(vals, dtype=np.float64)
+    out_shape = vals.shape[1:]
+    h = vals.reshape((a,) * order + out_shape)
+    projections = [h]
+    for _ in range(order):  # average out the last argument, repeatedly
+        cur = projections[-1]
+        axis = cur.ndim - len(out_shape) - 1
+        projections.append(np.tensordot(cur, w, axes=([axis], [0])) if axis >= 0 else cur)
+        # np.tensordot moves the contracted axis away: the remaining order is preserved
+    # projections[j] has order - j leading atom axes: h_{order - j}
+    theta = projections[order]
+    sig = []
+    for c in range(1, order + 1):
+        hc = projections[order - c]
+        dev = (hc - theta).reshape((a,) * c + (-1,))
+        sq = np.sum(dev**2, axis=-1)
+        for _ in range(c):
+            sq = np.tensordot(sq, w, axes=([0], [0]))
+        sig.append(float(sq))
+    return HoeffdingResult(theta, np.asarray(sig), tuple(projections[order - c]
+                                                         for c in range(1, order + 1)))
+
+
+def hoeffding_mc(kernel, sampler, order: int, key, n_pairs: int = 100_000):
+    """Monte Carlo sigma_c^2 = Cov(h(X_1..X_c, X'), h(X_1..X_c, X'')) with standard errors.
+
+    ``sampler(key, n)`` returns n iid draws (array/pytree with leading axis n). For each c two
+    kernel evaluations share their first c arguments and draw the rest independently.
+    Returns ``(sigma_sq, se)`` arrays of length m.
+    """
+    order = V.positive_int("order", order, 1)
+    keys = jax.random.split(key, order + 1)
+    # ||theta||^2 estimated without bias by the product of two independent means
+    ka, kb = jax.random.split(keys[0])
+    theta_a = jnp.mean(jax.vmap(kernel)(*[sampler(k, n_pairs) for k in jax.random.split(ka, order)]), 0)
+    theta_b = jnp.mean(jax.vmap(kernel)(*[sampler(k, n_pairs) for k in jax.random.split(kb, order)]), 0)
+    theta_sq = float(jnp.sum(theta_a * theta_b))
+    sig, se = [], []
+    for c in range(1, order + 1):
+        ks = jax.random.split(keys[c], 2 * order - c)
+        shared = [sampler(k, n_pairs) for k in ks[:c]]
+        rest1 = [sampler(k, n_pairs) for k in ks[c:order]]
+        rest2 = [sampler(k, n_pairs) for k in ks[order:]]
+        h1 = jax.vmap(kernel)(*shared, *rest1)
+        h2 = jax.vmap(kernel)(*shared, *rest2)
+        prod = jnp.sum((h1 * h2).reshape(n_pairs, -1), axis=1)
+        sig.append(float(jnp.mean(prod)) - theta_sq)
+        se.append(float(jnp.std(prod, ddof=1) / np.sqrt(n_pairs)))
+    return np.asarray(sig), np.asarray(se)
+
+
+def ustat_variance(sigma_sq, n: int) -> float:
+    """Classical exact variance of an order-m U-statistic of n draws (Hoeffding 1948)."""
+    sigma_sq = np.asarray(sigma_sq, dtype=np.float64)
+    m = sigma_sq.shape[0]
+    n = V.positive_int("n", n, m)
+    total = sum(comb(m, c) * comb(n - m, m - c) * sigma_sq[c - 1] for c in range(1, m + 1))
+    return float(total / comb(n, m))
+
+
+# --- the GRPO kernel (Lemma 1) -----------------------------------------------------------------
+
+def grpo_kernel(a, b):
+    """h(a, b) = 1/2 (s_a - s_b)(z_a - z_b) with a = (s_a, z_a), b = (s_b, z_b)."""
+    (sa, za), (sb, zb) = a, b
+    return 0.5 * (sa - sb) * (za - zb)
+
+
+def grpo_loo_estimate(scores, rewards):
+    """Direct leave-one-out form ``(1/G) sum_g s_g (z_g - Zbar_(-g))``; scores (G, D), rewards (G,)."""
+    g = rewards.shape[0]
+    loo = (jnp.sum(rewards) - rewards) / (g - 1)
+    return jnp.mean(scores * (rewards - loo)[:, None], axis=0)
+
+
+def grpo_ustat_estimate(scores, rewards):
+    """Lemma 1's pairwise form ``binom(G,2)^-1 sum_{i<j} h_ij``."""
+    return u_statistic(grpo_kernel, (scores, rewards), 2)
+
+
+# --- exact per-prompt moments and MSE ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class PromptMoments:
+    """Per-prompt moments (each of shape (P,) unless noted) for Bernoulli rewards."""
+
+    value: jnp.ndarray  # V(x)
+    sigma2: jnp.ndarray  # Var(Z|x)
+    grad: jnp.ndarray  # g(x), (P, D)
+    grad_sq: jnp.ndarray  # ||g(x)||^2
+    mean_score: jnp.ndarray  # E[s|x], (P, D) (zero for exact scores; kept for generality)
+    score_sq: jnp.ndarray  # E[||s||^2 | x]
+    score_sq_z: jnp.ndarray  # E[||s||^2 Z | x] (= E[||s||^2 Z^2 | x] for binary Z)
+    tr_sigma_oracle: jnp.ndarray  # tr Sigma_or(x)
+
+
+def prompt_moments(problem: DiscreteProblem) -> PromptMoments:
+    p, mu, ssq = problem.probs, problem.reward_means, problem.score_sq_norms()
+    v = problem.values()
+    g = problem.prompt_gradients()
+    es = jnp.einsum("pk,pkd->pd", p, problem.scores)
+    s2 = jnp.sum(p * ssq, axis=1)
+    s2z = jnp.sum(p * ssq * mu, axis=1)
+    g2 = jnp.sum(g**2, axis=1)
+    # E||s (Z - V)||^2 - ||E[s (Z - V)]||^2 with E[s (Z - V)] = g - V E[s]
+    mean_or = g - v[:, None] * es
+    tr_or = s2z - 2 * v * s2z + v**2 * s2 - jnp.sum(mean_or**2, axis=1)
+    # for binary Z: E[||s||^2 (Z - V)^2] = E[||s||^2 Z](1 - 2V) + V^2 E||s||^2
+    return PromptMoments(v, v - v**2, g, g2, es, s2, s2z, tr_or)
+
+
+def prompt_mean_and_variance(problem: DiscreteProblem, kind: str, group_size: int, b=None):
+    """Exact per-prompt mean ``m(x)`` (P, D) and trace variance ``v(x)`` (P,) of a G-group estimate.
+
+    ``kind``: ``"prompt_baseline"`` (needs ``b``, shape (P,)), ``"loo"`` or ``"mean"``.
+    """
+    G = group_size
+    mo = prompt_moments(problem)
+    if kind == "prompt_baseline":
+        b = jnp.asarray(b, dtype=jnp.float64)
+        mean = mo.grad - b[:, None] * mo.mean_score
+        second = mo.score_sq_z * (1 - 2 * b) + b**2 * mo.score_sq  # E||s (Z-b)||^2, binary Z
+        return mean, (second - jnp.sum(mean**2, axis=1)) / G
+    if kind in ("loo", "mean"):
+        if G < 2:
+            raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
+        # sigma_1^2 = tr Var h_1 and sigma_2^2 = tr Var h for the kernel of Lemma 1 (general E s)
+        h1_dev_sq = _h1_variance(problem, mo)
+        eh2 = 0.25 * (2 * mo.score_sq_z + 2 * mo.score_sq * mo.value - 4 * mo.score_sq_z * mo.value
+                      - 4 * jnp.sum(mo.grad * mo.mean_score, axis=1) + 4 * mo.grad_sq)
+        sigma2_2 = eh2 - mo.grad_sq
+        var = (2.0 / (G * (G - 1))) * (2 * (G - 2) * h1_dev_sq + sigma2_2)
+        if kind == "loo":
+            return mo.grad, var
+        c = (G - 1) / G
+        return c * mo.grad, c**2 * var
+    raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
+
+
+def _h1_variance(problem: DiscreteProblem, mo: PromptMoments):
+    """tr Var h_1 with h_1(y, z) = 1/2 [s(z - V) + g - E[s] z + ... ] computed exactly.
+
+    In general h_1(y, z) = 1/2 [s(y) z - s(y) V - E[s] z + g]; for exact scores E[s] = 0 and this
+    is Sigma_or / 4.
+    """
+    s, p, mu = problem.scores, problem.probs, problem.reward_means
+    v = mo.value[:, None, None]
+    es = mo.mean_score[:, None, :]
+    g = mo.grad[:, None, :]
+    h1 = {}
+    for z in (0.0, 1.0):
+        h1[z] = 0.5 * (s * z - s * v - es * z + g)  # (P, K, D)
+    dev0 = jnp.sum((h1[0.0] - mo.grad[:, None, :]) ** 2, axis=-1)
+    dev1 = jnp.sum((h1[1.0] - mo.grad[:, None, :]) ** 2, axis=-1)
+    return jnp.sum(p * ((1 - mu) * dev0 + mu * dev1), axis=1)
+
+
+def minibatch_mse(problem: DiscreteProblem, mean, var, batch_size: int) -> float:
+    """``(E_X v + E_X||m - E m||^2)/B + ||E m - g||^2`` for B prompts drawn iid from f."""
+    f = problem.prompt_probs
+    m_bar = f @ mean
+    spread = f @ jnp.sum((mean - m_bar) ** 2, axis=1)
+    bias2 = jnp.sum((m_bar - problem.gradient()) ** 2)
+    return float((f @ var + spread) / batch_size + bias2)
+
+
+def exact_mse_closed_form(problem: DiscreteProblem, kind: str, group_size: int,
+                          batch_size: int = 1, b=None) -> float:
+    mean, var = prompt_mean_and_variance(problem, kind, group_size, b)
+    return minibatch_mse(problem, mean, var, batch_size)
+
+
+def leading_order_mse(problem: DiscreteProblem, estimator: str, group_size: int,
+                      batch_size: int = 1) -> float:
+    """The paper's leading-order MSE (Theorem 2 for grpo/oracle, Proposition 3 for vanilla).
+
+    ``(c1 + c2/G)/B`` for ``grpo`` and ``oracle`` (the O(G^-2) remainder of eq. 7 dropped) and
+    ``(c1 + E_X[E||s||^2 Z^2 - ||g(X)||^2]/G)/B`` for ``vanilla`` (exact for vanilla).
+    """
+    mo = prompt_moments(problem)
+    f = problem.prompt_probs
+    c1 = float(f @ jnp.sum((mo.grad - problem.gradient()) ** 2, axis=1))
+    if estimator in ("grpo", "rloo", "oracle"):
+        return (c1 + float(f @ mo.tr_sigma_oracle) / group_size) / batch_size
+    if estimator == "vanilla":
+        return (c1 + float(f @ (mo.score_sq_z - mo.grad_sq)) / group_size) / batch_size
+    raise ValueError(f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
+
+
+def sigma_oracle(problem: DiscreteProblem) -> jnp.ndarray:
+    """Asymptotic per-sample covariance ``E_X Sigma_or(X)`` (D, D); Theorem 2's ``Sigma``."""
+    return jnp.tensordot(problem.prompt_probs, problem.oracle_covariances(), axes=1)
