@@ -45,9 +45,9 @@ from .policies import DiscreteProblem, as_problem
 
 __all__ = [
     "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
-    "masked_advantages", "enumerate_masks", "exact_mask_moments", "added_variance",
-    "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation", "exact_pruned_mse",
-    "mc_pruned_mse", "response_lengths",
+    "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
+    "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation", "exact_pruned_mse",
+    "mc_pruned_mse", "response_lengths", "difficulty_policy",
 ]
 
 METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
@@ -56,6 +56,7 @@ METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
 # --- keep-probability schemes ------------------------------------------------------------------
 
 
+@jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class KeepScheme:
     r"""Keep probabilities as a function of one group's full advantages ``A`` (..., G).
@@ -82,19 +83,38 @@ class KeepScheme:
         if self.zero_group_prompt is not None:
             _check_q("zero_group_prompt", self.zero_group_prompt)
 
+    # A pytree whose leaves are all numeric (kind as a 0/1 flag, "no zero-group rule" as 0), so
+    # jit traces every scheme with one compilation.
+    def tree_flatten(self):
+        zg = 0.0 if self.zero_group_prompt is None else self.zero_group_prompt
+        flag = self.kind if not isinstance(self.kind, str) else float(self.kind == "advantage")
+        return (flag, self.q_prompt, self.q_completion, self.floor, zg), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, leaves):
+        new = object.__new__(cls)
+        flag, qp, qc, floor, zg = leaves
+        if isinstance(flag, (int, float, np.floating)):  # concrete: restore the readable form
+            flag = "advantage" if flag > 0.5 else "uniform"
+            zg = None if zg == 0 else zg
+        for name, val in zip(("kind", "q_prompt", "q_completion", "floor", "zero_group_prompt"),
+                             (flag, qp, qc, floor, zg)):
+            object.__setattr__(new, name, val)
+        return new
+
     def __call__(self, adv):
         adv = jnp.asarray(adv)
         lead = adv.shape[:-1]
-        if self.kind == "uniform":
-            return (jnp.full(lead, self.q_prompt), jnp.full(adv.shape, self.q_completion))
+        is_adv = self.kind == "advantage" if isinstance(self.kind, str) else self.kind > 0.5
+        zg = 0.0 if self.zero_group_prompt is None else self.zero_group_prompt
         mag = jnp.abs(adv)
         top = jnp.max(mag, axis=-1, keepdims=True)
         zero = top <= 0.0
-        qc = jnp.where(zero, self.floor, self.floor + (1 - self.floor) * mag
-                       / jnp.where(zero, 1.0, top))
-        qp = jnp.full(lead, self.q_prompt)
-        if self.zero_group_prompt is not None:
-            qp = jnp.where(zero[..., 0], self.zero_group_prompt, qp)
+        qc_adv = jnp.where(zero, self.floor, self.floor + (1 - self.floor) * mag
+                           / jnp.where(zero, 1.0, top))
+        qp_adv = jnp.where(zero[..., 0] & (zg > 0), zg, self.q_prompt)
+        qp = jnp.where(is_adv, qp_adv, jnp.full(lead, self.q_prompt))
+        qc = jnp.where(is_adv, qc_adv, jnp.full(adv.shape, self.q_completion))
         return qp, qc
 
     def label(self) -> str:
@@ -220,26 +240,35 @@ def _mask_probs(qp, qc, m, c):
     return pm * pc
 
 
-@partial(jax.jit, static_argnames=("method", "estimator"))
-def _mask_moments(method, estimator, z, ctx, adv, scores, qp, qc, m, c):
+def pruned_estimates_all(estimator, z, ctx, adv, scores, qp, qc, m, c):
+    """Every method's pruned estimate for one mask, stacked in :data:`METHODS` order, (5, D)."""
+    return jnp.stack([pruned_estimate(meth, estimator, z, ctx, adv, scores, qp, qc, m, c)
+                      for meth in METHODS])
+
+
+@partial(jax.jit, static_argnames=("estimator",))
+def _mask_moments(estimator, z, ctx, adv, scores, qp, qc, m, c):
     w = _mask_probs(qp, qc, m, c)
-    vals = jax.vmap(lambda mm, cc: pruned_estimate(method, estimator, z, ctx, adv, scores,
-                                                   qp, qc, mm, cc))(m, c)
-    mean = w @ vals
-    second = w @ jnp.sum(vals**2, axis=1)
-    return mean, second, jnp.sum(w)
+    vals = jax.vmap(lambda mm, cc: pruned_estimates_all(estimator, z, ctx, adv, scores,
+                                                        qp, qc, mm, cc))(m, c)  # (M, 5, D)
+    mean = jnp.einsum("m,mkd->kd", w, vals)
+    second = jnp.einsum("m,mk->k", w, jnp.sum(vals**2, axis=-1))
+    return mean, second - jnp.sum(mean**2, axis=-1), jnp.sum(w)
 
 
-def exact_mask_moments(method: str, estimator, z, ctx, adv, scores, qp, qc):
-    """Exact ``E_mask[ghat_pruned]`` (D,) and ``tr Var_mask`` by enumerating every mask."""
-    _check_method(method)
+def exact_mask_moments(estimator, z, ctx, adv, scores, qp, qc) -> dict:
+    """Exact ``E_mask[ghat_pruned]`` and ``tr Var_mask`` of every method by enumerating all
+    2^(B + BG) masks of one fixed batch: ``{method: (mean (D,), trace variance)}`` plus
+    ``"total_probability"`` (sums to 1: a check of the enumeration)."""
     est = get_estimator(estimator)
     _check_q("qp", qp)
     _check_q("qc", qc)
     m, c = enumerate_masks(*adv.shape)
-    mean, second, total = _mask_moments(method, est, z, ctx, adv, scores, jnp.asarray(qp),
-                                        jnp.asarray(qc), m, c)
-    return mean, float(second - jnp.sum(mean**2)), float(total)
+    mean, var, total = _mask_moments(est, z, ctx, adv, scores, jnp.asarray(qp),
+                                     jnp.asarray(qc), m, c)
+    out = {meth: (mean[i], float(var[i])) for i, meth in enumerate(METHODS)}
+    out["total_probability"] = float(total)
+    return out
 
 
 def added_variance(adv, scores, qp, qc):
@@ -299,15 +328,14 @@ def enumerate_batches(bandit, group_size: int, batch_size: int = 1, max_outcomes
 
 
 def exact_pruning_expectation(bandit, estimator, group_size: int, batch_size: int,
-                              scheme: KeepScheme, method: str = "dppo", lengths=None):
-    """Brute force over every batch and every mask (tiny problems only).
+                              scheme: KeepScheme, lengths=None) -> dict:
+    """Brute force over every batch and every mask, for every method (tiny problems only).
 
-    Returns a dict: ``mean_full`` = E[ghat] (D,), ``mean_pruned`` = E[ghat_pruned] (D,),
-    ``mse_full``/``mse_pruned`` = E||. - grad J||^2, ``cond_bias`` = max over batches of
-    ``|E_mask[ghat_pruned | batch] - ghat(batch)|`` and ``added_variance`` = E_batch of the
-    exact formula (meaningful for ``dppo``), ``kept_tokens`` = E[sum qp qc L] / E[sum L].
+    Returns ``{method: dict}`` with ``mean_full`` = E[ghat] (D,), ``mean_pruned`` =
+    E[ghat_pruned] (D,), ``mse_full``/``mse_pruned`` = E||. - grad J||^2, ``cond_bias`` = max
+    over batches of ``max|E_mask[ghat_pruned | batch] - ghat(batch)|``, ``added_variance`` =
+    E_batch of the exact formula (the DPPO one) and ``kept_tokens`` = E[sum qp qc L] / E[sum L].
     """
-    _check_method(method)
     problem = as_problem(bandit)
     est = get_estimator(estimator)
     if group_size < est.min_group_size:
@@ -315,29 +343,33 @@ def exact_pruning_expectation(bandit, estimator, group_size: int, batch_size: in
     prob, x, y, z = enumerate_batches(problem, group_size, batch_size)
     m, c = enumerate_masks(batch_size, group_size)
     L = jnp.asarray(response_lengths(bandit) if lengths is None else lengths, dtype=jnp.float64)
-    out = _batch_mask_moments(problem, L, est, scheme, method, x, y, z, m, c)
-    full, mean, second, added, kept, total = out
+    full, mean, second, added, kept, total = _batch_mask_moments(problem, L, est, scheme,
+                                                                 x, y, z, m, c)
     grad = problem.gradient()
-    return dict(
-        mean_full=prob @ full, mean_pruned=prob @ mean,
-        mse_full=float(prob @ jnp.sum((full - grad) ** 2, axis=1)),
-        mse_pruned=float(prob @ (second - 2 * mean @ grad) + grad @ grad),
-        cond_bias=float(jnp.max(jnp.abs(mean - full))),
-        added_variance=float(prob @ added),
-        kept_tokens=float((prob @ kept) / (prob @ total)),
-    )
+    common = dict(mean_full=prob @ full,
+                  mse_full=float(prob @ jnp.sum((full - grad) ** 2, axis=1)),
+                  added_variance=float(prob @ added),
+                  kept_tokens=float((prob @ kept) / (prob @ total)))
+    out = {}
+    for i, meth in enumerate(METHODS):
+        mi = mean[:, i]
+        out[meth] = dict(common, mean_pruned=prob @ mi,
+                         mse_pruned=float(prob @ (second[:, i] - 2 * mi @ grad) + grad @ grad),
+                         cond_bias=float(jnp.max(jnp.abs(mi - full))))
+    return out
 
 
-@partial(jax.jit, static_argnames=("estimator", "scheme", "method"))
-def _batch_mask_moments(problem, lengths, estimator, scheme, method, x, y, z, m, c):
+@partial(jax.jit, static_argnames=("estimator",))
+def _batch_mask_moments(problem, lengths, estimator, scheme, x, y, z, m, c):
     def one(xb, yb, zb):
         adv, sc, ctx = batch_terms(problem, estimator, xb, yb, zb)
         qp, qc = scheme(adv)
         w = _mask_probs(qp, qc, m, c)
-        vals = jax.vmap(lambda mm, cc: pruned_estimate(method, estimator, zb, ctx, adv, sc,
-                                                       qp, qc, mm, cc))(m, c)
+        vals = jax.vmap(lambda mm, cc: pruned_estimates_all(estimator, zb, ctx, adv, sc,
+                                                            qp, qc, mm, cc))(m, c)
         toks = lengths[yb]
-        return (full_estimate(adv, sc), w @ vals, w @ jnp.sum(vals**2, axis=1),
+        return (full_estimate(adv, sc), jnp.einsum("m,mkd->kd", w, vals),
+                jnp.einsum("m,mk->k", w, jnp.sum(vals**2, axis=-1)),
                 added_variance(adv, sc, qp, qc), jnp.sum(qp[:, None] * qc * toks),
                 jnp.sum(toks))
 
@@ -429,9 +461,8 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
 # --- Monte Carlo over batch sampling and masks --------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("estimator", "scheme", "method", "batch_size", "group_size",
-                                   "chunk"))
-def _mc_pruned(keys, problem, lengths, estimator, scheme, method, batch_size, group_size, chunk):
+@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk"))
+def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size, chunk):
     grad = problem.gradient()
 
     def one(key):
@@ -441,27 +472,65 @@ def _mc_pruned(keys, problem, lengths, estimator, scheme, method, batch_size, gr
         qp, qc = scheme(adv)
         m = jax.random.bernoulli(km, qp)
         c = jax.random.bernoulli(kc, qc)
-        est = pruned_estimate(method, estimator, z, ctx, adv, sc, qp, qc, m, c)
+        est = pruned_estimates_all(estimator, z, ctx, adv, sc, qp, qc, m, c)
         toks = lengths[y]
-        kept = jnp.sum(m[:, None] * c * toks)
-        return jnp.sum((est - grad) ** 2), kept, jnp.sum(toks)
+        return (jnp.sum((est - grad) ** 2, axis=-1), jnp.sum((full_estimate(adv, sc) - grad)
+                                                              ** 2),
+                jnp.sum(m[:, None] * c * toks), jnp.sum(toks))
 
-    return jax.lax.map(one, keys, batch_size=chunk)
+    keys = keys.reshape(-1, chunk, *keys.shape[1:])
+    out = jax.lax.map(jax.vmap(one), keys)
+    return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), out)
 
 
 def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
-                  method: str = "dppo", n_reps: int = 20_000, seed: int = 0, lengths=None,
-                  chunk: int = 2000) -> dict:
-    """Monte Carlo MSE (with 95% CI) of a pruned estimator and its kept-token share
-    (total kept tokens / total tokens over all replicates, as in :func:`exact_pruned_mse`)."""
-    _check_method(method)
+                  n_reps: int = 20_000, seed: int = 0, lengths=None, chunk: int = 1000) -> dict:
+    """Monte Carlo over batch sampling and masks, all methods from the same draws.
+
+    Returns ``{method: dict(mse, se, ci_low, ci_high)}``, plus ``"full"`` (the unpruned
+    estimate from the same batches) and ``"kept_tokens"`` (total kept / total tokens, as in
+    :func:`exact_pruned_mse`). ``n_reps`` is rounded up to a multiple of ``chunk``.
+    """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
     V.positive_int("n_reps", n_reps, 2)
+    V.positive_int("chunk", chunk, 1)
+    if group_size < est.min_group_size:
+        raise ValueError(f"group_size must be >= {est.min_group_size} for {est.name!r}")
     L = response_lengths(bandit) if lengths is None else np.asarray(lengths, dtype=np.float64)
-    keys = jax.random.split(jax.random.PRNGKey(seed), n_reps)
-    err2, kept, total = _mc_pruned(keys, problem, jnp.asarray(L), est, scheme, method,
-                            batch_size, group_size, min(chunk, n_reps))
-    mse, se, lo, hi = summarize_squared_errors(np.asarray(err2))
-    return dict(mse=mse, se=se, ci_low=lo, ci_high=hi, kept_tokens=float(np.sum(kept) / np.sum(total)),
-                n_reps=n_reps)
+    chunk = min(chunk, n_reps)
+    n = -(-n_reps // chunk) * chunk
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    err2, err2_full, kept, total = _mc_pruned(keys, problem, jnp.asarray(L), est, scheme,
+                                              batch_size, group_size, chunk)
+    err2 = np.asarray(err2)
+    out = {}
+    for i, meth in enumerate(METHODS):
+        mse, se, lo, hi = summarize_squared_errors(err2[:, i])
+        out[meth] = dict(mse=mse, se=se, ci_low=lo, ci_high=hi)
+    mse, se, lo, hi = summarize_squared_errors(np.asarray(err2_full))
+    out["full"] = dict(mse=mse, se=se, ci_low=lo, ci_high=hi)
+    out["kept_tokens"] = float(np.sum(kept) / np.sum(total))
+    out["n_reps"] = n
+    return out
+
+
+# --- the example problem of the DPPO driver -----------------------------------------------------
+
+
+def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):
+    """A sequence policy (binary vocabulary, EOS, ``horizon`` tokens) whose prompts range from
+    nearly always wrong to nearly always right, so many groups have all-equal rewards (zero
+    advantage), as in RL on reasoning data; longer responses are slightly more often correct.
+    Reward mean = clip(d_x + 0.06 (#token 1) + 0.02 (length - 2), 0, 1)."""
+    from .policies import SequencePolicy
+
+    d = np.asarray(difficulties, dtype=np.float64)
+
+    def reward(prompt, tokens, length):
+        body = tokens[(tokens >= 0) & (tokens < 2)]
+        return float(np.clip(d[prompt] + 0.06 * np.sum(body == 1) + 0.02 * (length - 2), 0, 1))
+
+    params = 0.7 * np.asarray(jax.random.normal(jax.random.PRNGKey(seed),
+                                                (d.size, horizon, 3, 3)))
+    return SequencePolicy(params, reward, 2, horizon, eos=True)
