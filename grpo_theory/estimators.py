@@ -21,9 +21,11 @@ Registry (Table 1 of the main paper plus the practical variants):
 ``baseline``       ``A = Z - b(x)`` for a user array ``b`` (see :func:`prompt_baseline`)
 =================  ==========================================================================
 
-Zero-variance rule (documented, used by every std-normalised preset): if a group's rewards are
-all equal its std is 0; the centred numerator is then exactly 0 and the advantage is defined as
-0 for every eps, including ``eps = 0`` (where the formula would read 0/0).
+Zero-variance rule (documented, used by every group-centred estimator): if a group's rewards
+are all equal (compared exactly) every advantage is exactly 0, for every eps including
+``eps = 0`` (where the std formula would read 0/0). Checking equality, not ``std == 0``, keeps
+floating-point rounding of the mean (``z - mean(z)`` can be 1 ulp off for equal z) from turning
+a constant group into O(1) advantages.
 """
 
 from __future__ import annotations
@@ -123,14 +125,19 @@ def _oracle(z, ctx):
     return z - _require(ctx, "value", "oracle")
 
 
+def _constant_group(z):
+    """True where every reward of the group is equal (the zero-variance rule applies)."""
+    return jnp.all(z == z[..., :1], axis=-1, keepdims=True)
+
+
 def _loo(z, ctx):
     g = z.shape[-1]
     total = jnp.sum(z, axis=-1, keepdims=True)
-    return z - (total - z) / (g - 1)
+    return jnp.where(_constant_group(z), 0.0, z - (total - z) / (g - 1))
 
 
 def _mean(z, ctx):
-    return z - jnp.mean(z, axis=-1, keepdims=True)
+    return jnp.where(_constant_group(z), 0.0, z - jnp.mean(z, axis=-1, keepdims=True))
 
 
 def _optimal(z, ctx):
@@ -182,7 +189,7 @@ def grpo_std(
         if not scale:
             return num
         std = jnp.std(z, axis=-1, ddof=ddof, keepdims=True)
-        zero_var = std <= 0.0
+        zero_var = _constant_group(z) | (std <= 0.0)
         safe = jnp.where(zero_var, 1.0, std + eps)
         return jnp.where(zero_var, 0.0, num / safe)
 

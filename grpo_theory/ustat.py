@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from math import comb
 
 import jax
@@ -219,7 +220,7 @@ def prompt_mean_and_variance(problem: DiscreteProblem, kind: str, group_size: in
         second = mo.score_sq_z * (1 - 2 * b) + b**2 * mo.score_sq  # E||s (Z-b)||^2, binary Z
         return mean, (second - jnp.sum(mean**2, axis=1)) / G
     if kind in ("loo", "mean"):
-        if G < 2:
+        if isinstance(G, (int, np.integer)) and G < 2:
             raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
         # sigma_1^2 = tr Var h_1 and sigma_2^2 = tr Var h for the kernel of Lemma 1 (general E s)
         h1_dev_sq = _h1_variance(problem, mo)
@@ -261,10 +262,26 @@ def minibatch_mse(problem: DiscreteProblem, mean, var, batch_size: int) -> float
     return float((f @ var + spread) / batch_size + bias2)
 
 
+@partial(jax.jit, static_argnames=("kind",))
+def _closed_form_jit(problem, kind, group_size, batch_size, b):
+    mean, var = prompt_mean_and_variance(problem, kind, group_size, b)
+    f = problem.prompt_probs
+    m_bar = f @ mean
+    spread = f @ jnp.sum((mean - m_bar) ** 2, axis=1)
+    return (f @ var + spread) / batch_size + jnp.sum((m_bar - problem.gradient()) ** 2)
+
+
 def exact_mse_closed_form(problem: DiscreteProblem, kind: str, group_size: int,
                           batch_size: int = 1, b=None) -> float:
-    mean, var = prompt_mean_and_variance(problem, kind, group_size, b)
-    return minibatch_mse(problem, mean, var, batch_size)
+    """Closed-form minibatch MSE (jit-compiled; see :func:`minibatch_mse` for the formula)."""
+    if kind in ("loo", "mean") and group_size < 2:
+        raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {group_size}")
+    if kind not in ("prompt_baseline", "loo", "mean"):
+        raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
+    b = jnp.zeros(problem.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
+    # G and B are traced (float64), so a sweep over G compiles once per estimator kind
+    return float(_closed_form_jit(problem, kind, jnp.float64(group_size), jnp.float64(batch_size),
+                                  b))
 
 
 def leading_order_mse(problem: DiscreteProblem, estimator: str, group_size: int,

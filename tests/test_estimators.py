@@ -1,0 +1,108 @@
+"""Estimator identities (property tests) and bad-input errors."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+import grpo_theory as gt
+from grpo_theory.ustat import grpo_loo_estimate, grpo_ustat_estimate
+
+# rewards on a 1/8 grid: real rewards are discrete, and a grid keeps affine maps away from the
+# catastrophic cancellation that float64 cannot avoid (spreads of 1e-9 on values of order 1)
+rewards_st = st.integers(2, 9).flatmap(
+    lambda G: arrays(np.float64, (3, G), elements=st.integers(-40, 40).map(lambda k: k / 8)))
+
+
+@given(st.integers(2, 8).flatmap(lambda G: st.tuples(
+    arrays(np.float64, (G, 3), elements=st.floats(-3, 3, width=64)),
+    arrays(np.float64, (G,), elements=st.floats(-3, 3, width=64)))))
+def test_lemma1_loo_equals_pairwise_ustatistic(data):
+    scores, rewards = map(jnp.asarray, data)
+    direct = grpo_loo_estimate(scores, rewards)
+    pairwise = grpo_ustat_estimate(scores, rewards)
+    via_registry = jnp.mean(scores * gt.compute_advantages("grpo", rewards)[:, None], axis=0)
+    np.testing.assert_allclose(direct, pairwise, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(direct, via_registry, rtol=1e-12, atol=1e-12)
+
+
+@given(rewards_st)
+def test_centred_advantages_sum_to_zero(z):
+    for name in ("grpo", "grpo_mean", "grpo_std", "grpo_std_trl", "grpo_std_paper"):
+        adv = gt.compute_advantages(name, z)
+        np.testing.assert_allclose(jnp.sum(adv, axis=-1), 0.0, atol=1e-9)
+
+
+@given(rewards_st)
+def test_loo_is_rescaled_mean_centring(z):
+    G = z.shape[-1]
+    loo = gt.compute_advantages("grpo", z)
+    mean = gt.compute_advantages("grpo_mean", z)
+    np.testing.assert_allclose(loo, G / (G - 1) * mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gt.compute_advantages("rloo", z), loo, rtol=0, atol=0)
+
+
+@given(rewards_st, st.floats(0.01, 100.0), st.floats(-50, 50))
+def test_std_normalised_invariant_to_affine_rewards(z, a, c):
+    for name in ("grpo_std_paper",):  # eps = 0: exact invariance
+        np.testing.assert_allclose(gt.compute_advantages(name, a * z + c),
+                                   gt.compute_advantages(name, z), rtol=1e-7, atol=1e-7)
+    est = gt.grpo_std(ddof=0, eps=0.0)
+    np.testing.assert_allclose(est(a * z + c), est(z), rtol=1e-7, atol=1e-7)
+
+
+@given(st.integers(2, 10), st.floats(-3, 3))
+def test_zero_variance_group_gets_zero_advantage(G, value):
+    z = jnp.full((G,), value)
+    for name in ["grpo_std", "grpo", "grpo_mean"] + [f"grpo_std_{p}" for p in gt.STD_PRESETS]:
+        assert np.all(np.asarray(gt.compute_advantages(name, z)) == 0.0), name
+
+
+def test_std_presets_conventions():
+    z = jnp.array([1.0, 0.0, 0.0, 1.0, 1.0])
+    trl = gt.compute_advantages("grpo_std_trl", z)
+    manual = (z - z.mean()) / (np.std(np.asarray(z), ddof=1) + 1e-4)
+    np.testing.assert_allclose(trl, manual, rtol=1e-12)
+    easydel = gt.compute_advantages("grpo_std_easydel", z)
+    np.testing.assert_allclose(easydel, (z - z.mean()) / (np.std(np.asarray(z)) + 1e-6), rtol=1e-12)
+    np.testing.assert_allclose(gt.compute_advantages("grpo_std_drgrpo", z),
+                               gt.compute_advantages("grpo_mean", z), rtol=0, atol=0)
+
+
+def test_oracle_and_baselines_use_context():
+    z = jnp.array([[1.0, 0.0, 1.0]])
+    np.testing.assert_allclose(gt.compute_advantages("oracle", z, value=jnp.array([0.25])),
+                               z - 0.25)
+    est = gt.prompt_baseline(jnp.array([0.1, 0.7]))
+    np.testing.assert_allclose(gt.compute_advantages(est, z, prompt=jnp.array([1])), z - 0.7)
+    np.testing.assert_allclose(gt.compute_advantages("optimal", z,
+                                                     optimal_baseline=jnp.array([0.5])), z - 0.5)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        gt.compute_advantages("grpo", jnp.array([1.0]))
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        gt.compute_advantages("grpo", jnp.array([1.0, jnp.nan]))
+    with pytest.raises(ValueError, match="rewards must be finite"):
+        gt.compute_advantages("vanilla", jnp.array([1.0, jnp.inf]))
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        gt.get_estimator("reinforce++")
+    with pytest.raises(ValueError, match="needs PromptContext.value"):
+        gt.compute_advantages("oracle", jnp.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="ddof must be 0 or 1"):
+        gt.grpo_std(ddof=2)
+    with pytest.raises(ValueError, match="eps must be"):
+        gt.grpo_std(eps=-1.0)
+    with pytest.raises(ValueError, match="centre must be"):
+        gt.grpo_std(centre="median")
+    with pytest.raises(ValueError, match="b must be a finite 1-d array"):
+        gt.prompt_baseline(jnp.array([[0.1]]))
+
+
+def test_registry_lists_required_names():
+    names = gt.available_estimators()
+    for n in ("vanilla", "oracle", "grpo", "rloo", "grpo_mean", "grpo_std", "optimal"):
+        assert n in names
