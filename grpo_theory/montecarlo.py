@@ -24,20 +24,33 @@ from . import _validation as V
 from .estimators import Estimator, PromptContext, get_estimator
 from .policies import DiscreteProblem, as_problem
 
-__all__ = ["sample_groups", "estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
+__all__ = ["sample_groups", "sample_from_uniforms", "estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
            "summarize_squared_errors"]
 
 Z95 = 1.959963984540054
 
 
+def _inverse_cdf(cdf, u):
+    """Index i with cdf[i-1] <= u < cdf[i] (last index if rounding leaves u >= cdf[-1])."""
+    return jnp.minimum(jnp.sum(u[..., None] >= cdf, axis=-1), cdf.shape[-1] - 1)
+
+
+def sample_from_uniforms(problem: DiscreteProblem, ux, uy, uz):
+    """Inverse-CDF sampling from uniforms ``ux`` (..., B), ``uy`` and ``uz`` (..., B, G)."""
+    x = _inverse_cdf(jnp.cumsum(problem.prompt_probs), ux)
+    cdf = jnp.cumsum(problem.probs, axis=1)
+    y = _inverse_cdf(cdf[x][..., None, :], uy)
+    z = (uz < problem.reward_means[x[..., None], y]).astype(jnp.float64)
+    return x, y, z
+
+
 def sample_groups(key, problem: DiscreteProblem, batch_size: int, group_size: int):
     """Draw prompts ``x`` (B,), responses ``y`` (B, G) and binary rewards ``z`` (B, G)."""
     kx, ky, kz = jax.random.split(key, 3)
-    x = jax.random.categorical(kx, jnp.log(problem.prompt_probs), shape=(batch_size,))
-    logp = jnp.log(problem.probs[x])[:, None, :]
-    y = jax.random.categorical(ky, logp, shape=(batch_size, group_size))
-    z = jax.random.bernoulli(kz, problem.reward_means[x[:, None], y]).astype(jnp.float64)
-    return x, y, z
+    return sample_from_uniforms(
+        problem, jax.random.uniform(kx, (batch_size,)),
+        jax.random.uniform(ky, (batch_size, group_size)),
+        jax.random.uniform(kz, (batch_size, group_size)))
 
 
 def _context(problem: DiscreteProblem, x) -> PromptContext:
@@ -65,16 +78,26 @@ def _estimates(keys, problem, estimator, batch_size, group_size):
     return jax.vmap(lambda k: _one_replicate(k, problem, estimator, batch_size, group_size))(keys)
 
 
-@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk"))
-def _summary_scan(keys, mask, problem, estimator, batch_size, group_size, chunk):
-    """Scan over chunks of replicates; returns per-replicate squared errors and running sums."""
+@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "n_chunks"))
+def _summary_scan(key, mask, problem, estimator, batch_size, group_size, chunk, n_chunks):
+    """Scan over chunks of replicates; returns per-replicate squared errors and running sums.
+
+    Each chunk draws all its uniforms with one key (``fold_in(key, chunk index)``), then the
+    replicates are vmapped: no per-replicate key splitting.
+    """
     target = problem.gradient()
-    keys = keys.reshape(-1, chunk, *keys.shape[1:])
     mask = mask.reshape(-1, chunk)
+    B, G = batch_size, group_size
+
+    def one(ux, uy, uz):
+        x, y, z = sample_from_uniforms(problem, ux, uy, uz)
+        return estimate_gradient(problem, estimator, x, y, z)
 
     def body(carry, inp):
-        k, m = inp
-        est = jax.vmap(lambda kk: _one_replicate(kk, problem, estimator, batch_size, group_size))(k)
+        i, m = inp
+        kx, ky, kz = jax.random.split(jax.random.fold_in(key, i), 3)
+        est = jax.vmap(one)(jax.random.uniform(kx, (chunk, B)), jax.random.uniform(ky, (chunk, B, G)),
+                            jax.random.uniform(kz, (chunk, B, G)))
         err2 = jnp.sum((est - target) ** 2, axis=1)
         s, ss = carry
         s = s + jnp.sum(est * m[:, None], axis=0)
@@ -82,7 +105,7 @@ def _summary_scan(keys, mask, problem, estimator, batch_size, group_size, chunk)
         return (s, ss), err2
 
     init = (jnp.zeros(problem.dim), jnp.zeros(()))
-    (s, ss), err2 = jax.lax.scan(body, init, (keys, mask))
+    (s, ss), err2 = jax.lax.scan(body, init, (jnp.arange(n_chunks), mask))
     return s, ss, err2.reshape(-1)
 
 
@@ -146,7 +169,9 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     """Monte Carlo MSE ``E||ghat - grad J||^2`` of an estimator with a 95% CI.
 
     ``bandit`` is any policy of :mod:`grpo_theory.policies` or a :class:`DiscreteProblem`;
-    ``estimator`` a registry name or :class:`Estimator`. Deterministic for a given ``seed``.
+    ``estimator`` a registry name or :class:`Estimator`. Deterministic for a given
+    ``(seed, n_reps, chunk)``; ``chunk`` (replicates per vmapped block) defaults to a size that
+    keeps memory near 64 MB.
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
@@ -157,9 +182,8 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
         chunk = int(max(1, min(n_reps, 2**23 // max(per_rep, 1))))
     n_chunks = -(-n_reps // chunk)
     key = jax.random.PRNGKey(seed) if key is None else key
-    keys = jax.random.split(key, n_chunks * chunk)
     mask = (jnp.arange(n_chunks * chunk) < n_reps).astype(jnp.float64)
-    s, ss, err2 = _summary_scan(keys, mask, problem, est, batch_size, group_size, chunk)
+    s, ss, err2 = _summary_scan(key, mask, problem, est, batch_size, group_size, chunk, n_chunks)
     err2 = np.asarray(err2)[:n_reps]
     mean = np.asarray(s) / n_reps
     trace_cov = (float(ss) - n_reps * float(mean @ mean)) / (n_reps - 1)
