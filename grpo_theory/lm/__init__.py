@@ -1,0 +1,7 @@
+"""Small language-model validation (issue 5): arithmetic task, a plain-JAX transformer, the
+policy interface, supervised warm-ups, the Figure 4 gradient-MSE study and GRPO training."""
+
+from . import model, policy, task  # noqa: F401
+from .model import ModelConfig, init_params, make_apply, make_sampler  # noqa: F401
+from .policy import LMPolicy, score_contractions, seq_log_probs  # noqa: F401
+from .task import TaskConfig, eval_set, parse_final_integer, reward_text, reward_tokens  # noqa: F401

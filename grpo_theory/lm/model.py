@@ -1,0 +1,197 @@
+r"""A small decoder-only transformer in plain JAX, with KV-cache sampling.
+
+``apply(params, tokens, prompt_len)`` returns next-token logits ``(N, T, V)`` for sequences whose
+first ``prompt_len`` tokens are the (left-padded) prompt. Positions are counted *relative to the
+response start* (embedding index ``t - prompt_len + MAX_PROMPT``), so zero-shot and in-context
+prompts of different padded lengths share one model. PAD keys are masked out of attention.
+
+``sample(params, cfg, key, prompts, response_len, temperature)`` draws responses autoregressively
+from ``softmax(logits / temperature)`` with a per-layer key/value cache (one prefill pass over the
+prompt, then one position per step under ``lax.scan``); tokens after the first EOS are PAD, and
+PAD is never generated (its logit is fixed at -1e9).
+
+Parameters are float32 (the package enables float64 globally; the model opts out for speed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .task import EOS, ICL_PROMPT_LEN, PAD, RESPONSE_LEN, VOCAB_SIZE
+
+__all__ = ["ModelConfig", "init_params", "apply", "make_apply", "make_sampler", "sample", "n_params"]
+
+F32 = jnp.float32
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    vocab_size: int = VOCAB_SIZE
+    max_prompt: int = ICL_PROMPT_LEN
+    max_response: int = max(RESPONSE_LEN.values())
+
+    def __post_init__(self):
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got {self.d_model}/{self.n_heads}")
+
+
+def init_params(key, cfg: ModelConfig) -> dict:
+    """Random initial parameters (scaled normal; residual outputs scaled by 1/sqrt(2 L))."""
+    d, L = cfg.d_model, cfg.n_layers
+    keys = jax.random.split(key, 3 + 4 * L)
+    nrm = lambda k, shape, s: (s * jax.random.normal(k, shape)).astype(F32)
+    p = {
+        "tok": nrm(keys[0], (cfg.vocab_size, d), 0.1),
+        "pos": nrm(keys[1], (cfg.max_prompt + cfg.max_response, d), 0.1),
+        "out": nrm(keys[2], (d, cfg.vocab_size), 1.0 / np.sqrt(d)),
+        "ln_f": {"g": jnp.ones(d, F32), "b": jnp.zeros(d, F32)},
+        "blocks": [],
+    }
+    res = 1.0 / np.sqrt(2 * L)
+    for i in range(L):
+        k = keys[3 + 4 * i: 7 + 4 * i]
+        p["blocks"].append({
+            "ln1": {"g": jnp.ones(d, F32), "b": jnp.zeros(d, F32)},
+            "qkv": nrm(k[0], (d, 3 * d), 1.0 / np.sqrt(d)),
+            "o": nrm(k[1], (d, d), res / np.sqrt(d)),
+            "ln2": {"g": jnp.ones(d, F32), "b": jnp.zeros(d, F32)},
+            "w1": nrm(k[2], (d, 4 * d), 1.0 / np.sqrt(d)),
+            "b1": jnp.zeros(4 * d, F32),
+            "w2": nrm(k[3], (4 * d, d), res / np.sqrt(4 * d)),
+        })
+    return p
+
+
+def n_params(params) -> int:
+    return int(sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(params)))
+
+
+def _ln(p, x):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
+
+
+def _heads(x, h):
+    n, t, d = x.shape
+    return x.reshape(n, t, h, d // h).transpose(0, 2, 1, 3)
+
+
+def _attend(q, k, v, mask):
+    """q (N,H,Tq,dh), k/v (N,H,Tk,dh), mask (N,1|H,Tq,Tk) boolean."""
+    s = jnp.einsum("nhqd,nhkd->nhqk", q, k) / np.sqrt(q.shape[-1]).astype(np.float32)
+    s = jnp.where(mask, s, jnp.asarray(-1e9, F32))
+    w = jax.nn.softmax(s, axis=-1)
+    o = jnp.einsum("nhqk,nhkd->nhqd", w, v)
+    n, h, t, dh = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(n, t, h * dh)
+
+
+def _mlp(b, x):
+    return jax.nn.gelu(x @ b["w1"] + b["b1"]) @ b["w2"]
+
+
+def _embed(params, tokens, positions):
+    return params["tok"][tokens] + params["pos"][positions]
+
+
+def _positions(t_len, prompt_len, max_prompt):
+    return jnp.arange(t_len) - prompt_len + max_prompt
+
+
+def _forward(params, cfg, tokens, prompt_len, return_kv=False):
+    n, t = tokens.shape
+    x = _embed(params, tokens, _positions(t, prompt_len, cfg.max_prompt))
+    idx = jnp.arange(t)
+    valid = tokens != PAD
+    mask = (idx[None, :] <= idx[:, None])[None, None] & (
+        valid[:, None, None, :] | (idx[None, :] == idx[:, None])[None, None])
+    kvs = []
+    for b in params["blocks"]:
+        h = _ln(b["ln1"], x)
+        q, k, v = jnp.split(h @ b["qkv"], 3, axis=-1)
+        q, k, v = (_heads(a, cfg.n_heads) for a in (q, k, v))
+        kvs.append((k, v))
+        x = x + _attend(q, k, v, mask) @ b["o"]
+        x = x + _mlp(b, _ln(b["ln2"], x))
+    logits = _no_pad(_ln(params["ln_f"], x) @ params["out"])
+    return (logits, kvs) if return_kv else logits
+
+
+def _no_pad(logits):
+    """PAD is never generated: its logit is -1e9 (so every sampled token is a real key)."""
+    return logits.at[..., PAD].set(-1e9)
+
+
+def apply(params, tokens, prompt_len: int, cfg: ModelConfig):
+    """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32."""
+    return _forward(params, cfg, jnp.asarray(tokens), prompt_len)
+
+
+@lru_cache(maxsize=None)
+def make_apply(cfg: ModelConfig):
+    """``apply_fn(params, tokens, prompt_len)`` for this configuration (the policy interface)."""
+    return partial(apply, cfg=cfg)
+
+
+@lru_cache(maxsize=None)
+def make_sampler(cfg: ModelConfig):
+    """``sample_fn(params, key, prompts, response_len, temperature)`` with the KV cache."""
+    return lambda params, key, prompts, response_len, temperature=1.0: sample(
+        params, cfg, key, prompts, response_len, temperature)
+
+
+@partial(jax.jit, static_argnames=("cfg", "response_len"))
+def sample(params, cfg: ModelConfig, key, prompts, response_len: int, temperature=1.0):
+    """Responses (N, R) sampled with temperature; PAD after the first EOS. KV-cached."""
+    prompts = jnp.asarray(prompts)
+    n, p = prompts.shape
+    total = p + response_len
+    logits, kvs = _forward(params, cfg, prompts, p, return_kv=True)
+    pad = lambda a: jnp.pad(a, ((0, 0), (0, 0), (0, response_len), (0, 0)))
+    cache = [(pad(k), pad(v)) for k, v in kvs]
+    valid = jnp.concatenate([prompts != PAD, jnp.ones((n, response_len), bool)], axis=1)
+    keys = jax.random.split(key, response_len)
+    inv_t = 1.0 / jnp.asarray(temperature, F32)
+
+    def draw(k, lg):
+        return jax.random.categorical(k, lg.astype(F32) * inv_t, axis=-1).astype(jnp.int32)
+
+    first = draw(keys[0], logits[:, -1])
+    positions = _positions(total, p, cfg.max_prompt)
+    kidx = jnp.arange(total)
+
+    def step(carry, inp):
+        cache, tok, done = carry
+        i, k = inp  # tok sits at absolute index p + i
+        t_abs = p + i
+        tok_in = jnp.where(done, PAD, tok)
+        x = params["tok"][tok_in][:, None, :] + params["pos"][positions[t_abs]][None, None, :]
+        mask = ((kidx <= t_abs)[None, :] & valid)[:, None, None, :]
+        new_cache = []
+        for b, (kc, vc) in zip(params["blocks"], cache):
+            h = _ln(b["ln1"], x)
+            q, kk, vv = (_heads(a, cfg.n_heads) for a in jnp.split(h @ b["qkv"], 3, axis=-1))
+            kc = jax.lax.dynamic_update_slice_in_dim(kc, kk, t_abs, axis=2)
+            vc = jax.lax.dynamic_update_slice_in_dim(vc, vv, t_abs, axis=2)
+            new_cache.append((kc, vc))
+            x = x + _attend(q, kc, vc, mask) @ b["o"]
+            x = x + _mlp(b, _ln(b["ln2"], x))
+        lg = _no_pad(_ln(params["ln_f"], x) @ params["out"])[:, 0]
+        nxt = draw(k, lg)
+        out_tok = jnp.where(done, PAD, tok)
+        done = done | (tok == EOS)
+        return (new_cache, nxt, done), out_tok
+
+    init = (cache, first, jnp.zeros(n, bool))
+    step_keys = jnp.concatenate([keys[1:], keys[:1]])  # token i+1 uses keys[i+1], as generic
+    _, toks = jax.lax.scan(step, init, (jnp.arange(response_len), step_keys))
+    return toks.T

@@ -1,0 +1,156 @@
+r"""Language-model policy interface: any model given as ``(params, apply_fn)``.
+
+``apply_fn(params, tokens (N, T), prompt_len) -> logits (N, T, V)`` (next-token logits). The
+policy is ``pi(y|x) = prod_t softmax(logits_t / temperature)[y_t]`` over the response tokens up to
+and including the first EOS; its score ``s(x, y) = grad_theta log pi(y|x)`` is the quantity every
+estimator of the package multiplies by an advantage (THEORY.md section 1):
+
+.. math:: \hat g = \frac{1}{BG}\sum_{b,g} A_{bg}\, s(x_b, y_{bg}).
+
+``sample_fn(params, key, prompts, response_len, temperature)`` is optional: without it sampling
+recomputes the full forward pass at each position (works for any ``apply_fn``, slower); the
+package's transformer supplies a KV-cached one (:func:`grpo_theory.lm.model.make_sampler`).
+
+:func:`score_contractions` returns ``W S`` for a weight matrix ``W`` (K, N) and the per-sample
+scores ``S`` (N, D), plus every ``||s_n||^2``, chunk by chunk under ``lax.scan`` so the (N, D)
+matrix is never stored: one pass gives all estimators at all group sizes from the same samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from .task import EOS, PAD
+
+__all__ = ["LMPolicy", "response_mask", "seq_log_probs", "score_contractions", "generic_sample"]
+
+
+def response_mask(responses):
+    """1 for response tokens up to and including the first EOS, else 0 (N, R)."""
+    responses = jnp.asarray(responses)
+    is_eos = (responses == EOS).astype(jnp.int32)
+    before = jnp.cumsum(is_eos, axis=1) - is_eos  # EOS strictly before position t
+    return (before == 0).astype(jnp.float32)
+
+
+def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
+    """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response."""
+    prompts, responses = jnp.asarray(prompts), jnp.asarray(responses)
+    p = prompts.shape[1]
+    tokens = jnp.concatenate([prompts, responses], axis=1)
+    logits = apply_fn(params, tokens, p)[:, p - 1: -1].astype(jnp.float32) / temperature
+    lp = jax.nn.log_softmax(logits, axis=-1)
+    tok_lp = jnp.take_along_axis(lp, responses[..., None], axis=-1)[..., 0]
+    return jnp.sum(tok_lp * response_mask(responses), axis=1)
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "response_len"))
+def generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0):
+    """Autoregressive sampling for any ``apply_fn`` (full forward per position; no cache)."""
+    prompts = jnp.asarray(prompts)
+    n, p = prompts.shape
+    keys = jax.random.split(key, response_len)
+
+    def step(carry, inp):
+        seq, done = carry
+        i, k = inp
+        logits = apply_fn(params, seq, p)
+        lg = jax.lax.dynamic_index_in_dim(logits, p + i - 1, axis=1, keepdims=False)
+        tok = jax.random.categorical(k, lg.astype(jnp.float32) / temperature, axis=-1)
+        tok = jnp.where(done, PAD, tok).astype(seq.dtype)
+        seq = jax.lax.dynamic_update_slice_in_dim(seq, tok[:, None], p + i, axis=1)
+        return (seq, done | (tok == EOS)), None
+
+    seq0 = jnp.concatenate([prompts, jnp.full((n, response_len), PAD, prompts.dtype)], axis=1)
+    (seq, _), _ = jax.lax.scan(step, (seq0, jnp.zeros(n, bool)), (jnp.arange(response_len), keys))
+    return seq[:, p:]
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "chunk"))
+def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk):
+    flat, unravel = ravel_pytree(params)
+
+    def lp_one(theta, x, y):
+        return seq_log_probs(apply_fn, unravel(theta), x[None], y[None], temperature)[0]
+
+    grad_one = jax.grad(lp_one)
+    n = prompts.shape[0]
+    nc = n // chunk
+    xs = prompts.reshape(nc, chunk, -1)
+    ys = responses.reshape(nc, chunk, -1)
+    ws = weights.reshape(weights.shape[0], nc, chunk).transpose(1, 0, 2)
+
+    def body(acc, inp):
+        x, y, w = inp
+        s = jax.vmap(grad_one, in_axes=(None, 0, 0))(flat, x, y).astype(jnp.float64)  # (C, D)
+        return acc + w @ s, jnp.sum(s * s, axis=1)
+
+    acc0 = jnp.zeros((weights.shape[0], flat.shape[0]), jnp.float64)
+    acc, sq = jax.lax.scan(body, acc0, (xs, ys, ws))
+    return acc, sq.reshape(-1)
+
+
+def score_contractions(apply_fn, params, prompts, responses, weights, temperature=1.0,
+                       chunk: int = 256):
+    """``(W @ S, ||s_n||^2)`` with ``S`` the (N, D) per-sample scores (never materialised).
+
+    ``weights`` is (K, N) float64; returns a float64 (K, D) array and the (N,) squared norms.
+    """
+    prompts, responses = np.asarray(prompts), np.asarray(responses)
+    weights = np.atleast_2d(np.asarray(weights, np.float64))
+    n = prompts.shape[0]
+    if weights.shape[1] != n:
+        raise ValueError(f"weights must have shape (K, {n}), got {weights.shape}")
+    chunk = int(min(chunk, n))
+    pad = (-n) % chunk
+    if pad:
+        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
+        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
+        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
+    acc, sq = _contract(apply_fn, params, jnp.asarray(prompts), jnp.asarray(responses),
+                        jnp.asarray(weights), temperature, chunk)
+    return np.asarray(acc), np.asarray(sq)[:n]
+
+
+@dataclass
+class LMPolicy:
+    """A language-model policy: parameters, an apply function and (optionally) a fast sampler."""
+
+    params: dict
+    apply_fn: Callable
+    sample_fn: Callable | None = None
+    temperature: float = 1.0
+
+    def sample(self, key, prompts, response_len: int):
+        if self.sample_fn is not None:
+            return self.sample_fn(self.params, key, jnp.asarray(prompts), response_len,
+                                  self.temperature)
+        return generic_sample(self.apply_fn, self.params, key, jnp.asarray(prompts),
+                              response_len, self.temperature)
+
+    def log_probs(self, prompts, responses):
+        return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
+                         jnp.asarray(responses), self.temperature)
+
+    def score_contractions(self, prompts, responses, weights, chunk: int = 256):
+        return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
+                                  self.temperature, chunk)
+
+    @property
+    def dim(self) -> int:
+        return int(ravel_pytree(self.params)[0].shape[0])
+
+    def with_params(self, params) -> "LMPolicy":
+        return LMPolicy(params, self.apply_fn, self.sample_fn, self.temperature)
+
+
+@partial(jax.jit, static_argnames=("apply_fn",))
+def _logp_jit(apply_fn, params, prompts, responses, temperature):
+    return seq_log_probs(apply_fn, params, prompts, responses, temperature)

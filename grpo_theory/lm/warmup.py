@@ -1,0 +1,203 @@
+r"""Supervised warm-ups giving the three policies of the paper's Figure 4: base < instruct < ICL.
+
+The corpus is the task's training stream with answers *corrupted* with a difficulty-dependent
+probability (a wrong integer near the right one; in the trace format only the final integer is
+corrupted). A model trained to convergence on such a corpus imitates it, so its accuracy is set
+by the corpus rather than by stopping training mid-way (NOTES: such a policy behaves like a real
+one under RL, unlike a half-trained model).
+
+* ``base``: trained from scratch on zero-shot prompts with corruption ``CORRUPTION["base"]``;
+* ``instruct``: continued from base with lower corruption, on zero-shot and in-context prompts;
+  in-context prompts (two solved examples of the same category) carry the lowest corruption;
+* ``icl``: the instruct parameters prompted with solved examples.
+
+Both response formats (``answer`` and ``trace``) are trained into the same model (the prompt's
+last character selects the format). Checkpoints are ``.npz`` files of the flattened parameters
+with the configuration, saved under a cache folder and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.flatten_util import ravel_pytree
+
+from .model import ModelConfig, init_params, make_apply, make_sampler
+from .policy import LMPolicy, response_mask
+from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
+                   target_responses, train_pool)
+
+__all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
+           "save_checkpoint", "load_checkpoint", "three_policies", "accuracy", "POLICIES"]
+
+POLICIES = ("base", "instruct", "icl")
+#: (easy, hard) answer-corruption probabilities of each corpus
+CORRUPTION = {"base": (0.45, 0.85), "instruct": (0.2, 0.6), "icl": (0.05, 0.35)}
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    base_steps: int = 1500
+    instruct_steps: int = 1500
+    batch_size: int = 128
+    lr: float = 3e-3
+    chunk: int = 50  # steps per lax.scan chunk (one prompt layout per chunk)
+    seed: int = 0
+    task: TaskConfig = TaskConfig()
+
+    @property
+    def model(self) -> ModelConfig:
+        return ModelConfig(d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads)
+
+    def tag(self) -> str:
+        t = self.task
+        return (f"d{self.d_model}L{self.n_layers}h{self.n_heads}_b{self.base_steps}"
+                f"_i{self.instruct_steps}_bs{self.batch_size}_lr{self.lr:g}_s{self.seed}"
+                f"_hard{t.hard_fraction:g}_p{ICL_PROMPT_LEN}")
+
+
+def corrupt_answers(answers, hard, rates, rng) -> np.ndarray:
+    """Replace each answer by a nearby wrong integer with probability ``rates[hard]``."""
+    answers = np.asarray(answers, np.int64)
+    p = np.where(hard, rates[1], rates[0])
+    flip = rng.random(answers.shape) < p
+    delta = rng.choice(np.array([-10, -2, -1, 1, 2, 10]), size=answers.shape)
+    delta = np.where(rng.random(answers.shape) < 0.3,
+                     rng.integers(1, 30, size=answers.shape) * rng.choice([-1, 1], answers.shape),
+                     delta)
+    return np.where(flip, answers + delta, answers)
+
+
+def _batches(pool, rng, n_steps, batch, fmt, icl, rates):
+    idx = rng.integers(0, len(pool), size=(n_steps, batch))
+    q = pool.subset(idx.reshape(-1))
+    ans = corrupt_answers(q.answer, q.hard, rates, rng)
+    x = encode_prompts(q, fmt, icl).reshape(n_steps, batch, -1)
+    y = target_responses(q, fmt, ans, seed=int(rng.integers(2**31))).reshape(n_steps, batch, -1)
+    return x, y
+
+
+def _loss(apply_fn, params, x, y):
+    p = x.shape[1]
+    tokens = jnp.concatenate([x, y], axis=1)
+    logits = apply_fn(params, tokens, p)[:, p - 1: -1]
+    lp = jax.nn.log_softmax(logits, axis=-1)
+    tok = jnp.take_along_axis(lp, y[..., None], axis=-1)[..., 0]
+    m = response_mask(y)
+    return -jnp.sum(tok * m) / jnp.sum(m)
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "opt"))
+def _train_chunk(apply_fn, opt, params, opt_state, xs, ys):
+    def step(carry, batch):
+        params, opt_state = carry
+        loss, grads = jax.value_and_grad(lambda pp: _loss(apply_fn, pp, *batch))(params)
+        upd, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, upd), opt_state), loss
+
+    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), (xs, ys))
+    return params, opt_state, losses
+
+
+def train_supervised(params, apply_fn, pool, layouts, n_steps, batch, lr, seed, chunk=50,
+                     log=None):
+    """Adam on the cross-entropy of corpus responses; ``layouts`` = [(fmt, icl, rates), ...]
+    cycled chunk by chunk. Returns the trained parameters and the mean loss per chunk."""
+    opt = optax.chain(optax.clip_by_global_norm(1.0),
+                      optax.adam(optax.cosine_decay_schedule(lr, max(n_steps, 1), 0.1)))
+    opt_state = opt.init(params)
+    rng = np.random.default_rng(seed)
+    losses, done, t0 = [], 0, time.time()
+    i = 0
+    while done < n_steps:
+        k = min(chunk, n_steps - done)
+        fmt, icl, rates = layouts[i % len(layouts)]
+        xs, ys = _batches(pool, rng, k, batch, fmt, icl, rates)
+        params, opt_state, ls = _train_chunk(apply_fn, opt, params, opt_state,
+                                             jnp.asarray(xs), jnp.asarray(ys))
+        losses.append(float(np.mean(ls)))
+        done += k
+        i += 1
+        if log is not None:
+            el = time.time() - t0
+            log(f"step {done}/{n_steps} loss {losses[-1]:.3f} "
+                f"({done * batch * (xs.shape[2] + ys.shape[2]) / el:.0f} tok/s)")
+    return params, losses
+
+
+def save_checkpoint(path, params, meta: dict) -> None:
+    flat, _ = ravel_pytree(params)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, flat=np.asarray(flat), meta=json.dumps(meta, default=str))
+    tmp.replace(path)
+
+
+def load_checkpoint(path, cfg: ModelConfig):
+    with np.load(path) as f:
+        flat = f["flat"]
+        meta = json.loads(str(f["meta"]))
+    template = init_params(jax.random.PRNGKey(0), cfg)
+    _, unravel = ravel_pytree(template)
+    return unravel(jnp.asarray(flat, jnp.float32)), meta
+
+
+def accuracy(policy: LMPolicy, questions, fmt: str, icl: bool, key, n_samples: int = 4) -> float:
+    """Mean reward of sampled responses (``n_samples`` per question) on ``questions``."""
+    x = np.repeat(encode_prompts(questions, fmt, icl), n_samples, axis=0)
+    y = policy.sample(key, x, RESPONSE_LEN[fmt])
+    canon = np.repeat(target_responses(questions, fmt), n_samples, axis=0) if fmt == "answer" else None
+    return float(np.mean(reward(fmt, y, np.repeat(questions.answer, n_samples), canon)))
+
+
+def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
+    """Train (or load from ``cache_dir``) the base and instruct models.
+
+    Returns ``{"base": (LMPolicy, icl=False), "instruct": (..., False), "icl": (..., True)}``
+    and the checkpoint metadata.
+    """
+    cfg = wcfg.model
+    apply_fn, sample_fn = make_apply(cfg), make_sampler(cfg)
+    cache = Path(cache_dir) / wcfg.tag()
+    pool = train_pool(wcfg.task)
+    out = {}
+    base_path, inst_path = cache / "base.npz", cache / "instruct.npz"
+    if base_path.exists():
+        base, meta_b = load_checkpoint(base_path, cfg)
+    else:
+        t0 = time.time()
+        p0 = init_params(jax.random.PRNGKey(wcfg.seed), cfg)
+        layouts = [(f, False, CORRUPTION["base"]) for f in ("answer", "trace")]
+        base, losses = train_supervised(p0, apply_fn, pool, layouts, wcfg.base_steps,
+                                        wcfg.batch_size, wcfg.lr, wcfg.seed, wcfg.chunk,
+                                        log=lambda s: log(f"[warmup base] {s}"))
+        meta_b = dict(config=asdict(wcfg), stage="base", seconds=time.time() - t0,
+                      final_loss=losses[-1])
+        save_checkpoint(base_path, base, meta_b)
+    if inst_path.exists():
+        inst, meta_i = load_checkpoint(inst_path, cfg)
+    else:
+        t0 = time.time()
+        layouts = [("answer", False, CORRUPTION["instruct"]), ("trace", False, CORRUPTION["instruct"]),
+                   ("answer", True, CORRUPTION["icl"]), ("trace", True, CORRUPTION["icl"])]
+        inst, losses = train_supervised(base, apply_fn, pool, layouts, wcfg.instruct_steps,
+                                        wcfg.batch_size, wcfg.lr * 0.5, wcfg.seed + 1, wcfg.chunk,
+                                        log=lambda s: log(f"[warmup instruct] {s}"))
+        meta_i = dict(config=asdict(wcfg), stage="instruct", seconds=time.time() - t0,
+                      final_loss=losses[-1])
+        save_checkpoint(inst_path, inst, meta_i)
+    for name, params, icl in (("base", base, False), ("instruct", inst, False), ("icl", inst, True)):
+        out[name] = (LMPolicy(params, apply_fn, sample_fn), icl)
+    return out, dict(base=meta_b, instruct=meta_i, cache=str(cache))
