@@ -14,7 +14,7 @@ from .estimators import (  # noqa: E402
     get_estimator, grpo_std, prompt_baseline, register,
 )
 from .exact import (  # noqa: E402
-    enumerate_estimates, enumerated_moments, exact_gradient, exact_mse,
+    enumerate_estimates, enumerated_moments, exact_gradient, exact_mse, exact_prompt_mse,
     exact_prompt_mean_and_variance,
 )
 from .montecarlo import MCResult, estimate_gradient, mc_estimates, mc_mse, sample_groups  # noqa: E402

@@ -27,7 +27,7 @@ from .estimators import PromptContext, get_estimator
 from .policies import DiscreteProblem, as_problem
 from .ustat import exact_mse_closed_form, minibatch_mse
 
-__all__ = ["exact_gradient", "exact_mse", "exact_prompt_mean_and_variance",
+__all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
            "enumerate_estimates", "enumerated_moments"]
 
 
@@ -111,19 +111,8 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
     if method in ("auto", "closed_form") and est.exact is not None:
-        b = None
-        if est.exact == "prompt_baseline":
-            if "value" in est.needs:
-                b = problem.values()
-            elif "optimal_baseline" in est.needs:
-                b = problem.optimal_baselines()
-            elif "b" in est.params:
-                b = est.params["b"]
-                if b.shape != (problem.n_prompts,):
-                    raise ValueError(f"b must have shape ({problem.n_prompts},), got {b.shape}")
-            else:
-                b = jnp.zeros(problem.n_prompts)
-        return exact_mse_closed_form(problem, est.exact, group_size, batch_size, b)
+        return exact_mse_closed_form(problem, est.exact, group_size, batch_size,
+                                     _baseline_of(problem, est))
     if method == "closed_form":
         raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
     if not est.binary_exact:
@@ -133,6 +122,44 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
         )
     mean, var = exact_prompt_mean_and_variance(problem, est, group_size)
     return minibatch_mse(problem, mean, var, batch_size)
+
+
+def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -> jnp.ndarray:
+    """Per-prompt exact MSE ``E[||ghat_x - g(x)||^2 | x]`` of one prompt's G-group, shape (P,).
+
+    Uses the closed form where there is one (``method="auto"``), else binary conditioning.
+    """
+    from .ustat import prompt_mean_and_variance
+
+    problem = as_problem(bandit)
+    est = get_estimator(estimator)
+    _check(est, group_size, 1)
+    if method not in ("auto", "closed_form", "binary"):
+        raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
+    if method != "binary" and est.exact is not None:
+        mean, var = prompt_mean_and_variance(problem, est.exact, group_size,
+                                             _baseline_of(problem, est))
+    elif method == "closed_form":
+        raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
+    else:
+        mean, var = exact_prompt_mean_and_variance(problem, est, group_size)
+    return var + jnp.sum((mean - problem.prompt_gradients()) ** 2, axis=1)
+
+
+def _baseline_of(problem: DiscreteProblem, est):
+    """The prompt-only baseline b(x) of an estimator with ``exact == "prompt_baseline"``."""
+    if est.exact != "prompt_baseline":
+        return None
+    if "value" in est.needs:
+        return problem.values()
+    if "optimal_baseline" in est.needs:
+        return problem.optimal_baselines()
+    if "b" in est.params:
+        b = est.params["b"]
+        if b.shape != (problem.n_prompts,):
+            raise ValueError(f"b must have shape ({problem.n_prompts},), got {b.shape}")
+        return b
+    return jnp.zeros(problem.n_prompts)
 
 
 def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,

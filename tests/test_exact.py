@@ -120,3 +120,19 @@ def test_user_prompt_baseline_exact_form():
                                rtol=1e-11)
     with pytest.raises(ValueError, match="b must have shape"):
         gt.exact_mse(b, gt.prompt_baseline(np.array([0.3])), 3)
+
+
+@pytest.mark.parametrize("name", ["vanilla", "grpo", "grpo_mean", "oracle", "grpo_std"])
+def test_per_prompt_mse_matches_single_prompt_enumeration(name):
+    import jax.numpy as jnp
+
+    p = SMALL3.problem()
+    per = np.asarray(gt.exact_prompt_mse(SMALL3, name, 3))
+    for x in range(p.n_prompts):
+        single = gt.DiscreteProblem(jnp.array([1.0]), p.probs[x:x + 1], p.scores[x:x + 1],
+                                    p.reward_means[x:x + 1])
+        np.testing.assert_allclose(per[x], gt.enumerated_moments(single, name, 3)[1], rtol=1e-11)
+    # the B = 1 minibatch MSE adds the between-prompt spread c1 (unbiased estimators)
+    if name in ("vanilla", "grpo", "oracle"):
+        np.testing.assert_allclose(np.asarray(p.prompt_probs) @ per + gt.scaling_constants(p).c1,
+                                   gt.exact_mse(p, name, 3), rtol=1e-11)
