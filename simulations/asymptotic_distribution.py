@@ -226,6 +226,9 @@ def plot(out_dir: Path) -> None:
         ax.axhline(d.pred_printed.iloc[0], color=line.get_color(), ls=":", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="step n", ylabel="E[n·Δ_n]",
            title="dashed: Σ w_k with β², dotted: printed (no β²)")
+    ns = sorted(stats.n.unique())
+    ax.set_xticks(ns, [str(v) for v in ns])
+    ax.minorticks_off()
     ax.legend(fontsize=7)
     ax = axes[1]
     wide = sweep.pivot_table(index=["G", "k"], columns="estimator", values="weight").reset_index()
