@@ -44,3 +44,14 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return int(value)
+
+
+def group_run(est, group_size, batch_size) -> None:
+    """Check G and B for an estimator: integers, B >= 1, G >= the estimator's minimum."""
+    positive_int("batch_size", batch_size, 1)
+    positive_int("group_size", group_size, 1)
+    if group_size < est.min_group_size:
+        raise ValueError(
+            f"group_size must be >= {est.min_group_size} for estimator {est.name!r} "
+            f"(a leave-one-out or group baseline needs G >= 2), got {group_size}"
+        )

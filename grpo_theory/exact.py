@@ -36,16 +36,6 @@ def exact_gradient(bandit):
     return bandit.gradient()  # DiscreteProblem: flat (D,); policies reshape to their parameters
 
 
-def _check(est, group_size, batch_size):
-    V.positive_int("group_size", group_size, 1)
-    V.positive_int("batch_size", batch_size, 1)
-    if group_size < est.min_group_size:
-        raise ValueError(
-            f"group_size must be >= {est.min_group_size} for estimator {est.name!r} "
-            f"(a leave-one-out or group baseline needs G >= 2), got {group_size}"
-        )
-
-
 def _binary_advantages(problem: DiscreteProblem, est, group_size: int):
     """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0)."""
     G, P = group_size, problem.n_prompts
@@ -107,7 +97,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    _check(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
     if method in ("auto", "closed_form") and est.exact is not None:
@@ -133,7 +123,7 @@ def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -
 
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    _check(est, group_size, 1)
+    V.group_run(est, group_size, 1)
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
     if method != "binary" and est.exact is not None:
@@ -171,7 +161,7 @@ def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    _check(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     P, K, G, B = problem.n_prompts, problem.n_responses, group_size, batch_size
     n_group = P * (2 * K) ** G
     if n_group**B > max_outcomes:

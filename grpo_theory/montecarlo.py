@@ -110,13 +110,7 @@ def _summary_scan(key, mask, problem, estimator, batch_size, group_size, chunk, 
 
 
 def _check_run(problem, est, group_size, batch_size, n_reps=None):
-    V.positive_int("batch_size", batch_size, 1)
-    V.positive_int("group_size", group_size, 1)
-    if group_size < est.min_group_size:
-        raise ValueError(
-            f"group_size must be >= {est.min_group_size} for estimator {est.name!r} "
-            f"(a leave-one-out or group baseline needs G >= 2), got {group_size}"
-        )
+    V.group_run(est, group_size, batch_size)
     if n_reps is not None:
         V.positive_int("n_reps", n_reps, 2)
 
