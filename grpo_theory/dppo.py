@@ -240,10 +240,10 @@ def _mask_probs(qp, qc, m, c):
     return pm * pc
 
 
-def pruned_estimates_all(estimator, z, ctx, adv, scores, qp, qc, m, c):
-    """Every method's pruned estimate for one mask, stacked in :data:`METHODS` order, (5, D)."""
+def pruned_estimates_all(estimator, z, ctx, adv, scores, qp, qc, m, c, methods=METHODS):
+    """Every method's pruned estimate for one mask, stacked in ``methods`` order, (n, D)."""
     return jnp.stack([pruned_estimate(meth, estimator, z, ctx, adv, scores, qp, qc, m, c)
-                      for meth in METHODS])
+                      for meth in methods])
 
 
 @partial(jax.jit, static_argnames=("estimator",))
@@ -387,6 +387,13 @@ def response_lengths(bandit) -> np.ndarray:
     return np.asarray(lengths, dtype=np.float64)
 
 
+@partial(jax.jit, static_argnames=("estimator",))
+def _pattern_terms(problem, estimator, scheme, zpat):
+    xs = jnp.broadcast_to(jnp.arange(zpat.shape[0])[:, None], zpat.shape[:2])
+    adv = estimator.advantage(zpat, _context(problem, xs))
+    return (adv, *scheme(adv))
+
+
 def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
                      lengths=None) -> dict:
     r"""Exact MSE of DPPO over batch sampling and masks, and the expected kept-token share.
@@ -423,12 +430,8 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
     el1, el0 = np.sum(w1 / n1 * L, axis=1), np.sum(w0 / n0 * L, axis=1)
     # advantages and keep-probabilities of the pattern "k ones first" (k = 0..G)
     k = np.arange(G + 1)
-    zpat = jnp.asarray((np.arange(G)[None, :] < k[:, None]).astype(np.float64))
-    zpat = jnp.broadcast_to(zpat, (P, G + 1, G))
-    xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
-    adv = est.advantage(zpat, _context(problem, xs))
-    qp, qc = (np.asarray(a) for a in scheme(adv))
-    adv = np.asarray(adv)
+    zpat = np.broadcast_to((np.arange(G)[None, :] < k[:, None]).astype(np.float64), (P, G + 1, G))
+    adv, qp, qc = (np.asarray(a) for a in _pattern_terms(problem, est, scheme, jnp.asarray(zpat)))
     a1, a0 = adv[:, :, 0], adv[:, :, -1]
     h1, h0 = qc[:, :, 0], qc[:, :, -1]
     kf = k[None, :].astype(np.float64)
@@ -461,8 +464,9 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
 # --- Monte Carlo over batch sampling and masks --------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk"))
-def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size, chunk):
+@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "methods"))
+def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size, chunk,
+               methods):
     grad = problem.gradient()
 
     def one(key):
@@ -472,7 +476,7 @@ def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size
         qp, qc = scheme(adv)
         m = jax.random.bernoulli(km, qp)
         c = jax.random.bernoulli(kc, qc)
-        est = pruned_estimates_all(estimator, z, ctx, adv, sc, qp, qc, m, c)
+        est = pruned_estimates_all(estimator, z, ctx, adv, sc, qp, qc, m, c, methods)
         toks = lengths[y]
         return (jnp.sum((est - grad) ** 2, axis=-1), jnp.sum((full_estimate(adv, sc) - grad)
                                                               ** 2),
@@ -484,8 +488,9 @@ def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size
 
 
 def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
-                  n_reps: int = 20_000, seed: int = 0, lengths=None, chunk: int = 1000) -> dict:
-    """Monte Carlo over batch sampling and masks, all methods from the same draws.
+                  n_reps: int = 20_000, seed: int = 0, lengths=None, chunk: int = 1000,
+                  methods=METHODS) -> dict:
+    """Monte Carlo over batch sampling and masks, every method in ``methods`` from the same draws.
 
     Returns ``{method: dict(mse, se, ci_low, ci_high)}``, plus ``"full"`` (the unpruned
     estimate from the same batches) and ``"kept_tokens"`` (total kept / total tokens, as in
@@ -501,11 +506,14 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
     chunk = min(chunk, n_reps)
     n = -(-n_reps // chunk) * chunk
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    methods = tuple(methods)
+    for meth in methods:
+        _check_method(meth)
     err2, err2_full, kept, total = _mc_pruned(keys, problem, jnp.asarray(L), est, scheme,
-                                              batch_size, group_size, chunk)
+                                              batch_size, group_size, chunk, methods)
     err2 = np.asarray(err2)
     out = {}
-    for i, meth in enumerate(METHODS):
+    for i, meth in enumerate(methods):
         mse, se, lo, hi = summarize_squared_errors(err2[:, i])
         out[meth] = dict(mse=mse, se=se, ci_low=lo, ci_high=hi)
     mse, se, lo, hi = summarize_squared_errors(np.asarray(err2_full))

@@ -29,7 +29,7 @@ import numpy as np
 __all__ = [
     "Packing", "pack", "naive_batching", "pack_tokens", "unpack_tokens", "per_sequence_to_tokens",
     "next_token_targets", "segment_causal_attention", "init_toy_lm", "toy_lm_loss",
-    "naive_density", "row_lower_bound",
+    "naive_density", "row_lower_bound", "toy_lm_value_and_grad",
 ]
 
 
@@ -221,3 +221,7 @@ def toy_lm_loss(params, tokens, segment_ids, positions, token_weights):
     tgt, valid = next_token_targets(tokens, segment_ids)
     lp = jnp.take_along_axis(logp, tgt[..., None], axis=-1)[..., 0]
     return -jnp.sum(token_weights * valid * lp)
+
+
+#: ``jit(value_and_grad(toy_lm_loss))``, shared so that callers reuse one compilation per shape.
+toy_lm_value_and_grad = jax.jit(jax.value_and_grad(toy_lm_loss))

@@ -45,7 +45,7 @@ MASK_SCHEMES = (dppo.KeepScheme("uniform", 0.6, 0.7),
 
 def _settings(quick: bool) -> dict:
     if quick:
-        return dict(estimators=("grpo",), n_batches=3, mask_reps=20_000,
+        return dict(estimators=("grpo",), n_batches=2, mask_reps=10_000,
                     batch_configs=((2, 2), (3, 1)), trade_reps=4_000, trade_estimators=("grpo",),
                     rates=(0.8, 0.6, 0.4, 0.25), floors=(0.5, 0.25, 0.1))
     return dict(estimators=("grpo", "grpo_std", "grpo_mean"), n_batches=10, mask_reps=200_000,
