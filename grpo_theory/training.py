@@ -36,7 +36,7 @@ from .estimators import get_estimator
 from .montecarlo import estimate_gradient, sample_groups
 from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 
-__all__ = ["TrainResult", "train", "max_objective", "exact_objective", "maximise",
+__all__ = ["TrainResult", "train", "train_schedules", "max_objective", "exact_objective", "maximise",
            "step_sizes", "SCHEDULES"]
 
 SCHEDULES = ("constant", "inverse")
@@ -124,19 +124,20 @@ class TrainResult:
 
 
 @partial(jax.jit, static_argnames=("policy", "est", "batch_size", "group_size", "n_logs",
-                                   "log_every", "schedule", "log_params"))
-def _train(policy, est, theta0, eta, offset, seeds, sup, *, batch_size, group_size, n_logs,
-           log_every, schedule, log_params):
+                                   "log_every", "log_params"))
+def _train(policy, est, theta0, seeds, etas, offsets, constant, sup, *, batch_size, group_size,
+           n_logs, log_every, log_params):
+    """vmap over runs r = (seed, eta, offset, constant?) of the scanned Algorithm 1."""
     shape = theta0.shape
 
-    def one_seed(seed):
+    def one_run(seed, eta, offset, is_const):
         key = jax.random.PRNGKey(seed)
 
         def step(theta, t):
             problem = policy.problem(theta)
             x, y, z = sample_groups(jax.random.fold_in(key, t), problem, batch_size, group_size)
             ghat = estimate_gradient(problem, est, x, y, z).reshape(shape)
-            lr = eta if schedule == "constant" else eta / (t + offset)
+            lr = jnp.where(is_const, eta, eta / (t + offset))
             return theta + lr * ghat, None
 
         def block(theta, i):
@@ -150,8 +151,17 @@ def _train(policy, est, theta0, eta, offset, seeds, sup, *, batch_size, group_si
             thetas = jnp.concatenate([theta0[None], thetas])
         return theta_n, objs, thetas
 
-    theta_n, objs, thetas = jax.vmap(one_seed)(seeds)
+    theta_n, objs, thetas = jax.vmap(one_run)(seeds, etas, offsets, constant)
     return theta_n, objs, sup - objs, thetas
+
+
+def _check_schedule(schedule, eta, offset):
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not (np.isfinite(eta) and eta >= 0):
+        raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
+    if not (np.isfinite(offset) and offset > -1):
+        raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), got {offset!r}")
 
 
 def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta: float = 0.1,
@@ -165,6 +175,19 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
     ``schedule``: ``"constant"`` (eta_t = eta) or ``"inverse"`` (eta_t = eta / (t + offset)).
     ``log_every`` must divide ``n_steps``. Returns a :class:`TrainResult`.
     """
+    return train_schedules(policy, estimator, batch_size, group_size, n_steps,
+                           [(schedule, eta, offset)], seeds, log_every, max_objective, params,
+                           log_params)[0]
+
+
+def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps: int,
+                    schedules, seeds=(0,), log_every: int = 1, max_objective=None, params=None,
+                    log_params: bool = False) -> list[TrainResult]:
+    """Like :func:`train` for several step-size schedules at once (one compilation).
+
+    ``schedules``: a list of ``(schedule, eta, offset)``; every schedule runs every seed (the same
+    keys, so schedules are compared on common random numbers). Returns one TrainResult each.
+    """
     if not isinstance(policy, (SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy)):
         raise ValueError(
             "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy, "
@@ -177,12 +200,12 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
     every = V.positive_int("log_every", log_every, 1)
     if n % every:
         raise ValueError(f"log_every must divide n_steps={n}, got {every}")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not (np.isfinite(eta) and eta >= 0):
-        raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
-    if not (np.isfinite(offset) and offset > -1):
-        raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), got {offset!r}")
+    if len(schedules) == 0:
+        raise ValueError("schedules must hold at least one (schedule, eta, offset)")
+    for sch in schedules:
+        if len(sch) != 3:
+            raise ValueError(f"schedules entries must be (schedule, eta, offset), got {sch!r}")
+        _check_schedule(*sch)
     seeds = np.atleast_1d(np.asarray(seeds))
     if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer) or (
             seeds < 0).any():
@@ -192,14 +215,23 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
     if theta0.shape != jnp.shape(policy.params):
         raise ValueError(f"params must have shape {jnp.shape(policy.params)}, got {theta0.shape}")
     sup = _max_objective(policy) if max_objective is None else float(max_objective)
+    S, C = seeds.size, len(schedules)
+    etas = np.repeat([float(e) for _, e, _ in schedules], S)
+    offs = np.repeat([float(o) for _, _, o in schedules], S)
+    const = np.repeat([s == "constant" for s, _, _ in schedules], S)
     theta_n, objs, gaps, thetas = _train(
-        policy, est, theta0, jnp.float64(eta), jnp.float64(offset),
-        jnp.asarray(seeds, dtype=jnp.uint32), jnp.float64(sup), batch_size=B, group_size=G,
-        n_logs=n // every, log_every=every, schedule=schedule, log_params=bool(log_params))
-    return TrainResult(
-        steps=np.arange(0, n + 1, every), objective=np.asarray(objs), gap=np.asarray(gaps),
-        theta_final=np.asarray(theta_n), sup_objective=float(sup), seeds=seeds,
-        params=np.asarray(thetas) if log_params else None,
-        config=dict(estimator=est.name, batch_size=B, group_size=G, n_steps=n, eta=float(eta),
-                    schedule=schedule, offset=float(offset), log_every=every),
-    )
+        policy, est, theta0, jnp.asarray(np.tile(seeds, C), dtype=jnp.uint32), jnp.asarray(etas),
+        jnp.asarray(offs), jnp.asarray(const), jnp.float64(sup), batch_size=B, group_size=G,
+        n_logs=n // every, log_every=every, log_params=bool(log_params))
+    theta_n, objs, gaps = (np.asarray(a) for a in (theta_n, objs, gaps))
+    thetas = np.asarray(thetas) if log_params else None
+    out = []
+    for c, (sch, eta, off) in enumerate(schedules):
+        sl = slice(c * S, (c + 1) * S)
+        out.append(TrainResult(
+            steps=np.arange(0, n + 1, every), objective=objs[sl], gap=gaps[sl],
+            theta_final=theta_n[sl], sup_objective=float(sup), seeds=seeds,
+            params=thetas[sl] if log_params else None,
+            config=dict(estimator=est.name, batch_size=B, group_size=G, n_steps=n,
+                        eta=float(eta), schedule=sch, offset=float(off), log_every=every)))
+    return out
