@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from math import comb
 
 import jax
@@ -48,6 +48,7 @@ __all__ = [
     "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
     "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation", "exact_pruned_mse",
     "mc_pruned_mse", "response_lengths", "difficulty_policy",
+    "difficulty_problem",
 ]
 
 METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
@@ -524,6 +525,13 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
 
 
 # --- the example problem of the DPPO driver -----------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def difficulty_problem(seed: int = 5):
+    """``(DiscreteProblem, lengths (K,))`` of :func:`difficulty_policy`, computed once."""
+    policy = difficulty_policy(seed)
+    return policy.problem(), np.asarray(policy.lengths, dtype=np.float64)
 
 
 def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):

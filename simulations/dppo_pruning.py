@@ -86,9 +86,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     cfg = _settings(quick)
     setting = "quick" if quick else "full"
     store = CellStore(out_dir, NAME, seed=seed, setting=setting)
-    policy = dppo.difficulty_policy()
-    problem = policy.problem()
-    lengths = np.asarray(policy.lengths, dtype=np.float64)
+    problem, lengths = dppo.difficulty_problem()
     batches = _sample_batches(problem, cfg["n_batches"], seed)
     small = _small_bandit()
     cells = ([("masks", e, s, b) for e in cfg["estimators"] for s in MASK_SCHEMES for b in batches]

@@ -17,14 +17,15 @@ LENGTHS = np.array([1.0, 3.0, 7.0])
 UNIFORM = dppo.KeepScheme("uniform", 0.6, 0.7)
 ADVANTAGE = dppo.KeepScheme("advantage", 0.8, floor=0.3, zero_group_prompt=0.4)
 CONTROLS = [m for m in dppo.METHODS if m != "dppo"]
-# a batch with mixed rewards in both groups (B = 2, G = 3; 2^8 masks)
-X = jnp.array([0, 1])
-Y = jnp.array([[0, 1, 2], [2, 0, 1]])
-Z = jnp.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+# the driver's problem and batch shape (B = 2, G = 4; 2^10 masks; D = 144): shared compilation
+DIFF, DIFF_LENGTHS = dppo.difficulty_problem()
+X = jnp.array([1, 2])
+Y = jnp.array([[0, 5, 17, 30], [30, 2, 9, 9]])
+Z = jnp.array([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
 
 
 def _terms(est="grpo", x=X, y=Y, z=Z):
-    adv, S, ctx = dppo.batch_terms(PROBLEM, est, x, y, z)
+    adv, S, ctx = dppo.batch_terms(DIFF, est, x, y, z)
     return adv, S, ctx, dppo.full_estimate(adv, S)
 
 
@@ -53,12 +54,12 @@ def test_every_negative_control_is_biased_given_the_batch(scheme):
 @settings(max_examples=25)
 @given(seed=st.integers(0, 2**31 - 1),
        qp=st.lists(st.floats(0.05, 1.0), min_size=2, max_size=2),
-       qc=st.lists(st.floats(0.05, 1.0), min_size=6, max_size=6),
+       qc=st.lists(st.floats(0.05, 1.0), min_size=8, max_size=8),
        est=st.sampled_from(["grpo", "grpo_std"]))
 def test_dppo_unbiased_for_arbitrary_keep_probabilities(seed, qp, qc, est):
-    x, y, z = gt.sample_groups(jax.random.PRNGKey(seed), PROBLEM, 2, 3)
+    x, y, z = gt.sample_groups(jax.random.PRNGKey(seed), DIFF, 2, 4)
     adv, S, ctx, full = _terms(est, x, y, z)
-    qp, qc = jnp.array(qp), jnp.array(qc).reshape(2, 3)
+    qp, qc = jnp.array(qp), jnp.array(qc).reshape(2, 4)
     mom = dppo.exact_mask_moments(est, z, ctx, adv, S, qp, qc)
     scale = float(jnp.max(jnp.abs(full))) + 1.0
     np.testing.assert_allclose(mom["dppo"][0], full, rtol=0, atol=1e-13 * scale / qc.min())
@@ -104,22 +105,20 @@ def test_added_variance_formula_vs_monte_carlo_over_masks():
     adv, S, ctx, full = _terms("grpo")
     qp, qc = UNIFORM(adv)
     est = dppo.mc_mask_estimates(jax.random.PRNGKey(0), "dppo", "grpo", Z, ctx, adv, S, qp, qc,
-                                 n_reps=20_000)
+                                 n_reps=10_000)  # the driver's quick setting
     d2 = np.asarray(jnp.sum((est - full) ** 2, axis=1))
     se = d2.std(ddof=1) / np.sqrt(d2.size)
     formula = float(dppo.added_variance(adv, S, qp, qc))
     assert abs(d2.mean() - formula) <= 4 * se
     assert se < 0.05 * formula  # the check has power
-    np.testing.assert_allclose(np.asarray(est).mean(0), full, atol=5 * np.sqrt(formula / 20_000))
+    np.testing.assert_allclose(np.asarray(est).mean(0), full, atol=5 * np.sqrt(formula / 10_000))
 
 
 def test_mc_pruned_mse_matches_exact_and_controls_differ():
     # the driver's trade-off configuration (shares its compilation)
-    policy = dppo.difficulty_policy()
-    problem, lengths = policy.problem(), np.asarray(policy.lengths, dtype=np.float64)
     sch = dppo.KeepScheme("uniform", 0.6, 0.7)
-    mc = dppo.mc_pruned_mse(problem, "grpo", 8, 4, sch, n_reps=4_000, seed=3, lengths=lengths)
-    ex = dppo.exact_pruned_mse(problem, "grpo", 8, 4, sch, lengths=lengths)
+    mc = dppo.mc_pruned_mse(DIFF, "grpo", 8, 4, sch, n_reps=4_000, seed=3, lengths=DIFF_LENGTHS)
+    ex = dppo.exact_pruned_mse(DIFF, "grpo", 8, 4, sch, lengths=DIFF_LENGTHS)
     assert abs(mc["dppo"]["mse"] - ex["mse"]) <= 4 * mc["dppo"]["se"]
     assert abs(mc["full"]["mse"] - ex["mse_full"]) <= 4 * mc["full"]["se"]
     assert ex["kept_tokens"] == pytest.approx(0.6 * 0.7, rel=1e-12)
