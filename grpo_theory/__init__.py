@@ -25,6 +25,7 @@ from .scaling import (  # noqa: E402
     GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size, scaling_constants,
 )
 from .ustat import leading_order_mse, sigma_oracle  # noqa: E402
+from . import optimization  # noqa: E402  (issue 3, claims 4-5: Lemma 6, Theorem 8)
 from . import dppo, packing  # noqa: E402  (issue 4.3: DPPO pruning, dense packing)
 
 __version__ = "0.1.0"

@@ -41,7 +41,7 @@ Z95 = 1.959963984540054
 
 
 def settings(quick: bool) -> dict:
-    return dict(n_seeds=1000, n_steps=1024) if quick else dict(n_seeds=10_000, n_steps=16_384)
+    return dict(n_seeds=500, n_steps=1024) if quick else dict(n_seeds=5000, n_steps=8192)
 
 
 def bound_values(schedule: str, n, gap0: float, L: float, mu: float, beta: float, M: float):
@@ -80,9 +80,11 @@ def simulate_cell(problem, estimator: str, schedule: str, n_seeds: int, n_steps:
         se = res.gaps.std(0, ddof=1) / np.sqrt(n_seeds)
     mean = np.where(np.isfinite(mean), mean, np.inf)
     se = np.where(np.isfinite(se), se, np.inf)
+    with np.errstate(invalid="ignore"):
+        ci_low = np.where(np.isfinite(mean), mean - Z95 * se, np.inf)
     return pd.DataFrame(dict(
         estimator=estimator, schedule=schedule, beta=beta, B=BATCH, G=GROUP, n=res.log_steps,
-        mean_gap=mean, se=se, ci_low=mean - Z95 * se, ci_high=mean + Z95 * se, bound=bound,
+        mean_gap=mean, se=se, ci_low=ci_low, ci_high=mean + Z95 * se, bound=bound,
         recursion_bound=rec, M=M, mse_at_opt=mse_opt, gap0=gap0, gap_max=gap_max, L=c.L,
         mu=c.mu, n0=n0, eps=EPS, n_seeds=n_seeds, n_steps=n_steps, diverged_seeds=n_div))
 

@@ -52,7 +52,7 @@ def test_gradient_matches_finite_differences_and_constants():
                                      ("grpo", 3, 2)])
 def test_gamma_formula_matches_monte_carlo(est, G, B):
     exact = np.asarray(opt.gradient_covariance(P, THETA, est, G, B))
-    mean, mean_se, cov, cov_se = opt.mc_gradient_moments(P, THETA, est, G, B, n_reps=60_000,
+    mean, mean_se, cov, cov_se = opt.mc_gradient_moments(P, THETA, est, G, B, n_reps=40_000,
                                                          seed=3)
     assert np.all(np.abs(mean - np.asarray(P.gradient(THETA))) <= 4.5 * mean_se)  # unbiased
     assert np.all(np.abs(cov - exact) <= 4.5 * cov_se), (cov, exact, cov_se)
@@ -185,14 +185,14 @@ def test_lemma6_bounds_dominate_the_iterated_recursion():
 
 def test_train_logs_exact_gap_and_takes_unbiased_steps():
     theta0 = C.theta_star + np.array([1.0, -1.0])
-    res = opt.train(P, "grpo", 4, 2, 0.3, "constant", 1, 20_000, seed=2, theta0=theta0,
+    res = opt.train(P, "grpo", 4, 2, 0.3, "constant", 1, 8000, seed=2, theta0=theta0,
                     log_steps=[0, 1])
     np.testing.assert_allclose(res.gaps[:, 0], P.gap(theta0))
     np.testing.assert_allclose(res.gaps[:, 1], jax.vmap(P.gap)(res.theta), rtol=1e-12)
     step = (res.theta - theta0) / 0.3
     se = step.std(0, ddof=1) / np.sqrt(step.shape[0])
     assert np.all(np.abs(step.mean(0) - np.asarray(P.gradient(theta0))) <= 4.5 * se)
-    again = opt.train(P, "grpo", 4, 2, 0.3, "constant", 1, 20_000, seed=2, theta0=theta0,
+    again = opt.train(P, "grpo", 4, 2, 0.3, "constant", 1, 8000, seed=2, theta0=theta0,
                       log_steps=[0, 1])
     np.testing.assert_array_equal(res.theta, again.theta)  # deterministic for a seed
     assert np.all(res.max_gap >= res.gaps.max(1) - 1e-15)
