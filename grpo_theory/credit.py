@@ -431,6 +431,15 @@ class _WeightBlock:
     def __call__(self, flat):
         return self.policy.block(flat, self.name)
 
+    def _key(self):
+        return (tuple(self.policy.shapes.items()), self.name)
+
+    def __eq__(self, other):  # equal reshapers share one compiled function
+        return isinstance(other, _WeightBlock) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
 
 # --- sparsity ---------------------------------------------------------------------------------
 

@@ -1,0 +1,456 @@
+r"""Length weighting ``f_alpha(L) = L^(alpha - 1)`` of GRPO's per-response terms (THEORY.md s. 8).
+
+The impossibility note on Dr. GRPO (arXiv 2503.20783) weights response i of a group by
+``f_alpha(L_i)``:
+
+.. math:: \hat g_\alpha = \frac1G \sum_{i=1}^G f_\alpha(L_i)\, A_i\, s(x, y_i),
+          \qquad f_\alpha(L) = L^{\alpha - 1}.
+
+``alpha = 0`` is GRPO's per-response token mean ``1/|o_i|``; ``alpha = 1`` is Dr. GRPO's constant
+normaliser. Each token of response i carries weight ``f_alpha(L_i) A_i``, so the response's total
+token weight is ``L f_alpha(L) |A| = L^alpha |A|``: length-invariant only at ``alpha = 0``.
+
+**Exact expectation** (mean-centred ``A_i = Z_i - Zbar``; derivation: ``E[A_1 | y_1, Z_1]``
+depends on the other G - 1 rewards only through ``V(x)``):
+
+.. math:: E\hat g_\alpha(x) = \frac{G-1}{G}\, \nabla_\theta\, E_{\pi_\theta}\big[f_\alpha(L)\,
+          (\mu(x, y) - b)\big]\Big|_{b = V(x)},
+
+so ``alpha = 1`` gives ``(G-1)/G grad J`` exactly and ``alpha < 1`` the gradient of another
+objective. For any exchangeable advantage that depends on the rewards only (std-normalised
+included), ``E[A_1 | Z_1 = z] = c_z(x) = E_{K' ~ Bin(G-1, V)} a(z, K')`` and
+``E ghat(x) = sum_y pi(y) f(L_y) s_y [mu_y c_1 + (1 - mu_y) c_0]`` (:func:`exact_expected_gradient`);
+brute-force enumeration of all G-tuples (:func:`enumerate_expected_gradient`) checks it and also
+covers the batch-normalised ``token-mean`` mode, which is not of the f_alpha form.
+
+**Aggregation modes** (coefficient ``c_i`` of ``A_i s_i`` in one group of G; the loss code of
+verl's ``agg_loss`` and TRL's ``GRPOTrainer.loss_type``):
+
+============================  ===========================  ==================  =============
+verl ``loss_agg_mode``        TRL ``loss_type``            ``c_i``             alpha
+============================  ===========================  ==================  =============
+``seq-mean-token-mean``       ``grpo``                     ``1/(G L_i)``       0
+``seq-mean-token-sum``        --                           ``1/G``             1
+``seq-mean-token-sum-norm``   ``dr_grpo``                  ``1/(G T_max)``     1 (scaled)
+``token-mean``                ``bnpo`` (``dapo`` global)   ``1/sum_j L_j``     none: alpha=1
+                                                                               token weights
+                                                                               with a random
+                                                                               shared normaliser
+============================  ===========================  ==================  =============
+
+(verl's ``seq-mean-token-sum-norm`` divides the batch sum by ``T_max`` only, TRL's ``dr_grpo``
+by ``N * T_max``; we use the per-group TRL form. Both are constants, so both are alpha = 1.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+from math import comb
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _validation as V
+from .estimators import PromptContext, get_estimator
+from .montecarlo import sample_groups
+from .policies import SequencePolicy
+
+__all__ = [
+    "length_weights", "AGGREGATION_MODES", "mode_alpha", "mode_coefficients",
+    "weighted_group_gradient", "conditional_advantages", "exact_expected_gradient",
+    "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
+    "alpha_sweep", "length_policy", "stop_or_run_policy", "conditional_lengths",
+    "train_length_weighted", "expected_flow",
+]
+
+#: mode -> (alpha or None, description). Names as in verl (loss_agg_mode) with TRL aliases.
+AGGREGATION_MODES = {
+    "seq-mean-token-mean": (0.0, "verl seq-mean-token-mean = TRL 'grpo': 1/(G L_i)"),
+    "seq-mean-token-sum": (1.0, "verl seq-mean-token-sum: 1/G"),
+    "seq-mean-token-sum-norm": (1.0, "verl seq-mean-token-sum-norm = TRL 'dr_grpo': 1/(G T_max)"),
+    "token-mean": (None, "verl token-mean = TRL 'bnpo' ('dapo' over the global batch): "
+                         "1/sum_j L_j"),
+}
+_TRL_ALIASES = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm",
+                "bnpo": "token-mean", "dapo": "token-mean"}
+
+
+def _check_alpha(alpha):
+    a = float(alpha)
+    if not (np.isfinite(a) and 0.0 <= a <= 1.0):
+        raise ValueError(f"alpha must be a finite number in [0, 1], got {alpha!r}")
+    return a
+
+
+def length_weights(lengths, alpha) -> jnp.ndarray:
+    """``f_alpha(L) = L^(alpha - 1)`` for lengths >= 1."""
+    a = _check_alpha(alpha)
+    L = jnp.asarray(lengths, dtype=jnp.float64)
+    if bool(jnp.any(L < 1)):
+        raise ValueError("lengths must be >= 1")
+    return L ** (a - 1.0)
+
+
+def _mode_name(mode: str) -> str:
+    name = _TRL_ALIASES.get(mode, mode)
+    if name not in AGGREGATION_MODES:
+        raise ValueError(f"mode must be one of {sorted(AGGREGATION_MODES)} or TRL's "
+                         f"{sorted(_TRL_ALIASES)}, got {mode!r}")
+    return name
+
+
+def mode_alpha(mode: str):
+    """The alpha an aggregation mode corresponds to (None for ``token-mean``)."""
+    return AGGREGATION_MODES[_mode_name(mode)][0]
+
+
+def mode_coefficients(mode, lengths, max_length: int | None = None) -> jnp.ndarray:
+    """Per-response coefficients ``c_i`` (..., G) of ``A_i s_i`` for a mode name or an alpha.
+
+    ``mode`` is an aggregation-mode name (verl or TRL spelling) or a number alpha in [0, 1]
+    (``c_i = f_alpha(L_i) / G``). ``max_length`` (T_max) is needed for
+    ``seq-mean-token-sum-norm``.
+    """
+    L = jnp.asarray(lengths, dtype=jnp.float64)
+    G = L.shape[-1]
+    if not isinstance(mode, str):
+        return length_weights(L, mode) / G
+    name = _mode_name(mode)
+    if name == "seq-mean-token-mean":
+        return 1.0 / (G * L)
+    if name == "seq-mean-token-sum":
+        return jnp.ones_like(L) / G
+    if name == "seq-mean-token-sum-norm":
+        if max_length is None:
+            raise ValueError("max_length (T_max) is needed for seq-mean-token-sum-norm")
+        V.positive_int("max_length", max_length, 1)
+        return jnp.ones_like(L) / (G * max_length)
+    return jnp.broadcast_to(1.0 / jnp.sum(L, axis=-1, keepdims=True), L.shape)
+
+
+def weighted_group_gradient(scores, adv, coef) -> jnp.ndarray:
+    """``sum_i c_i A_i s_i``; scores (..., G, D), adv and coef (..., G)."""
+    return jnp.einsum("...g,...gd->...d", coef * adv, scores)
+
+
+# --- exact expectations -----------------------------------------------------------------------
+
+
+def conditional_advantages(estimator, values, G: int):
+    """``c_z(x) = E[A_1 | Z_1 = z]`` for z = 1, 0: shapes (P,), jit friendly.
+
+    ``A_1`` is the estimator's advantage of response 1 in a group whose other G - 1 rewards are
+    iid Bernoulli(V(x)); averages over their count K' ~ Binomial(G - 1, V).
+    """
+    est = get_estimator(estimator)
+    v = jnp.asarray(values, dtype=jnp.float64)
+    kp = np.arange(G)  # k' = 0 .. G-1 correct among the others
+    others = (np.arange(G - 1)[None, :] < kp[:, None]).astype(np.float64)  # (G, G-1)
+    z = np.stack([np.concatenate([np.full((G, 1), zz), others], 1) for zz in (1.0, 0.0)])
+    z = jnp.broadcast_to(jnp.asarray(z), (v.shape[0], 2, G, G))
+    bc = jnp.broadcast_to(v[:, None, None], (v.shape[0], 2, G))
+    ctx = PromptContext(prompt=jnp.broadcast_to(jnp.arange(v.shape[0])[:, None, None], bc.shape),
+                        value=bc, optimal_baseline=bc)
+    a = est.advantage(z, ctx)[..., 0]  # (P, 2, G)
+    binom = jnp.asarray([comb(G - 1, k) for k in range(G)], dtype=jnp.float64)
+    pmf = binom * v[:, None] ** kp * (1 - v[:, None]) ** (G - 1 - kp)  # (P, G)
+    c = jnp.einsum("pk,pzk->pz", pmf, a)
+    return c[:, 0], c[:, 1]
+
+
+def _prompt_expectations(problem, lengths, alpha, estimator, G):
+    f = jnp.asarray(lengths, dtype=jnp.float64) ** (alpha - 1.0)  # (K,)
+    c1, c0 = conditional_advantages(estimator, problem.values(), G)
+    mu = problem.reward_means
+    w = problem.probs * f[None, :] * (mu * c1[:, None] + (1 - mu) * c0[:, None])
+    return jnp.einsum("pk,pkd->pd", w, problem.scores)
+
+
+def exact_expected_gradient(policy, alpha, estimator="grpo_mean", G: int = 8, params=None):
+    """Exact ``E ghat_alpha`` (full gradient, (D,)) and per prompt ((P, D)); see module doc."""
+    _check_policy(policy)
+    a = _check_alpha(alpha)
+    est = get_estimator(estimator)
+    V.positive_int("G", G, max(2, est.min_group_size))
+    problem = policy.problem(params)
+    per = _prompt_expectations(problem, jnp.asarray(policy.lengths), a, est, G)
+    return problem.prompt_probs @ per, per
+
+
+def _check_policy(policy):
+    if not hasattr(policy, "lengths") or not hasattr(policy, "problem"):
+        raise ValueError("policy must be a SequencePolicy (or another policy with .lengths), "
+                         f"got {type(policy).__name__}")
+
+
+def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
+                                max_outcomes: int = 2_000_000, params=None):
+    """Brute force: ``E[sum_i c_i A_i s_i]`` over every G-tuple of (response, reward) atoms.
+
+    ``mode``: alpha in [0, 1] or an aggregation-mode name (:func:`mode_coefficients`).
+    Returns (full (D,), per prompt (P, D)). ``(2K)^G`` tuples per prompt must not exceed
+    ``max_outcomes``.
+    """
+    _check_policy(policy)
+    est = get_estimator(estimator)
+    V.positive_int("G", G, max(2, est.min_group_size))
+    problem = policy.problem(params)
+    P, K = problem.probs.shape
+    n = (2 * K) ** G
+    if n > max_outcomes:
+        raise ValueError(f"enumeration has (2K)^G = {n} outcomes > max_outcomes={max_outcomes}")
+    atoms = np.array(list(itertools.product(range(2 * K), repeat=G)))  # (N, G)
+    y, z = atoms // 2, (atoms % 2).astype(np.float64)
+    L = np.asarray(policy.lengths)[y]
+    coef = np.asarray(mode_coefficients(mode, L, max_length=int(np.max(policy.lengths))))
+    p = np.asarray(problem.probs)
+    mu = np.asarray(problem.reward_means)
+    vals = np.asarray(problem.values())
+    per = []
+    for x in range(P):  # P is a handful of prompts; each prompt's tuples are vectorised
+        pz = np.where(z == 1, mu[x][y], 1 - mu[x][y])
+        prob = np.prod(p[x][y] * pz, axis=1)  # (N,)
+        ctx = PromptContext(prompt=jnp.full(len(atoms), x), value=jnp.full(len(atoms), vals[x]),
+                            optimal_baseline=jnp.full(len(atoms), vals[x]))
+        adv = np.asarray(est.advantage(jnp.asarray(z), ctx))
+        w = np.bincount(y.ravel(), weights=(prob[:, None] * coef * adv).ravel(), minlength=K)
+        per.append(w @ np.asarray(problem.scores[x]))
+    per = jnp.asarray(np.stack(per))
+    return problem.prompt_probs @ per, per
+
+
+def surrogate_gradient(policy, alpha, params=None):
+    r"""``grad_theta sum_x f(x) E_pi[f_alpha(L) (mu - b(x))]`` at ``b = V(x)`` held fixed, (D,).
+
+    By autodiff of the objective (not of an estimator): the mean-centred expectation equals
+    ``(G-1)/G`` times this, exactly.
+    """
+    _check_policy(policy)
+    a = _check_alpha(alpha)
+    theta = policy.params if params is None else params
+    f = jnp.asarray(policy.lengths, dtype=jnp.float64) ** (a - 1.0)
+    b = jax.lax.stop_gradient(policy.problem(theta).values())
+
+    def obj(th):
+        pr = policy.probs(th)
+        return policy.prompt_probs @ jnp.sum(pr * f * (policy.reward_means - b[:, None]), axis=1)
+
+    return jax.grad(obj)(theta).reshape(-1)
+
+
+# --- bias and length sensitivity --------------------------------------------------------------
+
+
+def bias_metrics(mean, target) -> dict:
+    """``cos`` (direction), ``rel_bias = ||mean - target|| / ||target||`` and ``sin`` (scale-free
+    bias: distance to the best rescaling of target, relative)."""
+    m, t = np.asarray(mean, float), np.asarray(target, float)
+    nm, nt = np.linalg.norm(m), np.linalg.norm(t)
+    if nt == 0:
+        raise ValueError("target must be non-zero")
+    cos = float(m @ t / (nm * nt)) if nm > 0 else float("nan")
+    perp = m - (m @ t) / nt**2 * t
+    return dict(cos=cos, rel_bias=float(np.linalg.norm(m - t) / nt),
+                sin=float(np.linalg.norm(perp) / nm) if nm > 0 else float("nan"))
+
+
+def _wls_slope(x, y, w):
+    w = w / w.sum()
+    xm, ym = w @ x, w @ y
+    vx = w @ (x - xm) ** 2
+    return float(w @ ((x - xm) * (y - ym)) / vx) if vx > 0 else float("nan")
+
+
+def length_sensitivity(policy, alpha, params=None) -> dict:
+    """Slopes vs log L under the policy's length distribution (probability-weighted LS).
+
+    ``token_slope``: of ``log(L f_alpha(L))`` (a response's total token weight; the paper's P2),
+    equal to alpha whenever lengths vary. ``grad_slope``: of ``log E[f_alpha(L) ||s(y)|| | L]``
+    (the size of a response's gradient term per unit advantage, measured on the policy).
+    NaN when all lengths are equal (no slope to fit).
+    """
+    _check_policy(policy)
+    a = _check_alpha(alpha)
+    problem = policy.problem(params)
+    lengths = np.asarray(policy.lengths)
+    p = np.asarray(problem.prompt_probs) @ np.asarray(problem.probs)  # marginal over prompts
+    pk = np.asarray(problem.prompt_probs)[:, None] * np.asarray(problem.probs)
+    norms = np.sqrt(np.asarray(problem.score_sq_norms()))
+    Ls = np.unique(lengths)
+    pL = np.array([p[lengths == L].sum() for L in Ls])
+    keep = pL > 0
+    Ls, pL = Ls[keep], pL[keep]
+    if Ls.size < 2:
+        return dict(token_slope=float("nan"), grad_slope=float("nan"))
+    cont = np.array([np.sum(pk[:, lengths == L] * norms[:, lengths == L]) for L in Ls]) / pL
+    x = np.log(Ls.astype(float))
+    return dict(token_slope=_wls_slope(x, a * x, pL),
+                grad_slope=_wls_slope(x, np.log(cont * Ls.astype(float) ** (a - 1)), pL))
+
+
+def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]:
+    """Bias and length sensitivity of ``E ghat_alpha`` over a grid of alpha.
+
+    Bias is measured against ``(G-1)/G grad J`` (the alpha = 1 expectation for mean-centred
+    advantages) and, for any advantage, against the alpha = 1 expectation of the same advantage
+    (``cos_vs_alpha1``: bias caused by length weighting alone). Per-prompt cosines included.
+    """
+    est = get_estimator(estimator)
+    g = np.asarray(policy.problem().gradient())
+    gp = np.asarray(policy.problem().prompt_gradients())
+    ref, ref_p = exact_expected_gradient(policy, 1.0, est, G)
+    ref, ref_p = np.asarray(ref), np.asarray(ref_p)
+    rows = []
+    for a in alphas:
+        m, mp = exact_expected_gradient(policy, float(a), est, G)
+        m, mp = np.asarray(m), np.asarray(mp)
+        bm = bias_metrics(m, (G - 1) / G * g)
+        r = dict(alpha=float(a), G=G, estimator=est.name, cos=bm["cos"], rel_bias=bm["rel_bias"],
+                 sin=bm["sin"], cos_vs_alpha1=bias_metrics(m, ref)["cos"],
+                 norm_ratio=float(np.linalg.norm(m) / np.linalg.norm(ref)))
+        r.update(length_sensitivity(policy, float(a)))
+        for x in range(mp.shape[0]):
+            r[f"cos_prompt{x}"] = bias_metrics(mp[x], gp[x])["cos"] if np.any(gp[x]) else np.nan
+        rows.append(r)
+    return rows
+
+
+# --- policies ---------------------------------------------------------------------------------
+
+
+def length_policy(seed: int = 5, n_prompts: int = 3, vocab_size: int = 2, horizon: int = 5,
+                  difficulty=(0.75, 0.45, 0.15), eos: bool = True) -> SequencePolicy:
+    """Prompts of different difficulty; lengths 1..horizon. Reward mean of prompt x:
+    ``clip(difficulty[x] + 0.2 * (first token == 1) - 0.1 * (last body token == 0), 0, 1)``."""
+    if len(difficulty) != n_prompts:
+        raise ValueError(f"difficulty must have n_prompts={n_prompts} entries")
+
+    def reward(prompt, tokens, length):
+        body = tokens[(tokens >= 0) & (tokens < vocab_size)]
+        first = float(body.size > 0 and body[0] == 1)
+        last0 = float(body.size > 0 and body[-1] == 0)
+        return float(np.clip(difficulty[prompt] + 0.2 * first - 0.1 * last0, 0.0, 1.0))
+
+    n_out = vocab_size + int(eos)
+    params = 0.7 * np.asarray(jax.random.normal(
+        jax.random.PRNGKey(seed), (n_prompts, horizon, vocab_size + 1, n_out)))
+    return SequencePolicy(params, reward, vocab_size, horizon, eos=eos)
+
+
+def stop_or_run_policy(horizon: int = 6, p_correct=(0.3, 0.5), stop_prob: float = 0.3,
+                       copy_logit: float = 6.0) -> SequencePolicy:
+    """A policy that answers first, then continues or stops: the length is a free choice.
+
+    Vocabulary {0, 1} + EOS. The first token is the answer (1 correct: reward 1, otherwise 0;
+    a bare EOS is incorrect). Later tokens copy the answer token (logit ``copy_logit``) until
+    EOS, emitted with probability about ``stop_prob`` per step, so the EOS decisions after a
+    correct and after an incorrect answer are separate parameters. Prompts differ in
+    ``p_correct`` (difficulty). Reward does not depend on length.
+    """
+    if not 0 < stop_prob < 1:
+        raise ValueError(f"stop_prob must lie in (0, 1), got {stop_prob!r}")
+    P = len(p_correct)
+    params = np.zeros((P, horizon, 3, 3))
+    for x, pc in enumerate(p_correct):
+        if not 0 < pc < 1:
+            raise ValueError(f"p_correct must lie in (0, 1), got {pc!r}")
+        params[x, 0, 2] = [np.log(1 - pc), np.log(pc), -12.0]  # start: answer, almost never EOS
+        for t in range(1, horizon):
+            for prev in (0, 1):
+                eos = copy_logit + np.log(stop_prob / (1 - stop_prob))
+                row = [0.0, 0.0, eos]
+                row[prev] = copy_logit
+                params[x, t, prev] = row
+            params[x, t, 2] = [0.0, 0.0, 0.0]  # unreachable (start only at t = 0)
+
+    def reward(prompt, tokens, length):
+        return float(tokens[0] == 1)
+
+    return SequencePolicy(params, reward, 2, horizon, eos=True)
+
+
+def conditional_lengths(problem, lengths) -> dict:
+    """Exact ``E[L | Z = 0]``, ``E[L | Z = 1]``, ``E[L]`` and J under the policy (jit friendly)."""
+    w = problem.prompt_probs[:, None] * problem.probs
+    L = jnp.asarray(lengths, dtype=jnp.float64)
+    mu = problem.reward_means
+    w0, w1 = w * (1 - mu), w * mu
+    return dict(L_incorrect=jnp.sum(w0 * L) / jnp.sum(w0), L_correct=jnp.sum(w1 * L) / jnp.sum(w1),
+                L_mean=jnp.sum(w * L), J=jnp.sum(w1))
+
+
+# --- training dynamics ------------------------------------------------------------------------
+
+
+@partial(jax.jit, static_argnames=("policy", "est", "n_steps", "B", "G"))
+def _train(keys, policy, est, alpha, n_steps, B, G, lr):
+    lengths = jnp.asarray(policy.lengths, dtype=jnp.float64)
+
+    def one_seed(key):
+        def step(theta, k):
+            prob = policy.problem(theta)
+            x, y, z = sample_groups(k, prob, B, G)
+            vals = prob.values()
+            adv = est.advantage(z, PromptContext(prompt=x, value=vals[x],
+                                                 optimal_baseline=vals[x]))
+            coef = lengths[y] ** (alpha - 1.0) / G
+            ghat = jnp.einsum("bg,bgd->d", coef * adv, prob.scores[x[:, None], y]) / B
+            return theta + lr * ghat.reshape(theta.shape), conditional_lengths(prob, lengths)
+
+        _, rec = jax.lax.scan(step, policy.params, jax.random.split(key, n_steps))
+        return rec
+
+    return jax.vmap(one_seed)(keys)
+
+
+def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, lr: float,
+                          seeds, estimator="grpo_mean") -> dict:
+    """Sampled GRPO ascent with f_alpha weights (``lax.scan`` over steps, ``vmap`` over seeds).
+
+    Returns exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
+    """
+    _check_policy(policy)
+    a = _check_alpha(alpha)
+    V.positive_int("n_steps", n_steps, 1)
+    V.positive_int("batch_size", batch_size, 1)
+    est = get_estimator(estimator)
+    V.positive_int("G", G, max(2, est.min_group_size))
+    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in np.atleast_1d(seeds)])
+    rec = _train(keys, _Static(policy), est, a, n_steps, batch_size, G, float(lr))
+    return {k: np.asarray(v) for k, v in rec.items()}
+
+
+def expected_flow(policy, alpha, n_steps: int, G: int, lr: float, estimator="grpo_mean") -> dict:
+    """Deterministic ascent along the exact expectation ``theta += lr E ghat_alpha(theta)``."""
+    _check_policy(policy)
+    a = _check_alpha(alpha)
+    V.positive_int("n_steps", n_steps, 1)
+    est = get_estimator(estimator)
+    V.positive_int("G", G, max(2, est.min_group_size))
+    return {k: np.asarray(v) for k, v in
+            _flow(_Static(policy), est, a, n_steps, G, float(lr)).items()}
+
+
+@partial(jax.jit, static_argnames=("policy", "est", "n_steps", "G"))
+def _flow(policy, est, alpha, n_steps, G, lr):
+    lengths = jnp.asarray(policy.lengths, dtype=jnp.float64)
+
+    def step(theta, _):
+        prob = policy.problem(theta)
+        m = prob.prompt_probs @ _prompt_expectations(prob, lengths, alpha, est, G)
+        return theta + lr * m.reshape(theta.shape), conditional_lengths(prob, lengths)
+
+    _, rec = jax.lax.scan(step, policy.params, None, length=n_steps)
+    return rec
+
+
+class _Static:
+    """Wrap a policy as a hashable static argument of jit (hashed by identity)."""
+
+    def __init__(self, policy):
+        self._p = policy
+
+    def __getattr__(self, name):
+        return getattr(self._p, name)
