@@ -187,7 +187,7 @@ def summaries(df: pd.DataFrame, n_boot: int = 2000) -> dict:
         ex_best = int(d.G.iloc[int(np.argmin(d.exact.values))])
         mc_best = int(d.G.iloc[int(np.argmin(d.mc.values))])
         b = d[d.G == mc_best].iloc[0]
-        tied = d[d.ci_low <= b.ci_high].G.tolist()
+        tied = [int(g) for g in d[d.ci_low <= b.ci_high].G]
         rows.append(dict(policy=pname, N=int(N), predicted=pred, exact_argmin=ex_best,
                          mc_argmin=mc_best, mc_not_worse=" ".join(map(str, tied)),
                          max_rel_err_scaling=float(np.max(np.abs(d.scaling / d.exact - 1))),
@@ -201,7 +201,9 @@ def summaries(df: pd.DataFrame, n_boot: int = 2000) -> dict:
         best, lo, hi, freq = bootstrap_best(by, n_boot=n_boot, seed=int(N))
         m = {G: float(np.mean(v)) for G, v in by.items()}
         se = {G: float(np.std(v, ddof=1) / np.sqrt(len(v))) for G, v in by.items()}
+        plateau = float(np.mean(d.final_gap > 0.9 * d.gap0))
         rows.append(dict(mode=mode, budget=int(N), schedule=sch, n_seeds=len(by[best]),
+                         plateau_frac=plateau,
                          best_G=best, ci_low=lo, ci_high=hi,
                          pred_initial=int(pred["initial"]), pred_optimum=int(pred["optimum"]),
                          pred_in_ci=bool(lo <= pred["optimum"] <= hi),
@@ -209,6 +211,14 @@ def summaries(df: pd.DataFrame, n_boot: int = 2000) -> dict:
                          best_freq=" ".join(f"G{G}:{freq[G]:.2f}" for G in sorted(freq))))
     out["train"] = pd.DataFrame(rows)
     return out
+
+
+def _g_axis(ax, values):
+    from matplotlib.ticker import NullLocator
+
+    ticks = sorted(int(v) for v in set(values))
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def plot(out_dir: Path) -> None:
@@ -220,7 +230,7 @@ def plot(out_dir: Path) -> None:
         d = mse[mse.policy == pname]
         for N, e in d.groupby("N"):
             e = e.sort_values("G")
-            line, = ax.plot(e.G, N * e.exact, label=f"N = {N} (exact)")
+            line, = ax.plot(e.G, N * e.exact, label=f"N = {int(N)} (exact)")
             ax.errorbar(e.G, N * e.mc, yerr=[N * (e.mc - e.ci_low), N * (e.ci_high - e.mc)],
                         fmt="o", ms=3, capsize=2, color=line.get_color())
         c = const.loc[pname]
@@ -228,8 +238,8 @@ def plot(out_dir: Path) -> None:
                    label=f"1+√(c3/c1) = {c.G_continuous:.2f}")
         ax.axvline(c.G_paper, color="grey", ls=":", lw=0.8, label=f"√(c3/c1) = {c.G_paper:.2f}")
         ax.set(xscale="log", xlabel="group size G (B = N/G)", ylabel="N × MSE",
-               title=f"{pname} policy: N·MSE vs G (MC ±95% CI)")
-        ax.set_xticks(sorted(e.G.unique()), [str(g) for g in sorted(e.G.unique())])
+               title=f"{pname} policy: N·MSE vs G (exact curves coincide)")
+        _g_axis(ax, d.G)
         ax.legend(fontsize=7)
     save_figure(fig, Path(out_dir) / "budget_mse")
 
@@ -246,11 +256,11 @@ def plot(out_dir: Path) -> None:
                    label="G* at θ* (exact)")
         ax.axvline(const.loc["initial"].G_continuous, color="grey", ls=":", lw=0.8,
                    label="G* at θ0 (exact)")
-        title = (f"per-step budget N = BG = {N}" if mode == "per_step"
-                 else f"total budget nBG = {N}, B = {TRAIN_B_TOTAL}")
+        title = (f"per-step budget N = BG = {int(N)}" if mode == "per_step"
+                 else f"total budget nBG = {int(N)}, B = {TRAIN_B_TOTAL}")
         ax.set(xscale="log", yscale="log", xlabel="group size G",
                ylabel="mean final gap Δ_n (95% CI)", title=title)
-        ax.set_xticks(sorted(d.G.unique()), [str(x) for x in sorted(d.G.unique())])
+        _g_axis(ax, d.G)
         ax.legend(fontsize=7)
     save_figure(fig, Path(out_dir) / "training_gap_vs_G")
 
@@ -279,8 +289,8 @@ def report(out_dir: Path) -> dict:
              "predicted best G on the grid |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in c.itertuples():
         lines.append(f"| {r.policy} | ({r.theta}) | {r.J:.4f} | {r.c1:.4g} | {r.c2:.4g} | "
-                     f"{r.c3:.4g} | {r.G_paper:.2f} | {r.G_continuous:.2f} | {r.G_exact} | "
-                     f"{r.G_grid} |")
+                     f"{r.c3:.4g} | {r.G_paper:.2f} | {r.G_continuous:.2f} | {int(r.G_exact)} | "
+                     f"{int(r.G_grid)} |")
     lines += ["", "**Gradient MSE under N = BG** (GRPO; exact closed form and Monte Carlo, "
               f"{int(df[df.part == 'mse'].n_reps.iloc[0])} replicates per cell):", "",
               "| policy | N | predicted | exact argmin | MC argmin | G within CI of the MC best | "
@@ -292,13 +302,15 @@ def report(out_dir: Path) -> dict:
               "Δ_n = J* − J(θ_n); best G with a bootstrap 95% CI over seeds; prediction = grid "
               "argmin of the scaling law at θ*, with the one at θ0 in brackets):", "",
               "| budget | schedule | seeds | best G [95% CI] | predicted | prediction in CI | "
-              "mean Δ_n ± 95% by G | bootstrap P(best) |", "|---|---|---|---|---|---|---|---|"]
+              "mean Δ_n ± 95% by G | bootstrap P(best) | runs with Δ_n > 0.9 Δ_0 |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in s["train"].itertuples():
         lab = (f"per step N = BG = {r.budget}" if r.mode == "per_step"
                else f"total nBG = {r.budget} (B = {TRAIN_B_TOTAL})")
         lines.append(f"| {lab} | {r.schedule} | {r.n_seeds} | {r.best_G} [{r.ci_low}, "
                      f"{r.ci_high}] | {r.pred_optimum} ({r.pred_initial}) | "
-                     f"{'yes' if r.pred_in_ci else 'no'} | {r.gaps} | {r.best_freq} |")
+                     f"{'yes' if r.pred_in_ci else 'no'} | {r.gaps} | {r.best_freq} | "
+                     f"{r.plateau_frac:.1%} |")
     t = s["train"]
     agree = t[t.pred_in_ci]
     lines += ["", "Checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in ch.items()),
@@ -309,8 +321,12 @@ def report(out_dir: Path) -> dict:
               "with B fixed, fewer, larger steps trade against more, smaller ones: for a constant "
               "step the stationary floor η·MSE(B, G) keeps falling with G, and early large-noise "
               "steps with small BG can throw θ far from θ* where J is flat, so the best G there "
-              "need not be G*. These training rows are measurements, reported as found; the PASS "
-              "verdict covers the gradient-MSE law, which is what Theorem 7 proves.",
+              "need not be G* (the last column is the share of runs, over all G, ending with "
+              "Δ_n > 0.9 Δ_0; far from θ* J tends to 0.5 = J(θ0), so Δ_n ≈ Δ_0 marks a run "
+              "thrown onto that plateau; at total budget, constant step, G = 2 almost all are). "
+              "These "
+              "training rows are measurements, reported as found; the PASS verdict covers the "
+              "gradient-MSE law, which is what Theorem 7 proves.",
               "", "![](budget_mse.png)", "", "![](training_gap_vs_G.png)"]
     return dict(title="Claim 3: the group-size scaling law (Theorem 7)",
                 markdown="\n".join(lines), passed=all(ch.values()))
