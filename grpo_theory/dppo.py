@@ -46,8 +46,8 @@ from .policies import DiscreteProblem, as_problem
 __all__ = [
     "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
     "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
-    "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation", "exact_pruned_mse",
-    "mc_pruned_mse", "response_lengths", "difficulty_policy",
+    "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation",
+    "exact_pruned_mse", "mc_pruned_mse", "response_lengths", "difficulty_policy",
     "difficulty_problem",
 ]
 

@@ -1,4 +1,4 @@
-"""DPPO: random pruning with 1/q rescaling is unbiased; four negative controls are biased (issue 4.3).
+"""DPPO: random pruning with 1/q rescaling is unbiased; four negative controls are biased.
 
 Four parts, each checked against exact enumeration (``grpo_theory.dppo``):
 
@@ -313,17 +313,18 @@ def report(out_dir: Path) -> dict:
         f"{masks.batch.nunique()} batches x {masks.scheme.nunique()} schemes x "
         f"{masks.estimator.nunique()} estimators): max relative bias of DPPO "
         f"{c['mask_dppo_bias']:.1e} (tolerance {EXACT_TOL:g}).", "",
-        "| method | max relative bias given the batch | max bias over batch sampling "
+        "| method | max relative bias given the batch | max relative bias over batch sampling "
         "(2x3 bandit, all batches x masks) |", "|---|---|---|",
         f"| dppo | {c['mask_dppo_bias']:.2e} | {c['batch_dppo_bias']:.2e} |"]
     for m in CONTROLS:
-        lines.append(f"| {m} | {c['mask_control_bias'][m]:.3g} | {c['batch_control_bias'][m]:.3g} |")
-    lines += ["", "Per scheme (over batch sampling), the controls' biases:", "",
-              "| scheme | G,B | " + " | ".join(CONTROLS) + " |",
-              "|---|---|" + "---|" * len(CONTROLS)]
-    for (sch, G, B), g in batches.groupby(["scheme", "G", "B"]):
+        lines.append(f"| {m} | {c['mask_control_bias'][m]:.3g} | "
+                     f"{c['batch_control_bias'][m]:.3g} |")
+    lines += ["", "Per scheme (over batch sampling), the controls' relative biases:", "",
+              "| estimator | scheme | G,B | " + " | ".join(CONTROLS) + " |",
+              "|---|---|---|" + "---|" * len(CONTROLS)]
+    for (est, sch, G, B), g in batches.groupby(["estimator", "scheme", "G", "B"]):
         g = g.set_index("method")
-        lines.append(f"| {sch} | {int(G)},{int(B)} | " + " | ".join(
+        lines.append(f"| {est} | {sch} | {int(G)},{int(B)} | " + " | ".join(
             f"{g.loc[m, 'bias_vs_full'] / g.loc[m, 'scale']:.3g}" for m in CONTROLS) + " |")
     lines += [
         "", "A zero for `recompute` under the advantage-aware scheme with G = 2 is expected: "
@@ -336,7 +337,8 @@ def report(out_dir: Path) -> dict:
         f"closed form to {c['batch_closed_form_rel']:.1e}.", "",
         "**Speed vs MSE** (difficulty policy, B=4, G=8, GRPO leave-one-out; exact, MC within "
         f"{c['trade_z']:.2f} se):", "",
-        "| family | rate | kept tokens | kept completions | MSE / MSE(full) |", "|---|---|---|---|---|"]
+        "| family | rate | kept tokens | kept completions | MSE / MSE(full) |",
+        "|---|---|---|---|---|"]
     for _, r in d.iterrows():
         lines.append(f"| {r.family} | {r.rate:g} | {r.kept_tokens:.3f} | "
                      f"{r.kept_completions:.3f} | {r.mse_ratio:.3f} |")
