@@ -262,16 +262,19 @@ def plot(out_dir: Path) -> None:
     masks, batches, trade = _load(out_dir)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
     ax = axes[0]
-    for est, dd in trade[trade.method == "dppo"].groupby("estimator"):
+    colours = dict(zip(["prompt-uniform", "completion-uniform", "advantage-aware",
+                        "zero-groups-only"], ["C2", "C1", "C0", "C3"]))
+    for i, est in enumerate(sorted(trade.estimator.unique(), key=lambda e: e != "grpo")):
         d = _trade_view(trade, est)
         for fam, f in d.groupby("family"):
             if fam == "none":
                 continue
             f = pd.concat([d[d.family == "none"], f]).sort_values("kept_tokens")
-            line, = ax.plot(f.kept_tokens, f.mse_ratio, "-", label=f"{fam} ({est})")
+            ax.plot(f.kept_tokens, f.mse_ratio, "-" if i == 0 else "--", color=colours[fam],
+                    label=f"{fam} ({est})")
             ax.errorbar(f.kept_tokens, f.mc_mse / f.exact_mse_full,
-                        yerr=1.96 * f.mc_se / f.exact_mse_full, fmt="o", ms=3,
-                        color=line.get_color(), capsize=2)
+                        yerr=1.96 * f.mc_se / f.exact_mse_full, fmt="o" if i == 0 else "s",
+                        ms=3, color=colours[fam], capsize=2)
     k = np.linspace(trade.kept_tokens.min(), 1, 50)
     ax.plot(k, 1 / k, "k:", lw=1, label="1/kept (fewer prompts, same tokens)")
     ax.set(xlabel="kept-token share (training compute)", ylabel="MSE / MSE(no pruning)",
