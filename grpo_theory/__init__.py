@@ -28,4 +28,7 @@ from .ustat import leading_order_mse, sigma_oracle  # noqa: E402
 from . import optimization  # noqa: E402  (issue 3, claims 4-5: Lemma 6, Theorem 8)
 from . import dppo, packing  # noqa: E402  (issue 4.3: DPPO pruning, dense packing)
 
+from . import training  # noqa: E402  (issue 3: Algorithm 1 training loop)
+from .training import TrainResult, train, train_schedules  # noqa: E402
+
 __version__ = "0.1.0"
