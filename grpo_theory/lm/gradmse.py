@@ -40,6 +40,13 @@ __all__ = ["ESTIMATORS", "exact_answer_quantities", "reference_quantities", "gra
 ESTIMATORS = ("vanilla", "grpo", "oracle")
 
 
+def _z(diff, se):
+    """Standardised difference; 0 when both are 0 (e.g. no correct sample at all)."""
+    if se > 0:
+        return float(diff / se)
+    return 0.0 if abs(diff) <= 1e-12 else float("inf")
+
+
 def _rewards(fmt, y, answers, canon):
     return np.asarray(reward(fmt, y, answers, canon), np.float64)
 
@@ -142,7 +149,7 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
             p = pred.get(e, float("nan"))
             rows.append(dict(estimator=e, G=G, mse=mse, se=se, ci_low=lo, ci_high=hi,
                              rel_mse=mse / gnorm2, n_reps=n_reps, predicted=p,
-                             z=(mse - p) / se if exact else float("nan")))
+                             z=_z(mse - p, se) if exact else float("nan")))
         dv = err2[:, col[("vanilla", G)]] - err2[:, col[("oracle", G)]]
         dg = err2[:, col[("grpo", G)]] - err2[:, col[("oracle", G)]]
         m_vo, se_vo, _, _ = summarize_squared_errors(dv)
@@ -155,10 +162,10 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
         rows.append(dict(estimator="vanilla-oracle", G=G, mse=m_vo, se=se_vo,
                          ci_low=m_vo - 1.96 * se_vo, ci_high=m_vo + 1.96 * se_vo,
                          predicted=p_vo, predicted_se=sp_vo, n_reps=n_reps,
-                         z=(m_vo - p_vo) / np.hypot(se_vo, sp_vo)))
+                         z=_z(m_vo - p_vo, np.hypot(se_vo, sp_vo))))
         rows.append(dict(estimator="grpo-oracle", G=G, mse=m_go, se=se_go,
                          ci_low=m_go - 1.96 * se_go, ci_high=m_go + 1.96 * se_go,
                          predicted=p_go, predicted_se=sp_go, n_reps=n_reps,
-                         z=(m_go - p_go) / np.hypot(se_go, sp_go) if exact else float("nan")))
+                         z=_z(m_go - p_go, np.hypot(se_go, sp_go)) if exact else float("nan")))
     return dict(rows=rows, V=v, J=float(v.mean()), grad_norm2=gnorm2, eps_ref=eps_ref,
                 exact=exact, mean_reward=float(zbar.mean()), dim=int(gj.shape[0]))

@@ -1,0 +1,126 @@
+r"""GRPO training of the language model (Algorithm 1) and the predicted optimal group size.
+
+One step: draw B prompts uniformly from the training pool, G responses each (budget N = B G),
+rewards, advantages from the registry estimator (``grpo`` = leave-one-out, or any other name,
+e.g. ``grpo_std`` for the practical variant), and an Adam step on the surrogate
+``-(1/BG) sum_bg A_bg log pi(y_bg|x_b)`` whose gradient is minus the estimator of Algorithm 1.
+Steps run under ``lax.scan`` between checkpoints; at each checkpoint the held-out accuracy is the
+*exact* expected reward of the answer-only format, ``J = mean_x pi(y*|x)`` (teacher forcing, no
+sampling noise).
+
+Predicted G* (Theorem 7, THEORY.md section 5) at the starting policy, answer-only format where
+``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
+``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
+(``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..estimators import PromptContext, get_estimator
+from ..scaling import ScalingConstants, budget_mse
+from .gradmse import exact_answer_quantities
+from .policy import LMPolicy, seq_log_probs
+from .task import RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+
+__all__ = ["exact_accuracy", "predicted_group_size", "train_grpo"]
+
+
+def exact_accuracy(policy: LMPolicy, x, canon) -> float:
+    """``mean_x pi(y*|x)``: the exact expected reward on the questions (answer-only)."""
+    return float(np.mean(np.exp(np.asarray(policy.log_probs(x, canon), np.float64))))
+
+
+def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
+                         chunk: int = 256) -> dict:
+    """c1, c2, c3 and G* at the policy (module doc); ``n_samples`` responses per question."""
+    x = encode_prompts(questions, "answer")
+    canon = target_responses(questions, "answer")
+    b = len(questions)
+    v, s_star_sq, gj = exact_answer_quantities(policy, x, canon, chunk)
+    xs = np.repeat(x, n_samples, axis=0)
+    y = np.asarray(policy.sample(jax.random.PRNGKey(seed), xs, RESPONSE_LEN["answer"]))
+    _, sq = policy.score_contractions(xs, y, np.zeros((1, xs.shape[0])), chunk=chunk)
+    s2 = sq.reshape(b, n_samples).mean(1)
+    gx2 = v**2 * s_star_sq
+    m = s2 - v * s_star_sq  # M: E||s||^2 over wrong answers
+    tr_or = v * (1 - v) ** 2 * s_star_sq + v**2 * m - gx2
+    c1 = float(gx2.mean() - gj @ gj)
+    c2 = float(tr_or.mean())
+    c3 = float((s2 * v * (1 - v) + gx2).mean())
+    consts = ScalingConstants(c1, c2, c3)
+    r = np.sqrt(c3 / c1) if c1 > 0 else np.inf
+    grid = np.arange(2, 4097)
+    g_int = int(grid[np.argmin(budget_mse(consts, grid))]) if c1 > 0 else int(grid[-1])
+    return dict(c1=c1, c2=c2, c3=c3, G_paper=float(r), G_continuous=float(1 + r),
+                G_exact=g_int, J=float(v.mean()))
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
+                                   "group", "n_steps"))
+def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, pool_x, pool_canon,
+                batch, group, n_steps):
+    est = get_estimator(estimator)
+    rlen = pool_canon.shape[1]
+
+    def step(carry, k):
+        params, opt_state = carry
+        kx, ky = jax.random.split(k)
+        idx = jax.random.randint(kx, (batch,), 0, pool_x.shape[0])
+        x = jnp.repeat(pool_x[idx], group, axis=0)
+        canon = jnp.repeat(pool_canon[idx], group, axis=0)
+        y = jax.lax.stop_gradient(sample_fn(params, ky, x, rlen, 1.0))
+        z = reward_exact_tokens(y, canon).astype(jnp.float64).reshape(batch, group)
+        adv = est.advantage(z, PromptContext()).reshape(-1).astype(jnp.float32)
+
+        def surrogate(p):
+            return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y))
+
+        grads = jax.grad(surrogate)(params)
+        upd, opt_state = opt.update(grads, opt_state, params)
+        return (optax.apply_updates(params, upd), opt_state), jnp.mean(z)
+
+    (params, opt_state), rewards = jax.lax.scan(step, (params, opt_state),
+                                                jax.random.split(key, n_steps))
+    return params, opt_state, rewards
+
+
+def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
+               n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
+               log=None) -> list[dict]:
+    """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
+    (step, exact held-out accuracy, mean training reward since the last checkpoint)."""
+    if budget % group_size or group_size < 2:
+        raise ValueError(f"group_size must be >= 2 and divide budget={budget}, got {group_size}")
+    if policy.sample_fn is None:
+        raise ValueError("policy needs a jit-able sample_fn for GRPO training")
+    batch = budget // group_size
+    checkpoints = sorted({int(c) for c in checkpoints if 0 < c <= n_steps} | {n_steps})
+    pool_x = jnp.asarray(encode_prompts(pool, "answer"))
+    pool_c = jnp.asarray(target_responses(pool, "answer"))
+    ex = encode_prompts(eval_questions, "answer")
+    ec = target_responses(eval_questions, "answer")
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    params = policy.params
+    opt_state = opt.init(params)
+    key = jax.random.PRNGKey(seed)
+    rows = [dict(step=0, accuracy=exact_accuracy(policy, ex, ec), train_reward=float("nan"))]
+    done = 0
+    for c in checkpoints:
+        key, k = jax.random.split(key)
+        params, opt_state, rew = _grpo_chunk(policy.apply_fn, policy.sample_fn, opt, estimator,
+                                             params, opt_state, k, pool_x, pool_c, batch,
+                                             group_size, c - done)
+        done = c
+        acc = exact_accuracy(policy.with_params(params), ex, ec)
+        rows.append(dict(step=c, accuracy=acc, train_reward=float(np.mean(rew))))
+        if log is not None:
+            log(f"N={budget} G={group_size} step {c}/{n_steps} reward {np.mean(rew):.3f} "
+                f"held-out accuracy {acc:.3f}")
+    return rows
