@@ -524,6 +524,8 @@ def baseline_comparison(policy, group_sizes=(2, 4, 8, 16, 32, 64)) -> list[dict]
     .. math:: \mathrm{MSE}(V) - \mathrm{MSE}(b^*) = E_X\big[E[\|s\|^2|X]\,(V(X) - b^*(X))^2\big] / G
 
     (the MSE of ``A = Z - b`` is quadratic in b with minimiser b*, Greensmith et al.).
+    ``within_ratio_grpo_optimal`` compares the within-prompt parts (MSE minus the between-prompt
+    term ``E_X||g(X) - g||^2``, common to all estimators).
     """
     problem = as_problem(policy)
     v = np.asarray(problem.values())
@@ -531,6 +533,8 @@ def baseline_comparison(policy, group_sizes=(2, 4, 8, 16, 32, 64)) -> list[dict]
     ess = np.asarray(problem.mean_score_sq_norm())
     f = np.asarray(problem.prompt_probs)
     gap_num = float(f @ (ess * (v - bstar) ** 2))
+    gp = np.asarray(problem.prompt_gradients())
+    c1 = float(f @ np.sum((gp - f @ gp) ** 2, axis=1))  # between-prompt part, same for all
     rows = []
     for G in group_sizes:
         r = dict(G=int(G))
@@ -540,6 +544,8 @@ def baseline_comparison(policy, group_sizes=(2, 4, 8, 16, 32, 64)) -> list[dict]
         r["gap_measured"] = r["mse_oracle"] - r["mse_optimal"]
         r["ratio_grpo_optimal"] = r["mse_grpo"] / r["mse_optimal"]
         r["ratio_grpo_oracle"] = r["mse_grpo"] / r["mse_oracle"]
+        r["between_prompt"] = c1
+        r["within_ratio_grpo_optimal"] = (r["mse_grpo"] - c1) / (r["mse_optimal"] - c1)
         r["max_abs_V_minus_bstar"] = float(np.max(np.abs(v - bstar)))
         rows.append(r)
     return rows

@@ -1,0 +1,163 @@
+"""Length weighting f_alpha(L) = L^(alpha-1): exact expectations (conditioning = enumeration),
+the alpha = 1 / alpha < 1 identities, aggregation modes, the impossibility, training dynamics
+and the driver's quick setting."""
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_theory import length_weighting as LW
+
+TOL = 1e-13
+
+
+@pytest.fixture(scope="module")
+def small():
+    return LW.length_policy(horizon=3)
+
+
+def test_length_weights_and_bad_input():
+    np.testing.assert_allclose(LW.length_weights([1, 2, 4], 0.0), [1, 0.5, 0.25])
+    np.testing.assert_allclose(LW.length_weights([1, 2, 4], 1.0), [1, 1, 1])
+    np.testing.assert_allclose(LW.length_weights([4], 0.5), [0.5])
+    with pytest.raises(ValueError, match="alpha"):
+        LW.length_weights([1, 2], 1.5)
+    with pytest.raises(ValueError, match="alpha"):
+        LW.length_weights([1, 2], float("nan"))
+    with pytest.raises(ValueError, match="lengths"):
+        LW.length_weights([0, 2], 0.5)
+
+
+def test_mode_coefficients_and_names():
+    L = jnp.array([[1.0, 2.0, 5.0]])
+    np.testing.assert_allclose(LW.mode_coefficients("grpo", L), 1 / (3 * L))
+    np.testing.assert_allclose(LW.mode_coefficients("seq-mean-token-mean", L), 1 / (3 * L))
+    np.testing.assert_allclose(LW.mode_coefficients("seq-mean-token-sum", L), 1 / 3 * np.ones((1, 3)))
+    np.testing.assert_allclose(LW.mode_coefficients("dr_grpo", L, max_length=5), 1 / 15 * np.ones((1, 3)))
+    np.testing.assert_allclose(LW.mode_coefficients("bnpo", L), 1 / 8 * np.ones((1, 3)))
+    np.testing.assert_allclose(LW.mode_coefficients(0.0, L), 1 / (3 * L))
+    assert LW.mode_alpha("grpo") == 0.0 and LW.mode_alpha("dr_grpo") == 1.0
+    assert LW.mode_alpha("token-mean") is None
+    with pytest.raises(ValueError, match="mode"):
+        LW.mode_coefficients("sum-of-everything", L)
+    with pytest.raises(ValueError, match="max_length"):
+        LW.mode_coefficients("seq-mean-token-sum-norm", L)
+
+
+@pytest.mark.parametrize("est", ["grpo_mean", "grpo", "grpo_std_trl", "grpo_std_easydel"])
+@pytest.mark.parametrize("G", [2, 3])
+def test_conditioning_equals_enumeration(small, est, G):
+    for a in (0.0, 0.3, 1.0):
+        m, mp = LW.exact_expected_gradient(small, a, est, G)
+        e, ep = LW.enumerate_expected_gradient(small, a, est, G)
+        np.testing.assert_allclose(mp, ep, atol=TOL, rtol=0)
+        np.testing.assert_allclose(m, e, atol=TOL, rtol=0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 1000), st.floats(0.0, 1.0), st.integers(2, 16))
+def test_mean_centred_is_scaled_surrogate_gradient(seed, alpha, G):
+    """E ghat_alpha = (G-1)/G grad E[f_alpha(L)(r - b)]|_{b=V}, for any policy, alpha and G."""
+    pol = LW.length_policy(seed=seed, horizon=3)
+    m, _ = LW.exact_expected_gradient(pol, alpha, "grpo_mean", G)
+    s = LW.surrogate_gradient(pol, alpha)
+    np.testing.assert_allclose(m, (G - 1) / G * s, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("G", [2, 5, 16])
+def test_alpha_one_is_scaled_true_gradient(G):
+    pol = LW.length_policy()
+    m, _ = LW.exact_expected_gradient(pol, 1.0, "grpo_mean", G)
+    np.testing.assert_allclose(m, (G - 1) / G * np.asarray(pol.problem().gradient()),
+                               atol=TOL, rtol=0)
+
+
+def test_modes_map_to_alpha(small):
+    G, T = 3, 3
+    ref0 = LW.exact_expected_gradient(small, 0.0, "grpo_mean", G)[0]
+    ref1 = LW.exact_expected_gradient(small, 1.0, "grpo_mean", G)[0]
+    for mode, ref in (("grpo", ref0), ("seq-mean-token-sum", ref1), ("dr_grpo", ref1 / T)):
+        e = LW.enumerate_expected_gradient(small, mode, "grpo_mean", G)[0]
+        np.testing.assert_allclose(e, ref, atol=TOL, rtol=0)
+    tm = LW.enumerate_expected_gradient(small, "token-mean", "grpo_mean", G)[0]
+    assert LW.bias_metrics(tm, ref1)["sin"] > 1e-3  # token-mean is not alpha = 1: biased
+    with pytest.raises(ValueError, match="max_outcomes"):
+        LW.enumerate_expected_gradient(LW.length_policy(), 0.0, "grpo_mean", 4)
+
+
+def test_no_alpha_unbiased_and_length_invariant():
+    rows = pd.DataFrame(LW.alpha_sweep(LW.length_policy(), np.linspace(0, 1, 11), G=8))
+    assert (rows[rows.alpha < 1].sin > 1e-3).all()
+    assert rows[rows.alpha == 1].sin.iloc[0] < 1e-12
+    np.testing.assert_allclose(rows.token_slope, rows.alpha, atol=1e-12)
+    # the only unbiased alpha (1) has a nonzero slope under both sensitivity measures
+    one = rows[rows.alpha == 1].iloc[0]
+    assert one.token_slope == pytest.approx(1.0) and abs(one.grad_slope) > 0.1
+    # equal lengths: every alpha is unbiased in direction
+    eq = pd.DataFrame(LW.alpha_sweep(LW.length_policy(eos=False, horizon=3), [0, 0.5, 1], G=8))
+    assert (eq.sin < 1e-7).all() and eq.token_slope.isna().all()
+
+
+def test_bias_metrics_errors():
+    with pytest.raises(ValueError, match="target"):
+        LW.bias_metrics(np.ones(3), np.zeros(3))
+    bm = LW.bias_metrics(np.array([1.0, 1.0]), np.array([1.0, 0.0]))
+    assert bm["cos"] == pytest.approx(2**-0.5) and bm["sin"] == pytest.approx(2**-0.5)
+
+
+def test_training_alpha0_lengthens_incorrect():
+    pol = LW.stop_or_run_policy()
+    f0 = LW.expected_flow(pol, 0.0, 150, 8, 2.0)
+    f1 = LW.expected_flow(pol, 1.0, 150, 8, 2.0)
+    assert f0["L_incorrect"][-1] - f0["L_incorrect"][0] > 0.2
+    assert f0["L_correct"][-1] < f0["L_correct"][0] - 0.2
+    assert abs(f1["L_incorrect"][-1] - f1["L_incorrect"][0]) < 0.01
+    with pytest.raises(ValueError, match="stop_prob"):
+        LW.stop_or_run_policy(stop_prob=1.5)
+    with pytest.raises(ValueError, match="policy"):
+        LW.exact_expected_gradient(object(), 0.5)
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def driver_out(tmp_path_factory):
+    from simulations import length_weighting as drv
+
+    out = tmp_path_factory.mktemp("lw") / drv.NAME
+    drv.run(out, quick=True, seed=0)
+    drv.plot(out)
+    return drv, out
+
+
+def test_driver_quick_claims(driver_out):
+    drv, out = driver_out
+    checks = drv._checks(out)
+    failed = [k for k, v in checks.items() if not v]
+    assert not failed, failed
+    rep = drv.report(out)
+    assert rep["passed"]
+    assert (out / "length_weighting.png").exists()
+    assert {"seed", "version", "config"} <= set(pd.read_csv(out / "sweep.csv").columns)
+
+
+def test_driver_checks_can_fail(driver_out, tmp_path):
+    import shutil
+
+    drv, out = driver_out
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    tr = pd.read_csv(bad / "training.csv")
+    last = tr.drift_incorrect.notna() & (tr.alpha == 0.0)
+    tr.loc[last, "drift_incorrect"] = 0.0
+    tr.to_csv(bad / "training.csv", index=False)
+    sw = pd.read_csv(bad / "sweep.csv")
+    sw.loc[(sw.alpha == 0.5) & (sw.policy == "varied"), "sin"] = 0.0
+    sw.to_csv(bad / "sweep.csv", index=False)
+    c = drv._checks(bad)
+    assert not c["alpha0_lengthens_incorrect"] and not c["only_alpha1_unbiased"]
+    assert not drv.report(bad)["passed"]
