@@ -176,6 +176,12 @@ def _trade_cell(problem, lengths, est, sch_t, cfg, seed):
     ex = dppo.exact_pruned_mse(problem, est, G, B, sch, lengths=lengths)
     mc = dppo.mc_pruned_mse(problem, est, G, B, sch, n_reps=cfg["trade_reps"], seed=seed + 1,
                             lengths=lengths)
+    # uniform pruning at exactly the same expected kept-token share (equal compute), exact
+    kt = ex["kept_tokens"]
+    same = {f"{name}_ratio_same_tokens": dppo.exact_pruned_mse(
+        problem, est, G, B, sch_u, lengths=lengths)["mse"] / ex["mse_full"]
+        for name, sch_u in (("completion_uniform", dppo.KeepScheme("uniform", 1.0, kt)),
+                            ("prompt_uniform", dppo.KeepScheme("uniform", kt, 1.0)))}
     rows = []
     for meth in dppo.METHODS + ("full",):
         m = mc[meth]
@@ -186,7 +192,8 @@ def _trade_cell(problem, lengths, est, sch_t, cfg, seed):
                          kept_tokens=ex["kept_tokens"], kept_completions=ex["kept_completions"],
                          mc_kept_tokens=mc["kept_tokens"], mc_mse=m["mse"], mc_se=m["se"],
                          ci_low=m["ci_low"], ci_high=m["ci_high"], n_reps=mc["n_reps"],
-                         z=(m["mse"] - exact) / m["se"] if np.isfinite(exact) else np.nan))
+                         z=(m["mse"] - exact) / m["se"] if np.isfinite(exact) else np.nan,
+                         **same))
     return rows, dict(problem="dppo.difficulty_policy()", B=B, G=G, family=family, rate=rate)
 
 
@@ -242,11 +249,6 @@ def _trade_view(trade: pd.DataFrame, est: str = "grpo") -> pd.DataFrame:
     d = trade[(trade.method == "dppo") & (trade.estimator == est)].copy()
     d["mse_ratio"] = d.exact_mse / d.exact_mse_full
     return d.sort_values(["family", "kept_tokens"])
-
-
-def _interp_ratio(d: pd.DataFrame, family: str, kept: float) -> float:
-    f = d[(d.family.isin([family, "none"]))].sort_values("kept_tokens")
-    return float(np.interp(kept, f.kept_tokens, f.mse_ratio))
 
 
 def _print_summary(out_dir) -> None:
@@ -348,13 +350,14 @@ def report(out_dir: Path) -> dict:
     adv = d[d.family == "advantage-aware"].sort_values("kept_tokens")
     if len(adv):
         r0 = adv.iloc[len(adv) // 2]
-        uni = _interp_ratio(d, "completion-uniform", r0.kept_tokens)
-        pro = _interp_ratio(d, "prompt-uniform", r0.kept_tokens)
-        lines += ["", f"At {r0.kept_tokens:.0%} kept tokens, advantage-aware pruning (floor "
-                  f"{r0.rate:g}) costs MSE x{r0.mse_ratio:.2f}, uniform completion pruning "
-                  f"x{uni:.2f}, uniform prompt pruning x{pro:.2f} (interpolated). Pruning only "
-                  f"zero-advantage groups keeps as little as {c['zero_group_kept_min']:.0%} of the "
-                  f"tokens at exactly zero added variance (relative {c['zero_group_added']:.1e})."]
+        lines += ["", f"At {r0.kept_tokens:.1%} kept tokens, advantage-aware pruning (floor "
+                  f"{r0.rate:g}) costs MSE x{r0.mse_ratio:.3f}; at exactly the same expected "
+                  f"kept-token share uniform completion pruning costs "
+                  f"x{r0.completion_uniform_ratio_same_tokens:.3f} and uniform prompt pruning "
+                  f"x{r0.prompt_uniform_ratio_same_tokens:.3f} (all exact). Pruning only "
+                  f"zero-advantage groups keeps as little as {c['zero_group_kept_min']:.1%} of "
+                  f"the tokens at exactly zero added variance (relative "
+                  f"{c['zero_group_added']:.1e})."]
     lines += ["", "![](dppo_pruning.png)"]
     return dict(title="DPPO: unbiased pruning, negative controls, speed vs MSE",
                 markdown="\n".join(lines), passed=c["passed"])
