@@ -405,7 +405,10 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
     ``E[added variance] = (1/B) E_x sum_k P(k) [(1-qp)/qp E||ghat_x||^2|k
     + (k (1-h1)/h1 a1^2 q1 + (G-k)(1-h0)/h0 a0^2 q0) / (qp G^2)]`` and
     ``MSE = MSE_full + E[added variance]``. Returns a dict with ``mse_full``, ``added``, ``mse``,
-    ``kept_tokens`` (expected kept / expected total tokens) and ``kept_completions``.
+    ``kept_tokens`` (expected kept / expected total tokens) and ``kept_completions``. Needs keep
+    probabilities that depend only on the group's own advantages, symmetrically in the
+    completions (true of every :class:`KeepScheme`); checked against brute-force enumeration
+    (:func:`exact_pruning_expectation`) in the tests.
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
