@@ -89,6 +89,14 @@ def test_exact_over_batch_sampling_and_masks(scheme):
         assert bias > 1e-3, (m, bias)
 
 
+def test_batch_enumeration_is_the_core_enumeration():
+    prob, x, y, z = dppo.enumerate_batches(SMALL, 2, 2)
+    adv, S, _ = dppo.batch_terms(PROBLEM, "grpo", x, y, z)
+    core_prob, core_est = gt.enumerate_estimates(SMALL, "grpo", 2, 2)
+    np.testing.assert_array_equal(prob, core_prob)
+    np.testing.assert_allclose(dppo.full_estimate(adv, S), core_est, rtol=1e-14, atol=1e-16)
+
+
 def test_over_batches_g3_closed_form_and_recompute_control():
     res = dppo.exact_pruning_expectation(SMALL, "grpo", 3, 1, ADVANTAGE, lengths=LENGTHS)
     closed = dppo.exact_pruned_mse(SMALL, "grpo", 3, 1, ADVANTAGE, lengths=LENGTHS)
