@@ -263,7 +263,7 @@ def _wls_slope(x, y, w):
     return float(w @ ((x - xm) * (y - ym)) / vx) if vx > 0 else float("nan")
 
 
-def length_sensitivity(policy, alpha, params=None) -> dict:
+def length_sensitivity(policy, alpha, params=None, _problem=None) -> dict:
     """Slopes vs log L under the policy's length distribution (probability-weighted LS).
 
     ``token_slope``: of ``log(L f_alpha(L))`` (a response's total token weight; the paper's P2),
@@ -273,7 +273,7 @@ def length_sensitivity(policy, alpha, params=None) -> dict:
     """
     _check_policy(policy)
     a = _check_alpha(alpha)
-    problem = policy.problem(params)
+    problem = policy.problem(params) if _problem is None else _problem
     lengths = np.asarray(policy.lengths)
     p = np.asarray(problem.prompt_probs) @ np.asarray(problem.probs)  # marginal over prompts
     pk = np.asarray(problem.prompt_probs)[:, None] * np.asarray(problem.probs)
@@ -298,19 +298,25 @@ def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]
     (``cos_vs_alpha1``: bias caused by length weighting alone). Per-prompt cosines included.
     """
     est = get_estimator(estimator)
-    g = np.asarray(policy.problem().gradient())
-    gp = np.asarray(policy.problem().prompt_gradients())
-    ref, ref_p = exact_expected_gradient(policy, 1.0, est, G)
-    ref, ref_p = np.asarray(ref), np.asarray(ref_p)
+    V.positive_int("G", G, max(2, est.min_group_size))
+    problem = policy.problem()
+    lengths = jnp.asarray(policy.lengths)
+    g = np.asarray(problem.gradient())
+    gp = np.asarray(problem.prompt_gradients())
+
+    def expect(a):
+        per = np.asarray(_prompt_expectations(problem, lengths, a, est, G))
+        return np.asarray(problem.prompt_probs) @ per, per
+
+    ref, ref_p = expect(1.0)
     rows = []
     for a in alphas:
-        m, mp = exact_expected_gradient(policy, float(a), est, G)
-        m, mp = np.asarray(m), np.asarray(mp)
+        m, mp = expect(_check_alpha(a))
         bm = bias_metrics(m, (G - 1) / G * g)
         r = dict(alpha=float(a), G=G, estimator=est.name, cos=bm["cos"], rel_bias=bm["rel_bias"],
                  sin=bm["sin"], cos_vs_alpha1=bias_metrics(m, ref)["cos"],
                  norm_ratio=float(np.linalg.norm(m) / np.linalg.norm(ref)))
-        r.update(length_sensitivity(policy, float(a)))
+        r.update(length_sensitivity(policy, float(a), _problem=problem))
         for x in range(mp.shape[0]):
             r[f"cos_prompt{x}"] = bias_metrics(mp[x], gp[x])["cos"] if np.any(gp[x]) else np.nan
         rows.append(r)

@@ -42,7 +42,7 @@ def _settings(quick: bool) -> dict:
     if quick:
         return dict(alphas=np.linspace(0, 1, 11), sweep_G=(8,), mc_reps=20_000, seeds=8,
                     steps=300, train_alphas=(0.0, 1.0), exact_G=(2, 3),
-                    train_est=("grpo_mean",), exact_alphas=(0.0, 0.5, 1.0))
+                    train_est=("grpo_mean",), exact_alphas=(0.0, 1.0))
     return dict(alphas=np.linspace(0, 1, 41), sweep_G=(4, 8, 16), mc_reps=200_000, seeds=32,
                 steps=600, train_alphas=(0.0, 0.5, 1.0), exact_G=(2, 3, 4),
                 train_est=ESTIMATORS, exact_alphas=(0.0, 0.25, 0.5, 0.75, 1.0))

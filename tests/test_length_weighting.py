@@ -57,7 +57,7 @@ def test_conditioning_equals_enumeration(small, est, G):
         np.testing.assert_allclose(m, e, atol=TOL, rtol=0)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(st.integers(0, 1000), st.floats(0.0, 1.0), st.integers(2, 16))
 def test_mean_centred_is_scaled_surrogate_gradient(seed, alpha, G):
     """E ghat_alpha = (G-1)/G grad E[f_alpha(L)(r - b)]|_{b=V}, for any policy, alpha and G."""
@@ -67,7 +67,7 @@ def test_mean_centred_is_scaled_surrogate_gradient(seed, alpha, G):
     np.testing.assert_allclose(m, (G - 1) / G * s, atol=TOL, rtol=0)
 
 
-@pytest.mark.parametrize("G", [2, 5, 16])
+@pytest.mark.parametrize("G", [2, 16])
 def test_alpha_one_is_scaled_true_gradient(G):
     pol = LW.length_policy()
     m, _ = LW.exact_expected_gradient(pol, 1.0, "grpo_mean", G)
