@@ -31,4 +31,6 @@ from . import dppo, packing  # noqa: E402  (issue 4.3: DPPO pruning, dense packi
 from . import training  # noqa: E402  (issue 3: Algorithm 1 training loop)
 from .training import TrainResult, train, train_schedules  # noqa: E402
 
+from . import credit, length_weighting  # noqa: E402  (issue 4.1-4.2)
+
 __version__ = "0.1.0"
