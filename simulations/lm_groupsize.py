@@ -35,7 +35,7 @@ N_BOOT = 2000
 
 SETTINGS = {
     "quick": dict(warmup=MSE_SETTINGS["quick"]["warmup"], budgets=(128,), group_sizes=(4, 16, 64),
-                  seeds=2, steps=16, checkpoints=(8, 16), lr=1e-3, n_eval=100, n_pool=2000,
+                  seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3, n_eval=100, n_pool=2000,
                   gstar_samples=16),
     "full": dict(warmup=MSE_SETTINGS["full"]["warmup"], budgets=(256, 512, 1024),
                  group_sizes=(4, 8, 16, 32, 64, 128), seeds=5, steps=100,
@@ -76,6 +76,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
         rows = [dict(r, kind="train", N=n, G=g, B=n // g, run_seed=s, seconds=dt,
                      steps_per_s=cfg["steps"] / dt) for r in rows]
         store.write(cid, rows, config=config)
+        store.save_table("table.csv")  # after every cell: an interrupted run still has a table
         prog.step(f"{cid} acc={rows[-1]['accuracy']:.3f}")
     store.save_table("table.csv")
 

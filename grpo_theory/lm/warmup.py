@@ -64,7 +64,8 @@ class WarmupConfig:
         t = self.task
         return (f"d{self.d_model}L{self.n_layers}h{self.n_heads}_b{self.base_steps}"
                 f"_i{self.instruct_steps}_bs{self.batch_size}_lr{self.lr:g}_s{self.seed}"
-                f"_hard{t.hard_fraction:g}_p{ICL_PROMPT_LEN}")
+                f"_hard{t.hard_fraction:g}_cat{''.join(f'{c:g}' for c in t.category_probs)}"
+                f"_p{ICL_PROMPT_LEN}")
 
 
 def corrupt_answers(answers, hard, rates, rng) -> np.ndarray:

@@ -1,0 +1,77 @@
+"""Quick settings of the small-LM drivers (issue 5), asserting what theory predicts."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulations import lm_groupsize, lm_mse
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lm")
+    lm_mse.run(root / lm_mse.NAME, quick=True, seed=0)
+    lm_groupsize.run(root / lm_groupsize.NAME, quick=True, seed=0)
+    return root
+
+
+def test_lm_mse_quick_matches_theory(out):
+    d = out / lm_mse.NAME
+    df = pd.read_csv(d / "table.csv")
+    assert set(df.policy) == {"base", "instruct", "icl"} and set(df.fmt) == {"answer", "trace"}
+    ck = lm_mse.checks(df)
+    # measured vanilla - oracle gap equals the predicted V^2 (M - (2 - V)||s*||^2) / (B^2 G)
+    assert (ck.z_vanilla_minus_oracle <= lm_mse.Z_TOL).all(), ck
+    # answer-only: each estimator's MSE equals its exact-form prediction; MSE ~ 1/G
+    assert (ck[ck.fmt == "answer"].z_estimators <= lm_mse.Z_TOL).all(), ck
+    assert (ck.z_one_over_G <= lm_mse.Z_TOL).all(), ck
+    # grpo / oracle moves toward 1 as G grows
+    assert (abs(ck.ratio_last - 1) < abs(ck.ratio_first - 1)).all(), ck
+    rep = lm_mse.report(d)
+    assert rep["passed"]
+    lm_mse.plot(d)
+    assert (d / "lm_mse.png").exists()
+
+
+def test_lm_mse_check_can_fail(out):
+    """A wrong prediction (twice the true gap) is caught by the same check."""
+    df = pd.read_csv(out / lm_mse.NAME / "table.csv")
+    bad = df.copy()
+    m = bad.estimator.isin(["vanilla", "grpo", "oracle"]) & (bad.fmt == "answer")
+    bad.loc[m, "z"] = (bad.loc[m, "mse"] - 2 * bad.loc[m, "predicted"]) / bad.loc[m, "se"]
+    assert not lm_mse.checks(bad)[lambda c: c.fmt == "answer"].passed.any()
+
+
+def test_lm_mse_resumes_without_recomputing(out):
+    d = out / lm_mse.NAME
+    before = pd.read_csv(d / "table.csv")
+    lm_mse.run(d, quick=True, seed=0)  # every cell is done: nothing recomputed
+    after = pd.read_csv(d / "table.csv")
+    pd.testing.assert_frame_equal(before, after)
+
+
+def test_lm_groupsize_quick(out):
+    d = out / lm_groupsize.NAME
+    df = pd.read_csv(d / "table.csv")
+    pred = df[df.kind == "prediction"].iloc[0]
+    assert pred.c1 > 0 and pred.c3 > 0
+    assert pred.G_continuous == pytest.approx(1 + np.sqrt(pred.c3 / pred.c1))
+    tr = df[df.kind == "train"]
+    cfg = lm_groupsize.SETTINGS["quick"]
+    assert len(tr) == len(cfg["group_sizes"]) * cfg["seeds"] * (len(cfg["checkpoints"]) + 1)
+    assert tr.accuracy.between(0, 1).all()
+    # every run starts from the same policy: identical exact accuracy at step 0
+    assert np.allclose(tr[tr.step == 0].accuracy, pred.J)
+    rep = lm_groupsize.report(d)
+    assert rep["passed"] and "bootstrap" in rep["markdown"]
+    lm_groupsize.plot(d)
+
+
+def test_bootstrap_best_g():
+    acc = pd.DataFrame([[0.1, 0.11, 0.12], [0.5, 0.52, 0.49], [0.3, 0.31, 0.29]],
+                       index=[4, 16, 64])
+    bs = lm_groupsize.bootstrap_best_g(acc)
+    assert bs["best"] == 16 and bs["lo"] == bs["hi"] == 16 and bs["p_best"] == 1.0
+    tie = pd.DataFrame([[0.5, 0.1], [0.3, 0.3]], index=[4, 8])
+    bs = lm_groupsize.bootstrap_best_g(tie, n_boot=4000)
+    assert bs["lo"] == 4 and bs["hi"] == 8 and 0.5 < bs["p_best"] < 0.95
