@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -53,7 +54,7 @@ ORDER = 25
 BATCH = 8  # prompts per step (B); N = BG = 8G
 BETA, OFFSET = 4.0, 100.0
 Z_TOL = 4.0
-EXACT_G = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024)
+EXACT_G_FULL = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024)
 
 
 def std_bandit() -> gt.LinearSoftmaxBandit:
@@ -67,9 +68,20 @@ def arcsin_objective(policy, params=None):
     return jnp.dot(jnp.asarray(policy.prompt_probs), 2 * jnp.arcsin(jnp.sqrt(v)))
 
 
+_PROBLEM_FNS = {}
+
+
+def _problem_fn(policy):
+    """A jitted ``theta -> DiscreteProblem`` for this policy (cached by identity)."""
+    key = id(policy)
+    if key not in _PROBLEM_FNS or _PROBLEM_FNS[key][0] is not policy:
+        _PROBLEM_FNS[key] = (policy, jax.jit(policy.problem))
+    return _PROBLEM_FNS[key][1]
+
+
 def mean_update(policy, theta, estimator: str, G: int) -> np.ndarray:
     """Exact E[ghat] = sum_x f(x) E[ghat | x] at theta (binary-reward conditioning)."""
-    prob = policy.problem(jnp.asarray(theta, dtype=jnp.float64))
+    prob = _problem_fn(policy)(jnp.asarray(theta, dtype=jnp.float64))
     m, _ = gt.exact_prompt_mean_and_variance(prob, estimator, G)
     return np.asarray(prob.prompt_probs @ m)
 
@@ -88,8 +100,9 @@ def fixed_point(policy, estimator: str, G: int, start) -> np.ndarray:
 
 def settings(quick: bool):
     if quick:
-        return dict(group_sizes=(4, 16, 64), n_steps=2000, n_seeds=64)
-    return dict(group_sizes=(4, 16, 64), n_steps=8000, n_seeds=256)
+        return dict(group_sizes=(4, 16, 64), n_steps=2000, n_seeds=64,
+                    exact_G=(2, 3, 4, 16, 64, 256, 1024))
+    return dict(group_sizes=(4, 16, 64), n_steps=8000, n_seeds=256, exact_G=EXACT_G_FULL)
 
 
 def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
@@ -109,7 +122,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     if not store.done("exact"):
         rows = [dict(kind="max_J", estimator="", G=np.nan, **obj_row(theta_v)),
                 dict(kind="max_arcsin", estimator="", G=np.nan, **obj_row(theta_a))]
-        for G in EXACT_G:
+        for G in sorted(set(cfg["exact_G"]) | set(cfg["group_sizes"])):
             rows.append(dict(kind="fixed_point", estimator="grpo_std", G=G,
                              **obj_row(fixed_point(pol, "grpo_std", G, theta_a))))
         for G in cfg["group_sizes"]:

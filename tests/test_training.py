@@ -1,0 +1,142 @@
+"""Algorithm 1 (grpo_theory.training): invariants, exactness of the logged gap, vmap, errors."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import grpo_theory as gt
+from grpo_theory import zoo
+from grpo_theory.training import (exact_objective, max_objective, maximise, step_sizes, train,
+                                  train_schedules)
+from simulations.scaling_law import scaling_bandit
+
+
+@pytest.fixture(scope="module")
+def bandit():
+    return zoo.default_bandit()
+
+
+def test_eta_zero_keeps_theta_and_objective(bandit):
+    r = train(bandit, "grpo", 4, 4, 20, eta=0.0, seeds=[0, 1, 2], log_every=5)
+    assert r.steps.tolist() == [0, 5, 10, 15, 20]
+    np.testing.assert_array_equal(r.theta_final, np.broadcast_to(bandit.params, (3, 4, 6)))
+    np.testing.assert_allclose(r.objective, float(bandit.objective()), rtol=0, atol=1e-15)
+
+
+def test_gap_at_step_zero_is_exact(bandit):
+    r = train(bandit, "vanilla", 2, 2, 4, eta=0.3, seeds=[5], log_every=2)
+    f = np.asarray(bandit.prompt_probs)
+    p = np.asarray(bandit.probs())
+    mu = np.asarray(bandit.reward_means)
+    j0 = f @ np.sum(p * mu, axis=1)
+    sup = f @ mu.max(axis=1)
+    assert r.sup_objective == pytest.approx(sup, abs=1e-15)
+    assert r.gap[0, 0] == pytest.approx(sup - j0, abs=1e-14)
+    # every logged gap equals sup - J(theta) recomputed from the logged objective
+    np.testing.assert_allclose(r.gap, sup - r.objective, atol=1e-15)
+
+
+def test_logged_params_reproduce_logged_objective(bandit):
+    r = train(bandit, "grpo", 3, 4, 6, eta=0.5, seeds=[0, 1], log_every=2, log_params=True)
+    assert r.params.shape == (2, 4, 4, 6)
+    for s in range(2):
+        for i in range(4):
+            j = float(exact_objective(bandit, jnp.asarray(r.params[s, i])))
+            assert j == pytest.approx(r.objective[s, i], abs=1e-13)
+    np.testing.assert_array_equal(r.params[:, -1], r.theta_final)
+
+
+def test_vmap_over_seeds_equals_separate_runs(bandit):
+    both = train(bandit, "grpo", 4, 4, 30, eta=1.0, seeds=[3, 8], log_every=10)
+    for i, s in enumerate([3, 8]):
+        one = train(bandit, "grpo", 4, 4, 30, eta=1.0, seeds=[s], log_every=10)
+        np.testing.assert_allclose(one.gap[0], both.gap[i], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(one.theta_final[0], both.theta_final[i], rtol=0, atol=1e-12)
+
+
+def test_train_schedules_equals_single_schedule_runs(bandit):
+    sch = [("constant", 0.7, 0.0), ("inverse", 3.0, 4.0)]
+    multi = train_schedules(bandit, "oracle", 2, 4, 12, sch, seeds=[0, 1], log_every=4)
+    for (name, eta, off), m in zip(sch, multi):
+        one = train(bandit, "oracle", 2, 4, 12, eta=eta, schedule=name, offset=off,
+                    seeds=[0, 1], log_every=4)
+        np.testing.assert_allclose(one.gap, m.gap, rtol=0, atol=1e-13)  # vmap width: 1 ulp
+        assert m.config["schedule"] == name
+
+
+def test_inverse_schedule_first_step_equals_constant_step(bandit):
+    inv = train(bandit, "grpo", 2, 2, 1, eta=3.0, schedule="inverse", offset=2.0, seeds=[4])
+    const = train(bandit, "grpo", 2, 2, 1, eta=1.0, schedule="constant", seeds=[4])
+    np.testing.assert_allclose(inv.theta_final, const.theta_final, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(step_sizes(3.0, 3, "inverse", 2.0), [1.0, 0.75, 0.6])
+
+
+def test_one_step_is_unbiased_for_the_exact_gradient(bandit):
+    """E[theta_1 - theta_0] = eta grad J for the oracle estimator (4-sigma band per coordinate)."""
+    eta, S = 0.1, 6000
+    r = train(bandit, "oracle", 2, 3, 1, eta=eta, seeds=np.arange(S))
+    steps = (r.theta_final - np.asarray(bandit.params)[None]) / eta
+    mean = steps.mean(axis=0)
+    se = steps.std(axis=0, ddof=1) / np.sqrt(S)
+    z = np.abs(mean - np.asarray(bandit.gradient())) / se
+    assert z.max() < 4.5  # 24 coordinates
+
+
+def test_training_improves_the_objective(bandit):
+    r = train(bandit, "grpo", 8, 8, 100, eta=2.0, seeds=np.arange(8), log_every=50)
+    assert r.gap[:, -1].mean() < 0.5 * r.gap[:, 0].mean()
+    assert (r.gap >= -1e-12).all()  # never above the supremum
+
+
+def test_sequence_policy_trains_and_sup_is_best_response():
+    pol = zoo.sequence_policy()
+    mu = np.asarray(pol.reward_means)
+    assert max_objective(pol) == pytest.approx(float(np.asarray(pol.prompt_probs) @ mu.max(1)))
+    r = train(pol, "grpo", 2, 4, 20, eta=1.0, seeds=[0, 1], log_every=10)
+    assert r.theta_final.shape == (2,) + tuple(np.shape(pol.params))
+    assert r.gap[:, -1].mean() < r.gap[:, 0].mean()
+
+
+def test_linear_bandit_sup_is_interior_maximum():
+    pol = scaling_bandit()
+    th, val = maximise(lambda t: exact_objective(pol, t), pol.params)
+    assert max_objective(pol) == pytest.approx(val, abs=1e-12)
+    g = np.asarray(pol.with_params(th).gradient())
+    assert np.linalg.norm(g) < 1e-6
+    r = train(pol, "grpo", 2, 2, 2, eta=0.0, seeds=[0])
+    assert r.gap[0, 0] == pytest.approx(val - 0.5, abs=1e-12)  # J(0) = 0.5
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(schedule="cosine"), "schedule"),
+    (dict(n_steps=10, log_every=3), "log_every"),
+    (dict(group_size=1), "group_size"),
+    (dict(eta=-1.0), "eta"),
+    (dict(eta=float("nan")), "eta"),
+    (dict(seeds=[-1]), "seeds"),
+    (dict(seeds=[]), "seeds"),
+    (dict(seeds=[0.5]), "seeds"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(n_steps=0), "n_steps"),
+    (dict(estimator="nope"), "estimator"),
+    (dict(params=np.zeros(3)), "params"),
+    (dict(schedule="inverse", offset=-1.0), "offset"),
+])
+def test_bad_input_raises_value_error(bandit, kwargs, match):
+    args = dict(policy=bandit, estimator="grpo", batch_size=2, group_size=2, n_steps=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        train(**args)
+
+
+def test_problem_object_is_rejected(bandit):
+    with pytest.raises(ValueError, match="policy"):
+        train(bandit.problem(), "grpo", 2, 2, 4)
+    with pytest.raises(ValueError, match="schedules"):
+        train_schedules(bandit, "grpo", 2, 2, 4, [])
+    with pytest.raises(ValueError, match="policy"):
+        max_objective(bandit.problem())
+
+
+def test_gt_exports_training():
+    assert gt.train is train and gt.train_schedules is train_schedules
