@@ -19,7 +19,8 @@ depends on the other G - 1 rewards only through ``V(x)``):
 so ``alpha = 1`` gives ``(G-1)/G grad J`` exactly and ``alpha < 1`` the gradient of another
 objective. For any exchangeable advantage that depends on the rewards only (std-normalised
 included), ``E[A_1 | Z_1 = z] = c_z(x) = E_{K' ~ Bin(G-1, V)} a(z, K')`` and
-``E ghat(x) = sum_y pi(y) f(L_y) s_y [mu_y c_1 + (1 - mu_y) c_0]`` (:func:`exact_expected_gradient`);
+``E ghat(x) = sum_y pi(y) f(L_y) s_y [mu_y c_1 + (1 - mu_y) c_0]``
+(:func:`exact_expected_gradient`);
 brute-force enumeration of all G-tuples (:func:`enumerate_expected_gradient`) checks it and also
 covers the batch-normalised ``token-mean`` mode, which is not of the f_alpha form.
 

@@ -28,7 +28,6 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import credit as C
-from grpo_theory.estimators import PromptContext
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
 from grpo_theory.zoo import sequence_policy
@@ -49,7 +48,8 @@ def _settings(quick: bool) -> dict:
         return dict(n_groups=1000, G=(2, 4, 8, 16), betas_tab=(0.0, 10.0),
                     betas_mlp=(0.1, 10.0), seeds=4, steps=150, sparsity_reps=20_000,
                     id_groups=200, baseline_G=(2, 64))
-    return dict(n_groups=10_000, G=(2, 4, 8, 16, 32), betas_tab=(0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
+    return dict(n_groups=10_000, G=(2, 4, 8, 16, 32),
+                betas_tab=(0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
                 betas_mlp=(0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0), seeds=16, steps=300,
                 sparsity_reps=400_000, id_groups=2000, baseline_G=(2, 4, 8, 16, 32, 64, 128))
 
@@ -169,7 +169,8 @@ def _sparsity_rows(n_reps, seed):
 
 def _baseline_rows(group_sizes):
     rows = []
-    for pname, pol in (("length_correlated", length_reward_policy()), ("control", control_policy())):
+    for pname, pol in (("length_correlated", length_reward_policy()),
+                       ("control", control_policy())):
         corr = C.score_reward_correlation(pol)
         for r in C.baseline_comparison(pol, group_sizes):
             r.update(policy=pname, corr_s2_reward=float(np.nanmax(np.abs(corr))))

@@ -1,9 +1,6 @@
 """Credit assignment: token-level identity, binary-reward identity, rank measures, sparsity,
 optimal baseline, and the credit-assignment driver's quick setting."""
 
-from pathlib import Path
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd

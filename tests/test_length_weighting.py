@@ -35,8 +35,9 @@ def test_mode_coefficients_and_names():
     L = jnp.array([[1.0, 2.0, 5.0]])
     np.testing.assert_allclose(LW.mode_coefficients("grpo", L), 1 / (3 * L))
     np.testing.assert_allclose(LW.mode_coefficients("seq-mean-token-mean", L), 1 / (3 * L))
-    np.testing.assert_allclose(LW.mode_coefficients("seq-mean-token-sum", L), 1 / 3 * np.ones((1, 3)))
-    np.testing.assert_allclose(LW.mode_coefficients("dr_grpo", L, max_length=5), 1 / 15 * np.ones((1, 3)))
+    ones = np.ones((1, 3))
+    np.testing.assert_allclose(LW.mode_coefficients("seq-mean-token-sum", L), ones / 3)
+    np.testing.assert_allclose(LW.mode_coefficients("dr_grpo", L, max_length=5), ones / 15)
     np.testing.assert_allclose(LW.mode_coefficients("bnpo", L), 1 / 8 * np.ones((1, 3)))
     np.testing.assert_allclose(LW.mode_coefficients(0.0, L), 1 / (3 * L))
     assert LW.mode_alpha("grpo") == 0.0 and LW.mode_alpha("dr_grpo") == 1.0
