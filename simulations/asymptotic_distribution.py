@@ -55,7 +55,7 @@ Z95 = 1.959963984540054
 
 
 def settings(quick: bool) -> dict:
-    return dict(n_seeds=2000, n_steps=2048) if quick else dict(n_seeds=10_000, n_steps=8192)
+    return dict(n_seeds=1500, n_steps=1024) if quick else dict(n_seeds=10_000, n_steps=8192)
 
 
 def _problem(name: str):
