@@ -53,8 +53,9 @@ def settings(quick: bool):
 
 
 def n_reps_for(G: int, base: int) -> int:
-    """More replicates at large G: the gap's relative standard error grows like sqrt(G)."""
-    return int(base * max(1, G // 16))
+    """More replicates at large G (the gap's relative standard error grows like sqrt(G)),
+    at most 8x the base."""
+    return int(base * min(8, max(1, G // 16)))
 
 
 def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:

@@ -67,7 +67,7 @@ def settings(quick: bool):
                     train_N=(64,), n_steps=200, n_seeds=384, total_steps_at_Gmax=100,
                     n_boot=2000)
     return dict(budgets=(64, 256, 1024, 4096), grid=(2, 4, 8, 16, 32, 64), mc_reps=40_000,
-                train_N=(64, 256), n_steps=1600, n_seeds=2048, total_steps_at_Gmax=800,
+                train_N=(64, 256), n_steps=800, n_seeds=2048, total_steps_at_Gmax=200,
                 n_boot=5000)
 
 
