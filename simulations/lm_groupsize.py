@@ -54,9 +54,10 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     questions = eval_set(task_cfg).subset(np.arange(cfg["n_eval"]))
     pool = train_pool(task_cfg, n=cfg["n_pool"])
     config = {k: (v.tag() if k == "warmup" else v) for k, v in cfg.items()}
+    # seed-major order: an interrupted run holds complete G sweeps for the first seeds
     cells = [("pred", None, None, None)] + [
-        ("train", n, g, s) for n in cfg["budgets"] for g in cfg["group_sizes"] if g <= n
-        for s in range(cfg["seeds"])]
+        ("train", n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
+        for g in cfg["group_sizes"] if g <= n]
     prog = Progress(NAME, len(cells))
     for kind, n, g, s in cells:
         cid = "predicted_gstar" if kind == "pred" else f"N{n}_G{g}_seed{s}"
@@ -107,7 +108,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
             continue
         bs = bootstrap_best_g(acc, seed=int(n) + int(step))
         out.append(dict(N=int(n), step=int(step), **{k: v for k, v in bs.items() if k != "support"},
-                        support=bs["support"], mean_by_G=acc.mean(1).round(4).to_dict()))
+                        support=bs["support"], mean_by_G=acc.mean(axis=1).round(4).to_dict()))
     return pd.DataFrame(out)
 
 
