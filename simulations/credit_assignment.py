@@ -235,6 +235,7 @@ def plot(out_dir: Path) -> None:
         ax.set(xscale="log", xlabel="group size G", ylabel="entropy effective rank of diag(A)S",
                title=f"{pname} policy")
         ax.set_xticks(sorted(set(d.G)), [str(g) for g in sorted(set(d.G))])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     ax = axes[2]
     ax.plot(tr.step, tr.resp_erank, label="erank diag(A)S (mixed groups)")
