@@ -36,8 +36,8 @@ from .estimators import get_estimator
 from .montecarlo import estimate_gradient, sample_groups
 from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 
-__all__ = ["TrainResult", "train", "train_schedules", "max_objective", "exact_objective", "maximise",
-           "step_sizes", "SCHEDULES"]
+__all__ = ["TrainResult", "train", "train_schedules", "max_objective", "exact_objective",
+           "maximise", "step_sizes", "SCHEDULES"]
 
 SCHEDULES = ("constant", "inverse")
 
