@@ -36,6 +36,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
+from simulations._tables import finish, load_table
 from simulations._paired import mean_ci, paired_squared_errors
 
 NAME = "baseline-optimality"
@@ -136,7 +137,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 
 
 def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+    return load_table(out_dir)
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -231,8 +232,9 @@ def report(out_dir: Path) -> dict:
               "cross term 2 E[||s||² (V − b) ε]/G is non-zero and b* beats V(x): GRPO, which "
               "tends to the oracle, is then not the best prompt-only baseline.", "",
               "![](baseline_sweep.png)"]
-    return dict(title="Claim 2: the oracle is optimal among prompt-only baselines (Corollary 5)",
-                markdown="\n".join(lines), passed=all(ch.values()))
+    return finish(df, dict(
+        title="Claim 2: the oracle is optimal among prompt-only baselines (Corollary 5)",
+        markdown="\n".join(lines), passed=all(ch.values())))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,6 +30,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
+from simulations._tables import finish, load_table
 from grpo_theory import zoo
 from simulations._paired import mean_ci, paired_squared_errors
 
@@ -96,7 +97,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 
 
 def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+    return load_table(out_dir)
 
 
 def slope_fit(G, gap, se):
@@ -212,8 +213,9 @@ def report(out_dir: Path) -> dict:
               "the fitted G differs slightly from −2 because the gap is c3/(G(G−1)), whose local "
               "log-log slope is −2 − 1/(G−1); −2 is the large-G limit.", "",
               "![](mse_vs_G.png)", "", "![](gap_and_ratio.png)"]
-    return dict(title="Claim 1: oracle equivalence (Theorem 2, Proposition 3, Corollary 4)",
-                markdown="\n".join(lines), passed=all(checks.values()))
+    return finish(df, dict(
+        title="Claim 1: oracle equivalence (Theorem 2, Proposition 3, Corollary 4)",
+        markdown="\n".join(lines), passed=all(checks.values())))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
+from simulations._tables import finish, load_table
 from grpo_theory.training import exact_objective, maximise, train_schedules
 
 NAME = "scaling-law"
@@ -152,7 +153,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 
 
 def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv", low_memory=False)
+    return load_table(out_dir, low_memory=False)
 
 
 def bootstrap_best(gaps_by_G: dict, n_boot: int = 2000, seed: int = 0):
@@ -328,8 +329,9 @@ def report(out_dir: Path) -> dict:
               "training rows are measurements, reported as found; the PASS verdict covers the "
               "gradient-MSE law, which is what Theorem 7 proves.",
               "", "![](budget_mse.png)", "", "![](training_gap_vs_G.png)"]
-    return dict(title="Claim 3: the group-size scaling law (Theorem 7)",
-                markdown="\n".join(lines), passed=all(ch.values()))
+    return finish(df, dict(
+        title="Claim 3: the group-size scaling law (Theorem 7)",
+        markdown="\n".join(lines), passed=all(ch.values())))
 
 
 if __name__ == "__main__":  # pragma: no cover

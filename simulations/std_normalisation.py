@@ -45,6 +45,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
+from simulations._tables import finish, load_table
 from grpo_theory.training import exact_objective, maximise, train
 from simulations.scaling_law import scaling_bandit
 
@@ -154,7 +155,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 
 
 def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+    return load_table(out_dir)
 
 
 def _point(df, kind, est="", G=None):
@@ -274,8 +275,9 @@ def report(out_dir: Path) -> dict:
               "update is exactly proportional to ∇J, so θ_2 = θ_3 = θ_V). Plain GRPO converges "
               "to θ_V.", "",
               "![](std_normalisation.png)"]
-    return dict(title="Claim 6: std normalisation ascends E[2 arcsin √V] (Proposition 13)",
-                markdown="\n".join(lines), passed=all(ch.values()))
+    return finish(df, dict(
+        title="Claim 6: std normalisation ascends E[2 arcsin √V] (Proposition 13)",
+        markdown="\n".join(lines), passed=all(ch.values())))
 
 
 if __name__ == "__main__":  # pragma: no cover
