@@ -131,8 +131,12 @@ def plot(out_dir: Path) -> None:
                         capsize=2, label=f"step {int(step)}")
         ax.axvline(pred.G_continuous, color="k", ls="--", lw=1, label="predicted G*")
         ax.set(xscale="log", xlabel="G", ylabel="held-out accuracy", title=f"N = {int(n)}")
+        gs = sorted(d.G.unique())
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(int(g)) for g in gs])
         ax.legend(fontsize=7)
     fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
+    fig.tight_layout()
     save_figure(fig, Path(out_dir) / "lm_groupsize")
 
 

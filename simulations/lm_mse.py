@@ -162,11 +162,15 @@ def plot(out_dir: Path) -> None:
             if not d.empty:
                 ax.set_title(f"{pname}, {fmt} (J={d.J.iloc[0]:.2f})", fontsize=9)
             ax.set(xscale="log", yscale="log", xlabel="G")
+            gs = sorted(df.G.unique())
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_xticks(gs, [str(int(g)) for g in gs])
             if j == 0:
                 ax.set_ylabel("E||ĝ − ∇J||²")
     axes[0, 0].legend(fontsize=7)
     fig.suptitle("Gradient MSE with 95% CIs, all questions x G responses (Figure 4 analogue)",
                  fontsize=10)
+    fig.tight_layout()
     save_figure(fig, Path(out_dir) / "lm_mse")
 
 
