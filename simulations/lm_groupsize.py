@@ -162,9 +162,11 @@ def report(out_dir: Path) -> dict:
     lines += ["", "Training speed (steps/s, mean over runs): " +
               ", ".join(f"N={int(n)}: {v:.2f}" for n, v in sps.items()) + ".", "",
               "Paper: Figure 5 (GSM8K, N = 1024) best G* = 32 at every checkpoint but the "
-              "first; Table 2 (MATH) best G = 64, 64, 128 for N = 1024, 2048, 4096. With one "
-              "seed per cell the bootstrap CI is a single point (no seed variability measured).",
-              "",
+              "first; Table 2 (MATH) best G = 64, 64, 128 for N = 1024, 2048, 4096." +
+              (" Rows with one seed have a one-point bootstrap CI (no seed variability "
+               "measured)." if (sm.seeds == 1).any() else "") +
+              f" The grid starts at G = {gs[0]}: a predicted G* at or below it can only be "
+              "checked from one side.", "",
               "![](lm_groupsize.png)"]
     ok = (pred.c1 > 0 and np.isfinite(pred.G_continuous) and tr.accuracy.between(0, 1).all()
           and len(sm) > 0)
