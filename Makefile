@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce test test-slow bench clean
+.PHONY: venv reproduce reproduce-full test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,9 @@ reproduce: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n 2 -q
 
-test-slow: $(STAMP)
-	$(PY) -m pytest -m slow -q
+# the full studies (hours on 2 cores; every sweep resumes cell by cell)
+reproduce-full: $(STAMP)
+	$(VENV)/bin/grpo-theory reproduce --full --out results
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_mc_gradients.py
