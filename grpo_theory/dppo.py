@@ -339,8 +339,7 @@ def exact_pruning_expectation(bandit, estimator, group_size: int, batch_size: in
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    if group_size < est.min_group_size:
-        raise ValueError(f"group_size must be >= {est.min_group_size} for {est.name!r}")
+    V.group_run(est, group_size, batch_size)
     prob, x, y, z = enumerate_batches(problem, group_size, batch_size)
     m, c = enumerate_masks(batch_size, group_size)
     L = jnp.asarray(response_lengths(bandit) if lengths is None else lengths, dtype=jnp.float64)
@@ -412,10 +411,8 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    G = V.positive_int("group_size", group_size, 1)
-    B = V.positive_int("batch_size", batch_size, 1)
-    if G < est.min_group_size:
-        raise ValueError(f"group_size must be >= {est.min_group_size} for {est.name!r}")
+    V.group_run(est, group_size, batch_size)
+    G, B = int(group_size), int(batch_size)
     if not est.binary_exact:
         raise ValueError(f"estimator {est.name!r} has no binary-conditioning exact form")
     L = response_lengths(bandit) if lengths is None else V.finite_array("lengths", lengths, 1)
@@ -504,8 +501,7 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
     est = get_estimator(estimator)
     V.positive_int("n_reps", n_reps, 2)
     V.positive_int("chunk", chunk, 1)
-    if group_size < est.min_group_size:
-        raise ValueError(f"group_size must be >= {est.min_group_size} for {est.name!r}")
+    V.group_run(est, group_size, batch_size)
     L = response_lengths(bandit) if lengths is None else np.asarray(lengths, dtype=np.float64)
     chunk = min(chunk, n_reps)
     n = -(-n_reps // chunk) * chunk

@@ -255,11 +255,6 @@ def _gamma(problem, theta, est, group_size, batch_size):
     return (between + within) / batch_size
 
 
-def _check_sizes(est: Estimator, group_size, batch_size):
-    V.positive_int("batch_size", batch_size, 1)
-    V.positive_int("group_size", group_size, max(1, est.min_group_size))
-
-
 def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: int,
                         batch_size: int = 1) -> jnp.ndarray:
     """Exact ``Gamma(theta) = Cov(ghat)`` of Algorithm 1's estimate with B prompts x G draws.
@@ -272,7 +267,7 @@ def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: i
     """
     est = get_estimator(estimator)
     _estimator_kind(est)
-    _check_sizes(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     theta = jnp.asarray(V.finite_array("theta", theta, ndim=1))
     if theta.shape[0] != problem.dim:
         raise ValueError(f"theta must have shape ({problem.dim},), got {theta.shape}")
@@ -302,7 +297,7 @@ def sup_mse(problem: GaussianBandit, estimator, group_size: int, batch_size: int
     """
     est = get_estimator(estimator)
     _estimator_kind(est)
-    _check_sizes(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     gap_max = float(gap_max)
     if not (np.isfinite(gap_max) and gap_max >= 0):
         raise ValueError(f"gap_max must be a finite number >= 0, got {gap_max!r}")
@@ -387,7 +382,7 @@ def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: 
                         n_reps: int = 100_000, seed: int = 0):
     """Monte Carlo ``(mean, mean_se, cov, cov_se)`` of ghat at ``theta`` (R replicates)."""
     est = get_estimator(estimator)
-    _check_sizes(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     V.positive_int("n_reps", n_reps, 2)
     theta = jnp.asarray(V.finite_array("theta", theta, ndim=1))
     out = _mc_moments(jax.random.PRNGKey(seed), problem, theta, est, int(batch_size),
@@ -441,7 +436,7 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
     ``log_steps`` (default: every power of two and ``n_steps``; 0 allowed = the start).
     """
     est = get_estimator(estimator)
-    _check_sizes(est, group_size, batch_size)
+    V.group_run(est, group_size, batch_size)
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     beta = float(beta)
