@@ -6,12 +6,18 @@ evaluation questions) at several checkpoints; the best G per checkpoint and N wi
 CI over seeds; next to it G* = 1 + sqrt(c3/c1) predicted from c1, c3 measured at the starting
 policy (Theorem 7). The report states where the prediction holds (G* inside the bootstrap CI of
 the best G) and where it does not; PASS means every cell ran and the constants are valid
-(c1 > 0), never that the curve has a particular shape. Difficulty spread knob:
-``TaskConfig.hard_fraction`` (share of two-digit questions; see :mod:`grpo_theory.lm.task`).
+(c1 > 0), never that the curve has a particular shape.
+
+Difficulty spread knob: ``TaskConfig.hard_fraction`` (share of two-digit questions; see
+:mod:`grpo_theory.lm.task`). The main sweep uses the task's default; a smaller sweep (one budget,
+fewer seeds) repeats the study with the *same* starting policy on training and evaluation
+questions drawn at other hard fractions, and reports how the pass-rate spread, the predicted G*
+and the empirical best G move with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -36,12 +42,35 @@ N_BOOT = 2000
 SETTINGS = {
     "quick": dict(warmup=MSE_SETTINGS["quick"]["warmup"], budgets=(128,), group_sizes=(4, 16, 64),
                   seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3, n_eval=100, n_pool=2000,
-                  gstar_samples=16),
+                  gstar_samples=16,
+                  knob=dict(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64), seeds=1)),
     "full": dict(warmup=MSE_SETTINGS["full"]["warmup"], budgets=(256, 512, 1024),
-                 group_sizes=(4, 8, 16, 32, 64, 128), seeds=5, steps=100,
+                 group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=5, steps=100,
                  checkpoints=(25, 50, 75, 100), lr=1e-3, n_eval=500, n_pool=20000,
-                 gstar_samples=64),
+                 gstar_samples=64,
+                 knob=dict(hard_fractions=(0.0, 0.75), budgets=(512,),
+                           group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3)),
 }
+
+
+def _cells(cfg):
+    """(kind, hard_fraction or None for the task default, N, G, seed), cheapest-first order:
+    the main sweep seed-major (an interrupted run holds complete G sweeps for the first seeds),
+    then the difficulty-knob sweep."""
+    cells = [("pred", None, None, None, None)] + [
+        ("train", None, n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
+        for g in cfg["group_sizes"] if g <= n]
+    k = cfg["knob"]
+    for h in k["hard_fractions"]:
+        cells += [("pred", h, None, None, None)] + [
+            ("train", h, n, g, s) for s in range(k["seeds"]) for n in k["budgets"]
+            for g in k["group_sizes"] if g <= n]
+    return cells
+
+
+def _cell_id(kind, h, n, g, s):
+    pre = "" if h is None else f"hard{h:g}_"
+    return pre + ("predicted_gstar" if kind == "pred" else f"N{n}_G{g}_seed{s}")
 
 
 def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
@@ -50,24 +79,28 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     store = CellStore(out_dir, NAME, seed=seed, setting=setting)
     pols, _ = three_policies(cache_dir(out_dir), cfg["warmup"])
     start = pols["instruct"][0]
-    task_cfg = cfg["warmup"].task
-    questions = eval_set(task_cfg).subset(np.arange(cfg["n_eval"]))
-    pool = train_pool(task_cfg, n=cfg["n_pool"])
     config = {k: (v.tag() if k == "warmup" else v) for k, v in cfg.items()}
-    # seed-major order: an interrupted run holds complete G sweeps for the first seeds
-    cells = [("pred", None, None, None)] + [
-        ("train", n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
-        for g in cfg["group_sizes"] if g <= n]
+    cells = _cells(cfg)
     prog = Progress(NAME, len(cells))
-    for kind, n, g, s in cells:
-        cid = "predicted_gstar" if kind == "pred" else f"N{n}_G{g}_seed{s}"
+    data = {}
+    for kind, h, n, g, s in cells:
+        cid = _cell_id(kind, h, n, g, s)
         if store.done(cid):
             prog.step(cid, skipped=True)
             continue
+        task_cfg = cfg["warmup"].task
+        hard = task_cfg.hard_fraction if h is None else h
+        if hard not in data:
+            tc = dataclasses.replace(task_cfg, hard_fraction=hard)
+            data[hard] = (eval_set(tc).subset(np.arange(cfg["n_eval"])),
+                          train_pool(tc, n=cfg["n_pool"]))
+        questions, pool = data[hard]
+        tag = dict(hard_fraction=hard, sweep="main" if h is None else "knob")
         t0 = time.time()
         if kind == "pred":
             p = predicted_group_size(start, questions, cfg["gstar_samples"], seed=seed + 7)
-            store.write(cid, dict(p, kind="prediction", seconds=time.time() - t0), config=config)
+            store.write(cid, dict(p, kind="prediction", seconds=time.time() - t0, **tag),
+                        config=config)
             prog.step(f"{cid} G*={p['G_continuous']:.1f}")
             continue
         rows = train_grpo(start, pool, questions, n, g, cfg["steps"], cfg["checkpoints"],
@@ -75,7 +108,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
                           log=lambda m: print(f"[{NAME}] {m}", flush=True))
         dt = time.time() - t0
         rows = [dict(r, kind="train", N=n, G=g, B=n // g, run_seed=s, seconds=dt,
-                     steps_per_s=cfg["steps"] / dt) for r in rows]
+                     steps_per_s=cfg["steps"] / dt, **tag) for r in rows]
         store.write(cid, rows, config=config)
         store.save_table("table.csv")  # after every cell: an interrupted run still has a table
         prog.step(f"{cid} acc={rows[-1]['accuracy']:.3f}")
@@ -98,31 +131,51 @@ def bootstrap_best_g(acc: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> 
                 support={int(v): float(c / n_boot) for v, c in zip(vals, counts)})
 
 
-def summary(df: pd.DataFrame) -> pd.DataFrame:
-    tr = df[(df.kind == "train") & (df.step > 0)]  # step 0 is the common starting policy
+def summary(df: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:
+    """Best G per (hard fraction, N, checkpoint) with a bootstrap CI over seeds."""
+    tr = df[(df.kind == "train") & (df.step > 0) & (df.sweep == sweep)]  # step 0: start policy
     out = []
-    for (n, step), d in tr.groupby(["N", "step"]):
+    for (h, n, step), d in tr.groupby(["hard_fraction", "N", "step"]):
         acc = d.pivot_table(index="G", columns="run_seed", values="accuracy")
         acc = acc.dropna(axis=1)
         if acc.shape[1] == 0:
             continue
         bs = bootstrap_best_g(acc, seed=int(n) + int(step))
-        out.append(dict(N=int(n), step=int(step), seeds=int(acc.shape[1]),
+        out.append(dict(hard_fraction=float(h), N=int(n), step=int(step), seeds=int(acc.shape[1]),
                         **{k: v for k, v in bs.items() if k != "support"},
                         support=bs["support"], mean_by_G=acc.mean(axis=1).round(4).to_dict()))
     return pd.DataFrame(out)
 
 
 def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+    """The table; rows written before the knob sweep existed belong to the main sweep at the
+    task's default hard fraction (read from the warm-up tag in their config)."""
+    df = pd.read_csv(Path(out_dir) / "table.csv")
+    if "sweep" not in df:
+        df["sweep"] = np.nan
+    if "hard_fraction" not in df:
+        df["hard_fraction"] = np.nan
+    df["sweep"] = df["sweep"].fillna("main")
+    tag_h = df.config.str.extract(r"_hard([0-9.]+)_", expand=False).astype(float)
+    df["hard_fraction"] = df["hard_fraction"].fillna(tag_h)
+    return df
+
+
+def _prediction(df: pd.DataFrame, sweep: str = "main", hard=None) -> pd.Series:
+    p = df[(df.kind == "prediction") & (df.sweep == sweep)]
+    if hard is not None:
+        p = p[np.isclose(p.hard_fraction, hard)]
+    return p.iloc[0]
 
 
 def plot(out_dir: Path) -> None:
     df = _load(out_dir)
-    tr = df[df.kind == "train"]
+    tr = df[(df.kind == "train") & (df.sweep == "main")]
     budgets = sorted(tr.N.unique())
-    fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets), 3.6), squeeze=False)
-    pred = df[df.kind == "prediction"].iloc[0]
+    knob = df[(df.kind == "train") & (df.sweep == "knob")]
+    fig, axes = plt.subplots(1, len(budgets) + (not knob.empty),
+                             figsize=(4.2 * (len(budgets) + (not knob.empty)), 3.6), squeeze=False)
+    pred = _prediction(df)
     for ax, n in zip(axes[0], budgets):
         d = tr[tr.N == n]
         for step, s in d[d.step > 0].groupby("step"):
@@ -135,6 +188,23 @@ def plot(out_dir: Path) -> None:
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(int(g)) for g in gs])
         ax.legend(fontsize=7)
+    if not knob.empty:
+        ax = axes[0, -1]
+        last = int(df[df.kind == "train"].step.max())
+        both = pd.concat([knob, tr[tr.N.isin(knob.N.unique())]])
+        for i, (h, d) in enumerate(both[both.step == last].groupby("hard_fraction")):
+            m = d.groupby("G").accuracy.agg(["mean", "sem"])
+            ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="o-", ms=3,
+                        capsize=2, color=f"C{i}", label=f"hard fraction {h:g}")
+            sw = "main" if d.sweep.iloc[0] == "main" else "knob"
+            ax.axvline(_prediction(df, sw, h if sw == "knob" else None).G_continuous,
+                       color=f"C{i}", ls="--", lw=1)
+        ax.set(xscale="log", xlabel="G", ylabel=f"held-out accuracy, step {last}",
+               title=f"difficulty knob, N = {int(knob.N.iloc[0])} (dashed: G*)")
+        gs = sorted(both.G.unique())
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(int(g)) for g in gs])
+        ax.legend(fontsize=7)
     fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, Path(out_dir) / "lm_groupsize")
@@ -142,12 +212,13 @@ def plot(out_dir: Path) -> None:
 
 def report(out_dir: Path) -> dict:
     df = _load(out_dir)
-    pred = df[df.kind == "prediction"].iloc[0]
+    pred = _prediction(df)
     sm = summary(df)
-    tr = df[df.kind == "train"]
+    tr = df[(df.kind == "train") & (df.sweep == "main")]
     gs = sorted(int(g) for g in tr.G.unique())
     lines = [f"Setting `{df.setting.iloc[0]}`. Start: instruct policy, exact held-out accuracy "
-             f"{pred.J:.3f}. Measured there: c1 = {pred.c1:.4g}, c2 = {pred.c2:.4g}, "
+             f"{pred.J:.3f} (hard fraction {pred.hard_fraction:g}). Measured there: "
+             f"c1 = {pred.c1:.4g}, c2 = {pred.c2:.4g}, "
              f"c3 = {pred.c3:.4g}; predicted G* = 1 + sqrt(c3/c1) = {pred.G_continuous:.1f} "
              f"(paper's form sqrt(c3/c1) = {pred.G_paper:.1f}; integer argmin {int(pred.G_exact)}).",
              "", "| N | step | seeds | mean accuracy by G (" + ", ".join(map(str, gs)) + ") | "
@@ -158,6 +229,9 @@ def report(out_dir: Path) -> dict:
         inside = r.lo <= pred.G_exact <= r.hi
         lines.append(f"| {r.N} | {r.step} | {r.seeds} | {accs} | {r.best} | [{r.lo}, {r.hi}] | "
                      f"{r.p_best:.2f} | {'yes' if inside else 'no'} |")
+    held = [r.lo <= pred.G_exact <= r.hi for r in sm.itertuples()]
+    lines += ["", f"The predicted integer G* = {int(pred.G_exact)} lies inside the bootstrap CI "
+              f"of the best G in {sum(held)} of {len(held)} (N, checkpoint) rows."]
     sps = tr.groupby("N").steps_per_s.mean()
     lines += ["", "Training speed (steps/s, mean over runs): " +
               ", ".join(f"N={int(n)}: {v:.2f}" for n, v in sps.items()) + ".", "",
@@ -166,12 +240,42 @@ def report(out_dir: Path) -> dict:
               (" Rows with one seed have a one-point bootstrap CI (no seed variability "
                "measured)." if (sm.seeds == 1).any() else "") +
               f" The grid starts at G = {gs[0]}: a predicted G* at or below it can only be "
-              "checked from one side.", "",
-              "![](lm_groupsize.png)"]
-    ok = (pred.c1 > 0 and np.isfinite(pred.G_continuous) and tr.accuracy.between(0, 1).all()
-          and len(sm) > 0)
+              "checked from one side."]
+    lines += _knob_lines(df, sm)
+    lines += ["", "![](lm_groupsize.png)"]
+    ok = (pred.c1 > 0 and np.isfinite(pred.G_continuous) and df[df.kind == "train"]
+          .accuracy.between(0, 1).all() and len(sm) > 0)
     return dict(title="Small-LM optimal group size (Figure 5 / Table 2 analogue)",
                 markdown="\n".join(lines), passed=bool(ok))
+
+
+def _knob_lines(df: pd.DataFrame, main: pd.DataFrame) -> list:
+    """The difficulty-knob table: pass-rate spread, predicted G* and best G per hard fraction."""
+    kn = summary(df, "knob")
+    if kn.empty:
+        return []
+    n = int(kn.N.iloc[0])
+    last = int(kn.step.max())
+    rows = pd.concat([main[(main.N == n) & (main.step == last)].assign(sweep="main"),
+                      kn[kn.step == last].assign(sweep="knob")]).sort_values("hard_fraction")
+    lines = ["", f"**Difficulty knob** (`TaskConfig.hard_fraction`, share of two-digit "
+             f"questions): same starting policy, questions drawn at each hard fraction; N = {n}, "
+             f"step {last}. V = per-question pass rate of the starting policy (exact).", "",
+             "| hard fraction | seeds | J at start | share V < 5% | median V | predicted G* "
+             "(continuous / integer) | mean accuracy by G | best G | 95% bootstrap CI | "
+             "G* inside CI |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        p = _prediction(df, r.sweep, r.hard_fraction if r.sweep == "knob" else None)
+        accs = ", ".join(f"{g}: {a:.3f}" for g, a in sorted(r.mean_by_G.items()))
+        lines.append(f"| {r.hard_fraction:g} | {r.seeds} | {p.J:.3f} | "
+                     f"{_get(p, 'frac_V_below_5pct'):.2f} | {_get(p, 'V_median'):.3f} | "
+                     f"{p.G_continuous:.1f} / {int(p.G_exact)} | {accs} | {r.best} | "
+                     f"[{r.lo}, {r.hi}] | {'yes' if r.lo <= p.G_exact <= r.hi else 'no'} |")
+    return lines
+
+
+def _get(row, col):
+    return float(row[col]) if col in row and pd.notna(row[col]) else float("nan")
 
 
 if __name__ == "__main__":  # pragma: no cover

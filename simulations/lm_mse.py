@@ -42,7 +42,7 @@ SETTINGS = {
     # quick: a tiny model on the two one-operation categories with single-digit operands, so it
     # learns something within seconds (rewards are not all zero); the checks hold for any policy
     "quick": dict(warmup=WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
-                                      instruct_steps=150, batch_size=64, chunk=50, lr=1e-2,
+                                      instruct_steps=150, icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
                                       task=TaskConfig(hard_fraction=0.0,
                                                       category_probs=(0, 0, 0.5, 0.5, 0))),
                   n_questions=40, group_sizes=(4, 8, 16), n_reps=8, n_ref=32, chunk=128),
@@ -65,9 +65,17 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     # cheapest first (answer-only, zero-shot), so an interrupted full run keeps the most cells
     cells = [("base", "answer"), ("instruct", "answer"), ("base", "trace"),
              ("instruct", "trace"), ("icl", "answer"), ("icl", "trace")]
-    prog = Progress(NAME, len(cells))
+    prog = Progress(NAME, len(cells) + 1)
     config = dict(warmup=cfg["warmup"].tag(), n_questions=cfg["n_questions"],
                   group_sizes=cfg["group_sizes"], n_reps=cfg["n_reps"], n_ref=cfg["n_ref"])
+    if store.done("accuracy"):
+        prog.step("accuracy", skipped=True)
+    else:
+        t0 = time.time()
+        rows = policy_accuracies(pols, eval_set(cfg["warmup"].task), seed)
+        store.write("accuracy", [dict(r, seconds=time.time() - t0, icl_steps=cfg["warmup"].icl_steps)
+                                 for r in rows], config=config)
+        prog.step("accuracy " + " ".join(f"{r['policy']}={r['J_answer']:.3f}" for r in rows))
     for k, (pname, fmt) in enumerate(cells):
         cid = f"{pname}_{fmt}"
         if store.done(cid):
@@ -92,14 +100,47 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     _print(df)
 
 
+def policy_accuracies(pols, questions, seed: int, n_samples: int = 4) -> list[dict]:
+    """Accuracy of every policy on the evaluation set: exact ``mean_x pi(y*|x)`` (answer-only)
+    and sampled accuracy (``n_samples`` responses per question) in both formats."""
+    from grpo_theory.lm.grpo import exact_accuracy
+    from grpo_theory.lm.task import encode_prompts, target_responses
+
+    rows = []
+    for i, (pname, (pol, icl)) in enumerate(pols.items()):
+        x = encode_prompts(questions, "answer", icl)
+        r = dict(kind="accuracy", policy=pname, shots=icl, n_questions=len(questions),
+                 J_answer=exact_accuracy(pol, x, target_responses(questions, "answer")))
+        for j, fmt in enumerate(FORMATS):
+            r[f"acc_{fmt}"] = accuracy(pol, questions, fmt, icl, _key(seed + 500 + 10 * i + j),
+                                       n_samples)
+        r["n_samples"] = n_samples
+        rows.append(r)
+    return rows
+
+
+def accuracy_order(acc: pd.DataFrame) -> dict:
+    """Issue 5's requirement: base < instruct < icl in both formats, base > 0.05, icl < 0.95."""
+    a = acc.set_index("policy")
+    out = {}
+    for fmt in FORMATS:
+        c = f"acc_{fmt}" if fmt == "trace" else "J_answer"
+        b, i, k = (float(a.loc[p, c]) for p in ("base", "instruct", "icl"))
+        out[fmt] = bool(0.05 < b < i < k < 0.95)
+    return out
+
+
 def _key(s):
     import jax
 
     return jax.random.PRNGKey(s)
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+def _load(out_dir: Path, accuracies: bool = False) -> pd.DataFrame:
+    """The gradient-MSE rows of the table (or, with ``accuracies``, the policy accuracies)."""
+    df = pd.read_csv(Path(out_dir) / "table.csv")
+    is_acc = df["kind"].eq("accuracy") if "kind" in df else pd.Series(False, index=df.index)
+    return df[is_acc].reset_index(drop=True) if accuracies else df[~is_acc].reset_index(drop=True)
 
 
 def _print(df: pd.DataFrame) -> None:
@@ -112,6 +153,8 @@ def _print(df: pd.DataFrame) -> None:
 def checks(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (policy, format) with the four PASS criteria of the module doc."""
     out = []
+    if "kind" in df:
+        df = df[df["kind"].ne("accuracy")]
     for (pname, fmt), d in df.groupby(["policy", "fmt"], sort=False):
         e = {(r.estimator, r.G): r for r in d.itertuples()}
         gs = sorted(d.G.unique())
@@ -202,8 +245,27 @@ def report(out_dir: Path) -> dict:
               "correct answer is the policy's mode with a small score norm, vanilla is better "
               "(Assumption 2 fails), which is not the paper's regime.", "",
               "![](lm_mse.png)"]
+    acc = _load(out_dir, accuracies=True)
+    order = accuracy_order(acc) if len(acc) else {f: False for f in FORMATS}
+    if len(acc):
+        lines += ["", f"Policy accuracies on all {int(acc.n_questions.iloc[0])} evaluation "
+                  f"questions (exact pi(y*|x) for answer-only; {int(acc.n_samples.iloc[0])} "
+                  "sampled responses per question otherwise). Required: base < instruct < "
+                  "in-context, base > 0.05, in-context < 0.95.", "",
+                  "| policy | solved-example prompt | exact J (answer) | sampled acc. (answer) "
+                  "| sampled acc. (trace) |", "|---|---|---|---|---|"]
+        for r in acc.itertuples():
+            lines.append(f"| {r.policy} | {'yes' if r.shots else 'no'} | {r.J_answer:.3f} | "
+                         f"{r.acc_answer:.3f} | {r.acc_trace:.3f} |")
+        lines += ["", "Order holds: " + ", ".join(f"{f}: {'yes' if v else 'NO'}"
+                                                   for f, v in order.items()) +
+                  ". `icl` is the instruct model tuned on solved-example prompts "
+                  f"({int(acc.icl_steps.iloc[0])} steps) and prompted with two solved examples; "
+                  "`instruct+shots` is the instruct weights given the same prompt (the small "
+                  "model needs that stage to use the examples)."]
     return dict(title="Small-LM gradient MSE (Figure 4 analogue)", markdown="\n".join(lines),
-                passed=bool(ck.passed.all()) and len(ck) == len(POLICIES) * len(FORMATS))
+                passed=bool(ck.passed.all()) and len(ck) == len(POLICIES) * len(FORMATS)
+                and all(order.values()))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -50,6 +50,23 @@ def test_kv_cache_sampler_matches_full_recompute(pol, prompts):
     assert np.all(np.asarray(a)[m == 0] == task.PAD)
 
 
+def test_sample_blocked(pol, prompts):
+    """One block: the same draws as ``sample``; several blocks: per-block keys, same law."""
+    key = jax.random.PRNGKey(5)
+    x = np.repeat(prompts, 50, 0)  # 400 prompts
+    one = pol.sample_blocked(key, x, 16)
+    np.testing.assert_array_equal(one, np.asarray(pol.sample(key, x, 16)))
+    many = pol.sample_blocked(key, x, 16, max_elems=x.shape[1] ** 2 * 100)  # 4 blocks of 100
+    assert many.shape == one.shape and not np.array_equal(many, one)
+    np.testing.assert_array_equal(
+        many[100:200], np.asarray(pol.sample(jax.random.fold_in(key, 1), x[100:200], 16)))
+    # same distribution: the mean log-probability of both samples agrees within 5 se
+    lp1 = np.asarray(pol.log_probs(x, one))
+    lp2 = np.asarray(pol.log_probs(x, many))
+    se = np.sqrt((lp1.var() + lp2.var()) / len(x))
+    assert abs(lp1.mean() - lp2.mean()) < 5 * se
+
+
 def test_sample_frequencies_match_log_probs(pol, prompts):
     """pi(y|x) from teacher forcing equals the sampling frequency (4-sigma band)."""
     n = 4000

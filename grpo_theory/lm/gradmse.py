@@ -66,7 +66,7 @@ def reference_quantities(policy: LMPolicy, x, answers, fmt, n_ref: int, key, chu
         raise ValueError(f"n_ref must be an even integer >= 4, got {n_ref}")
     b = x.shape[0]
     xr = np.repeat(x, n_ref, axis=0)
-    y = np.asarray(policy.sample(key, xr, RESPONSE_LEN[fmt]))
+    y = policy.sample_blocked(key, xr, RESPONSE_LEN[fmt])
     z = _rewards(fmt, y, np.repeat(answers, n_ref), None).reshape(b, n_ref)
     v = z.mean(axis=1)
     h = n_ref // 2
@@ -114,7 +114,7 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     zbar = np.zeros((n_reps, b))
     for r in range(n_reps):  # replicates: each is one full batched pass (B * G_max samples)
         key, ks = jax.random.split(key)
-        y = np.asarray(policy.sample(ks, xs, RESPONSE_LEN[fmt]))
+        y = policy.sample_blocked(ks, xs, RESPONSE_LEN[fmt])
         z = _rewards(fmt, y, ans, can).reshape(b, gmax)
         w = np.zeros((len(names), b, gmax))
         for k, (e, G) in enumerate(names):

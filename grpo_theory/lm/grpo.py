@@ -39,7 +39,11 @@ def exact_accuracy(policy: LMPolicy, x, canon) -> float:
 
 def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
                          chunk: int = 256) -> dict:
-    """c1, c2, c3 and G* at the policy (module doc); ``n_samples`` responses per question."""
+    """c1, c2, c3 and G* at the policy (module doc); ``n_samples`` responses per question.
+
+    Also the spread of the per-question pass rates ``V(x)`` (quantiles, share below 5% and
+    above 95%): the difficulty spread that decides how often a group is all-wrong or all-right.
+    """
     x = encode_prompts(questions, "answer")
     canon = target_responses(questions, "answer")
     b = len(questions)
@@ -59,7 +63,10 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
     grid = np.arange(2, 4097)
     g_int = int(grid[np.argmin(budget_mse(consts, grid))]) if c1 > 0 else int(grid[-1])
     return dict(c1=c1, c2=c2, c3=c3, G_paper=float(r), G_continuous=float(1 + r),
-                G_exact=g_int, J=float(v.mean()))
+                G_exact=g_int, J=float(v.mean()), V_q10=float(np.quantile(v, 0.1)),
+                V_median=float(np.median(v)), V_q90=float(np.quantile(v, 0.9)),
+                frac_V_below_5pct=float(np.mean(v < 0.05)),
+                frac_V_above_95pct=float(np.mean(v > 0.95)))
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",

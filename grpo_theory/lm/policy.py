@@ -135,6 +135,19 @@ class LMPolicy:
         return generic_sample(self.apply_fn, self.params, key, jnp.asarray(prompts),
                               response_len, self.temperature)
 
+    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
+        """:meth:`sample` in blocks of prompts so that ``rows x prompt_len^2 <= max_elems``
+        (the prefill attention's memory); one block (then identical to :meth:`sample` with the
+        same key) when the whole batch fits, else block ``i`` uses ``fold_in(key, i)``."""
+        prompts = np.asarray(prompts)
+        n, p = prompts.shape
+        k = int(np.ceil(n * p * p / max_elems))
+        if k <= 1:
+            return np.asarray(self.sample(key, prompts, response_len))
+        return np.concatenate([np.asarray(self.sample(jax.random.fold_in(key, i), blk,
+                                                      response_len))
+                               for i, blk in enumerate(np.array_split(prompts, k))])
+
     def log_probs(self, prompts, responses):
         return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
                          jnp.asarray(responses), self.temperature)
