@@ -39,37 +39,46 @@ CLAIM = ("GRPO training of the small transformer at fixed budget N = BG: best G 
 ORDER = 61
 N_BOOT = 2000
 
+#: the practical variant: std-normalised advantages, two clipped epochs per batch
+PRACTICAL = dict(estimator="grpo_std", epochs=2, clip_eps=0.2)
+
 SETTINGS = {
     "quick": dict(warmup=MSE_SETTINGS["quick"]["warmup"], budgets=(128,), group_sizes=(4, 16, 64),
                   seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3, n_eval=100, n_pool=2000,
                   gstar_samples=16,
-                  knob=dict(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64), seeds=1)),
+                  knob=dict(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64), seeds=1),
+                  practical=dict(budgets=(128,), group_sizes=(4, 64), seeds=1, **PRACTICAL)),
     "full": dict(warmup=MSE_SETTINGS["full"]["warmup"], budgets=(256, 512, 1024),
                  group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=5, steps=100,
                  checkpoints=(25, 50, 75, 100), lr=1e-3, n_eval=500, n_pool=20000,
                  gstar_samples=64,
                  knob=dict(hard_fractions=(0.0, 0.75), budgets=(512,),
-                           group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3)),
+                           group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3),
+                 practical=dict(budgets=(512,), group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3,
+                                **PRACTICAL)),
 }
 
 
 def _cells(cfg):
-    """(kind, hard_fraction or None for the task default, N, G, seed), cheapest-first order:
+    """(sweep, kind, hard_fraction or None for the task default, N, G, seed), in this order:
     the main sweep seed-major (an interrupted run holds complete G sweeps for the first seeds),
-    then the difficulty-knob sweep."""
-    cells = [("pred", None, None, None, None)] + [
-        ("train", None, n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
+    the difficulty-knob sweep, the practical-variant sweep."""
+    cells = [("main", "pred", None, None, None, None)] + [
+        ("main", "train", None, n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
         for g in cfg["group_sizes"] if g <= n]
     k = cfg["knob"]
     for h in k["hard_fractions"]:
-        cells += [("pred", h, None, None, None)] + [
-            ("train", h, n, g, s) for s in range(k["seeds"]) for n in k["budgets"]
+        cells += [("knob", "pred", h, None, None, None)] + [
+            ("knob", "train", h, n, g, s) for s in range(k["seeds"]) for n in k["budgets"]
             for g in k["group_sizes"] if g <= n]
+    k = cfg["practical"]
+    cells += [("practical", "train", None, n, g, s) for s in range(k["seeds"])
+              for n in k["budgets"] for g in k["group_sizes"] if g <= n]
     return cells
 
 
-def _cell_id(kind, h, n, g, s):
-    pre = "" if h is None else f"hard{h:g}_"
+def _cell_id(sweep, kind, h, n, g, s):
+    pre = f"hard{h:g}_" if sweep == "knob" else ("practical_" if sweep == "practical" else "")
     return pre + ("predicted_gstar" if kind == "pred" else f"N{n}_G{g}_seed{s}")
 
 
@@ -83,8 +92,8 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     cells = _cells(cfg)
     prog = Progress(NAME, len(cells))
     data = {}
-    for kind, h, n, g, s in cells:
-        cid = _cell_id(kind, h, n, g, s)
+    for sweep, kind, h, n, g, s in cells:
+        cid = _cell_id(sweep, kind, h, n, g, s)
         if store.done(cid):
             prog.step(cid, skipped=True)
             continue
@@ -95,7 +104,9 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
             data[hard] = (eval_set(tc).subset(np.arange(cfg["n_eval"])),
                           train_pool(tc, n=cfg["n_pool"]))
         questions, pool = data[hard]
-        tag = dict(hard_fraction=hard, sweep="main" if h is None else "knob")
+        tag = dict(hard_fraction=hard, sweep=sweep)
+        variant = ({k: cfg["practical"][k] for k in PRACTICAL} if sweep == "practical"
+                   else dict(estimator="grpo", epochs=1, clip_eps=None))
         t0 = time.time()
         if kind == "pred":
             p = predicted_group_size(start, questions, cfg["gstar_samples"], seed=seed + 7)
@@ -104,11 +115,11 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
             prog.step(f"{cid} G*={p['G_continuous']:.1f}")
             continue
         rows = train_grpo(start, pool, questions, n, g, cfg["steps"], cfg["checkpoints"],
-                          cfg["lr"], seed=seed + 1000 * s + g,
+                          cfg["lr"], seed=seed + 1000 * s + g, **variant,
                           log=lambda m: print(f"[{NAME}] {m}", flush=True))
         dt = time.time() - t0
         rows = [dict(r, kind="train", N=n, G=g, B=n // g, run_seed=s, seconds=dt,
-                     steps_per_s=cfg["steps"] / dt, **tag) for r in rows]
+                     steps_per_s=cfg["steps"] / dt, **tag, **variant) for r in rows]
         store.write(cid, rows, config=config)
         store.save_table("table.csv")  # after every cell: an interrupted run still has a table
         prog.step(f"{cid} acc={rows[-1]['accuracy']:.3f}")
@@ -173,8 +184,10 @@ def plot(out_dir: Path) -> None:
     tr = df[(df.kind == "train") & (df.sweep == "main")]
     budgets = sorted(tr.N.unique())
     knob = df[(df.kind == "train") & (df.sweep == "knob")]
-    fig, axes = plt.subplots(1, len(budgets) + (not knob.empty),
-                             figsize=(4.2 * (len(budgets) + (not knob.empty)), 3.6), squeeze=False)
+    prac = df[(df.kind == "train") & (df.sweep == "practical")]
+    extra = not (knob.empty and prac.empty)
+    fig, axes = plt.subplots(1, len(budgets) + extra, figsize=(4.2 * (len(budgets) + extra), 3.6),
+                             squeeze=False)
     pred = _prediction(df)
     for ax, n in zip(axes[0], budgets):
         d = tr[tr.N == n]
@@ -188,10 +201,11 @@ def plot(out_dir: Path) -> None:
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(int(g)) for g in gs])
         ax.legend(fontsize=7)
-    if not knob.empty:
+    if extra:
         ax = axes[0, -1]
         last = int(df[df.kind == "train"].step.max())
-        both = pd.concat([knob, tr[tr.N.isin(knob.N.unique())]])
+        n_x = int(pd.concat([knob, prac]).N.iloc[0])
+        both = pd.concat([knob, tr[tr.N == n_x]])
         for i, (h, d) in enumerate(both[both.step == last].groupby("hard_fraction")):
             m = d.groupby("G").accuracy.agg(["mean", "sem"])
             ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="o-", ms=3,
@@ -199,8 +213,14 @@ def plot(out_dir: Path) -> None:
             sw = "main" if d.sweep.iloc[0] == "main" else "knob"
             ax.axvline(_prediction(df, sw, h if sw == "knob" else None).G_continuous,
                        color=f"C{i}", ls="--", lw=1)
+        if not prac.empty:
+            m = prac[prac.step == last].groupby("G").accuracy.agg(["mean", "sem"])
+            ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="s:", ms=3,
+                        capsize=2, color="k", label=f"practical ({prac.estimator.iloc[0]}, "
+                        f"{int(prac.epochs.iloc[0])} clipped epochs), hard "
+                        f"{prac.hard_fraction.iloc[0]:g}")
         ax.set(xscale="log", xlabel="G", ylabel=f"held-out accuracy, step {last}",
-               title=f"difficulty knob, N = {int(knob.N.iloc[0])} (dashed: G*)")
+               title=f"difficulty knob and practical variant, N = {n_x} (dashed: G*)")
         gs = sorted(both.G.unique())
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(int(g)) for g in gs])
@@ -242,6 +262,7 @@ def report(out_dir: Path) -> dict:
               f" The grid starts at G = {gs[0]}: a predicted G* at or below it can only be "
               "checked from one side."]
     lines += _knob_lines(df, sm)
+    lines += _practical_lines(df, sm, pred)
     lines += ["", "![](lm_groupsize.png)"]
     ok = (pred.c1 > 0 and np.isfinite(pred.G_continuous) and df[df.kind == "train"]
           .accuracy.between(0, 1).all() and len(sm) > 0)
@@ -271,6 +292,30 @@ def _knob_lines(df: pd.DataFrame, main: pd.DataFrame) -> list:
                      f"{_get(p, 'frac_V_below_5pct'):.2f} | {_get(p, 'V_median'):.3f} | "
                      f"{p.G_continuous:.1f} / {int(p.G_exact)} | {accs} | {r.best} | "
                      f"[{r.lo}, {r.hi}] | {'yes' if r.lo <= p.G_exact <= r.hi else 'no'} |")
+    return lines
+
+
+def _practical_lines(df: pd.DataFrame, main: pd.DataFrame, pred) -> list:
+    """Practical variant vs Algorithm 1 at the same budget, per checkpoint."""
+    pr = summary(df, "practical")
+    if pr.empty:
+        return []
+    r0 = df[(df.sweep == "practical") & (df.kind == "train")].iloc[0]
+    n = int(pr.N.iloc[0])
+    lines = ["", f"**Practical variant** ({r0.estimator} advantages, {int(r0.epochs)} clipped "
+             f"epochs per batch, clip 1 +/- {r0.clip_eps:g}) against Algorithm 1 at N = {n}; "
+             "G* is the Algorithm-1 prediction (Theorem 7 does not cover this variant).", "",
+             "| step | variant | seeds | mean accuracy by G | best G | 95% bootstrap CI |",
+             "|---|---|---|---|---|---|"]
+    for step in sorted(pr.step.unique()):
+        for name, t in (("Algorithm 1", main), ("practical", pr)):
+            r = t[(t.N == n) & (t.step == step)]
+            if r.empty:
+                continue
+            r = r.iloc[0]
+            accs = ", ".join(f"{g}: {a:.3f}" for g, a in sorted(r.mean_by_G.items()))
+            lines.append(f"| {step} | {name} | {r.seeds} | {accs} | {r.best} | "
+                         f"[{r.lo}, {r.hi}] |")
     return lines
 
 

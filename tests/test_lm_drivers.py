@@ -96,12 +96,18 @@ def test_lm_groupsize_quick(out):
             assert tr.accuracy.between(0, 1).all()
             # every run starts from the same policy and questions: exact accuracy at step 0
             assert np.allclose(tr[tr.step == 0].accuracy, pred.J)
+    pr = df[(df.kind == "train") & (df.sweep == "practical")]
+    k = cfg["practical"]
+    assert len(pr) == len(k["group_sizes"]) * k["seeds"] * (len(cfg["checkpoints"]) + 1)
+    assert set(pr.estimator) == {"grpo_std"} and set(pr.epochs) == {2}
+    assert np.allclose(pr[pr.step == 0].accuracy, lm_groupsize._prediction(df, "main").J)
+    assert pr.accuracy.between(0, 1).all()
     # harder questions: the same starting policy has a lower pass rate
     assert (lm_groupsize._prediction(df, "knob", 0.5).J
             < lm_groupsize._prediction(df, "main").J)
     rep = lm_groupsize.report(d)
     assert rep["passed"] and "bootstrap" in rep["markdown"]
-    assert "Difficulty knob" in rep["markdown"]
+    assert "Difficulty knob" in rep["markdown"] and "Practical variant" in rep["markdown"]
     lm_groupsize.plot(d)
 
 

@@ -4,7 +4,10 @@ One step: draw B prompts uniformly from the training pool, G responses each (bud
 rewards, advantages from the registry estimator (``grpo`` = leave-one-out, or any other name,
 e.g. ``grpo_std`` for the practical variant), and an Adam step on the surrogate
 ``-(1/BG) sum_bg A_bg log pi(y_bg|x_b)`` whose gradient is minus the estimator of Algorithm 1.
-Steps run under ``lax.scan`` between checkpoints; at each checkpoint the held-out accuracy is the
+The practical variant (``estimator="grpo_std"``, ``epochs > 1``, ``clip_eps``) reuses each batch
+for ``epochs`` full-batch Adam updates of the clipped surrogate :func:`clipped_objective`
+(token-level ratios to the sampling policy, summed over the response's tokens, as in PPO/GRPO
+implementations without per-sequence length normalisation). Steps run under ``lax.scan`` between checkpoints; at each checkpoint the held-out accuracy is the
 *exact* expected reward of the answer-only format, ``J = mean_x pi(y*|x)`` (teacher forcing, no
 sampling noise).
 
@@ -26,10 +29,26 @@ import optax
 from ..estimators import PromptContext, get_estimator
 from ..scaling import ScalingConstants, budget_mse
 from .gradmse import exact_answer_quantities
-from .policy import LMPolicy, seq_log_probs
+from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from .task import RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["exact_accuracy", "predicted_group_size", "train_grpo"]
+__all__ = ["exact_accuracy", "predicted_group_size", "train_grpo", "clipped_objective"]
+
+
+def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
+    r"""The clipped surrogate to *maximise*, averaged over the N responses:
+
+    .. math:: \frac1N\sum_n\sum_t m_{nt}\min\big(r_{nt}A_n,\ \mathrm{clip}(r_{nt}, 1-\epsilon,
+              1+\epsilon)A_n\big),\qquad r_{nt} = \exp(\log\pi_{nt} - \log\pi^{old}_{nt}).
+
+    At ``pi = pi_old`` (all ratios 1) its gradient is ``(1/N) sum_n A_n grad log pi(y_n|x_n)``,
+    Algorithm 1's estimator; a token whose ratio has left ``[1 - eps, 1 + eps]`` in the direction
+    that its advantage favours contributes no gradient.
+    """
+    r = jnp.exp(tok_lp - old_tok_lp)
+    a = adv[:, None]
+    obj = jnp.minimum(r * a, jnp.clip(r, 1.0 - clip_eps, 1.0 + clip_eps) * a)
+    return jnp.sum(obj * mask) / tok_lp.shape[0]
 
 
 def exact_accuracy(policy: LMPolicy, x, canon) -> float:
@@ -70,9 +89,9 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
-                                   "group", "n_steps"))
+                                   "group", "n_steps", "epochs", "clip_eps"))
 def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, pool_x, pool_canon,
-                batch, group, n_steps):
+                batch, group, n_steps, epochs=1, clip_eps=None):
     est = get_estimator(estimator)
     rlen = pool_canon.shape[1]
 
@@ -86,12 +105,26 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
         z = reward_exact_tokens(y, canon).astype(jnp.float64).reshape(batch, group)
         adv = est.advantage(z, PromptContext()).reshape(-1).astype(jnp.float32)
 
-        def surrogate(p):
-            return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y))
+        if clip_eps is None and epochs == 1:  # Algorithm 1
+            def surrogate(p):
+                return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y))
 
-        grads = jax.grad(surrogate)(params)
-        upd, opt_state = opt.update(grads, opt_state, params)
-        return (optax.apply_updates(params, upd), opt_state), jnp.mean(z)
+            grads = jax.grad(surrogate)(params)
+            upd, opt_state = opt.update(grads, opt_state, params)
+            return (optax.apply_updates(params, upd), opt_state), jnp.mean(z)
+        old = jax.lax.stop_gradient(token_log_probs(apply_fn, params, x, y))
+        mask = response_mask(y)
+        eps = jnp.inf if clip_eps is None else clip_eps
+
+        def epoch(carry, _):
+            p, s = carry
+            g = jax.grad(lambda q: -clipped_objective(token_log_probs(apply_fn, q, x, y), old,
+                                                      adv, mask, eps))(p)
+            u, s = opt.update(g, s, p)
+            return (optax.apply_updates(p, u), s), None
+
+        (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state), None, length=epochs)
+        return (params, opt_state), jnp.mean(z)
 
     (params, opt_state), rewards = jax.lax.scan(step, (params, opt_state),
                                                 jax.random.split(key, n_steps))
@@ -100,11 +133,16 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
 
 def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
                n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
-               log=None) -> list[dict]:
+               epochs: int = 1, clip_eps: float | None = None, log=None) -> list[dict]:
     """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
-    (step, exact held-out accuracy, mean training reward since the last checkpoint)."""
+    (step, exact held-out accuracy, mean training reward since the last checkpoint).
+    ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant."""
     if budget % group_size or group_size < 2:
         raise ValueError(f"group_size must be >= 2 and divide budget={budget}, got {group_size}")
+    if int(epochs) != epochs or epochs < 1:
+        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
+    if clip_eps is not None and not 0.0 < clip_eps < 1.0:
+        raise ValueError(f"clip_eps must be None or lie in (0, 1), got {clip_eps!r}")
     if policy.sample_fn is None:
         raise ValueError("policy needs a jit-able sample_fn for GRPO training")
     batch = budget // group_size
@@ -123,7 +161,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
         key, k = jax.random.split(key)
         params, opt_state, rew = _grpo_chunk(policy.apply_fn, policy.sample_fn, opt, estimator,
                                              params, opt_state, k, pool_x, pool_c, batch,
-                                             group_size, c - done)
+                                             group_size, c - done, int(epochs), clip_eps)
         done = c
         acc = exact_accuracy(policy.with_params(params), ex, ec)
         rows.append(dict(step=c, accuracy=acc, train_reward=float(np.mean(rew))))

@@ -29,7 +29,7 @@ from jax.flatten_util import ravel_pytree
 
 from .task import EOS, PAD
 
-__all__ = ["LMPolicy", "response_mask", "seq_log_probs", "score_contractions", "generic_sample"]
+__all__ = ["LMPolicy", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions", "generic_sample"]
 
 
 def response_mask(responses):
@@ -40,15 +40,20 @@ def response_mask(responses):
     return (before == 0).astype(jnp.float32)
 
 
-def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
-    """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response."""
+def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
+    """``log pi(y_t | x, y_<t)`` (N, R) by teacher forcing, 0 after the first EOS."""
     prompts, responses = jnp.asarray(prompts), jnp.asarray(responses)
     p = prompts.shape[1]
     tokens = jnp.concatenate([prompts, responses], axis=1)
     logits = apply_fn(params, tokens, p)[:, p - 1: -1].astype(jnp.float32) / temperature
     lp = jax.nn.log_softmax(logits, axis=-1)
     tok_lp = jnp.take_along_axis(lp, responses[..., None], axis=-1)[..., 0]
-    return jnp.sum(tok_lp * response_mask(responses), axis=1)
+    return tok_lp * response_mask(responses)
+
+
+def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
+    """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response."""
+    return jnp.sum(token_log_probs(apply_fn, params, prompts, responses, temperature), axis=1)
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "response_len"))
