@@ -154,7 +154,8 @@ def summary(df: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:
         bs = bootstrap_best_g(acc, seed=int(n) + int(step))
         out.append(dict(hard_fraction=float(h), N=int(n), step=int(step), seeds=int(acc.shape[1]),
                         **{k: v for k, v in bs.items() if k != "support"},
-                        support=bs["support"], mean_by_G=acc.mean(axis=1).round(4).to_dict()))
+                        support=bs["support"],
+                        mean_by_G={int(g): float(a) for g, a in acc.mean(axis=1).round(4).items()}))
     return pd.DataFrame(out)
 
 
@@ -224,7 +225,7 @@ def plot(out_dir: Path) -> None:
         gs = sorted(both.G.unique())
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(int(g)) for g in gs])
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, Path(out_dir) / "lm_groupsize")

@@ -183,45 +183,30 @@ def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     apply_fn, sample_fn = make_apply(cfg), make_sampler(cfg)
     cache = Path(cache_dir) / wcfg.tag()
     pool = train_pool(wcfg.task)
-    out = {}
-    base_path, inst_path = cache / "base.npz", cache / "instruct.npz"
-    if base_path.exists():
-        base, meta_b = load_checkpoint(base_path, cfg)
-    else:
+
+    def stage(name, file, start, layouts, steps, lr, seed):
+        """Load the stage's checkpoint, or train it from ``start`` and save it."""
+        path = cache / file
+        if path.exists():
+            return load_checkpoint(path, cfg)
         t0 = time.time()
-        p0 = init_params(jax.random.PRNGKey(wcfg.seed), cfg)
-        layouts = [(f, False, CORRUPTION["base"]) for f in ("answer", "trace")]
-        base, losses = train_supervised(p0, apply_fn, pool, layouts, wcfg.base_steps,
-                                        wcfg.batch_size, wcfg.lr, wcfg.seed, wcfg.chunk,
-                                        log=lambda s: log(f"[warmup base] {s}"))
-        meta_b = dict(config=asdict(wcfg), stage="base", seconds=time.time() - t0,
-                      final_loss=losses[-1])
-        save_checkpoint(base_path, base, meta_b)
-    if inst_path.exists():
-        inst, meta_i = load_checkpoint(inst_path, cfg)
-    else:
-        t0 = time.time()
-        layouts = [("answer", False, CORRUPTION["instruct"]), ("trace", False, CORRUPTION["instruct"]),
-                   ("answer", True, CORRUPTION["icl"]), ("trace", True, CORRUPTION["icl"])]
-        inst, losses = train_supervised(base, apply_fn, pool, layouts, wcfg.instruct_steps,
-                                        wcfg.batch_size, wcfg.lr * 0.5, wcfg.seed + 1, wcfg.chunk,
-                                        log=lambda s: log(f"[warmup instruct] {s}"))
-        meta_i = dict(config=asdict(wcfg), stage="instruct", seconds=time.time() - t0,
-                      final_loss=losses[-1])
-        save_checkpoint(inst_path, inst, meta_i)
-    icl_path = cache / wcfg.icl_file
-    if icl_path.exists():
-        iclp, meta_c = load_checkpoint(icl_path, cfg)
-    else:
-        t0 = time.time()
-        layouts = [("answer", True, CORRUPTION["icl"]), ("trace", True, CORRUPTION["icl"])]
-        iclp, losses = train_supervised(inst, apply_fn, pool, layouts, wcfg.icl_steps,
-                                        wcfg.batch_size, wcfg.lr * 0.5, wcfg.seed + 2, wcfg.chunk,
-                                        log=lambda s: log(f"[warmup icl] {s}"))
-        meta_c = dict(config=asdict(wcfg), stage="icl", seconds=time.time() - t0,
-                      final_loss=losses[-1])
-        save_checkpoint(icl_path, iclp, meta_c)
-    for name, params, icl in (("base", base, False), ("instruct", inst, False),
-                              ("icl", iclp, True), ("instruct+shots", inst, True)):
-        out[name] = (LMPolicy(params, apply_fn, sample_fn), icl)
+        params, losses = train_supervised(start, apply_fn, pool, layouts, steps, wcfg.batch_size,
+                                          lr, seed, wcfg.chunk,
+                                          log=lambda s: log(f"[warmup {name}] {s}"))
+        meta = dict(config=asdict(wcfg), stage=name, seconds=time.time() - t0,
+                    final_loss=losses[-1])
+        save_checkpoint(path, params, meta)
+        return params, meta
+
+    zero = lambda stage_name: [(f, False, CORRUPTION[stage_name]) for f in ("answer", "trace")]
+    shots = [(f, True, CORRUPTION["icl"]) for f in ("answer", "trace")]
+    base, meta_b = stage("base", "base.npz", init_params(jax.random.PRNGKey(wcfg.seed), cfg),
+                         zero("base"), wcfg.base_steps, wcfg.lr, wcfg.seed)
+    inst, meta_i = stage("instruct", "instruct.npz", base, zero("instruct") + shots,
+                         wcfg.instruct_steps, wcfg.lr * 0.5, wcfg.seed + 1)
+    iclp, meta_c = stage("icl", wcfg.icl_file, inst, shots, wcfg.icl_steps, wcfg.lr * 0.5,
+                         wcfg.seed + 2)
+    out = {name: (LMPolicy(params, apply_fn, sample_fn), icl)
+           for name, params, icl in (("base", base, False), ("instruct", inst, False),
+                                     ("icl", iclp, True), ("instruct+shots", inst, True))}
     return out, dict(base=meta_b, instruct=meta_i, icl=meta_c, cache=str(cache))
