@@ -31,8 +31,14 @@ def test_lm_mse_quick_matches_theory(out):
     rep = lm_mse.report(d)
     # the theory checks pass; the accuracy order is a property of the trained policies and is
     # gated by the full setting only (the quick model is tiny)
-    assert rep["passed"] == all(lm_mse.accuracy_order(lm_mse._load(d, accuracies=True)).values())
-    assert "Policy accuracies" in rep["markdown"]
+    assert rep["passed"] and "Policy accuracies" in rep["markdown"]
+    full = df.assign(setting="full")
+    order = all(lm_mse.accuracy_order(lm_mse._load(d, accuracies=True)).values())
+    full_table = d.parent / "as_full"
+    full_table.mkdir(exist_ok=True)
+    pd.concat([full, lm_mse._load(d, accuracies=True).assign(setting="full")]).to_csv(
+        full_table / "table.csv", index=False)
+    assert lm_mse.report(full_table)["passed"] == order
     lm_mse.plot(d)
     assert (d / "lm_mse.png").exists()
 
