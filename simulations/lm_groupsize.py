@@ -12,7 +12,8 @@ Difficulty spread knob: ``TaskConfig.hard_fraction`` (share of two-digit questio
 :mod:`grpo_theory.lm.task`). The main sweep uses the task's default; a smaller sweep (one budget,
 fewer seeds) repeats the study with the *same* starting policy on training and evaluation
 questions drawn at other hard fractions, and reports how the pass-rate spread, the predicted G*
-and the empirical best G move with it.
+and the empirical best G move with it. A third sweep runs the practical variant (``PRACTICAL``:
+std-normalised advantages, clipped multi-epoch updates) at one budget next to Algorithm 1.
 """
 
 from __future__ import annotations

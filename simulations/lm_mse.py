@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.lm.gradmse import gradient_mse_study
-from grpo_theory.lm.task import TaskConfig, eval_set
+from grpo_theory.lm.grpo import exact_accuracy
+from grpo_theory.lm.task import TaskConfig, encode_prompts, eval_set, target_responses
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, three_policies
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.results import CellStore, Progress
@@ -43,7 +44,8 @@ SETTINGS = {
     # quick: a tiny model on the two one-operation categories with single-digit operands, so it
     # learns something within seconds (rewards are not all zero); the checks hold for any policy
     "quick": dict(warmup=WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
-                                      instruct_steps=150, icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
+                                      instruct_steps=150, icl_steps=200, batch_size=64, chunk=25,
+                                      lr=1e-2,
                                       task=TaskConfig(hard_fraction=0.0,
                                                       category_probs=(0, 0, 0.5, 0.5, 0))),
                   n_questions=40, group_sizes=(4, 8, 16), n_reps=8, n_ref=32, chunk=128),
@@ -74,7 +76,8 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     else:
         t0 = time.time()
         rows = policy_accuracies(pols, eval_set(cfg["warmup"].task), seed)
-        store.write("accuracy", [dict(r, seconds=time.time() - t0, icl_steps=cfg["warmup"].icl_steps)
+        icl_steps = cfg["warmup"].icl_steps
+        store.write("accuracy", [dict(r, seconds=time.time() - t0, icl_steps=icl_steps)
                                  for r in rows], config=config)
         prog.step("accuracy " + " ".join(f"{r['policy']}={r['J_answer']:.3f}" for r in rows))
     for k, (pname, fmt) in enumerate(cells):
@@ -104,9 +107,6 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 def policy_accuracies(pols, questions, seed: int, n_samples: int = 4) -> list[dict]:
     """Accuracy of every policy on the evaluation set: exact ``mean_x pi(y*|x)`` (answer-only)
     and sampled accuracy (``n_samples`` responses per question) in both formats."""
-    from grpo_theory.lm.grpo import exact_accuracy
-    from grpo_theory.lm.task import encode_prompts, target_responses
-
     rows = []
     for i, (pname, (pol, icl)) in enumerate(pols.items()):
         x = encode_prompts(questions, "answer", icl)
@@ -252,7 +252,8 @@ def report(out_dir: Path) -> dict:
         ref = ", ".join(f"{p}: {d.eps_ref.iloc[0]:.2g} ({d.eps_ref.iloc[0] / d.mse.min():.0%} of "
                         f"the smallest oracle MSE, {d.eps_ref.iloc[0] / d.grad_norm2.iloc[0]:.1%}"
                         " of ||grad J||^2)" for p, d in tr.groupby("policy", sort=False))
-        lines += ["", f"Trace format: grad J from {json.loads(tr.config.iloc[0])['n_ref']} reference responses "
+        n_ref = json.loads(tr.config.iloc[0])["n_ref"]
+        lines += ["", f"Trace format: grad J from {n_ref} reference responses "
                   "per question; its own squared error E||g_ref - grad J||^2 (estimated from two "
                   f"independent halves) is {ref}. It is subtracted from every measured squared "
                   "error, so the MSEs are unbiased for the error against the true grad J."]

@@ -7,9 +7,9 @@ e.g. ``grpo_std`` for the practical variant), and an Adam step on the surrogate
 The practical variant (``estimator="grpo_std"``, ``epochs > 1``, ``clip_eps``) reuses each batch
 for ``epochs`` full-batch Adam updates of the clipped surrogate :func:`clipped_objective`
 (token-level ratios to the sampling policy, summed over the response's tokens, as in PPO/GRPO
-implementations without per-sequence length normalisation). Steps run under ``lax.scan`` between checkpoints; at each checkpoint the held-out accuracy is the
-*exact* expected reward of the answer-only format, ``J = mean_x pi(y*|x)`` (teacher forcing, no
-sampling noise).
+implementations without per-sequence length normalisation). Steps run under ``lax.scan``
+between checkpoints; at each checkpoint the held-out accuracy is the *exact* expected reward
+of the answer-only format, ``J = mean_x pi(y*|x)`` (teacher forcing, no sampling noise).
 
 Predicted G* (Theorem 7, THEORY.md section 5) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,

@@ -29,7 +29,8 @@ from jax.flatten_util import ravel_pytree
 
 from .task import EOS, PAD
 
-__all__ = ["LMPolicy", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions", "generic_sample"]
+__all__ = ["LMPolicy", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
+           "generic_sample"]
 
 
 def response_mask(responses):
