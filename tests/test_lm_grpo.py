@@ -85,3 +85,13 @@ def test_train_grpo_practical_variant_and_bad_input(setup):
         grpo.train_grpo(pol, q, q, 32, 8, 4, (2,), 1e-3, seed=0, clip_eps=1.5)
     with pytest.raises(ValueError, match="group_size"):
         grpo.train_grpo(pol, q, q, 30, 8, 4, (2,), 1e-3, seed=0)
+
+
+def test_runs_of_the_same_shape_reuse_the_compiled_step(setup):
+    """A sweep calls train_grpo once per (N, G, seed): same shapes must not recompile (a new
+    executable per run grew memory until a long full sweep ran out of it)."""
+    pol, q, _, _, _ = setup
+    grpo.train_grpo(pol, q, q, 32, 8, 4, (2,), 1e-3, seed=0)
+    n = grpo._grpo_chunk._cache_size()
+    grpo.train_grpo(pol, q, q, 32, 8, 4, (2,), 1e-3, seed=1)
+    assert grpo._grpo_chunk._cache_size() == n

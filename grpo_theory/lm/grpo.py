@@ -19,7 +19,7 @@ Predicted G* (Theorem 7, THEORY.md section 5) at the starting policy, answer-onl
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +88,13 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
                 frac_V_above_95pct=float(np.mean(v > 0.95)))
 
 
+@lru_cache(maxsize=None)
+def _optimizer(lr: float):
+    """One optimiser object per learning rate: it is a static argument of the jitted chunk, so
+    a fresh object per run would recompile (and keep) a new executable for every run."""
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+
+
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
                                    "group", "n_steps", "epochs", "clip_eps"))
 def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, pool_x, pool_canon,
@@ -151,7 +158,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     pool_c = jnp.asarray(target_responses(pool, "answer"))
     ex = encode_prompts(eval_questions, "answer")
     ec = target_responses(eval_questions, "answer")
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+    opt = _optimizer(float(lr))
     params = policy.params
     opt_state = opt.init(params)
     key = jax.random.PRNGKey(seed)
