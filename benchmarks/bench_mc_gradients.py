@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.zoo import default_bandit
+from grpo_theory.problems import default_bandit
 
 
 def numpy_reference(problem, B, G, R, seed, chunk=20_000):

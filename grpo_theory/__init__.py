@@ -1,36 +1,74 @@
 """grpo-theory: the theory of GRPO as runnable, checked code.
 
-Float64 is switched on at import (``jax_enable_x64``): exact identities are tested to tight
-tolerances and need it.
+Layout (each stage imports only from the ones above it):
+
+* :mod:`grpo_theory.core` - enumerable policies, sampling, the estimator registry, exact and Monte
+  Carlo MSE, U-statistics, the scaling-law constants;
+* :mod:`grpo_theory.optim` - Algorithm 1 training and the optimisation theory (Lemma 6, Thm 8);
+* :mod:`grpo_theory.companions` - credit assignment, length weighting, DPPO pruning, packing;
+* :mod:`grpo_theory.lm` - the small language-model policy;
+* :mod:`grpo_theory.problems` - named example problems used by drivers, notebooks and tests;
+* :mod:`grpo_theory.experiments` - result tables, figures and the ``grpo-theory`` command.
+
+Importing the package is lazy (submodules load on first attribute access) and leaves JAX's global
+configuration alone: exact routines run in float64 inside a scoped ``jax.enable_x64``.
 """
 
-import jax as _jax
+from __future__ import annotations
 
-_jax.config.update("jax_enable_x64", True)
+import importlib
 
-from . import estimators, exact, montecarlo, policies, scaling, ustat  # noqa: E402
-from .estimators import (  # noqa: E402
-    STD_PRESETS, Estimator, PromptContext, available_estimators, compute_advantages,
-    get_estimator, grpo_std, prompt_baseline, register,
-)
-from .exact import (  # noqa: E402
-    enumerate_estimates, enumerated_moments, exact_gradient, exact_mse, exact_prompt_mse,
-    exact_prompt_mean_and_variance,
-)
-from .montecarlo import MCResult, estimate_gradient, mc_estimates, mc_mse, sample_groups  # noqa: E402
-from .policies import (  # noqa: E402
-    DiscreteProblem, LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, as_problem,
-)
-from .scaling import (  # noqa: E402
-    GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size, scaling_constants,
-)
-from .ustat import leading_order_mse, sigma_oracle  # noqa: E402
-from . import optimization  # noqa: E402  (issue 3, claims 4-5: Lemma 6, Theorem 8)
-from . import dppo, packing  # noqa: E402  (issue 4.3: DPPO pruning, dense packing)
+__version__ = "0.2.0"
 
-from . import training  # noqa: E402  (issue 3: Algorithm 1 training loop)
-from .training import TrainResult, train, train_schedules  # noqa: E402
+# public name -> module that defines it
+_ATTRS = {
+    # core
+    "DiscreteProblem": "core.policies", "SoftmaxBandit": "core.policies",
+    "LinearSoftmaxBandit": "core.policies", "SequencePolicy": "core.policies",
+    "as_problem": "core.policies",
+    "sample_groups": "core.sampling", "sample_from_uniforms": "core.sampling",
+    "STD_PRESETS": "core.estimators", "Estimator": "core.estimators",
+    "PromptContext": "core.estimators", "available_estimators": "core.estimators",
+    "compute_advantages": "core.estimators", "get_estimator": "core.estimators",
+    "grpo_std": "core.estimators", "prompt_baseline": "core.estimators",
+    "register": "core.estimators",
+    "enumerate_estimates": "core.exact", "enumerated_moments": "core.exact",
+    "exact_gradient": "core.exact", "exact_mse": "core.exact", "exact_prompt_mse": "core.exact",
+    "exact_prompt_mean_and_variance": "core.exact",
+    "MCResult": "core.montecarlo", "estimate_gradient": "core.montecarlo",
+    "mc_estimates": "core.montecarlo", "mc_mse": "core.montecarlo",
+    "GroupSizeOptimum": "core.scaling", "ScalingConstants": "core.scaling",
+    "budget_mse": "core.scaling", "optimal_group_size": "core.scaling",
+    "scaling_constants": "core.scaling",
+    "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
+    # training
+    "TrainResult": "optim.train", "train": "optim.train", "train_schedules": "optim.train",
+}
 
-from . import credit, length_weighting  # noqa: E402  (issue 4.1-4.2)
+# submodules reachable as attributes (old flat names kept as aliases)
+_MODULES = {
+    "core": "core", "optim": "optim", "companions": "companions", "lm": "lm",
+    "problems": "problems", "experiments": "experiments",
+    "policies": "core.policies", "sampling": "core.sampling", "estimators": "core.estimators",
+    "exact": "core.exact", "montecarlo": "core.montecarlo", "ustat": "core.ustat",
+    "scaling": "core.scaling", "training": "optim.train", "optimization": "optim.theory",
+    "credit": "companions.credit", "length_weighting": "companions.length_weighting",
+    "dppo": "companions.dppo", "packing": "companions.packing",
+}
 
-__version__ = "0.1.0"
+__all__ = sorted(_ATTRS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _ATTRS:
+        value = getattr(importlib.import_module(f".{_ATTRS[name]}", __name__), name)
+    elif name in _MODULES:
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
+    else:
+        raise AttributeError(f"module 'grpo_theory' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ATTRS) | set(_MODULES))

@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory import zoo
-from grpo_theory.plotting import plt
-from grpo_theory.training import train_schedules
+from grpo_theory import problems
+from grpo_theory.experiments.plotting import plt
+from grpo_theory.optim.train import train_schedules
 from simulations.scaling_law import optimum, scaling_bandit
 
 # %% [markdown]
@@ -42,7 +42,7 @@ from simulations.scaling_law import optimum, scaling_bandit
 # baselines of Table 1 for one prompt per batch (B = 1):
 
 # %%
-bandit = zoo.default_bandit()
+bandit = problems.default_bandit()
 c = gt.scaling_constants(bandit)
 Gs = [2, 4, 8, 16, 32, 64]
 exact = pd.DataFrame({est: [gt.exact_mse(bandit, est, G) for G in Gs]

@@ -3,7 +3,7 @@
 Common random numbers make differences of MSEs (e.g. GRPO minus oracle, which is O(G^-2) while
 each MSE is O(1/G)) measurable: the per-replicate difference of squared errors has a far smaller
 variance than the difference of two independent estimates. Sampling and the estimates reuse
-:func:`grpo_theory.montecarlo.sample_groups` / :func:`estimate_gradient`; prompt-only baselines
+:func:`grpo_theory.core.montecarlo.sample_groups` / :func:`estimate_gradient`; prompt-only baselines
 ``b(x)`` are passed as an array (n_b, P) and evaluated in one vectorised einsum.
 """
 
@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from grpo_theory.estimators import get_estimator
-from grpo_theory.montecarlo import Z95, estimate_gradient, sample_groups
-from grpo_theory.policies import as_problem
+from grpo_theory.core.estimators import get_estimator
+from grpo_theory.core.montecarlo import Z95, estimate_gradient, sample_groups
+from grpo_theory.core.policies import as_problem
 
 
 @partial(jax.jit, static_argnames=("ests", "batch_size", "group_size", "chunk", "n_chunks"))

@@ -27,9 +27,9 @@ import pandas as pd
 import scipy.stats
 import statsmodels.api as sm
 
-from grpo_theory import optimization as opt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress, atomic_write_csv
+from grpo_theory.optim import theory as opt
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
 
 NAME = "asymptotic-distribution"
 CLAIM = ("Theorem 8: n*Delta_n -> weighted chi-square mixture with the beta^2-corrected Lyapunov "

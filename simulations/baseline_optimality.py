@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
 from simulations._paired import mean_ci, paired_squared_errors
 

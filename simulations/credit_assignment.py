@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory import credit as C
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
-from grpo_theory.zoo import sequence_policy
+from grpo_theory.companions import credit as C
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.problems import sequence_policy
 
 NAME = "credit-assignment"
 CLAIM = ("outcome reward: tokens share the response's advantage; binary group gradient = "
@@ -293,7 +293,7 @@ def report(out_dir: Path) -> dict:
     sp = pd.read_csv(out_dir / "sparsity.csv")
     bl = pd.read_csv(out_dir / "baseline.csv")
     b = idt[idt.check == "binary_identity"]
-    L = ["Tabular sequence policy (`zoo.sequence_policy`, 3 prompts, vocab 2 + EOS, horizon 4, "
+    L = ["Tabular sequence policy (`problems.sequence_policy`, 3 prompts, vocab 2 + EOS, horizon 4, "
          "Bernoulli rewards) and a tiny MLP softmax sequence policy (16 tanh units, binary "
          "rewards). Advantages std-normalised (ddof 1, eps 1e-6) unless stated.", "",
          f"* Token-level gradient (autodiff of sum_t A_i log pi(y_t|.)) = A_i s(y_i): max error "

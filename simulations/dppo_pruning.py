@@ -1,6 +1,6 @@
 """DPPO: random pruning with 1/q rescaling is unbiased; four negative controls are biased.
 
-Four parts, each checked against exact enumeration (``grpo_theory.dppo``):
+Four parts, each checked against exact enumeration (``grpo_theory.companions.dppo``):
 
 1. *Given a batch* (the difficulty policy, B = 2 prompts x G = 4 completions, D = 144): every one
    of the 2^10 prompt/completion masks is enumerated in float64; DPPO's mask expectation equals
@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory import dppo
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress, atomic_write_csv
+from grpo_theory.companions import dppo
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
 
 NAME = "dppo-pruning"
 CLAIM = ("DPPO pruning with 1/q rescaling and full-group advantages is exactly unbiased (all masks "

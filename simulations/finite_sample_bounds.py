@@ -1,6 +1,6 @@
 """Claim 4 (Lemma 6): simulated E[Delta_n] stays below both finite-sample bounds.
 
-Problem: the Gaussian-action bandit ``grpo_theory.optimization.default_gaussian_bandit`` (3
+Problem: the Gaussian-action bandit ``grpo_theory.optim.theory.default_gaussian_bandit`` (3
 prompts, d = 2; J concave quadratic with ``L = 0.956``, PL constant ``mu = 0.544``, interior
 maximiser). Algorithm 1 with B = 2 prompts x G = 4 actions per step, estimators oracle / grpo /
 vanilla, started at ``theta* + (1, -1)`` (Delta_0 = 0.55), for
@@ -9,7 +9,7 @@ vanilla, started at ``theta* + (1, -1)`` (Delta_0 = 0.55), for
   (4 mu beta - 2 L mu beta^2)``;
 * (b) the step ``beta / i`` with ``beta = 1.2`` in ``(1/(2 mu), 2/L]``: bound
   ``max((1+eps) L beta^2 M / ((4 mu beta - 2) n), c/n)`` for ``n >= n0`` (eps = 0.1; ``c`` and
-  ``n0`` made explicit in :func:`grpo_theory.optimization.lemma6_decreasing_bound`).
+  ``n0`` made explicit in :func:`grpo_theory.optim.theory.lemma6_decreasing_bound`).
 
 ``M``: the Gaussian bandit's score is unbounded, so the global sup of the MSE is infinite; the
 lemma's proof uses the MSE only at the iterates, so ``M`` here is the exact sup of ``tr Gamma``
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory import optimization as opt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.optim import theory as opt
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 
 NAME = "finite-sample-bounds"
 CLAIM = "Lemma 6: simulated E[Delta_n] stays below the constant-step and beta/i bounds"

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory import length_weighting as LW
-from grpo_theory.estimators import PromptContext
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.companions import length_weighting as LW
+from grpo_theory.core.estimators import PromptContext
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 
 NAME = "length-weighting"
 CLAIM = ("f_alpha(L)=L^(alpha-1): alpha=1 unbiased, alpha<1 ascends E[f(L)(r-b)]; no alpha is "

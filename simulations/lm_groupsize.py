@@ -28,8 +28,8 @@ import pandas as pd
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig, three_policies
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 
 from .lm_mse import SETTINGS as MSE_SETTINGS
 from .lm_mse import cache_dir

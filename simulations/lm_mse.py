@@ -27,8 +27,8 @@ from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy
 from grpo_theory.lm.task import TaskConfig, encode_prompts, eval_set, target_responses
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, three_policies
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 
 NAME = "lm-mse"
 CLAIM = ("small transformer, 500 arithmetic questions: MSE ~ 1/G, grpo -> oracle, and the "

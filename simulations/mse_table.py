@@ -1,6 +1,6 @@
 """Exact vs Monte Carlo MSE of the four main estimators over G (issue: core engine).
 
-For the default bandit (``grpo_theory.zoo.default_bandit``) and G in {2, 4, ..., 64}, computes
+For the default bandit (``grpo_theory.problems.default_bandit``) and G in {2, 4, ..., 64}, computes
 the exact MSE (closed form) of vanilla / grpo / grpo_mean / oracle with B = 1 and a Monte Carlo
 estimate with its 95% CI. PASS when every exact value lies within 4 standard errors of the
 Monte Carlo estimate (a 4-sigma band: with 24 cells a 95% band would fail by chance too often).
@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
-from grpo_theory.zoo import default_bandit
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.problems import default_bandit
 
 NAME = "mse-table"
 CLAIM = "exact finite-G MSE of vanilla/grpo/grpo_mean/oracle equals Monte Carlo (core engine)"

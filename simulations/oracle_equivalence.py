@@ -1,7 +1,7 @@
 r"""Claim 1 — oracle equivalence of GRPO's gradient (Theorem 2, Proposition 3, Corollary 4).
 
 For three problems (tabular softmax bandit, prompt-sharing linear softmax bandit, enumerable
-sequence policy; :mod:`grpo_theory.zoo`) and G in a grid, B = 1:
+sequence policy; :mod:`grpo_theory.problems`) and G in a grid, B = 1:
 
 * exact MSE of vanilla / grpo / oracle (closed forms) and a Monte Carlo estimate with a 95% CI;
   all three estimators are evaluated on the *same* draws, so the gap GRPO - oracle is estimated
@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
-from grpo_theory import zoo
+from grpo_theory import problems
 from simulations._paired import mean_ci, paired_squared_errors
 
 NAME = "oracle-equivalence"
@@ -39,9 +39,9 @@ CLAIM = "GRPO's gradient MSE -> oracle's; gap = c3/(G(G-1)) ~ G^-2 (Thm 2, Prop 
 ORDER = 20
 ESTIMATORS = ("vanilla", "grpo", "oracle")
 PROBLEMS = {
-    "softmax": ("default_bandit()", zoo.default_bandit),
-    "linear": ("linear_bandit()", zoo.linear_bandit),
-    "sequence": ("sequence_policy()", zoo.sequence_policy),
+    "softmax": ("default_bandit()", problems.default_bandit),
+    "linear": ("linear_bandit()", problems.linear_bandit),
+    "sequence": ("sequence_policy()", problems.sequence_policy),
 }
 Z_TOL = 4.0
 N_FIT = 4  # the slope is fitted over the N_FIT largest group sizes

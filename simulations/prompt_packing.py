@@ -1,6 +1,6 @@
 """Dense prompt packing: window-greedy packing vs naive padding, and exact loss equivalence.
 
-Two parts (``grpo_theory.packing``):
+Two parts (``grpo_theory.companions.packing``):
 
 1. *Density*: sequence lengths (prompt + response tokens) from three length distributions are
    packed into rows of ``capacity`` tokens by the window-greedy packer for several window sizes;
@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from grpo_theory import packing as pk
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress, atomic_write_csv
+from grpo_theory.companions import packing as pk
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
 
 NAME = "prompt-packing"
 CLAIM = ("window-greedy dense packing raises valid-token density over naive padding; packed and "

@@ -16,7 +16,7 @@ value (about 6 at theta0 = 0 and 8 at theta*), visible on a grid of G that divid
 2. **Gradient MSE under a fixed budget N = BG.** For several N, exact N*MSE(G) with B = N/G from
    ``gt.exact_mse`` (closed-form route) and Monte Carlo (``gt.mc_mse``) with a 95% CI. The exact
    argmin must equal the prediction and not move with N; the Monte Carlo argmin must equal it too.
-3. **Training outcome.** Algorithm 1 (:func:`grpo_theory.training.train_schedules`) from theta0
+3. **Training outcome.** Algorithm 1 (:func:`grpo_theory.optim.train.train_schedules`) from theta0
    with GRPO, mean exact suboptimality gap Delta_n after n steps over many seeds, for both
    schedules (constant eta = 0.5; eta_t = 10/(t + 40), with 10 * lambda_min(-H*) > 1/2), under
    (a) a per-step budget N = BG = 64 (B = N/G, n fixed) and (b) a total budget T = n B G with B = 16
@@ -36,10 +36,10 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
-from grpo_theory.training import exact_objective, maximise, train_schedules
+from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 
 NAME = "scaling-law"
 CLAIM = "G* = 1 + sqrt(c3/c1) minimises the fixed-budget gradient MSE for every N; training (Thm 7)"

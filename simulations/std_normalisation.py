@@ -43,10 +43,10 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
-from grpo_theory.results import CellStore, Progress
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
-from grpo_theory.training import exact_objective, maximise, train
+from grpo_theory.optim.train import exact_objective, maximise, train
 from simulations.scaling_law import scaling_bandit
 
 NAME = "std-normalisation"

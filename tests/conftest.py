@@ -2,7 +2,12 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import grpo_theory  # noqa: E402,F401  (enables float64 before any test builds arrays)
+import jax  # noqa: E402
+
+# The test process opts into float64 itself (the package never changes JAX's configuration on
+# import; tests/test_precision.py checks that the public routines are float64 without this).
+jax.config.update("jax_enable_x64", True)
+
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", deadline=None, max_examples=40, derandomize=True)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import grpo_theory as gt
-from grpo_theory import zoo
+from grpo_theory import problems
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_exact_group_size_is_brute_force_argmin(seed, P, K, scale):
     assert o.exact == Gs[int(np.argmin(vals))]
 
 
-@pytest.mark.parametrize("make", [zoo.default_bandit, zoo.linear_bandit, zoo.sequence_policy])
+@pytest.mark.parametrize("make", [problems.default_bandit, problems.linear_bandit, problems.sequence_policy])
 def test_scaling_constants_give_exact_grpo_mse(make):
     b = make()
     c = gt.scaling_constants(b)

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo_theory as gt
-from grpo_theory import credit as C
-from grpo_theory.zoo import default_bandit, sequence_policy
+from grpo_theory.companions import credit as C
+from grpo_theory.problems import default_bandit, sequence_policy
 
 TOL = 1e-12
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo_theory as gt
-from grpo_theory import dppo
+from grpo_theory.companions import dppo
 
 SMALL = gt.SoftmaxBandit(np.array([[0.3, -0.2, 0.9], [1.0, 0.0, -1.0]]),
                          np.array([[0.2, 0.9, 0.5], [1.0, 0.0, 0.4]]), prompt_probs=[0.3, 0.7])

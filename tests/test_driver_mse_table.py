@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from grpo_theory import cli
+from grpo_theory.experiments import cli
 
 
 def test_mse_table_quick(tmp_path):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import grpo_theory as gt
-from grpo_theory.ustat import grpo_loo_estimate, grpo_ustat_estimate
+from grpo_theory.core.ustat import grpo_loo_estimate, grpo_ustat_estimate
 
 # rewards on a 1/8 grid: real rewards are discrete, and a grid keeps affine maps away from the
 # catastrophic cancellation that float64 cannot avoid (spreads of 1e-9 on values of order 1)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory.zoo import default_bandit, linear_bandit, sequence_policy
+from grpo_theory.problems import default_bandit, linear_bandit, sequence_policy
 
 SMALL = gt.SoftmaxBandit.random(jax.random.PRNGKey(3), 2, 2)
 SMALL3 = gt.SoftmaxBandit(np.array([[0.3, -0.2, 0.9], [1.0, 0.0, -1.0]]),

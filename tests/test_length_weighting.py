@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_theory import length_weighting as LW
+from grpo_theory.companions import length_weighting as LW
 
 TOL = 1e-13
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory.zoo import linear_bandit, sequence_policy
+from grpo_theory.problems import linear_bandit, sequence_policy
 
 Z = 4.0  # many comparisons: a 4-sigma band keeps the fixed-seed suite far from chance failures
 BANDITS = {

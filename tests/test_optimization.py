@@ -1,4 +1,4 @@
-"""Unit tests of grpo_theory.optimization: exact quantities, covariances, Lyapunov weights,
+"""Unit tests of grpo_theory.optim.theory: exact quantities, covariances, Lyapunov weights,
 the chi-square mixture, Lemma 6 bounds, Algorithm 1 and input validation."""
 
 import jax
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grpo_theory  # noqa: F401  (float64)
-from grpo_theory import optimization as opt
+from grpo_theory.optim import theory as opt
 
 P = opt.default_gaussian_bandit()
 C = opt.problem_constants(P)

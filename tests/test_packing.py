@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from grpo_theory import packing as pk
+from grpo_theory.companions import packing as pk
 
 
 def reference_pack(lengths, capacity, window):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory.zoo import default_bandit, linear_bandit, sequence_policy
+from grpo_theory.problems import default_bandit, linear_bandit, sequence_policy
 
 
 def test_softmax_scores_are_indicator_minus_probs():

@@ -1,19 +1,19 @@
-"""Algorithm 1 (grpo_theory.training): invariants, exactness of the logged gap, vmap, errors."""
+"""Algorithm 1 (grpo_theory.optim.train): invariants, exactness of the logged gap, vmap, errors."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory import zoo
-from grpo_theory.training import (exact_objective, max_objective, maximise, step_sizes, train,
+from grpo_theory import problems
+from grpo_theory.optim.train import (exact_objective, max_objective, maximise, step_sizes, train,
                                   train_schedules)
 from simulations.scaling_law import scaling_bandit
 
 
 @pytest.fixture(scope="module")
 def bandit():
-    return zoo.default_bandit()
+    return problems.default_bandit()
 
 
 def test_eta_zero_keeps_theta_and_objective(bandit):
@@ -89,7 +89,7 @@ def test_training_improves_the_objective(bandit):
 
 
 def test_sequence_policy_trains_and_sup_is_best_response():
-    pol = zoo.sequence_policy()
+    pol = problems.sequence_policy()
     mu = np.asarray(pol.reward_means)
     assert max_objective(pol) == pytest.approx(float(np.asarray(pol.prompt_probs) @ mu.max(1)))
     r = train(pol, "grpo", 2, 4, 20, eta=1.0, seeds=[0, 1], log_every=10)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory.ustat import (grpo_kernel, hoeffding_exact, hoeffding_mc, prompt_mean_and_variance,
+from grpo_theory.core.ustat import (grpo_kernel, hoeffding_exact, hoeffding_mc, prompt_mean_and_variance,
                                u_statistic, ustat_variance)
 
 ATOMS = jnp.array([0.0, 1.0, 3.0])

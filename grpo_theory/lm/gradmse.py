@@ -30,8 +30,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ..estimators import compute_advantages
-from ..montecarlo import summarize_squared_errors
+from ..core.estimators import compute_advantages
+from ..core.montecarlo import summarize_squared_errors
 from .policy import LMPolicy
 from .task import RESPONSE_LEN, encode_prompts, reward, target_responses
 

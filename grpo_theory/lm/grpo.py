@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..estimators import PromptContext, get_estimator
-from ..scaling import ScalingConstants, budget_mse
+from ..core.estimators import PromptContext, get_estimator
+from ..core.scaling import ScalingConstants, budget_mse
 from .gradmse import exact_answer_quantities
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from .task import RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses

@@ -225,3 +225,8 @@ def toy_lm_loss(params, tokens, segment_ids, positions, token_weights):
 
 #: ``jit(value_and_grad(toy_lm_loss))``, shared so that callers reuse one compilation per shape.
 toy_lm_value_and_grad = jax.jit(jax.value_and_grad(toy_lm_loss))
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -81,6 +81,14 @@ def write_report(out: Path, experiments: dict, timings: dict | None = None) -> P
 
 
 def main(argv=None) -> int:
+    """Entry point of ``grpo-theory``; the drivers run in float64 (scoped to this call)."""
+    import jax
+
+    with jax.enable_x64(True):
+        return _main(argv)
+
+
+def _main(argv=None) -> int:
     experiments = discover()
     parser = argparse.ArgumentParser(prog="grpo-theory", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)

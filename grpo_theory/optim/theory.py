@@ -43,8 +43,8 @@ import scipy.optimize
 import scipy.special
 import scipy.stats
 
-from . import _validation as V
-from .estimators import Estimator, PromptContext, get_estimator
+from .. import _validation as V
+from ..core.estimators import Estimator, PromptContext, get_estimator
 
 __all__ = [
     "GaussianBandit", "gaussian_bandit", "default_gaussian_bandit", "scalar_gaussian_bandit",
@@ -675,3 +675,8 @@ def sample_mixture(key, weights, n: int) -> np.ndarray:
     V.positive_int("n", n, 1)
     z = jax.random.normal(key, (n, w.size))
     return np.asarray((z**2) @ jnp.asarray(w))
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

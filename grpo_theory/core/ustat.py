@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
+from .. import _validation as V
 from .policies import DiscreteProblem
 
 __all__ = [
@@ -304,3 +304,8 @@ def leading_order_mse(problem: DiscreteProblem, estimator: str, group_size: int,
 def sigma_oracle(problem: DiscreteProblem) -> jnp.ndarray:
     """Asymptotic per-sample covariance ``E_X Sigma_or(X)`` (D, D); Theorem 2's ``Sigma``."""
     return jnp.tensordot(problem.prompt_probs, problem.oracle_covariances(), axes=1)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -76,3 +76,8 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
     cands = {max(2, floor(cont)), max(2, floor(cont) + 1)}
     best = min(sorted(cands), key=lambda G: float(budget_mse(c, G)))
     return GroupSizeOptimum(r, cont, int(best), c)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

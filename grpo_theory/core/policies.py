@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
+from .. import _validation as V
+from .sampling import sample_groups
 
 __all__ = [
     "DiscreteProblem",
@@ -176,8 +177,6 @@ class _EnumerablePolicy:
 
     def sample_groups(self, key, batch_size: int, group_size: int):
         """Draw B prompts ~ f and G responses each with rewards. Returns (x, y, z)."""
-        from .montecarlo import sample_groups
-
         return sample_groups(key, self.problem(), batch_size, group_size)
 
 
@@ -341,3 +340,8 @@ def as_problem(policy_or_problem) -> DiscreteProblem:
         f"got {type(policy_or_problem).__name__}"
     )
 
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals(), classes=(_EnumerablePolicy,))

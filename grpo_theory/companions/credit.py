@@ -41,11 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
-from .estimators import PromptContext, get_estimator
-from .exact import exact_mse
-from .montecarlo import sample_groups
-from .policies import SequencePolicy, _EnumerablePolicy, as_problem
+from .. import _validation as V
+from ..core.estimators import PromptContext, get_estimator
+from ..core.exact import exact_mse
+from ..core.montecarlo import sample_groups
+from ..core.policies import SequencePolicy, _EnumerablePolicy, as_problem
 
 __all__ = [
     "token_scores", "token_advantages", "token_level_gradient", "sequence_level_gradient",
@@ -564,3 +564,8 @@ def score_reward_correlation(problem) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt(va * vm)
 
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

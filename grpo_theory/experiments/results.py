@@ -22,7 +22,7 @@ __all__ = ["CellStore", "atomic_write_text", "atomic_write_csv", "Progress", "pa
 
 
 def package_version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 

@@ -22,7 +22,7 @@ from math import comb
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
+from .. import _validation as V
 from .estimators import PromptContext, get_estimator
 from .policies import DiscreteProblem, as_problem
 from .ustat import exact_mse_closed_form, minibatch_mse
@@ -194,3 +194,8 @@ def enumerated_moments(bandit, estimator, group_size: int, batch_size: int = 1):
     mean = prob @ vals
     mse = prob @ jnp.sum((vals - problem.gradient()) ** 2, axis=1)
     return mean, float(mse)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -53,10 +53,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
-from .estimators import PromptContext, get_estimator
-from .montecarlo import sample_groups
-from .policies import SequencePolicy
+from .. import _validation as V
+from ..core.estimators import PromptContext, get_estimator
+from ..core.montecarlo import sample_groups
+from ..core.policies import SequencePolicy
 
 __all__ = [
     "length_weights", "AGGREGATION_MODES", "mode_alpha", "mode_coefficients",
@@ -461,3 +461,8 @@ class _Static:
 
     def __getattr__(self, name):
         return getattr(self._p, name)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

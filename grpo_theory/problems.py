@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 
 __all__ = ["default_bandit", "linear_bandit", "sequence_policy"]
 
@@ -39,3 +39,8 @@ def sequence_policy(seed: int = 11, n_prompts: int = 3, vocab_size: int = 2,
     params = 0.8 * np.asarray(jax.random.normal(
         jax.random.PRNGKey(seed), (n_prompts, horizon, vocab_size + 1, vocab_size + 1)))
     return SequencePolicy(params, reward, vocab_size, horizon, eos=True)
+
+
+from ._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
-from .estimators import get_estimator
-from .montecarlo import estimate_gradient, sample_groups
-from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+from .. import _validation as V
+from ..core.estimators import get_estimator
+from ..core.montecarlo import estimate_gradient, sample_groups
+from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 
 __all__ = ["TrainResult", "train", "train_schedules", "max_objective", "exact_objective",
            "maximise", "step_sizes", "SCHEDULES"]
@@ -235,3 +235,8 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
             config=dict(estimator=est.name, batch_size=B, group_size=G, n_steps=n,
                         eta=float(eta), schedule=sch, offset=float(off), log_every=every)))
     return out
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -20,37 +20,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
+from .. import _validation as V
 from .estimators import Estimator, PromptContext, get_estimator
 from .policies import DiscreteProblem, as_problem
+from .sampling import sample_from_uniforms, sample_groups
 
-__all__ = ["sample_groups", "sample_from_uniforms", "estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
+__all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
            "summarize_squared_errors"]
 
 Z95 = 1.959963984540054
-
-
-def _inverse_cdf(cdf, u):
-    """Index i with cdf[i-1] <= u < cdf[i] (last index if rounding leaves u >= cdf[-1])."""
-    return jnp.minimum(jnp.sum(u[..., None] >= cdf, axis=-1), cdf.shape[-1] - 1)
-
-
-def sample_from_uniforms(problem: DiscreteProblem, ux, uy, uz):
-    """Inverse-CDF sampling from uniforms ``ux`` (..., B), ``uy`` and ``uz`` (..., B, G)."""
-    x = _inverse_cdf(jnp.cumsum(problem.prompt_probs), ux)
-    cdf = jnp.cumsum(problem.probs, axis=1)
-    y = _inverse_cdf(cdf[x][..., None, :], uy)
-    z = (uz < problem.reward_means[x[..., None], y]).astype(jnp.float64)
-    return x, y, z
-
-
-def sample_groups(key, problem: DiscreteProblem, batch_size: int, group_size: int):
-    """Draw prompts ``x`` (B,), responses ``y`` (B, G) and binary rewards ``z`` (B, G)."""
-    kx, ky, kz = jax.random.split(key, 3)
-    return sample_from_uniforms(
-        problem, jax.random.uniform(kx, (batch_size,)),
-        jax.random.uniform(ky, (batch_size, group_size)),
-        jax.random.uniform(kz, (batch_size, group_size)))
 
 
 def _context(problem: DiscreteProblem, x) -> PromptContext:
@@ -184,3 +162,8 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     mse, se, lo, hi = summarize_squared_errors(err2)
     return MCResult(est.name, group_size, batch_size, n_reps, seed, mse, se, lo, hi, mean,
                     mean - np.asarray(problem.gradient()), trace_cov)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

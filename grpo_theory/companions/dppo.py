@@ -37,11 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _validation as V
-from .estimators import Estimator, PromptContext, get_estimator
-from .exact import exact_mse
-from .montecarlo import sample_groups, summarize_squared_errors
-from .policies import DiscreteProblem, as_problem
+from .. import _validation as V
+from ..core.estimators import Estimator, PromptContext, get_estimator
+from ..core.exact import exact_mse
+from ..core.montecarlo import sample_groups, summarize_squared_errors
+from ..core.policies import DiscreteProblem, as_problem
 
 __all__ = [
     "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
@@ -538,7 +538,7 @@ def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horiz
     nearly always wrong to nearly always right, so many groups have all-equal rewards (zero
     advantage), as in RL on reasoning data; longer responses are slightly more often correct.
     Reward mean = clip(d_x + 0.06 (#token 1) + 0.02 (length - 2), 0, 1)."""
-    from .policies import SequencePolicy
+    from ..core.policies import SequencePolicy
 
     d = np.asarray(difficulties, dtype=np.float64)
 
@@ -549,3 +549,8 @@ def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horiz
     params = 0.7 * np.asarray(jax.random.normal(jax.random.PRNGKey(seed),
                                                 (d.size, horizon, 3, 3)))
     return SequencePolicy(params, reward, 2, horizon, eos=True)
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())

@@ -1,0 +1,1 @@
+"""The companion papers: credit assignment, length weighting, DPPO pruning, dense packing."""

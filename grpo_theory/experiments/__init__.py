@@ -1,0 +1,1 @@
+"""Experiment infrastructure: tidy result tables, figures and the ``grpo-theory`` command."""
