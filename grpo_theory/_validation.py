@@ -1,24 +1,121 @@
-"""Input checks shared by the library: every failure is a ``ValueError`` naming the argument."""
+"""Input checks shared by the library.
+
+Every failure is a ``ValueError`` (or ``TypeError`` for a wrong kind of object) that names the
+argument and says what is allowed. Integers may be Python, NumPy or 0-d JAX integers; booleans,
+floats, complex numbers and strings are refused where an integer or a real array is expected.
+"""
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
+__all__ = [
+    "finite_array", "real_array", "unit_interval", "probability_vector", "same_shape",
+    "positive_int", "integer", "seed_key", "group_run", "check_memory", "GiB",
+]
 
-def finite_array(name: str, value, ndim: int | None = None) -> np.ndarray:
-    """Return ``value`` as a float64 array, rejecting NaN/inf and (optionally) a wrong rank."""
-    arr = np.asarray(value, dtype=np.float64)
+GiB = 2**30
+#: default memory a single route may allocate before it refuses with a ValueError
+MEMORY_LIMIT = 4 * GiB
+#: tolerance within which a value just outside [0, 1] (rounding) is accepted and clipped
+UNIT_TOL = 1e-9
+
+
+def integer(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as a Python int: Python/NumPy ints and 0-d integer arrays (JAX included).
+
+    Raises ``ValueError`` for bools, floats (also integral ones such as ``8.0``), strings or
+    arrays of another shape, and for values outside ``[minimum, maximum]``.
+    """
+    ok = False
+    if isinstance(value, (bool, np.bool_)):
+        ok = False
+    elif isinstance(value, numbers.Integral):
+        ok = True
+    elif hasattr(value, "dtype") and hasattr(value, "shape") and np.shape(value) == ():
+        ok = np.issubdtype(np.dtype(value.dtype), np.integer)
+    if not ok:
+        rng = f" >= {minimum}" if minimum is not None else ""
+        raise ValueError(f"{name} must be an integer{rng}, got {value!r} "
+                         f"({type(value).__name__})")
+    out = int(value)
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {out}")
+    if maximum is not None and out > maximum:
+        raise ValueError(f"{name} must be an integer <= {maximum}, got {out}")
+    return out
+
+
+def positive_int(name: str, value, minimum: int = 1) -> int:
+    """An integer ``>= minimum`` (see :func:`integer`)."""
+    return integer(name, value, minimum)
+
+
+def seed_key(seed=0, key=None):
+    """A JAX PRNG key from ``key`` if given, else from any Python/NumPy integer ``seed``.
+
+    Seeds in ``[0, 2**32)`` give ``jax.random.PRNGKey(seed)`` (so results match earlier
+    versions); other integers, negative or up to any size, are reduced the same way everywhere:
+    the low 32 bits make the key and each further 32-bit word is folded in.
+    """
+    import jax
+
+    if key is not None:
+        return key
+    s = integer("seed", seed)
+    u = s % (2**64) if -(2**63) <= s < 2**64 else s
+    if u < 0:
+        u = -u  # beyond 64 bits: any fixed reduction is fine, keep it deterministic
+    k = jax.random.PRNGKey(u & 0xFFFFFFFF)
+    u >>= 32
+    while u:
+        k = jax.random.fold_in(k, u & 0xFFFFFFFF)
+        u >>= 32
+    return k
+
+
+def real_array(name: str, value, ndim: int | None = None, allow_empty: bool = False) -> np.ndarray:
+    """``value`` as a float64 array; refuses strings, complex, objects, NaN/inf, wrong rank, empty.
+
+    Args:
+        name: the argument's name, for the error message.
+        value: array-like of real numbers (bools and integers are converted).
+        ndim: required rank, or ``None``.
+        allow_empty: accept arrays with a zero-length axis.
+    """
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be an array of real numbers, got a string")
+    try:
+        raw = np.asarray(value)
+    except Exception as exc:  # ragged nested lists etc.
+        raise ValueError(f"{name} must be an array of real numbers ({exc})") from None
+    if raw.dtype.kind == "c":
+        raise ValueError(f"{name} must be real, got complex values (dtype {raw.dtype})")
+    if raw.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must be an array of real numbers, got dtype {raw.dtype}")
+    arr = raw.astype(np.float64)
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must be a {ndim}-d array, got shape {arr.shape}")
+    if not allow_empty and arr.size == 0 and arr.ndim > 0:
+        raise ValueError(f"{name} must not be empty, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite (no NaN or inf)")
     return arr
 
 
-def unit_interval(name: str, arr: np.ndarray) -> np.ndarray:
-    if np.any(arr < 0.0) or np.any(arr > 1.0):
-        raise ValueError(f"{name} must lie in [0, 1], got values in [{arr.min():g}, {arr.max():g}]")
-    return arr
+def finite_array(name: str, value, ndim: int | None = None) -> np.ndarray:
+    """A non-empty finite real float64 array (see :func:`real_array`)."""
+    return real_array(name, value, ndim=ndim)
+
+
+def unit_interval(name: str, arr: np.ndarray, tol: float = UNIT_TOL) -> np.ndarray:
+    """Entries in [0, 1]; values within ``tol`` outside (rounding) are clipped onto the interval."""
+    lo, hi = float(np.min(arr)), float(np.max(arr))
+    if lo < -tol or hi > 1.0 + tol:
+        raise ValueError(f"{name} must lie in [0, 1], got values in [{lo!r}, {hi!r}]")
+    return np.clip(arr, 0.0, 1.0)
 
 
 def probability_vector(name: str, value, size: int | None = None, atol: float = 1e-9) -> np.ndarray:
@@ -38,20 +135,31 @@ def same_shape(name: str, arr: np.ndarray, shape: tuple[int, ...], other: str) -
         raise ValueError(f"{name} must have shape {tuple(shape)} to match {other}, got {arr.shape}")
 
 
-def positive_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
-    return int(value)
+def check_memory(route: str, n_bytes: float, alternative: str, limit: float | None = None) -> None:
+    """Refuse a route whose estimated allocation exceeds ``limit`` (default 4 GiB).
+
+    Args:
+        route: what would allocate (named in the message).
+        n_bytes: the estimated size in bytes.
+        alternative: the route, chunk size or method that fits, for the message.
+        limit: bytes allowed (default :data:`MEMORY_LIMIT`).
+    """
+    limit = MEMORY_LIMIT if limit is None else limit
+    if n_bytes > limit:
+        raise ValueError(f"{route} needs about {n_bytes / GiB:.3g} GiB (> {limit / GiB:.3g} GiB "
+                         f"allowed); {alternative}")
 
 
-def group_run(est, group_size, batch_size) -> None:
-    """Check G and B for an estimator: integers, B >= 1, G >= the estimator's minimum."""
-    positive_int("batch_size", batch_size, 1)
-    positive_int("group_size", group_size, 1)
-    if group_size < est.min_group_size:
+def group_run(est, group_size, batch_size) -> tuple[int, int]:
+    """Check G and B for an estimator: integers, B >= 1, G >= the estimator's minimum.
+
+    Returns ``(group_size, batch_size)`` as Python ints.
+    """
+    B = integer("batch_size", batch_size, 1)
+    G = integer("group_size", group_size, 1)
+    if G < est.min_group_size:
         raise ValueError(
             f"group_size must be >= {est.min_group_size} for estimator {est.name!r} "
-            f"(a leave-one-out or group baseline needs G >= 2), got {group_size}"
+            f"(a leave-one-out or group baseline needs G >= 2), got {G}"
         )
+    return G, B

@@ -4,7 +4,7 @@ Lyapunov equation *with* the factor beta^2 (the printed form without it disagree
 Simulation: Algorithm 1 with the step ``beta / i`` (beta = 2 > 1/(2 mu)) on the Gaussian-action
 bandit ``default_gaussian_bandit`` (d = 2, interior maximiser), B = 2 prompts per step, for
 oracle (G = 2), GRPO (G = 2) and GRPO (G = 8), started at ``theta* + (0.5, -0.5)``; plus
-THEORY.md's scalar check (``scalar_gaussian_bandit``: lambda = 1, Gamma = 2, beta = 1.5, oracle
+The scalar check of Theorem 8 (``scalar_gaussian_bandit``: lambda = 1, Gamma = 2, beta = 1.5, oracle
 with B = G = 1: E[n Delta] = 1.125 corrected, 0.5 printed). For every run, n Delta_n at the last
 step over many seeds is compared with the exact mixture (mean with 95% CI, quantiles / QQ plot,
 Kolmogorov-Smirnov test against the exact mixture CDF, ``optimization.mixture_cdf``).

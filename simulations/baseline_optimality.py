@@ -1,6 +1,6 @@
 r"""Claim 2 — optimality of the oracle among prompt-only baselines (Corollary 5).
 
-For a constant prompt-only baseline b(x), with eps = Z - V(x) (THEORY.md section 4, eq. 25),
+For a constant prompt-only baseline b(x), with eps = Z - V(x) (Corollary 5),
 
 .. math:: \mathrm{MSE}(b) - \mathrm{MSE}_{oracle} = \frac{1}{BG} E_X\Big[(V - b)^2 E[\|s\|^2|X]
           + 2 (V - b) E[\|s\|^2 \varepsilon | X]\Big].

@@ -6,7 +6,7 @@ sequence policy; :mod:`grpo_theory.problems`) and G in a grid, B = 1:
 * exact MSE of vanilla / grpo / oracle (closed forms) and a Monte Carlo estimate with a 95% CI;
   all three estimators are evaluated on the *same* draws, so the gap GRPO - oracle is estimated
   from paired differences (its variance is then O(G^-3) instead of O(G^-1));
-* the exact identity ``(MSE_grpo - MSE_oracle) G (G - 1) = c3`` (THEORY.md section 4, derived);
+* the exact identity ``(MSE_grpo - MSE_oracle) G (G - 1) = c3`` (from Theorem 2 and Proposition 3);
 * the ratio ``MSE_grpo / MSE_oracle -> 1``;
 * a log-log fit ``log gap = a + b log G`` (statsmodels WLS, weights from the Monte Carlo standard
   errors, taken as known variances) over the four largest G (8-64 quick, 32-256 full) with a

@@ -116,7 +116,7 @@ def test_lyapunov_solution_satisfies_the_equation_and_weights():
 
 
 def test_scalar_case_reproduces_theory_note():
-    """THEORY.md section 6: E[n Delta] -> 1.125 with beta^2, 0.5 without (lambda=1, Gamma=2,
+    """Theorem 8, scalar check: E[n Delta] -> 1.125 with beta^2, 0.5 without (lambda=1, Gamma=2,
     beta=1.5); a short simulation agrees with 1.125 and rejects 0.5."""
     sp = opt.scalar_gaussian_bandit()
     pred = opt.asymptotic_prediction(sp, "oracle", 1, 1, 1.5)

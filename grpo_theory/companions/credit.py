@@ -1,4 +1,4 @@
-r"""Credit assignment in GRPO and the rank-2 structure of its gradients (THEORY.md section 8).
+r"""Credit assignment in GRPO and the rank-2 structure of its gradients (the credit-assignment companion paper).
 
 Companion paper: "credit assignment" (arXiv 2606.29238). With an outcome-only reward every token
 of a response receives that response's advantage, so the token-level policy gradient collapses

@@ -1,4 +1,4 @@
-r"""DPPO: unbiased random pruning of prompts and completions (arXiv 2603.04135; THEORY.md sec. 8).
+r"""DPPO: unbiased random pruning of prompts and completions (arXiv 2603.04135).
 
 A sampled batch of B prompts x G completions gives the full-batch estimate
 

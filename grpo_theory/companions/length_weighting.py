@@ -1,4 +1,4 @@
-r"""Length weighting ``f_alpha(L) = L^(alpha - 1)`` of GRPO's per-response terms (THEORY.md s. 8).
+r"""Length weighting ``f_alpha(L) = L^(alpha - 1)`` of GRPO's per-response terms (the length-weighting companion paper).
 
 The impossibility note on Dr. GRPO (arXiv 2503.20783) weights response i of a group by
 ``f_alpha(L_i)``:

@@ -1,6 +1,6 @@
 r"""Policy-gradient estimators as pure advantage functions, in a registry keyed by name.
 
-Every estimator of the package has the form (THEORY.md section 1, Algorithm 1)
+Every estimator of the package has the form (the main paper, Algorithm 1)
 
 .. math:: \hat g = \frac{1}{BG} \sum_{b,g} s_{bg} A_{bg},
 
@@ -153,7 +153,7 @@ register(Estimator("optimal", _optimal, exact="prompt_baseline", needs=("optimal
 
 # --- std normalisation -------------------------------------------------------------------------
 
-#: Conventions of public implementations (THEORY.md section 2): ddof of the group std, eps added
+#: Conventions of public implementations (Table 1 and its footnotes): ddof of the group std, eps added
 #: to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all.
 STD_PRESETS: dict[str, dict] = {
     "trl": dict(ddof=1, eps=1e-4, centre="mean"),

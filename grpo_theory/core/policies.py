@@ -3,7 +3,7 @@ r"""Policies whose whole response space can be enumerated, so every quantity is 
 All policies reduce to one array representation, :class:`DiscreteProblem`: P prompts with
 probabilities ``f`` (P,), K responses per prompt with probabilities ``pi`` (P, K), flattened
 scores ``s(x, y) = grad_theta log pi(y|x)`` (P, K, D) and Bernoulli rewards with means
-``mu`` (P, K). From it (THEORY.md section 1):
+``mu`` (P, K). From it (the main paper, Algorithm 1):
 
 * ``V(x) = sum_y pi(y|x) mu(x,y)``, ``J = sum_x f(x) V(x)``;
 * ``g(x) = E[s Z | x]``, ``g = sum_x f(x) g(x)``;

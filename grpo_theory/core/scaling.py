@@ -1,6 +1,6 @@
 r"""The group-size scaling law (Theorem 7) and its exact finite-G form.
 
-With B prompts and G responses each, GRPO's exact minibatch MSE is (THEORY.md section 5)
+With B prompts and G responses each, GRPO's exact minibatch MSE is (Theorem 7)
 
 .. math:: \mathrm{MSE}(B, G) = \frac{c_1}{B} + \frac{c_2}{BG} + \frac{c_3}{BG(G-1)},
 

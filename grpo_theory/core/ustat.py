@@ -17,7 +17,7 @@ For one prompt, with ``h((s_i, z_i), (s_j, z_j)) = 1/2 (s_i - s_j)(z_i - z_j)``,
 ``(1/G) sum_g s_g (z_g - Zbar_(-g))``. Its projections are ``h_0 = g(x)``,
 ``h_1(y, z) = 1/2 [s(y)(z - V(x)) + g(x)]`` so ``sigma_1^2 = tr Sigma_or(x) / 4``.
 
-Exact MSE (THEORY.md section 4)
+Exact MSE (Theorem 2, Proposition 3)
 -------------------------------
 Per prompt: oracle ``tr Sigma_or / G``; prompt baseline b: ``(E[||s||^2 (Z-b)^2] - ||g||^2) / G``;
 GRPO: ``tr Sigma_or / G + (E||s||^2 sigma^2 + ||g||^2) / (G (G-1))`` (exact, derived); the

@@ -5,7 +5,7 @@ sampling), so for any estimator whose per-prompt part is unbiased
 
 .. math:: \mathrm{MSE}(G) = \frac{1}{B^2 G} \sum_x m_G(x), \qquad \hat g = \frac1{BG}\sum_{x,g} A_{xg} s_{xg},
 
-with per-prompt terms (THEORY.md section 4; ``V = V(x)``, ``S2 = E[||s||^2 | x]``,
+with per-prompt terms (Theorem 2 and Proposition 3; ``V = V(x)``, ``S2 = E[||s||^2 | x]``,
 ``S2Z = E[||s||^2 Z | x]``, ``g(x) = E[s Z | x]``):
 
 * vanilla ``m = S2Z - ||g(x)||^2``;  oracle ``m = V^2 S2 - 2 V S2Z + S2Z - ||g(x)||^2``;

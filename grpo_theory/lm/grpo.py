@@ -11,7 +11,7 @@ implementations without per-sequence length normalisation). Steps run under ``la
 between checkpoints; at each checkpoint the held-out accuracy is the *exact* expected reward
 of the answer-only format, ``J = mean_x pi(y*|x)`` (teacher forcing, no sampling noise).
 
-Predicted G* (Theorem 7, THEORY.md section 5) at the starting policy, answer-only format where
+Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).

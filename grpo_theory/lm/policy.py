@@ -3,7 +3,7 @@ r"""Language-model policy interface: any model given as ``(params, apply_fn)``.
 ``apply_fn(params, tokens (N, T), prompt_len) -> logits (N, T, V)`` (next-token logits). The
 policy is ``pi(y|x) = prod_t softmax(logits_t / temperature)[y_t]`` over the response tokens up to
 and including the first EOS; its score ``s(x, y) = grad_theta log pi(y|x)`` is the quantity every
-estimator of the package multiplies by an advantage (THEORY.md section 1):
+estimator of the package multiplies by an advantage (the main paper, Algorithm 1):
 
 .. math:: \hat g = \frac{1}{BG}\sum_{b,g} A_{bg}\, s(x_b, y_{bg}).
 

@@ -1,4 +1,4 @@
-r"""Arithmetic task of the paper's Figure 4 (THEORY.md section 7), a character tokenizer and the reward.
+r"""Arithmetic task of the main paper's Figure 4, a character tokenizer and the reward.
 
 Five categories (``CATEGORIES``): two-step +/- (``a+b-c``), three-step +/- (``a-b+c+d``), one
 multiplication (``a*b``), integer division with an exact result (``a/b``) and +/- with parentheses

@@ -1,4 +1,4 @@
-r"""Optimisation theory of Algorithm 1 (THEORY.md section 6) on a problem with known constants.
+r"""Optimisation theory of Algorithm 1 (Lemma 6 and Theorem 8 of the main paper) on a problem with known constants.
 
 **The Gaussian-action bandit.** Prompts ``x = 1..P`` with probabilities ``f(x)`` and features
 ``phi(x)`` in R^d; a scalar action ``a ~ N(m(x), sigma^2)`` with mean ``m(x) = phi(x)^T theta``
@@ -168,7 +168,7 @@ def scalar_gaussian_bandit() -> GaussianBandit:
     """One prompt, one parameter: J = -theta^2/2 + const (lambda = 1) and, at the optimum, the
     oracle estimate with B = G = 1 has variance Gamma = 5/2 sigma^2 + tau^2/sigma^2 = 2.
 
-    THEORY.md section 6's scalar check: with beta = 1.5, E[n Delta_n] -> beta^2 Gamma lambda /
+    The scalar check of Theorem 8: with beta = 1.5, E[n Delta_n] -> beta^2 Gamma lambda /
     (2 (2 beta lambda - 1)) = 1.125 (0.5 without the beta^2 factor).
     """
     return gaussian_bandit(prompt_probs=[1.0], features=[[1.0]], curvature=[1.0], target=[0.0],
@@ -262,7 +262,7 @@ def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: i
     ``Gamma = (1/B) [Cov_X g(X) + E_X C(X)]`` with, per prompt (``S = E[s s^T|x]``,
     ``Sigma_or = Cov[s (Z - V)|x]``), ``C = Cov[s (Z - b)|x] / G`` for a prompt baseline ``b``
     and ``C = Sigma_or/G + (S Var(Z|x) + g g^T)/(G(G-1))`` for GRPO (Lemma 1's U-statistic,
-    the matrix form of THEORY.md section 4). All estimators here are unbiased, so the MSE is
+    the matrix form of Theorem 2). All estimators here are unbiased, so the MSE is
     ``tr Gamma``.
     """
     est = get_estimator(estimator)

@@ -11,7 +11,7 @@ any registry estimator) and ascends
 The loop is a ``lax.scan`` over steps, ``vmap``-ed over seeds and ``jit``-compiled; seed ``s`` uses
 the key ``PRNGKey(s)`` folded with the step index, so a seed's run does not depend on which other
 seeds run with it. At every logged step the *exact* objective ``J(theta) = E_X V(X)`` and the
-suboptimality gap ``Delta = sup J - J(theta)`` (THEORY.md section 6) are recorded.
+suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6, Theorem 8) are recorded.
 
 ``sup J``: for a tabular :class:`~grpo_theory.policies.SoftmaxBandit` every deterministic response
 map is a limit of the parametrisation, so ``sup J = E_X max_y mu(X, y)`` (attained only at infinity).
