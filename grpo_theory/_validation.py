@@ -14,6 +14,7 @@ import numpy as np
 __all__ = [
     "finite_array", "real_array", "unit_interval", "probability_vector", "same_shape",
     "positive_int", "integer", "seed_key", "group_run", "check_memory", "GiB",
+    "key_or_seed", "boolean", "real_scalar", "token_array", "is_concrete",
 ]
 
 GiB = 2**30
@@ -163,3 +164,88 @@ def group_run(est, group_size, batch_size) -> tuple[int, int]:
             f"(a leave-one-out or group baseline needs G >= 2), got {G}"
         )
     return G, B
+
+
+def is_concrete(value) -> bool:
+    """True unless ``value`` is a JAX tracer (inside ``jit``/``vmap``/``grad``): values can be read."""
+    import jax
+
+    return not isinstance(value, jax.core.Tracer)
+
+
+def key_or_seed(value, name: str = "key"):
+    """A JAX PRNG key from a key (returned as is) or from an integer seed (via :func:`seed_key`).
+
+    Accepts new-style typed keys, legacy ``uint32`` keys of shape (2,) and any Python/NumPy/0-d
+    JAX integer; anything else is a ``ValueError`` naming ``name``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return value
+    if dtype is not None and np.shape(value) == (2,) and np.dtype(dtype) == np.uint32:
+        return value
+    try:
+        return seed_key(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a JAX PRNG key or an integer seed, got {value!r} "
+                         f"({type(value).__name__})") from None
+
+
+def boolean(name: str, value) -> bool:
+    """A Python bool from ``True``/``False`` (Python or NumPy) or the integers 0 and 1."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and int(value) in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+
+
+def real_scalar(name: str, value, minimum: float | None = None, positive: bool = False) -> float:
+    """A finite real number (Python/NumPy/0-d array; bools, complex and strings refused)."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))) or (
+        hasattr(value, "dtype") and np.shape(value) == () and np.dtype(value.dtype).kind in "iuf")
+    if not ok:
+        raise ValueError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    out = float(value)
+    if not np.isfinite(out):
+        raise ValueError(f"{name} must be finite, got {out!r}")
+    if positive and out <= 0:
+        raise ValueError(f"{name} must be > 0, got {out!r}")
+    if minimum is not None and out < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {out!r}")
+    return out
+
+
+def token_array(name: str, value, ndim: int = 2, vocab_size: int | None = None,
+                min_len: int = 1):
+    """An integer token array of rank ``ndim`` with ids in ``[0, vocab_size)``.
+
+    Works on tracers too: dtype and shape are checked always, the id range only when the values
+    are concrete. Returns the input as a NumPy array when concrete (else the tracer unchanged).
+    """
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be an integer token array, got a string")
+    if is_concrete(value):
+        try:
+            value = np.asarray(value)
+        except Exception as exc:  # ragged lists
+            raise ValueError(f"{name} must be an integer token array ({exc})") from None
+    dtype = np.dtype(value.dtype)
+    if dtype.kind not in "iu":
+        raise ValueError(f"{name} must be an integer token array, got dtype {dtype}")
+    shape = tuple(value.shape)
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d token array, got shape {shape}")
+    if ndim >= 1 and shape[0] == 0:
+        raise ValueError(f"{name} must have at least one row, got shape {shape}")
+    if ndim >= 2 and shape[-1] < min_len:
+        raise ValueError(f"{name} must have at least {min_len} token(s) per row, got shape {shape}")
+    if vocab_size is not None and isinstance(value, np.ndarray) and value.size:
+        lo, hi = int(value.min()), int(value.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values in "
+                             f"[{lo}, {hi}]")
+    return value

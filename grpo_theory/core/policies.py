@@ -18,7 +18,6 @@ exact too.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
@@ -33,25 +32,61 @@ __all__ = [
     "LinearSoftmaxBandit",
     "SequencePolicy",
     "as_problem",
+    "n_sequences",
 ]
 
 
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class DiscreteProblem:
-    """Arrays that define a policy's gradient problem exactly (see module docstring)."""
+    """Arrays that define a policy's gradient problem exactly (see module docstring).
+
+    Constructing one from concrete arrays validates them (:meth:`create` does the same and
+    converts to float64 JAX arrays): ``prompt_probs`` (P,) and every row of ``probs`` (P, K) are
+    probability vectors (to ``1e-6``), ``scores`` (P, K, D) are finite, ``reward_means`` (P, K)
+    lie in [0, 1] (values within 1e-9 outside are clipped). Nothing is checked when a field is a
+    JAX tracer, and JAX's own rebuilding of the pytree (``tree_unflatten``) never validates.
+    """
 
     prompt_probs: jnp.ndarray  # (P,)
     probs: jnp.ndarray  # (P, K); rows sum to one (zero-probability padding allowed)
     scores: jnp.ndarray  # (P, K, D)
     reward_means: jnp.ndarray  # (P, K) Bernoulli means
 
+    def __post_init__(self):
+        fields = (self.prompt_probs, self.probs, self.scores, self.reward_means)
+        if all(_is_concrete_array(a) for a in fields):
+            checked = _check_discrete_problem(*fields)
+            for name, old, new in zip(_DP_FIELDS, fields, checked):
+                if new is not None:
+                    object.__setattr__(self, name, new)
+
+    @classmethod
+    def create(cls, prompt_probs, probs, scores, reward_means) -> "DiscreteProblem":
+        """A validated problem with float64 JAX arrays (``ValueError`` naming a bad argument).
+
+        Args:
+            prompt_probs: (P,) prompt distribution f.
+            probs: (P, K) response probabilities pi(y|x), each row summing to one.
+            scores: (P, K, D) scores s(x, y).
+            reward_means: (P, K) Bernoulli reward means in [0, 1].
+
+        Returns:
+            The :class:`DiscreteProblem`.
+        """
+        arrs = [V.real_array(n, a) for n, a in zip(_DP_FIELDS, (prompt_probs, probs, scores,
+                                                                reward_means))]
+        return cls(*(jnp.asarray(a, dtype=jnp.float64) for a in arrs))
+
     def tree_flatten(self):
         return (self.prompt_probs, self.probs, self.scores, self.reward_means), None
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        return cls(*children)
+        obj = object.__new__(cls)  # no validation: JAX rebuilds pytrees with tracers/sentinels
+        for name, value in zip(_DP_FIELDS, children):
+            object.__setattr__(obj, name, value)
+        return obj
 
     @property
     def n_prompts(self) -> int:
@@ -73,11 +108,6 @@ class DiscreteProblem:
     def objective(self) -> jnp.ndarray:
         """J(theta) = E_X V(X)."""
         return jnp.dot(self.prompt_probs, self.values())
-
-    def reward_variances(self) -> jnp.ndarray:
-        """sigma^2(x) = Var(Z | x) (Bernoulli: E Z^2 = E Z)."""
-        v = self.values()
-        return v - v**2
 
     def prompt_gradients(self) -> jnp.ndarray:
         """g(x) = E[s Z | x], shape (P, D)."""
@@ -109,17 +139,59 @@ class DiscreteProblem:
         g = self.prompt_gradients()
         return second - jnp.einsum("pd,pe->pde", g, g)
 
-    def expected_prompt_value(self, per_prompt) -> jnp.ndarray:
-        return jnp.tensordot(self.prompt_probs, per_prompt, axes=1)
 
-
-def _check_problem(probs, reward_means, prompt_probs):
-    p = probs.shape[0]
-    V.same_shape("reward_means", reward_means, probs.shape, "the policy's (P, K) responses")
-    V.unit_interval("reward_means", reward_means)
+def _check_problem(shape, reward_means, prompt_probs, name="reward_means"):
+    """Validated ``(prompt_probs, reward_means)`` for a policy with (P, K) = ``shape``."""
+    p = shape[0]
+    V.same_shape(name, reward_means, shape, "the policy's (P, K) responses")
+    means = V.unit_interval(name, reward_means)
     if prompt_probs is None:
-        return np.full(p, 1.0 / p)
-    return V.probability_vector("prompt_probs", prompt_probs, size=p)
+        return np.full(p, 1.0 / p), means
+    return V.probability_vector("prompt_probs", prompt_probs, size=p), means
+
+
+def _check_logit_spread(name, logits):
+    """log_softmax subtracts the row maximum: max - min must be finite too."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = logits.max(axis=-1) - logits.min(axis=-1)
+    if not np.all(np.isfinite(spread)):
+        raise ValueError(f"{name}: max - min within a row overflows float64; rescale the logits")
+
+
+_DP_FIELDS = ("prompt_probs", "probs", "scores", "reward_means")
+#: tolerance on the sums of ``prompt_probs`` and of each row of ``probs`` in a DiscreteProblem
+PROB_TOL = 1e-6
+
+
+def _is_concrete_array(a) -> bool:
+    return isinstance(a, (np.ndarray, jax.Array, list, tuple)) and V.is_concrete(a)
+
+
+def _check_discrete_problem(prompt_probs, probs, scores, reward_means):
+    """Validate a DiscreteProblem's concrete fields; returns replacements (or None to keep)."""
+    f = V.real_array("prompt_probs", prompt_probs, ndim=1)
+    pi = V.real_array("probs", probs, ndim=2)
+    s = V.real_array("scores", scores, ndim=3)
+    mu = V.real_array("reward_means", reward_means, ndim=2)
+    P, K = pi.shape
+    V.same_shape("prompt_probs", f, (P,), "probs (P, K)")
+    V.same_shape("scores", s, (P, K, s.shape[2]), "probs (P, K)")
+    V.same_shape("reward_means", mu, (P, K), "probs (P, K)")
+    if np.any(f < 0) or abs(f.sum() - 1.0) > PROB_TOL:
+        raise ValueError(f"prompt_probs must be non-negative and sum to 1 (to {PROB_TOL:g}), "
+                         f"got min {float(f.min())!r}, sum {float(f.sum())!r}")
+    rows = pi.sum(axis=1)
+    bad = np.abs(rows - 1.0) > PROB_TOL
+    if np.any(pi < 0) or np.any(bad):
+        raise ValueError(f"probs must be non-negative with rows summing to 1 (to {PROB_TOL:g}), "
+                         f"got min {float(pi.min())!r}, row sums in "
+                         f"[{float(rows.min())!r}, {float(rows.max())!r}]")
+    clipped = V.unit_interval("reward_means", mu)
+    out = [None if isinstance(a, (np.ndarray, jax.Array)) else jnp.asarray(b)
+           for a, b in zip((prompt_probs, probs, scores, reward_means), (f, pi, s, mu))]
+    if np.any(clipped != mu):
+        out[3] = jnp.asarray(clipped)
+    return out
 
 
 class _EnumerablePolicy:
@@ -132,28 +204,61 @@ class _EnumerablePolicy:
     def log_probs(self, params=None) -> jnp.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _theta(self, params, name="params"):
+        """``params`` (or the current parameters) after static checks: real, same shape."""
+        if params is None:
+            return self.params
+        if isinstance(params, (str, bytes)):
+            raise ValueError(f"{name} must be a real array, got a string")
+        dtype = np.dtype(params.dtype) if hasattr(params, "dtype") else np.asarray(params).dtype
+        if dtype.kind not in "biuf":
+            raise ValueError(f"{name} must be a real array, got dtype {dtype}")
+        if tuple(jnp.shape(params)) != tuple(jnp.shape(self.params)):
+            raise ValueError(f"{name} must have shape {tuple(jnp.shape(self.params))} (this "
+                             f"policy's parameters), got {tuple(jnp.shape(params))}")
+        return params
+
     def with_params(self, params):
-        """A copy of this policy at new parameters (used by training loops)."""
+        """A copy of this policy at new parameters (used by training loops).
+
+        Args:
+            params: real array with the shape of :attr:`params` (a tracer is fine).
+
+        Returns:
+            A policy of the same type sharing everything but the parameters.
+        """
+        params = self._theta(params)
         new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.params = jnp.asarray(params, dtype=jnp.float64)
         return new
 
     def probs(self, params=None) -> jnp.ndarray:
+        """pi(y|x), shape (P, K)."""
         return jnp.exp(self.log_probs(params))
 
     def scores(self, params=None) -> jnp.ndarray:
         """s(x, y) flattened to (P, K, D), by forward-mode autodiff of the log-probabilities."""
-        theta = self.params if params is None else params
+        theta = self._theta(params)
+        P, K = self.reward_means.shape
+        V.check_memory(f"the dense ({P}, {K}, {int(np.size(theta))}) score tensor",
+                       8.0 * P * K * np.size(theta) * 2,
+                       "the exact routines (exact_mse, scaling_constants, ...) need none: they "
+                       "use policy.score_structure()")
         jac = jax.jacfwd(self.log_probs)(theta)  # (P, K, *theta.shape)
         return jac.reshape(jac.shape[0], jac.shape[1], -1)
 
     def problem(self, params=None) -> DiscreteProblem:
-        theta = self.params if params is None else params
-        return DiscreteProblem(
+        """The policy's :class:`DiscreteProblem` at ``params`` (default: the current ones).
+
+        Built without re-validation (the constructor checked the inputs; ``params`` gets the
+        shape/dtype checks of :meth:`with_params`).
+        """
+        theta = self._theta(params)
+        return DiscreteProblem.tree_unflatten(None, (
             jnp.asarray(self.prompt_probs), self.probs(theta), self.scores(theta),
             jnp.asarray(self.reward_means),
-        )
+        ))
 
     # convenience views of the exact quantities at the current parameters
     def objective(self):
@@ -169,15 +274,24 @@ class _EnumerablePolicy:
         """grad J with the shape of the parameters."""
         return self.problem().gradient().reshape(jnp.shape(self.params))
 
-    def score_norms(self):
-        return jnp.sqrt(self.problem().score_sq_norms())
-
     def oracle_covariances(self):
         return self.problem().oracle_covariances()
 
     def sample_groups(self, key, batch_size: int, group_size: int):
-        """Draw B prompts ~ f and G responses each with rewards. Returns (x, y, z)."""
-        return sample_groups(key, self.problem(), batch_size, group_size)
+        """Draw B prompts ~ f and G responses each with rewards.
+
+        Args:
+            key: a JAX PRNG key or an integer seed.
+            batch_size: B >= 1.
+            group_size: G >= 1.
+
+        Returns:
+            ``(x, y, z)`` of shapes (B,), (B, G), (B, G).
+        """
+        key = V.key_or_seed(key)
+        B = V.positive_int("batch_size", batch_size)
+        G = V.positive_int("group_size", group_size)
+        return sample_groups(key, self.problem(), B, G)
 
 
 class SoftmaxBandit(_EnumerablePolicy):
@@ -188,20 +302,52 @@ class SoftmaxBandit(_EnumerablePolicy):
     """
 
     def __init__(self, logits, reward_means, prompt_probs=None):
+        """Args:
+            logits: (P, K) finite real logits (P, K >= 1).
+            reward_means: (P, K) Bernoulli means in [0, 1].
+            prompt_probs: (P,) prompt distribution, or ``None`` for uniform.
+        """
         logits = V.finite_array("logits", logits, ndim=2)
+        _check_logit_spread("logits", logits)
         means = V.finite_array("reward_means", reward_means, ndim=2)
-        self.prompt_probs = jnp.asarray(_check_problem(logits, means, prompt_probs))
+        f, means = _check_problem(logits.shape, means, prompt_probs)
+        self.prompt_probs = jnp.asarray(f)
         self.params = jnp.asarray(logits)
         self.reward_means = jnp.asarray(means)
 
     def log_probs(self, params=None):
-        theta = self.params if params is None else params
+        """log pi(y|x), shape (P, K)."""
+        theta = self._theta(params)
         return jax.nn.log_softmax(theta, axis=-1)
+
+    def score_structure(self, params=None):
+        """Tabular score structure (disjoint blocks, O(P K)); see :mod:`grpo_theory.core.gram`."""
+        from .gram import TabularScores
+
+        return TabularScores.softmax_bandit(self._theta(params), self.reward_means,
+                                            self.prompt_probs)
 
     @classmethod
     def random(cls, key, n_prompts: int, n_responses: int, logit_scale: float = 1.0,
                binary: bool = False):
-        """A random bandit (for tests and sweeps): Gaussian logits, uniform or 0/1 reward means."""
+        """A random bandit (for tests and sweeps): Gaussian logits, uniform or 0/1 reward means.
+
+        Args:
+            key: a JAX PRNG key or an integer seed.
+            n_prompts, n_responses: P, K >= 1.
+            logit_scale: standard deviation of the logits (finite, >= 0).
+            binary: 0/1 reward means instead of uniform ones.
+
+        Returns:
+            A :class:`SoftmaxBandit`.
+        """
+        key = V.key_or_seed(key)
+        n_prompts = V.positive_int("n_prompts", n_prompts)
+        n_responses = V.positive_int("n_responses", n_responses)
+        logit_scale = V.real_scalar("logit_scale", logit_scale, minimum=0.0)
+        binary = V.boolean("binary", binary)
+        V.check_memory("SoftmaxBandit.random", 8.0 * n_prompts * n_responses * 4,
+                       "use fewer prompts or responses")
         k1, k2 = jax.random.split(key)
         logits = logit_scale * jax.random.normal(k1, (n_prompts, n_responses))
         if binary:
@@ -225,15 +371,32 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
             raise ValueError(
                 f"theta must have length features.shape[2] = {feats.shape[2]}, got {th.shape[0]}"
             )
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits = feats @ th
+        if not np.all(np.isfinite(logits)):
+            raise ValueError(
+                "features @ theta overflows (non-finite logits, largest |features| "
+                f"{float(np.abs(feats).max())!r}, |theta| {float(np.abs(th).max())!r}); rescale features or theta"
+            )
+        _check_logit_spread("features @ theta", logits)
         means = V.finite_array("reward_means", reward_means, ndim=2)
-        self.prompt_probs = jnp.asarray(_check_problem(feats[:, :, 0], means, prompt_probs))
+        f, means = _check_problem(feats.shape[:2], means, prompt_probs)
+        self.prompt_probs = jnp.asarray(f)
         self.features = jnp.asarray(feats)
         self.params = jnp.asarray(th)
         self.reward_means = jnp.asarray(means)
 
     def log_probs(self, params=None):
-        theta = self.params if params is None else params
+        """log pi(y|x) = log_softmax(features @ theta), shape (P, K)."""
+        theta = self._theta(params)
         return jax.nn.log_softmax(self.features @ theta, axis=-1)
+
+    def score_structure(self, params=None):
+        """Shared-parameter scores ``F_x - 1 pi_x^T F_x`` (O(P K d)); see :mod:`.gram`."""
+        from .gram import ExplicitScores
+
+        return ExplicitScores.linear_softmax(self.features, self._theta(params),
+                                             self.reward_means, self.prompt_probs)
 
 
 class SequencePolicy(_EnumerablePolicy):
@@ -253,48 +416,65 @@ class SequencePolicy(_EnumerablePolicy):
 
     def __init__(self, params, reward, vocab_size: int, horizon: int, eos: bool = True,
                  prompt_probs=None):
+        """Args:
+            params: (P, horizon, vocab_size + 1, vocab_size + eos) finite real logits.
+            reward: (P, K) Bernoulli means in [0, 1], or a callable (see the class docstring).
+            vocab_size, horizon: integers >= 1; the response count K (:func:`n_sequences`) must
+                stay within :data:`MAX_SEQUENCES` and the enumeration within the memory limit.
+            eos: whether responses may end early with an EOS token.
+            prompt_probs: (P,) prompt distribution, or ``None`` for uniform.
+        """
         self.vocab_size = V.positive_int("vocab_size", vocab_size, 1)
         self.horizon = V.positive_int("horizon", horizon, 1)
-        self.eos = bool(eos)
-        n_out = vocab_size + int(eos)
-        th = np.asarray(params, dtype=np.float64)
+        self.eos = V.boolean("eos", eos)
+        vocab_size, horizon = self.vocab_size, self.horizon
+        n_out = vocab_size + int(self.eos)
+        th = V.real_array("params", params, allow_empty=True)
         if th.ndim != 4 or th.shape[1:] != (horizon, vocab_size + 1, n_out):
             raise ValueError(
                 f"params must have shape (P, {horizon}, {vocab_size + 1}, {n_out}), got {th.shape}"
             )
         th = V.finite_array("params", th)
         n_prompts = th.shape[0]
+        _check_sequence_size(n_prompts, vocab_size, horizon, self.eos)
         self.responses, self.lengths = self._enumerate()
         self._build_index()
         if callable(reward):
             means = np.array(
                 [[reward(p, self.responses[k], self.lengths[k]) for k in range(len(self.lengths))]
-                 for p in range(n_prompts)], dtype=np.float64)
+                 for p in range(n_prompts)])
         else:
-            means = V.finite_array("reward", reward, ndim=2)
-        means = V.finite_array("reward", means)
-        self.prompt_probs = jnp.asarray(_check_problem(np.zeros((n_prompts, len(self.lengths))),
-                                                       means, prompt_probs))
+            means = reward
+        means = V.finite_array("reward", means, ndim=2)
+        f, means = _check_problem((n_prompts, len(self.lengths)), means, prompt_probs, "reward")
+        self.prompt_probs = jnp.asarray(f)
         self.params = jnp.asarray(th)
         self.reward_means = jnp.asarray(means)
 
     def _enumerate(self):
-        seqs, lens = [], []
+        """Responses (K, T) padded with -1 and their lengths (K,), by length then lexicographic."""
+        blocks, lens = [], []
         v, T = self.vocab_size, self.horizon
+
+        def bodies(n):  # every length-n token string, in itertools.product order
+            if n == 0:
+                return np.zeros((1, 0), dtype=np.int64)
+            return np.indices((v,) * n, dtype=np.int64).reshape(n, -1).T
+
         for length in range(1, T + 1):
             if self.eos:
                 # length-1 body tokens followed by EOS, or (at full length) T body tokens
-                for body in itertools.product(range(v), repeat=length - 1):
-                    seqs.append(list(body) + [v])
-                    lens.append(length)
+                b = bodies(length - 1)
+                blk = np.full((b.shape[0], T), -1, dtype=np.int64)
+                blk[:, : length - 1] = b
+                blk[:, length - 1] = v
+                blocks.append(blk)
+                lens.append(np.full(b.shape[0], length, dtype=np.int64))
             if length == T:
-                for body in itertools.product(range(v), repeat=T):
-                    seqs.append(list(body))
-                    lens.append(T)
-        tokens = np.full((len(seqs), T), -1, dtype=np.int64)
-        for i, s in enumerate(seqs):
-            tokens[i, : len(s)] = s
-        return tokens, np.asarray(lens, dtype=np.int64)
+                b = bodies(T)
+                blocks.append(b)
+                lens.append(np.full(b.shape[0], T, dtype=np.int64))
+        return np.concatenate(blocks), np.concatenate(lens)
 
     def _build_index(self):
         T = self.horizon
@@ -308,25 +488,91 @@ class SequencePolicy(_EnumerablePolicy):
 
     def token_log_probs(self, params=None) -> jnp.ndarray:
         """log pi(y_t | x, t, y_{t-1}) for every enumerated response, shape (P, K, T) (0 padded)."""
-        theta = self.params if params is None else params
+        theta = self._theta(params)
         logp = jax.nn.log_softmax(theta, axis=-1)  # (P, T, V+1, n_out)
         per_tok = logp[:, self._pos, self._prev, self._tok]  # (P, K, T)
         return per_tok * self._mask
 
     def log_probs(self, params=None):
+        """log pi(y|x) = sum_t log pi(y_t | x, t, y_{t-1}), shape (P, K)."""
         return jnp.sum(self.token_log_probs(params), axis=-1)
+
+    def score_structure(self, params=None):
+        """Tabular score structure (disjoint blocks, O(P K T)); see :mod:`.gram`."""
+        from .gram import TabularScores
+
+        theta = self._theta(params)
+        return TabularScores.sequence(theta, self.probs(theta), self.reward_means,
+                                      self.prompt_probs, self._pos, self._prev, self._tok,
+                                      self._mask)
 
     @classmethod
     def random(cls, key, n_prompts: int, vocab_size: int, horizon: int, reward=None,
                eos: bool = True, logit_scale: float = 1.0):
+        """A random sequence policy: Gaussian logits, uniform reward means unless ``reward``.
+
+        Args:
+            key: a JAX PRNG key or an integer seed.
+            n_prompts, vocab_size, horizon: integers >= 1 (sizes checked before anything is
+                allocated, see :func:`n_sequences`).
+            reward: as in the constructor, or ``None`` for uniform random means.
+            eos: whether responses may end early with EOS.
+            logit_scale: standard deviation of the logits (finite, >= 0).
+
+        Returns:
+            A :class:`SequencePolicy`.
+        """
+        key = V.key_or_seed(key)
+        n_prompts = V.positive_int("n_prompts", n_prompts)
+        vocab_size = V.positive_int("vocab_size", vocab_size)
+        horizon = V.positive_int("horizon", horizon)
+        eos = V.boolean("eos", eos)
+        logit_scale = V.real_scalar("logit_scale", logit_scale, minimum=0.0)
+        n_resp = _check_sequence_size(n_prompts, vocab_size, horizon, eos)
         n_out = vocab_size + int(eos)
         k1, k2 = jax.random.split(key)
         params = logit_scale * jax.random.normal(k1, (n_prompts, horizon, vocab_size + 1, n_out))
         if reward is None:
-            n_resp = sum(vocab_size ** (l - 1) for l in range(1, horizon + 1)) * int(eos)
-            n_resp += vocab_size**horizon
             reward = np.asarray(jax.random.uniform(k2, (n_prompts, n_resp)))
         return cls(np.asarray(params), reward, vocab_size, horizon, eos=eos)
+
+
+#: the most responses a :class:`SequencePolicy` enumerates
+MAX_SEQUENCES = 10**7
+
+
+def n_sequences(vocab_size: int, horizon: int, eos: bool = True) -> int:
+    """K = number of responses of a :class:`SequencePolicy`: ``v^T + eos * sum_{l<T} v^l``.
+
+    Args:
+        vocab_size, horizon: integers >= 1.
+        eos: whether responses may end early.
+
+    Returns:
+        K as a Python int (exact, no overflow).
+    """
+    v = V.positive_int("vocab_size", vocab_size)
+    T = V.positive_int("horizon", horizon)
+    eos = V.boolean("eos", eos)
+    return v**T + int(eos) * sum(v**l for l in range(T))
+
+
+def _check_sequence_size(n_prompts, vocab_size, horizon, eos) -> int:
+    """Refuse (before enumerating) a policy whose response set or arrays cannot be held."""
+    K = n_sequences(vocab_size, horizon, eos)
+    if K > MAX_SEQUENCES:
+        raise ValueError(
+            f"SequencePolicy with vocab_size={vocab_size}, horizon={horizon}, eos={eos} has "
+            f"K = {K:,} responses, more than the {MAX_SEQUENCES:,} it enumerates; use a smaller "
+            "vocab_size or horizon"
+        )
+    n_out = vocab_size + int(eos)
+    # enumeration index arrays (5 x K x T), per-token log-probs and reward means (P x K x T)
+    n_bytes = 8.0 * K * (5 * horizon + n_prompts * (horizon + 2))
+    n_bytes += 8.0 * n_prompts * horizon * (vocab_size + 1) * n_out
+    V.check_memory(f"SequencePolicy enumeration (P={n_prompts}, K={K:,}, horizon={horizon})",
+                   n_bytes, "use fewer prompts, a smaller vocab_size or horizon")
+    return K
 
 
 def as_problem(policy_or_problem) -> DiscreteProblem:
