@@ -39,7 +39,7 @@ ORDER = 40
 IDENTITY_TOL = 1e-12
 Z_TOL = 4.0
 BINARY_ESTIMATORS = {"grpo_mean": ("mean", 1, 0.0), "grpo": ("loo", 1, 0.0),
-                     "grpo_std_trl": ("std", 1, 1e-4), "grpo_std_easydel": ("std", 0, 1e-6),
+                     "grpo_std_trl": ("std", 1, 1e-4), "grpo_std_easydel": ("std", 0, 1e-4),
                      "grpo_std_paper": (None, 1, 0.0)}
 
 

@@ -82,7 +82,7 @@ def test_binary_group_gradient_is_scalar_times_class_difference(G, bits, seed, e
 
 @pytest.mark.parametrize("est,kind,ddof,eps", [
     ("grpo_mean", "mean", 1, 0.0), ("grpo", "loo", 1, 0.0), ("grpo_std_trl", "std", 1, 1e-4),
-    ("grpo_std_verl", "std", 1, 1e-6), ("grpo_std_easydel", "std", 0, 1e-6),
+    ("grpo_std_verl", "std", 1, 1e-6), ("grpo_std_easydel", "std", 0, 1e-4),
     ("grpo_std_oat", "std", 1, 1e-8)])
 def test_binary_scalar_closed_forms(est, kind, ddof, eps):
     for G in (2, 3, 4, 8, 16):

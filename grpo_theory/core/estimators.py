@@ -21,6 +21,25 @@ Registry (Table 1 of the main paper plus the practical variants):
 ``baseline``       ``A = Z - b(x)`` for a user array ``b`` (see :func:`prompt_baseline`)
 =================  ==========================================================================
 
+Framework conventions (presets named after each framework's own option; the table of options,
+defaults and versions is :mod:`grpo_theory.core.frameworks`):
+
+==================================  =============================================================
+``grpo_std_<framework>``            group mean, group std with the framework's ddof and eps
+``grpo_std_trl_batch``              TRL ``scale_rewards="batch"``: group mean, std of the batch
+``grpo_std_easydel_batch``          EasyDeL ``scale_rewards="batch"`` (ddof 0, eps 1e-4)
+``grpo_vectorized_verl``            verl ``grpo_vectorized``: float32 one-pass variance floored
+                                    at eps, ``(Z - mean) / (sqrt(max(var, eps)) + eps)``
+``reinforce_plus_plus_baseline``    verl: group-mean centring, then whitening over the batch
+``reinforce_baseline``              OpenRLHF: the same with ddof 0, ``max(var, 1e-8)``, float32
+==================================  =============================================================
+
+**Batch-coupled** estimators (``Estimator.batch_coupled``) normalise over the whole batch: their
+advantage function reads rewards of shape ``(..., B, G)`` and reduces over the last two axes (a
+1-d ``z`` is one group, B = 1), so a response's advantage depends on the other prompts' groups.
+The Monte Carlo engine and the training loop pass ``(..., B, G)`` and support them; the exact
+closed forms assume independent groups and refuse them.
+
 Zero-variance rule (documented, used by every group-centred estimator): if a group's rewards
 are all equal (compared exactly) every advantage is exactly 0, for every eps including
 ``eps = 0`` (where the std formula would read 0/0). Checking equality, not ``std == 0``, keeps
@@ -33,7 +52,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
+
+from .. import _validation as V
 
 __all__ = [
     "PromptContext",
@@ -45,6 +68,8 @@ __all__ = [
     "grpo_std",
     "prompt_baseline",
     "STD_PRESETS",
+    "grpo_vectorized",
+    "reinforce_baseline",
 ]
 
 
@@ -77,9 +102,26 @@ class Estimator:
     binary_exact: bool = True
     params: dict = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # context fields the advantage reads
+    batch_coupled: bool = False  # advantages normalised over the batch: z is (..., B, G)
 
     def __call__(self, z, ctx: PromptContext | None = None):
         return self.advantage(jnp.asarray(z), ctx if ctx is not None else PromptContext())
+
+    def check_problem(self, n_prompts) -> None:
+        """Raise ``ValueError`` if the estimator cannot serve a problem with ``n_prompts`` prompts.
+
+        A user prompt baseline (:func:`prompt_baseline`) must have exactly one entry per prompt
+        (JAX indexing would otherwise clamp out-of-range prompts silently).
+
+        Args:
+            n_prompts: the problem's number of prompts P.
+        """
+        b = self.params.get("b") if "prompt" in self.needs else None
+        if b is not None and int(jnp.shape(b)[0]) != int(n_prompts):
+            raise ValueError(
+                f"estimator {self.name!r}: the prompt baseline b has {jnp.shape(b)[0]} entries, "
+                f"the problem has n_prompts={int(n_prompts)}; pass one baseline per prompt"
+            )
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -161,20 +203,46 @@ STD_PRESETS: dict[str, dict] = {
     "openrlhf": dict(ddof=1, eps=1e-9, centre="mean"),
     "tunix": dict(ddof=1, eps=1e-6, centre="mean"),
     "oat": dict(ddof=1, eps=1e-8, centre="mean"),
-    "easydel": dict(ddof=0, eps=1e-6, centre="mean"),
+    "easydel": dict(ddof=0, eps=1e-4, centre="mean"),  # jnp.nanstd (ddof 0) + 1e-4
     "paper": dict(ddof=1, eps=0.0, centre="loo"),  # Appendix A: (Z_g - Zbar_(-g)) / se
     "drgrpo": dict(ddof=1, eps=0.0, centre="mean", scale=False),
 }
 
 
+def _batch_axes(z) -> tuple[int, ...]:
+    """Axes of the batch ``(B, G)`` for a batch-coupled estimator (a 1-d ``z`` is one group)."""
+    return (-2, -1) if z.ndim >= 2 else (-1,)
+
+
+def _constant_batch(z):
+    """True where every reward of the whole batch (last two axes) is equal."""
+    ax = _batch_axes(z)
+    first = z[..., :1, :1] if z.ndim >= 2 else z[..., :1]
+    return jnp.all(z == first, axis=ax, keepdims=True)
+
+
 def grpo_std(
-    ddof: int = 1, eps: float = 1e-6, centre: str = "mean", scale: bool = True, name=None
+    ddof: int = 1, eps: float = 1e-6, centre: str = "mean", scale: bool = True, name=None,
+    over: str = "group",
 ) -> Estimator:
     r"""Classic GRPO advantage ``(Z_g - c_g) / (std_ddof(Z) + eps)``.
 
     ``centre`` is ``"mean"`` (``c_g = Zbar``) or ``"loo"`` (``c_g = Zbar_(-g)``, the paper's
     Appendix A form); ``scale=False`` skips the division (Dr. GRPO). The std is taken around the
-    full group mean with ``ddof`` in {0, 1}. Zero-variance groups get advantage 0 (module doc).
+    full group mean with ``ddof`` in {0, 1}; ``over="batch"`` takes it over the whole batch
+    instead (TRL/EasyDeL ``scale_rewards="batch"``: the centring stays per group, the estimator is
+    batch-coupled). Zero-variance groups get advantage 0 (module doc).
+
+    Args:
+        ddof: 0 or 1, the std's delta degrees of freedom.
+        eps: finite ``>= 0``, added to the std.
+        centre: ``"mean"`` or ``"loo"``.
+        scale: divide by the std (``False``: Dr. GRPO).
+        name: registry name (default: built from the parameters).
+        over: ``"group"`` or ``"batch"``, where the std is taken.
+
+    Returns:
+        An :class:`Estimator` (``min_group_size`` 2).
     """
     if ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
@@ -182,36 +250,155 @@ def grpo_std(
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     if centre not in ("mean", "loo"):
         raise ValueError(f"centre must be 'mean' or 'loo', got {centre!r}")
+    if over not in ("group", "batch"):
+        raise ValueError(f"over must be 'group' or 'batch', got {over!r}")
     centre_fn = _mean if centre == "mean" else _loo
+    batch = over == "batch" and scale
 
     def adv(z, ctx):
         num = centre_fn(z, ctx)
         if not scale:
             return num
-        std = jnp.std(z, axis=-1, ddof=ddof, keepdims=True)
-        zero_var = _constant_group(z) | (std <= 0.0)
+        if batch:
+            std = jnp.std(z, axis=_batch_axes(z), ddof=ddof, keepdims=True)
+            zero_var = _constant_batch(z) | (std <= 0.0)
+        else:
+            std = jnp.std(z, axis=-1, ddof=ddof, keepdims=True)
+            zero_var = _constant_group(z) | (std <= 0.0)
         safe = jnp.where(zero_var, 1.0, std + eps)
         return jnp.where(zero_var, 0.0, num / safe)
 
     if name is None:
-        name = f"grpo_std(ddof={ddof},eps={eps:g},centre={centre}{'' if scale else ',noscale'})"
+        name = (f"grpo_std(ddof={ddof},eps={eps:g},centre={centre}{'' if scale else ',noscale'}"
+                f"{',batch' if batch else ''})")
     exact = None if scale else ("mean" if centre == "mean" else "loo")
     return Estimator(
-        name, adv, min_group_size=2, exact=exact,
-        params=dict(ddof=ddof, eps=eps, centre=centre, scale=scale),
+        name, adv, min_group_size=2, exact=exact, binary_exact=not batch,
+        params=dict(ddof=ddof, eps=eps, centre=centre, scale=scale, over=over),
+        batch_coupled=batch,
     )
 
 
 register(grpo_std(ddof=1, eps=1e-6, centre="mean", name="grpo_std"))
 for _preset, _kw in STD_PRESETS.items():
     register(grpo_std(**_kw, name=f"grpo_std_{_preset}"))
+# TRL / EasyDeL scale_rewards="batch": mean per group, std over the whole batch, + 1e-4
+register(grpo_std(ddof=1, eps=1e-4, over="batch", name="grpo_std_trl_batch"))
+register(grpo_std(ddof=0, eps=1e-4, over="batch", name="grpo_std_easydel_batch"))
+
+
+def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estimator:
+    r"""verl's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``).
+
+    One-pass group moments ``s1 = sum Z``, ``s2 = sum Z^2`` (in float32 when ``float32``, as
+    verl's ``group_mean_std``), ``var = (s2 - s1^2/G) / (G - 1)`` floored at ``eps``, and
+
+    .. math:: A_g = (Z_g - s_1/G) / (\sqrt{\max(var, \epsilon)} + \epsilon).
+
+    The floor caps the advantages of nearly constant groups at ``|Z - Zbar| / 1e-3``, unlike the
+    loop form ``grpo_std_verl`` (std + eps only). Exactly constant groups get 0 (module doc).
+
+    Args:
+        eps: the variance floor and the std offset (verl uses one ``epsilon`` for both).
+        float32: compute the moments and the advantages in float32 (verl's dtype).
+        name: registry name.
+
+    Returns:
+        An :class:`Estimator`; the advantages are returned in the caller's dtype.
+    """
+    if not (eps >= 0.0 and jnp.isfinite(eps)):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+
+    def adv(z, ctx):
+        s = z.astype(jnp.float32) if float32 else z
+        g = z.shape[-1]
+        s1 = jnp.sum(s, axis=-1, keepdims=True)
+        s2 = jnp.sum(s * s, axis=-1, keepdims=True)
+        mean = s1 / g
+        var = (s2 - s1 * s1 / g) / max(g - 1, 1)
+        std = jnp.sqrt(jnp.maximum(var, jnp.asarray(eps, s.dtype)))
+        a = ((s - mean) / (std + jnp.asarray(eps, s.dtype))).astype(z.dtype)
+        return jnp.where(_constant_group(z), 0.0, a)
+
+    if name is None:
+        name = f"grpo_vectorized(eps={eps:g}{',float32' if float32 else ''})"
+    return Estimator(name, adv, min_group_size=2, params=dict(eps=eps, float32=float32))
+
+
+register(grpo_vectorized(1e-6, float32=True, name="grpo_vectorized_verl"))
+
+
+def reinforce_baseline(framework: str = "verl", tokens_per_response: int = 1,
+                       std_norm: bool = True, name=None) -> Estimator:
+    r"""REINFORCE++-baseline: group-mean centring, then whitening over the whole batch.
+
+    ``c_bg = Z_bg - Zbar_b`` (zero for constant groups), then with ``T = B G L`` tokens (each
+    response's advantage is repeated on its ``L = tokens_per_response`` tokens; the frameworks
+    whiten token-weighted):
+
+    * ``"verl"`` (``reinforce_plus_plus_baseline``, ``masked_whiten``): ``m = L sum c / (T +
+      1e-8)``, ``v = L sum (c - m)^2 / (T + 1e-8) * T / (T - 1)``, ``A = (c - m) / sqrt(v +
+      1e-8)``, in the caller's dtype;
+    * ``"openrlhf"`` (``reinforce_baseline``): ``m = L sum c / T``, ``v = L sum (c - m)^2 / T``,
+      ``A = (c - m) / sqrt(max(v, 1e-8))``, in float32 (``.float()``); ``std_norm=False`` is
+      OpenRLHF's ``no_std_norm`` (``A = c - m``).
+
+    Batch-coupled: ``z`` is ``(..., B, G)``.
+
+    Args:
+        framework: ``"verl"`` or ``"openrlhf"``.
+        tokens_per_response: L >= 1 (equal lengths; 1: one token per response).
+        std_norm: divide by the batch std (``False``: OpenRLHF ``no_std_norm``).
+        name: registry name.
+
+    Returns:
+        A batch-coupled :class:`Estimator`.
+    """
+    if framework not in ("verl", "openrlhf"):
+        raise ValueError(f"framework must be 'verl' or 'openrlhf', got {framework!r}")
+    if isinstance(tokens_per_response, bool) or not isinstance(tokens_per_response, int) \
+            or tokens_per_response < 1:
+        raise ValueError(f"tokens_per_response must be an integer >= 1, got {tokens_per_response!r}")
+    L = tokens_per_response
+
+    def adv(z, ctx):
+        c = _mean(z, ctx)
+        ax = _batch_axes(z)
+        if framework == "openrlhf":
+            c = c.astype(jnp.float32)
+        T = L * int(np.prod([z.shape[a] for a in ax]))
+        if framework == "verl":
+            m = L * jnp.sum(c, axis=ax, keepdims=True) / (T + 1e-8)
+            v = L * jnp.sum((c - m) ** 2, axis=ax, keepdims=True) / (T + 1e-8) * (T / (T - 1))
+            out = (c - m) * jax.lax.rsqrt(v + 1e-8) if std_norm else c - m
+        else:
+            m = L * jnp.sum(c, axis=ax, keepdims=True) / T
+            v = L * jnp.sum((c - m) ** 2, axis=ax, keepdims=True) / T
+            out = (c - m) * jax.lax.rsqrt(jnp.maximum(v, jnp.float32(1e-8))) if std_norm else c - m
+        return out.astype(z.dtype)
+
+    if name is None:
+        name = f"reinforce_baseline({framework},L={L}{'' if std_norm else ',no_std_norm'})"
+    return Estimator(name, adv, min_group_size=2, binary_exact=False, batch_coupled=True,
+                     params=dict(framework=framework, tokens_per_response=L, std_norm=std_norm))
+
+
+register(reinforce_baseline("verl", name="reinforce_plus_plus_baseline_verl"),
+         "reinforce_plus_plus_baseline")
+register(reinforce_baseline("openrlhf", name="reinforce_baseline_openrlhf"), "reinforce_baseline")
 
 
 def prompt_baseline(b, name: str = "baseline") -> Estimator:
-    """Constant prompt-only baseline ``A = Z - b(x)`` for a user array ``b`` of shape (P,)."""
-    b = jnp.asarray(b, dtype=jnp.float64)
-    if b.ndim != 1 or not bool(jnp.all(jnp.isfinite(b))):
-        raise ValueError("b must be a finite 1-d array with one baseline per prompt")
+    """Constant prompt-only baseline ``A = Z - b(x)`` for a user array ``b`` of shape (P,).
+
+    Args:
+        b: one real, finite baseline per prompt (1-d, non-empty; complex and strings refused).
+        name: registry name.
+
+    Returns:
+        An :class:`Estimator`; ``est.check_problem(P)`` checks ``len(b) == P``.
+    """
+    b = jnp.asarray(V.finite_array("b", b, ndim=1), dtype=jnp.float64)
 
     def adv(z, ctx):
         if ctx.prompt is None:
@@ -239,3 +426,8 @@ def compute_advantages(estimator, rewards, value=None, optimal_baseline=None, pr
             f"got G={z.shape[-1]}"
         )
     return est(z, PromptContext(prompt=prompt, value=value, optimal_baseline=optimal_baseline))
+
+
+from .._precision import scope_module as _scope  # noqa: E402
+
+_scope(globals())
