@@ -17,66 +17,109 @@ Three independent routes to the same numbers, so each checks the others:
 from __future__ import annotations
 
 import itertools
-from math import comb
 
 import jax.numpy as jnp
 import numpy as np
+from scipy.stats import binom as _binom
 
 from .. import _validation as V
 from .estimators import PromptContext, get_estimator
-from .policies import DiscreteProblem, as_problem
-from .ustat import exact_mse_closed_form, minibatch_mse
+from .gram import as_structure
+from .policies import as_problem
+from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
 
 __all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
            "enumerate_estimates", "enumerated_moments"]
 
+#: bytes per entry of the binary route's advantage table, counting JAX temporaries
+_ADV_BYTES = 8 * 6
+
 
 def exact_gradient(bandit):
-    """grad J(theta) with the shape of the policy's parameters ((P, K) for a SoftmaxBandit)."""
-    return bandit.gradient()  # DiscreteProblem: flat (D,); policies reshape to their parameters
+    """grad J(theta) = E_X E[s Z | X] (the main paper, Algorithm 1's target), exactly.
+
+    Args:
+        bandit: a policy (result shaped like its parameters, e.g. (P, K) for a SoftmaxBandit),
+            a :class:`DiscreteProblem` or a score structure (flat (D,)).
+
+    Returns:
+        The gradient.
+    """
+    st = as_structure(bandit)
+    g = st.gradient()
+    return g.reshape(st.param_shape) if st.param_shape is not None else g
 
 
-def _binary_advantages(problem: DiscreteProblem, est, group_size: int):
-    """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0)."""
-    G, P = group_size, problem.n_prompts
+def _check_coupled(est):
+    if getattr(est, "batch_coupled", False):
+        raise ValueError(
+            f"estimator {est.name!r} has no exact MSE: its advantages couple the prompts of a "
+            "batch (normalised over the whole batch); use mc_mse for a Monte Carlo estimate"
+        )
+
+
+def _binary_advantages(st, est, group_size: int):
+    """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0).
+
+    Estimators that read no prompt constant (``needs`` empty) are evaluated once and broadcast;
+    the others on a (P, G+1, G) table, refused by size (``ValueError``) when it would not fit.
+    """
+    G, P = group_size, st.n_prompts
     k = np.arange(G + 1)
-    z = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
-    z = jnp.broadcast_to(jnp.asarray(z), (P, G + 1, G))
-    xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
-    ctx = PromptContext(
-        prompt=xs,
-        value=jnp.broadcast_to(problem.values()[:, None], (P, G + 1)),
-        optimal_baseline=jnp.broadcast_to(problem.optimal_baselines()[:, None], (P, G + 1)),
-    )
-    adv = np.asarray(est.advantage(z, ctx))  # (P, G+1, G)
+    z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
+    adv = None
+    if not est.needs:
+        V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
+                       _ADV_BYTES * (G + 1) * G, "use method='closed_form' where the estimator "
+                       "has one, or mc_mse")
+        try:
+            adv = np.broadcast_to(np.asarray(est.advantage(jnp.asarray(z1), PromptContext())),
+                                  (P, G + 1, G))
+        except Exception:  # an advantage that reads a prompt constant without declaring it
+            adv = None
+    if adv is None:
+        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table "
+                       f"(P={P}, G={G})", _ADV_BYTES * P * (G + 1) * G,
+                       "use method='closed_form' where the estimator has one, a smaller G, or "
+                       "mc_mse")
+        z = jnp.broadcast_to(jnp.asarray(z1), (P, G + 1, G))
+        xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
+        ctx = PromptContext(
+            prompt=xs,
+            value=jnp.broadcast_to(st.values()[:, None], (P, G + 1)),
+            optimal_baseline=jnp.broadcast_to(st.optimal_baselines()[:, None], (P, G + 1)),
+        )
+        adv = np.asarray(est.advantage(z, ctx))  # (P, G+1, G)
     a1 = np.where(k[None, :] > 0, adv[:, :, 0], 0.0)
     a0 = np.where(k[None, :] < G, adv[:, :, -1], 0.0)
     return a1, a0
 
 
-def exact_prompt_mean_and_variance(problem: DiscreteProblem, estimator, group_size: int):
-    """Per-prompt exact mean (P, D) and trace variance (P,) by binary-reward conditioning."""
-    est = get_estimator(estimator)
+def _binary_blocks(st, est, group_size: int):
+    """Per-prompt mean (block vectors (P, D_b)) and trace variance (P,) by binary conditioning.
+
+    Given k ~ Binomial(G, V(x)) correct responses, the estimate is
+    ``(a1(k) sum_{correct} s + a0(k) sum_{incorrect} s) / G`` with correct (incorrect) scores iid
+    with mean ``m1`` (``m0``) and second moment ``q1`` (``q0``); binomial weights are evaluated in
+    log space (``scipy.stats.binom.pmf``), so any G works.
+    """
     G = group_size
-    p = np.asarray(problem.probs)
-    mu = np.asarray(problem.reward_means)
-    s = np.asarray(problem.scores)
-    ssq = np.sum(s**2, axis=-1)
+    p = np.asarray(st.probs)
+    mu = np.asarray(st.reward_means)
+    ssq = np.asarray(st.sq_norms())
     v = np.sum(p * mu, axis=1)
     w1, w0 = p * mu, p * (1 - mu)  # unnormalised conditional laws of y given Z = 1, 0
     n1 = np.where(v > 0, v, 1.0)[:, None]
     n0 = np.where(v < 1, 1 - v, 1.0)[:, None]
-    m1 = np.einsum("pk,pkd->pd", w1 / n1, s)
-    m0 = np.einsum("pk,pkd->pd", w0 / n0, s)
+    m1 = np.asarray(st.project(jnp.asarray(w1 / n1)))
+    m0 = np.asarray(st.project(jnp.asarray(w0 / n0)))
     q1 = np.sum(w1 / n1 * ssq, axis=1)
     q0 = np.sum(w0 / n0 * ssq, axis=1)
-    a1, a0 = _binary_advantages(problem, est, G)
+    a1, a0 = _binary_advantages(st, est, G)
     k = np.arange(G + 1)[None, :].astype(np.float64)
-    binom = np.array([comb(G, j) for j in range(G + 1)], dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pk = binom[None, :] * v[:, None] ** k * (1 - v[:, None]) ** (G - k)  # 0**0 = 1
-    mean = (np.einsum("pk,pd->pd", pk * a1 * k, m1)
-            + np.einsum("pk,pd->pd", pk * a0 * (G - k), m0)) / G
+    pk = _binom.pmf(np.arange(G + 1)[None, :], G, np.clip(v, 0.0, 1.0)[:, None])  # (P, G+1)
+    mean = (np.sum(pk * a1 * k, axis=1)[:, None] * m1
+            + np.sum(pk * a0 * (G - k), axis=1)[:, None] * m0) / G
     m11 = np.sum(m1**2, axis=1)[:, None]
     m00 = np.sum(m0**2, axis=1)[:, None]
     m10 = np.sum(m1 * m0, axis=1)[:, None]
@@ -87,22 +130,52 @@ def exact_prompt_mean_and_variance(problem: DiscreteProblem, estimator, group_si
     return jnp.asarray(mean), jnp.asarray(second - np.sum(mean**2, axis=1))
 
 
+def exact_prompt_mean_and_variance(problem, estimator, group_size: int):
+    """Per-prompt exact mean (P, D) and trace variance (P,) by binary-reward conditioning.
+
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` or a score structure.
+        estimator: a registry name or an :class:`Estimator` with ``binary_exact``.
+        group_size: G.
+
+    Returns:
+        ``(mean (P, D), var (P,))``: the means as full parameter vectors (for tabular policies
+        the (P, P D_b) array is refused by size with a ``ValueError``; :func:`exact_prompt_mse`
+        and :func:`exact_mse` need no such array).
+    """
+    est = get_estimator(estimator)
+    G, _ = V.group_run(est, group_size, 1)
+    _check_coupled(est)
+    st = as_structure(problem)
+    mean, var = _binary_blocks(st, est, G)
+    return st.embed(mean), var
+
+
 def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: str = "auto"):
     """Exact ``E||ghat - grad J||^2`` (trace) for B prompts drawn iid and G responses each.
 
-    ``method``: ``"closed_form"`` (ustat formulas; vanilla, oracle, optimal, baseline, grpo,
-    grpo_mean), ``"binary"`` (conditioning on the number of correct responses; every estimator
-    whose advantages depend only on the group's rewards, e.g. ``grpo_std``) or ``"auto"`` (closed
-    form when there is one). Raises ``ValueError`` when the estimator has no exact form.
+    Args:
+        bandit: a policy, a :class:`DiscreteProblem` or a score structure (tabular policies at
+            O(P K) cost through :mod:`grpo_theory.core.gram`).
+        estimator: a registry name or an :class:`Estimator`.
+        group_size: G; batch_size: B.
+        method: ``"closed_form"`` (ustat formulas; vanilla, oracle, optimal, baseline, grpo,
+            grpo_mean), ``"binary"`` (conditioning on the number of correct responses; every
+            estimator whose advantages depend only on the group's rewards, e.g. ``grpo_std``) or
+            ``"auto"`` (closed form when there is one).
+
+    Returns:
+        The exact minibatch MSE (float). Raises ``ValueError`` when the estimator has no exact
+        form (or couples the prompts of a batch) or a route's table would not fit.
     """
-    problem = as_problem(bandit)
     est = get_estimator(estimator)
-    V.group_run(est, group_size, batch_size)
+    G, B = V.group_run(est, group_size, batch_size)
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
+    _check_coupled(est)
+    st = as_structure(bandit)
     if method in ("auto", "closed_form") and est.exact is not None:
-        return exact_mse_closed_form(problem, est.exact, group_size, batch_size,
-                                     _baseline_of(problem, est))
+        return exact_mse_closed_form(st, est.exact, G, B, _baseline_of(st, est))
     if method == "closed_form":
         raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
     if not est.binary_exact:
@@ -110,33 +183,45 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
             f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
             "group's rewards alone); use mc_mse for a Monte Carlo estimate"
         )
-    mean, var = exact_prompt_mean_and_variance(problem, est, group_size)
-    return minibatch_mse(problem, mean, var, batch_size)
+    mean, var = _binary_blocks(st, est, G)
+    return float(_minibatch(st, mean, var, B, st.prompt_gradients()))
 
 
 def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -> jnp.ndarray:
     """Per-prompt exact MSE ``E[||ghat_x - g(x)||^2 | x]`` of one prompt's G-group, shape (P,).
 
-    Uses the closed form where there is one (``method="auto"``), else binary conditioning.
-    """
-    from .ustat import prompt_mean_and_variance
+    Args:
+        bandit: a policy, a :class:`DiscreteProblem` or a score structure.
+        estimator: a registry name or an :class:`Estimator`.
+        group_size: G.
+        method: ``"auto"`` (the closed form where there is one, else binary conditioning),
+            ``"closed_form"`` or ``"binary"``.
 
-    problem = as_problem(bandit)
+    Returns:
+        The per-prompt MSEs (P,).
+    """
     est = get_estimator(estimator)
-    V.group_run(est, group_size, 1)
+    G, _ = V.group_run(est, group_size, 1)
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
+    _check_coupled(est)
+    st = as_structure(bandit)
     if method != "binary" and est.exact is not None:
-        mean, var = prompt_mean_and_variance(problem, est.exact, group_size,
-                                             _baseline_of(problem, est))
+        mean, var = prompt_mean_and_variance(st, est.exact, G, _baseline_of(st, est))
     elif method == "closed_form":
         raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
+    elif not est.binary_exact:
+        raise ValueError(
+            f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
+            "group's rewards alone); use mc_mse for a Monte Carlo estimate"
+        )
     else:
-        mean, var = exact_prompt_mean_and_variance(problem, est, group_size)
-    return var + jnp.sum((mean - problem.prompt_gradients()) ** 2, axis=1)
+        mean, var = _binary_blocks(st, est, G)
+    d = mean - st.prompt_gradients()
+    return var + jnp.sum(d**2, axis=1)
 
 
-def _baseline_of(problem: DiscreteProblem, est):
+def _baseline_of(problem, est):
     """The prompt-only baseline b(x) of an estimator with ``exact == "prompt_baseline"``."""
     if est.exact != "prompt_baseline":
         return None
@@ -159,13 +244,17 @@ def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,
     Enumerates prompts, responses and binary rewards: N = (P (2K)^G)^B outcomes, so only for
     tiny problems (the reference that the closed forms are tested against).
     """
-    problem = as_problem(bandit)
     est = get_estimator(estimator)
-    V.group_run(est, group_size, batch_size)
-    P, K, G, B = problem.n_prompts, problem.n_responses, group_size, batch_size
+    G, B = V.group_run(est, group_size, batch_size)
+    st = as_structure(bandit)
+    P, K, D = st.n_prompts, st.n_responses, st.dim
     n_group = P * (2 * K) ** G
     if n_group**B > max_outcomes:
         raise ValueError(f"enumeration has {n_group ** B} outcomes > max_outcomes={max_outcomes}")
+    N = n_group**B
+    V.check_memory(f"enumerate_estimates' ({N}, {B}, {G}, {D}) score gather", 8.0 * N * B * G * D
+                   + 8.0 * P * K * D, "use exact_mse (closed form or binary route) instead")
+    problem = as_problem(bandit)
     f = np.asarray(problem.prompt_probs)
     p = np.asarray(problem.probs)
     mu = np.asarray(problem.reward_means)

@@ -17,7 +17,7 @@ from math import floor, sqrt
 
 import numpy as np
 
-from .policies import as_problem
+from .gram import as_structure
 from .ustat import prompt_moments
 
 __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
@@ -37,14 +37,22 @@ class ScalingConstants:
 
 
 def scaling_constants(bandit) -> ScalingConstants:
-    """Exact c1, c2, c3 at the policy's current parameters."""
-    problem = as_problem(bandit)
-    mo = prompt_moments(problem)
-    f = np.asarray(problem.prompt_probs)
-    g = np.asarray(problem.gradient())
-    c1 = float(f @ np.sum((np.asarray(mo.grad) - g) ** 2, axis=1))
-    c2 = float(f @ np.asarray(mo.tr_sigma_oracle))
-    c3 = float(f @ np.asarray(mo.score_sq * mo.sigma2 + mo.grad_sq))
+    """Exact c1, c2, c3 (Theorem 7) at the policy's current parameters.
+
+    Args:
+        bandit: a policy, a :class:`DiscreteProblem` or a score structure (tabular policies at
+            O(P K) cost through :mod:`grpo_theory.core.gram`).
+
+    Returns:
+        :class:`ScalingConstants` with ``c1 = E_X||g(X) - g||^2``, ``c2 = E_X tr Sigma_or(X)``
+        and ``c3 = E_X[E[||s||^2|X] sigma^2(X) + ||g(X)||^2]``.
+    """
+    st = as_structure(bandit)
+    mo = prompt_moments(st)
+    f = st.prompt_probs
+    c1 = float(st.spread(f, mo.grad))
+    c2 = float(f @ mo.tr_sigma_oracle)
+    c3 = float(f @ (mo.score_sq * mo.sigma2 + mo.grad_sq))
     return ScalingConstants(c1, c2, c3)
 
 
@@ -64,14 +72,25 @@ class GroupSizeOptimum:
 
 
 def optimal_group_size(bandit) -> GroupSizeOptimum:
-    """G* predicted by the scaling law at the policy's current parameters.
+    """G* predicted by the scaling law (Theorem 7) at the policy's current parameters.
 
-    ``c1 = 0`` (all prompts share one gradient) makes larger groups always better: G* = inf.
+    ``c1 = 0`` (all prompts share one gradient), or ``c3/c1`` beyond the float range (c1
+    underflowing next to c3), makes larger groups always better: G* = inf (``exact`` is then the
+    largest int64).
+
+    Args:
+        bandit: a policy, a :class:`DiscreteProblem` or a score structure.
+
+    Returns:
+        :class:`GroupSizeOptimum` (paper's sqrt(c3/c1), the exact form's 1 + sqrt(c3/c1), the
+        integer argmin over G >= 2 and the constants).
     """
     c = scaling_constants(bandit)
-    if c.c1 <= 0:
-        return GroupSizeOptimum(float("inf"), float("inf"), np.iinfo(np.int64).max, c)
-    r = sqrt(c.c3 / c.c1)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ratio = np.float64(c.c3) / np.float64(c.c1) if c.c1 > 0 else np.inf
+    if not np.isfinite(ratio) or ratio >= 2.0**124:  # G* >= 2^62: beyond every int64 group
+        return GroupSizeOptimum(float("inf"), float("inf"), int(np.iinfo(np.int64).max), c)
+    r = sqrt(float(ratio))
     cont = 1.0 + r
     cands = {max(2, floor(cont)), max(2, floor(cont) + 1)}
     best = min(sorted(cands), key=lambda G: float(budget_mse(c, G)))

@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from .policies import DiscreteProblem
+from .gram import as_structure
+from .policies import as_problem
 
 __all__ = [
     "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",
@@ -177,55 +178,67 @@ def grpo_ustat_estimate(scores, rewards):
 
 
 # --- exact per-prompt moments and MSE ----------------------------------------------------------
+# Everything below goes through a score structure (grpo_theory.core.gram): weighted score sums
+# as per-prompt block vectors and the squared norms ||s(x, y)||^2, never a (P, K, D) tensor for
+# the tabular policies. A DiscreteProblem is its own (dense, shared-parameter) structure, so the
+# block vectors of a DiscreteProblem are ordinary (P, D) vectors.
 
 @dataclass(frozen=True)
 class PromptMoments:
-    """Per-prompt moments (each of shape (P,) unless noted) for Bernoulli rewards."""
+    """Per-prompt moments (each of shape (P,) unless noted) for Bernoulli rewards.
+
+    Vector fields are the structure's block vectors (P, D_b): (P, D) for a DiscreteProblem.
+    """
 
     value: jnp.ndarray  # V(x)
     sigma2: jnp.ndarray  # Var(Z|x)
-    grad: jnp.ndarray  # g(x), (P, D)
+    grad: jnp.ndarray  # g(x), (P, D_b)
     grad_sq: jnp.ndarray  # ||g(x)||^2
-    mean_score: jnp.ndarray  # E[s|x], (P, D) (zero for exact scores; kept for generality)
+    mean_score: jnp.ndarray  # E[s|x], (P, D_b) (zero for exact scores; kept for generality)
     score_sq: jnp.ndarray  # E[||s||^2 | x]
     score_sq_z: jnp.ndarray  # E[||s||^2 Z | x] (= E[||s||^2 Z^2 | x] for binary Z)
     tr_sigma_oracle: jnp.ndarray  # tr Sigma_or(x)
 
 
-def prompt_moments(problem: DiscreteProblem) -> PromptMoments:
-    p, mu, ssq = problem.probs, problem.reward_means, problem.score_sq_norms()
-    v = problem.values()
-    g = problem.prompt_gradients()
-    es = jnp.einsum("pk,pkd->pd", p, problem.scores)
+def _dot(a, b):
+    return jnp.sum(a * b, axis=-1)
+
+
+def prompt_moments(problem) -> PromptMoments:
+    """Exact per-prompt moments of Theorem 2 / Proposition 3 through the score structure.
+
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` or a score structure.
+
+    Returns:
+        :class:`PromptMoments` (vector fields as block vectors).
+    """
+    st = as_structure(problem)
+    p, mu, ssq = st.probs, st.reward_means, st.sq_norms()
+    v = st.values()
+    g = st.project(p * mu)
+    es = st.project(p)
     s2 = jnp.sum(p * ssq, axis=1)
     s2z = jnp.sum(p * ssq * mu, axis=1)
-    g2 = jnp.sum(g**2, axis=1)
+    g2 = _dot(g, g)
     # E||s (Z - V)||^2 - ||E[s (Z - V)]||^2 with E[s (Z - V)] = g - V E[s]
     mean_or = g - v[:, None] * es
-    tr_or = s2z - 2 * v * s2z + v**2 * s2 - jnp.sum(mean_or**2, axis=1)
+    tr_or = s2z - 2 * v * s2z + v**2 * s2 - _dot(mean_or, mean_or)
     # for binary Z: E[||s||^2 (Z - V)^2] = E[||s||^2 Z](1 - 2V) + V^2 E||s||^2
     return PromptMoments(v, v - v**2, g, g2, es, s2, s2z, tr_or)
 
 
-def prompt_mean_and_variance(problem: DiscreteProblem, kind: str, group_size: int, b=None):
-    """Exact per-prompt mean ``m(x)`` (P, D) and trace variance ``v(x)`` (P,) of a G-group estimate.
-
-    ``kind``: ``"prompt_baseline"`` (needs ``b``, shape (P,)), ``"loo"`` or ``"mean"``.
-    """
-    G = group_size
-    mo = prompt_moments(problem)
+def _mean_and_variance(st, mo: PromptMoments, kind: str, G, b=None):
     if kind == "prompt_baseline":
         b = jnp.asarray(b, dtype=jnp.float64)
         mean = mo.grad - b[:, None] * mo.mean_score
         second = mo.score_sq_z * (1 - 2 * b) + b**2 * mo.score_sq  # E||s (Z-b)||^2, binary Z
-        return mean, (second - jnp.sum(mean**2, axis=1)) / G
+        return mean, (second - _dot(mean, mean)) / G
     if kind in ("loo", "mean"):
-        if isinstance(G, (int, np.integer)) and G < 2:
-            raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
         # sigma_1^2 = tr Var h_1 and sigma_2^2 = tr Var h for the kernel of Lemma 1 (general E s)
-        h1_dev_sq = _h1_variance(problem, mo)
+        h1_dev_sq = _h1_variance(st, mo)
         eh2 = 0.25 * (2 * mo.score_sq_z + 2 * mo.score_sq * mo.value - 4 * mo.score_sq_z * mo.value
-                      - 4 * jnp.sum(mo.grad * mo.mean_score, axis=1) + 4 * mo.grad_sq)
+                      - 4 * _dot(mo.grad, mo.mean_score) + 4 * mo.grad_sq)
         sigma2_2 = eh2 - mo.grad_sq
         var = (2.0 / (G * (G - 1))) * (2 * (G - 2) * h1_dev_sq + sigma2_2)
         if kind == "loo":
@@ -235,65 +248,114 @@ def prompt_mean_and_variance(problem: DiscreteProblem, kind: str, group_size: in
     raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
 
 
-def _h1_variance(problem: DiscreteProblem, mo: PromptMoments):
-    """tr Var h_1 with h_1(y, z) = 1/2 [s(z - V) + g - E[s] z + ... ] computed exactly.
+def prompt_mean_and_variance(problem, kind: str, group_size: int, b=None):
+    """Exact per-prompt mean ``m(x)`` (block vectors) and trace variance ``v(x)`` (P,) of a G-group.
 
-    In general h_1(y, z) = 1/2 [s(y) z - s(y) V - E[s] z + g]; for exact scores E[s] = 0 and this
-    is Sigma_or / 4.
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` (means (P, D)) or a score structure.
+        kind: ``"prompt_baseline"`` (needs ``b``, shape (P,)), ``"loo"`` or ``"mean"``.
+        group_size: G (>= 2 for ``"loo"``/``"mean"``).
+        b: the prompt baseline for ``"prompt_baseline"``.
+
+    Returns:
+        ``(mean (P, D_b), var (P,))``.
     """
-    s, p, mu = problem.scores, problem.probs, problem.reward_means
-    v = mo.value[:, None, None]
-    es = mo.mean_score[:, None, :]
-    g = mo.grad[:, None, :]
-    h1 = {}
-    for z in (0.0, 1.0):
-        h1[z] = 0.5 * (s * z - s * v - es * z + g)  # (P, K, D)
-    dev0 = jnp.sum((h1[0.0] - mo.grad[:, None, :]) ** 2, axis=-1)
-    dev1 = jnp.sum((h1[1.0] - mo.grad[:, None, :]) ** 2, axis=-1)
-    return jnp.sum(p * ((1 - mu) * dev0 + mu * dev1), axis=1)
+    G = group_size
+    if kind in ("loo", "mean") and isinstance(G, (int, np.integer)) and G < 2:
+        raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
+    st = as_structure(problem)
+    return _mean_and_variance(st, prompt_moments(st), kind, G, b)
 
 
-def minibatch_mse(problem: DiscreteProblem, mean, var, batch_size: int) -> float:
-    """``(E_X v + E_X||m - E m||^2)/B + ||E m - g||^2`` for B prompts drawn iid from f."""
-    f = problem.prompt_probs
-    m_bar = f @ mean
-    spread = f @ jnp.sum((mean - m_bar) ** 2, axis=1)
-    bias2 = jnp.sum((m_bar - problem.gradient()) ** 2)
-    return float((f @ var + spread) / batch_size + bias2)
+def _h1_variance(st, mo: PromptMoments):
+    """tr Var h_1 with ``h_1(y, z) = 1/2 [s(y) z - s(y) V - E[s] z + g]`` (Lemma 1, general E s).
+
+    ``h_1(y, z) - g = d_z(y)/2`` with ``d_z = s (z - V) - (E[s] z + g)``; summed over y with
+    weights ``c_z = pi (1 - mu), pi mu``: ``sum c_z (z - V)^2 ||s||^2 + (sum c_z) ||E[s] z + g||^2
+    - 2 (z - V) <S^T c_z, E[s] z + g>`` (inner products only; Sigma_or/4 for exact scores).
+    """
+    p, mu, ssq = st.probs, st.reward_means, st.sq_norms()
+    v = mo.value
+    total = 0.0
+    for z, c in ((0.0, p * (1 - mu)), (1.0, p * mu)):
+        u = mo.mean_score * z + mo.grad
+        term = (jnp.sum(c * ssq, axis=1) * (z - v) ** 2 + jnp.sum(c, axis=1) * _dot(u, u)
+                - 2 * (z - v) * _dot(st.project(c), u))
+        total = total + term
+    return 0.25 * total
+
+
+def minibatch_mse(problem, mean, var, batch_size: int) -> float:
+    """``(E_X v + E_X||m - E m||^2)/B + ||E m - g||^2`` for B prompts drawn iid from f.
+
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` or a score structure.
+        mean: per-prompt means as the structure's block vectors ((P, D) for a DiscreteProblem).
+        var: per-prompt trace variances (P,).
+        batch_size: B.
+
+    Returns:
+        The minibatch MSE (float).
+    """
+    st = as_structure(problem)
+    return float(_minibatch(st, jnp.asarray(mean), jnp.asarray(var), batch_size,
+                            st.prompt_gradients()))
+
+
+def _minibatch(st, mean, var, batch_size, grads):
+    f = st.prompt_probs
+    spread = st.spread(f, mean)
+    bias2 = st.mean_sq(f, mean - grads)
+    return (f @ var + spread) / batch_size + bias2
 
 
 @partial(jax.jit, static_argnames=("kind",))
-def _closed_form_jit(problem, kind, group_size, batch_size, b):
-    mean, var = prompt_mean_and_variance(problem, kind, group_size, b)
-    f = problem.prompt_probs
-    m_bar = f @ mean
-    spread = f @ jnp.sum((mean - m_bar) ** 2, axis=1)
-    return (f @ var + spread) / batch_size + jnp.sum((m_bar - problem.gradient()) ** 2)
+def _closed_form_jit(st, kind, group_size, batch_size, b):
+    mo = prompt_moments(st)
+    mean, var = _mean_and_variance(st, mo, kind, group_size, b)
+    return _minibatch(st, mean, var, batch_size, mo.grad)
 
 
-def exact_mse_closed_form(problem: DiscreteProblem, kind: str, group_size: int,
-                          batch_size: int = 1, b=None) -> float:
-    """Closed-form minibatch MSE (jit-compiled; see :func:`minibatch_mse` for the formula)."""
+def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int = 1,
+                          b=None) -> float:
+    """Closed-form minibatch MSE (jit-compiled; see :func:`minibatch_mse` for the formula).
+
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` or a score structure.
+        kind: ``"prompt_baseline"``, ``"loo"`` or ``"mean"``.
+        group_size: G; batch_size: B; b: the prompt baseline (P,) for ``"prompt_baseline"``.
+
+    Returns:
+        The exact minibatch MSE (float).
+    """
     if kind in ("loo", "mean") and group_size < 2:
         raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {group_size}")
     if kind not in ("prompt_baseline", "loo", "mean"):
         raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
-    b = jnp.zeros(problem.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
+    st = as_structure(problem)
+    b = jnp.zeros(st.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
     # G and B are traced (float64), so a sweep over G compiles once per estimator kind
-    return float(_closed_form_jit(problem, kind, jnp.float64(group_size), jnp.float64(batch_size),
-                                  b))
+    return float(_closed_form_jit(st, kind, jnp.float64(group_size), jnp.float64(batch_size), b))
 
 
-def leading_order_mse(problem: DiscreteProblem, estimator: str, group_size: int,
-                      batch_size: int = 1) -> float:
+def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int = 1) -> float:
     """The paper's leading-order MSE (Theorem 2 for grpo/oracle, Proposition 3 for vanilla).
 
     ``(c1 + c2/G)/B`` for ``grpo`` and ``oracle`` (the O(G^-2) remainder of eq. 7 dropped) and
     ``(c1 + E_X[E||s||^2 Z^2 - ||g(X)||^2]/G)/B`` for ``vanilla`` (exact for vanilla).
+
+    Args:
+        problem: a policy, a :class:`DiscreteProblem` or a score structure.
+        estimator: ``"grpo"``, ``"rloo"``, ``"oracle"`` or ``"vanilla"``.
+        group_size: G; batch_size: B.
+
+    Returns:
+        The leading-order MSE (float).
     """
-    mo = prompt_moments(problem)
-    f = problem.prompt_probs
-    c1 = float(f @ jnp.sum((mo.grad - problem.gradient()) ** 2, axis=1))
+    st = as_structure(problem)
+    mo = prompt_moments(st)
+    f = st.prompt_probs
+    c1 = float(st.spread(f, mo.grad))
     if estimator in ("grpo", "rloo", "oracle"):
         return (c1 + float(f @ mo.tr_sigma_oracle) / group_size) / batch_size
     if estimator == "vanilla":
@@ -301,9 +363,17 @@ def leading_order_mse(problem: DiscreteProblem, estimator: str, group_size: int,
     raise ValueError(f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
 
 
-def sigma_oracle(problem: DiscreteProblem) -> jnp.ndarray:
-    """Asymptotic per-sample covariance ``E_X Sigma_or(X)`` (D, D); Theorem 2's ``Sigma``."""
-    return jnp.tensordot(problem.prompt_probs, problem.oracle_covariances(), axes=1)
+def sigma_oracle(problem) -> jnp.ndarray:
+    """Asymptotic per-sample covariance ``E_X Sigma_or(X)`` (D, D); Theorem 2's ``Sigma``.
+
+    Dense by nature: refuses with ``ValueError`` when the (P, D, D) covariances would not fit
+    (its trace is ``scaling_constants(...).c2``, which needs no dense array).
+    """
+    prob = as_problem(problem)
+    P, K, D = prob.scores.shape
+    V.check_memory(f"sigma_oracle's ({P}, {D}, {D}) covariances", 8.0 * P * D * D * 2,
+                   "its trace is scaling_constants(policy).c2 (no dense array)")
+    return jnp.tensordot(prob.prompt_probs, prob.oracle_covariances(), axes=1)
 
 
 from .._precision import scope_module as _scope  # noqa: E402
