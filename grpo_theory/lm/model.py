@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _validation as V
 from .task import EOS, ICL_PROMPT_LEN, PAD, RESPONSE_LEN, VOCAB_SIZE
 
 __all__ = ["ModelConfig", "init_params", "apply", "make_apply", "make_sampler", "sample", "n_params"]
@@ -39,12 +40,26 @@ class ModelConfig:
     max_response: int = max(RESPONSE_LEN.values())
 
     def __post_init__(self):
+        for name in ("d_model", "n_layers", "n_heads", "max_prompt", "max_response"):
+            object.__setattr__(self, name, V.positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "vocab_size",
+                           V.integer("vocab_size", self.vocab_size, max(PAD, EOS) + 1))
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model must be divisible by n_heads, got {self.d_model}/{self.n_heads}")
 
 
 def init_params(key, cfg: ModelConfig) -> dict:
-    """Random initial parameters (scaled normal; residual outputs scaled by 1/sqrt(2 L))."""
+    """Random initial parameters (scaled normal; residual outputs scaled by 1/sqrt(2 L)).
+
+    Args:
+        key: a JAX PRNG key or an integer seed.
+        cfg: a :class:`ModelConfig`.
+
+    Returns:
+        The parameter pytree (float32).
+    """
+    key = V.key_or_seed(key)
+    _config(cfg)
     d, L = cfg.d_model, cfg.n_layers
     keys = jax.random.split(key, 3 + 4 * L)
     nrm = lambda k, shape, s: (s * jax.random.normal(k, shape)).astype(F32)
@@ -131,8 +146,40 @@ def _no_pad(logits):
     return logits.at[..., PAD].set(-1e9)
 
 
+def _config(cfg):
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    return cfg
+
+
+def _check_lengths(cfg, n_prompt, n_response):
+    """Positions past the embedding table would be clamped silently by JAX indexing: refuse."""
+    if n_prompt > cfg.max_prompt:
+        raise ValueError(f"prompts have {n_prompt} tokens, more than cfg.max_prompt = "
+                         f"{cfg.max_prompt}")
+    if n_response > cfg.max_response:
+        raise ValueError(f"responses have {n_response} tokens, more than cfg.max_response = "
+                         f"{cfg.max_response}")
+
+
 def apply(params, tokens, prompt_len: int, cfg: ModelConfig):
-    """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32."""
+    """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32.
+
+    Args:
+        params: from :func:`init_params`.
+        tokens: (N, T) integer ids in ``[0, cfg.vocab_size)`` (range checked when concrete).
+        prompt_len: 1 <= prompt_len <= min(T, cfg.max_prompt); T - prompt_len <= max_response.
+        cfg: the :class:`ModelConfig`.
+
+    Returns:
+        (N, T, vocab_size) float32 logits.
+    """
+    _config(cfg)
+    tokens = V.token_array("tokens", tokens, 2, cfg.vocab_size)
+    if V.is_concrete(prompt_len):
+        t = tokens.shape[1]
+        prompt_len = V.integer("prompt_len", prompt_len, 1, t)
+        _check_lengths(cfg, prompt_len, t - prompt_len)
     return _forward(params, cfg, jnp.asarray(tokens), prompt_len)
 
 
@@ -149,9 +196,31 @@ def make_sampler(cfg: ModelConfig):
         params, cfg, key, prompts, response_len, temperature)
 
 
-@partial(jax.jit, static_argnames=("cfg", "response_len"))
 def sample(params, cfg: ModelConfig, key, prompts, response_len: int, temperature=1.0):
-    """Responses (N, R) sampled with temperature; PAD after the first EOS. KV-cached."""
+    """Responses (N, R) sampled with temperature; PAD after the first EOS. KV-cached.
+
+    Args:
+        params, cfg: the model.
+        key: a JAX PRNG key or an integer seed.
+        prompts: (N, P) integer ids, P <= cfg.max_prompt.
+        response_len: 1 <= R <= cfg.max_response.
+        temperature: > 0.
+
+    Returns:
+        (N, R) int32 token ids.
+    """
+    _config(cfg)
+    key = V.key_or_seed(key)
+    prompts = V.token_array("prompts", prompts, 2, cfg.vocab_size)
+    response_len = V.positive_int("response_len", response_len)
+    _check_lengths(cfg, prompts.shape[1], response_len)
+    if V.is_concrete(temperature):
+        temperature = V.real_scalar("temperature", temperature, positive=True)
+    return _sample(params, cfg, key, jnp.asarray(prompts), response_len, temperature)
+
+
+@partial(jax.jit, static_argnames=("cfg", "response_len"))
+def _sample(params, cfg: ModelConfig, key, prompts, response_len: int, temperature=1.0):
     prompts = jnp.asarray(prompts)
     n, p = prompts.shape
     total = p + response_len

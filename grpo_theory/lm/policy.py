@@ -27,22 +27,60 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .. import _validation as V
 from .task import EOS, PAD
 
 __all__ = ["LMPolicy", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
            "generic_sample"]
 
 
+def _tokens(prompts, responses, vocab_size=None):
+    """Checked (prompts (N, P), responses (N, R)): integer ids, rank 2, same N, ids in range."""
+    prompts = V.token_array("prompts", prompts, 2, vocab_size)
+    responses = V.token_array("responses", responses, 2, vocab_size)
+    if prompts.shape[0] != responses.shape[0]:
+        raise ValueError(f"prompts and responses must have the same number of rows, got "
+                         f"{prompts.shape[0]} and {responses.shape[0]}")
+    return prompts, responses
+
+
+def _temperature(temperature):
+    """A finite temperature > 0 (left alone when traced)."""
+    if not V.is_concrete(temperature):
+        return temperature
+    return V.real_scalar("temperature", temperature, positive=True)
+
+
 def response_mask(responses):
-    """1 for response tokens up to and including the first EOS, else 0 (N, R)."""
-    responses = jnp.asarray(responses)
+    """1 for response tokens up to and including the first EOS, else 0 (N, R).
+
+    Args:
+        responses: (N, R) integer token ids.
+
+    Returns:
+        (N, R) float32 mask.
+    """
+    responses = jnp.asarray(V.token_array("responses", responses, 2))
     is_eos = (responses == EOS).astype(jnp.int32)
     before = jnp.cumsum(is_eos, axis=1) - is_eos  # EOS strictly before position t
     return (before == 0).astype(jnp.float32)
 
 
 def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
-    """``log pi(y_t | x, y_<t)`` (N, R) by teacher forcing, 0 after the first EOS."""
+    """``log pi(y_t | x, y_<t)`` (N, R) by teacher forcing, 0 after the first EOS.
+
+    Args:
+        apply_fn: ``apply_fn(params, tokens, prompt_len) -> logits (N, T, V)``.
+        params: the model's parameters.
+        prompts: (N, P) integer ids, P >= 1.
+        responses: (N, R) integer ids, R >= 1.
+        temperature: > 0.
+
+    Returns:
+        (N, R) per-token log-probabilities.
+    """
+    prompts, responses = _tokens(prompts, responses)
+    temperature = _temperature(temperature)
     prompts, responses = jnp.asarray(prompts), jnp.asarray(responses)
     p = prompts.shape[1]
     tokens = jnp.concatenate([prompts, responses], axis=1)
@@ -53,13 +91,35 @@ def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
 
 
 def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
-    """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response."""
+    """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response.
+
+    Args and shapes as :func:`token_log_probs`; returns (N,).
+    """
     return jnp.sum(token_log_probs(apply_fn, params, prompts, responses, temperature), axis=1)
 
 
-@partial(jax.jit, static_argnames=("apply_fn", "response_len"))
 def generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0):
-    """Autoregressive sampling for any ``apply_fn`` (full forward per position; no cache)."""
+    """Autoregressive sampling for any ``apply_fn`` (full forward per position; no cache).
+
+    Args:
+        apply_fn, params: the model.
+        key: a JAX PRNG key or an integer seed.
+        prompts: (N, P) integer ids.
+        response_len: R >= 1 tokens to draw.
+        temperature: > 0.
+
+    Returns:
+        (N, R) token ids, PAD after the first EOS.
+    """
+    key = V.key_or_seed(key)
+    prompts = V.token_array("prompts", prompts, 2)
+    response_len = V.positive_int("response_len", response_len)
+    temperature = _temperature(temperature)
+    return _generic_sample(apply_fn, params, key, prompts, response_len, temperature)
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "response_len"))
+def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0):
     prompts = jnp.asarray(prompts)
     n, p = prompts.shape
     keys = jax.random.split(key, response_len)
@@ -107,10 +167,24 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
                        chunk: int = 256):
     """``(W @ S, ||s_n||^2)`` with ``S`` the (N, D) per-sample scores (never materialised).
 
-    ``weights`` is (K, N) float64; returns a float64 (K, D) array and the (N,) squared norms.
+    Args:
+        apply_fn, params: the model.
+        prompts: (N, P) integer ids; responses: (N, R) integer ids.
+        weights: (K, N) (or (N,)) finite real weights.
+        temperature: > 0.
+        chunk: samples per scanned block (>= 1).
+
+    Returns:
+        ``(acc, sq)``: float64 (K, D) ``W S`` and (N,) squared score norms.
     """
+    prompts, responses = _tokens(prompts, responses)
     prompts, responses = np.asarray(prompts), np.asarray(responses)
-    weights = np.atleast_2d(np.asarray(weights, np.float64))
+    temperature = _temperature(temperature)
+    chunk = V.positive_int("chunk", chunk)
+    w = V.real_array("weights", weights)
+    if w.ndim not in (1, 2):
+        raise ValueError(f"weights must have shape (K, N) or (N,), got {w.shape}")
+    weights = np.atleast_2d(w)
     n = prompts.shape[0]
     if weights.shape[1] != n:
         raise ValueError(f"weights must have shape (K, {n}), got {weights.shape}")
@@ -127,14 +201,54 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
 
 @dataclass
 class LMPolicy:
-    """A language-model policy: parameters, an apply function and (optionally) a fast sampler."""
+    """A language-model policy: parameters, an apply function and (optionally) a fast sampler.
+
+    Token arrays passed to the methods must be integer (N, T) arrays (N, T >= 1) with ids in
+    ``[0, vocab_size)``; ``vocab_size`` is read from the model's output shape (``jax.eval_shape``,
+    no computation) unless given. Violations are ``ValueError``s naming the argument.
+    """
 
     params: dict
     apply_fn: Callable
     sample_fn: Callable | None = None
     temperature: float = 1.0
+    vocab_size: int | None = None
+
+    def __post_init__(self):
+        if not callable(self.apply_fn):
+            raise ValueError(f"apply_fn must be callable, got {type(self.apply_fn).__name__}")
+        if self.sample_fn is not None and not callable(self.sample_fn):
+            raise ValueError(f"sample_fn must be callable or None, got "
+                             f"{type(self.sample_fn).__name__}")
+        self.temperature = _temperature(self.temperature)
+        if self.vocab_size is not None:
+            self.vocab_size = V.positive_int("vocab_size", self.vocab_size)
+
+    def _vocab(self):
+        """The model's vocabulary size (from its logits' shape), or None if it cannot be read."""
+        if self.vocab_size is None and "_vocab_cache" not in self.__dict__:
+            try:
+                out = jax.eval_shape(lambda p, t: self.apply_fn(p, t, 1), self.params,
+                                     jax.ShapeDtypeStruct((1, 2), jnp.int32))
+                self.__dict__["_vocab_cache"] = int(out.shape[-1])
+            except Exception:  # an apply_fn that cannot be traced abstractly: skip the range check
+                self.__dict__["_vocab_cache"] = None
+        return self.vocab_size if self.vocab_size is not None else self.__dict__["_vocab_cache"]
 
     def sample(self, key, prompts, response_len: int):
+        """Responses (N, R) drawn from the policy (PAD after the first EOS).
+
+        Args:
+            key: a JAX PRNG key or an integer seed.
+            prompts: (N, P) integer ids.
+            response_len: R >= 1.
+
+        Returns:
+            (N, R) integer token ids.
+        """
+        key = V.key_or_seed(key)
+        prompts = V.token_array("prompts", prompts, 2, self._vocab())
+        response_len = V.positive_int("response_len", response_len)
         if self.sample_fn is not None:
             return self.sample_fn(self.params, key, jnp.asarray(prompts), response_len,
                                   self.temperature)
@@ -144,8 +258,12 @@ class LMPolicy:
     def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
         """:meth:`sample` in blocks of prompts so that ``rows x prompt_len^2 <= max_elems``
         (the prefill attention's memory); one block (then identical to :meth:`sample` with the
-        same key) when the whole batch fits, else block ``i`` uses ``fold_in(key, i)``."""
-        prompts = np.asarray(prompts)
+        same key) when the whole batch fits, else block ``i`` uses ``fold_in(key, i)``.
+
+        Args as :meth:`sample`, plus ``max_elems`` > 0; returns a NumPy (N, R) array."""
+        key = V.key_or_seed(key)
+        prompts = np.asarray(V.token_array("prompts", prompts, 2, self._vocab()))
+        max_elems = V.real_scalar("max_elems", max_elems, positive=True)
         n, p = prompts.shape
         k = int(np.ceil(n * p * p / max_elems))
         if k <= 1:
@@ -155,10 +273,14 @@ class LMPolicy:
                                for i, blk in enumerate(np.array_split(prompts, k))])
 
     def log_probs(self, prompts, responses):
+        """``log pi(y|x)`` (N,) for (N, P) prompts and (N, R) responses (integer ids)."""
+        prompts, responses = _tokens(prompts, responses, self._vocab())
         return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
                          jnp.asarray(responses), self.temperature)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256):
+        """:func:`score_contractions` for this policy (token ids checked against the vocabulary)."""
+        _tokens(prompts, responses, self._vocab())
         return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
                                   self.temperature, chunk)
 
@@ -167,7 +289,14 @@ class LMPolicy:
         return int(ravel_pytree(self.params)[0].shape[0])
 
     def with_params(self, params) -> "LMPolicy":
-        return LMPolicy(params, self.apply_fn, self.sample_fn, self.temperature)
+        """The same policy at new parameters (a pytree of the same structure)."""
+        if jax.tree_util.tree_structure(params) != jax.tree_util.tree_structure(self.params):
+            raise ValueError("params must have the structure of the policy's parameters, got "
+                             f"{jax.tree_util.tree_structure(params)}")
+        new = LMPolicy(params, self.apply_fn, self.sample_fn, self.temperature, self.vocab_size)
+        if "_vocab_cache" in self.__dict__:
+            new.__dict__["_vocab_cache"] = self.__dict__["_vocab_cache"]
+        return new
 
 
 @partial(jax.jit, static_argnames=("apply_fn",))
