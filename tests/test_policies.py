@@ -105,3 +105,40 @@ def test_policy_bad_inputs():
         gt.SequencePolicy(np.zeros((1, 2, 3, 3)), np.zeros((1, 7)), 2, 3)
     with pytest.raises(ValueError, match="vocab_size must be an integer >= 1"):
         gt.SequencePolicy(np.zeros((1, 2, 1, 1)), np.zeros((1, 1)), 0, 2)
+
+
+def _itertools_enumeration(v, T, eos):
+    """The reference enumeration (by length, then lexicographic), written with itertools."""
+    import itertools
+
+    seqs = []
+    for length in range(1, T + 1):
+        if eos:
+            seqs += [list(b) + [v] for b in itertools.product(range(v), repeat=length - 1)]
+        if length == T:
+            seqs += [list(b) for b in itertools.product(range(v), repeat=T)]
+    tokens = np.full((len(seqs), T), -1)
+    for i, s in enumerate(seqs):
+        tokens[i, : len(s)] = s
+    return tokens, np.array([len(s) for s in seqs])
+
+
+@pytest.mark.parametrize("v,T,eos", [(1, 1, True), (1, 3, False), (2, 3, True), (3, 2, False),
+                                     (3, 3, True)])
+def test_vectorised_enumeration_matches_itertools_order(v, T, eos):
+    pol = gt.SequencePolicy(np.zeros((1, T, v + 1, v + int(eos))), lambda p, t, n: 0.5, v, T,
+                            eos=eos)
+    tokens, lengths = _itertools_enumeration(v, T, eos)
+    np.testing.assert_array_equal(pol.responses, tokens)
+    np.testing.assert_array_equal(pol.lengths, lengths)
+    assert len(lengths) == gt.policies.n_sequences(v, T, eos)
+
+
+def test_discrete_problem_create_equals_policy_problem():
+    b = linear_bandit()
+    p = b.problem()
+    q = gt.DiscreteProblem.create(*(np.asarray(a) for a in (p.prompt_probs, p.probs, p.scores,
+                                                             p.reward_means)))
+    assert q.scores.dtype == jnp.float64
+    np.testing.assert_array_equal(q.gradient(), p.gradient())
+    np.testing.assert_array_equal(gt.exact_mse(q, "grpo", 4), gt.exact_mse(p, "grpo", 4))
