@@ -81,7 +81,7 @@ def _mode_rows(G):
             if alpha is None:
                 err = np.nan
             else:
-                scale = 1.0 / T if mode == "seq-mean-token-sum-norm" else 1.0
+                scale = G / T if mode == "seq-mean-token-sum-norm" else 1.0  # verl: B/T_max, B=1
                 err = float(np.max(np.abs(m - scale * ref[alpha])))
             rows.append(dict(mode=mode, estimator=est, G=G,
                              alpha=np.nan if alpha is None else alpha,

@@ -24,23 +24,32 @@ included), ``E[A_1 | Z_1 = z] = c_z(x) = E_{K' ~ Bin(G-1, V)} a(z, K')`` and
 brute-force enumeration of all G-tuples (:func:`enumerate_expected_gradient`) checks it and also
 covers the batch-normalised ``token-mean`` mode, which is not of the f_alpha form.
 
-**Aggregation modes** (coefficient ``c_i`` of ``A_i s_i`` in one group of G; the loss code of
-verl's ``agg_loss`` and TRL's ``GRPOTrainer.loss_type``):
+**Aggregation modes**: how a framework turns per-token losses into one number. For a batch of B
+groups of G responses (lengths ``L_bg``, every token of response (b, g) carrying ``A_bg``), each
+mode is linear, ``ghat = (1/B) sum_{b,g} c_bg A_bg s_bg``, with the coefficients below (one
+micro-batch on one process; :func:`mode_coefficients`):
 
-============================  ===========================  ==================  =============
-verl ``loss_agg_mode``        TRL ``loss_type``            ``c_i``             alpha
-============================  ===========================  ==================  =============
-``seq-mean-token-mean``       ``grpo``                     ``1/(G L_i)``       0
-``seq-mean-token-sum``        --                           ``1/G``             1
-``seq-mean-token-sum-norm``   ``dr_grpo``                  ``1/(G T_max)``     1 (scaled)
-``token-mean``                ``bnpo`` (``dapo`` global)   ``1/sum_j L_j``     none: alpha=1
-                                                                               token weights
-                                                                               with a random
-                                                                               shared normaliser
-============================  ===========================  ==================  =============
+===========================  ===================================  =====================  ========
+mode                         framework (loss code)                ``c_bg``               alpha
+===========================  ===================================  =====================  ========
+``seq-mean-token-mean``      verl ``agg_loss``; TRL ``grpo``      ``1/(G L_bg)``         0
+``seq-mean-token-sum``       verl ``agg_loss``                    ``1/G``                1
+``seq-mean-token-sum-norm``  verl ``agg_loss``: batch sum /       ``B / lsf``            1 (x BG
+                             ``loss_scale_factor`` (default                              / lsf)
+                             T_max), not divided by the number
+                             of sequences
+``dr_grpo``                  TRL: batch sum / (N T_max)           ``1/(G T_max)``        1 (/T)
+``token-mean``               verl: batch sum / global token       ``B / sum_bg L_bg``    none
+                             count
+``bnpo``                     TRL: / tokens of the micro-batch     ``B / sum_bg L_bg``    none
+``dapo``                     TRL (default): / tokens of the       ``B / sum_bg L_bg``    none
+                             generation batch, all processes
+===========================  ===================================  =====================  ========
 
-(verl's ``seq-mean-token-sum-norm`` divides the batch sum by ``T_max`` only, TRL's ``dr_grpo``
-by ``N * T_max``; we use the per-group TRL form. Both are constants, so both are alpha = 1.)
+``token-mean``/``bnpo``/``dapo`` share a random normaliser across the batch: they are not of the
+f_alpha form (alpha=1 token weights scaled by ``B / sum L``). With one micro-batch they coincide;
+TRL's ``bnpo`` averages per-micro-batch token means when the batch is split, ``dapo`` does not.
+``mode_coefficients(..., batch=False)`` treats each group as its own batch (B = 1).
 """
 
 from __future__ import annotations
@@ -59,23 +68,31 @@ from ..core.montecarlo import sample_groups
 from ..core.policies import SequencePolicy
 
 __all__ = [
-    "length_weights", "AGGREGATION_MODES", "mode_alpha", "mode_coefficients",
+    "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
     "weighted_group_gradient", "conditional_advantages", "exact_expected_gradient",
     "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
     "alpha_sweep", "length_policy", "stop_or_run_policy", "conditional_lengths",
     "train_length_weighted", "expected_flow",
 ]
 
-#: mode -> (alpha or None, description). Names as in verl (loss_agg_mode) with TRL aliases.
+#: verl ``loss_agg_mode`` -> (alpha or None, description) (verl ``core_algos.agg_loss``).
 AGGREGATION_MODES = {
     "seq-mean-token-mean": (0.0, "verl seq-mean-token-mean = TRL 'grpo': 1/(G L_i)"),
     "seq-mean-token-sum": (1.0, "verl seq-mean-token-sum: 1/G"),
-    "seq-mean-token-sum-norm": (1.0, "verl seq-mean-token-sum-norm = TRL 'dr_grpo': 1/(G T_max)"),
-    "token-mean": (None, "verl token-mean = TRL 'bnpo' ('dapo' over the global batch): "
-                         "1/sum_j L_j"),
+    "seq-mean-token-sum-norm": (1.0, "verl seq-mean-token-sum-norm: batch sum / loss_scale_factor "
+                                     "(default T_max), not / number of sequences: B/T_max"),
+    "token-mean": (None, "verl token-mean: batch sum / the batch's token count: B/sum_bg L_bg"),
 }
-_TRL_ALIASES = {"grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm",
-                "bnpo": "token-mean", "dapo": "token-mean"}
+#: TRL ``GRPOConfig.loss_type`` -> (alpha or None, description) (TRL ``GRPOTrainer._compute_loss``).
+TRL_LOSS_TYPES = {
+    "grpo": (0.0, "TRL grpo = verl seq-mean-token-mean: 1/(G L_i)"),
+    "dr_grpo": (1.0, "TRL dr_grpo: batch sum / (N max_completion_length): 1/(G T_max)"),
+    "bnpo": (None, "TRL bnpo: batch sum / the micro-batch's token count: B/sum_bg L_bg"),
+    "dapo": (None, "TRL dapo (default): batch sum / the generation batch's token count over all "
+                   "processes: B/sum_bg L_bg"),
+}
+#: TRL loss types equal to a verl mode (one micro-batch on one process)
+_TRL_ALIASES = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean"}
 
 
 def _check_alpha(alpha):
@@ -86,7 +103,15 @@ def _check_alpha(alpha):
 
 
 def length_weights(lengths, alpha) -> jnp.ndarray:
-    """``f_alpha(L) = L^(alpha - 1)`` for lengths >= 1."""
+    """``f_alpha(L) = L^(alpha - 1)`` for lengths >= 1.
+
+    Args:
+        lengths: response lengths (any shape), each >= 1.
+        alpha: exponent in [0, 1].
+
+    Returns:
+        ``L^(alpha - 1)``, same shape.
+    """
     a = _check_alpha(alpha)
     L = jnp.asarray(lengths, dtype=jnp.float64)
     if bool(jnp.any(L < 1)):
@@ -95,27 +120,51 @@ def length_weights(lengths, alpha) -> jnp.ndarray:
 
 
 def _mode_name(mode: str) -> str:
-    name = _TRL_ALIASES.get(mode, mode)
-    if name not in AGGREGATION_MODES:
-        raise ValueError(f"mode must be one of {sorted(AGGREGATION_MODES)} or TRL's "
-                         f"{sorted(_TRL_ALIASES)}, got {mode!r}")
-    return name
+    if isinstance(mode, str) and mode in AGGREGATION_MODES:
+        return mode
+    if isinstance(mode, str) and mode in TRL_LOSS_TYPES:
+        return _TRL_ALIASES.get(mode, mode)
+    raise ValueError(f"mode must be one of verl's {sorted(AGGREGATION_MODES)} or TRL's "
+                     f"{sorted(TRL_LOSS_TYPES)}, got {mode!r}")
 
 
 def mode_alpha(mode: str):
-    """The alpha an aggregation mode corresponds to (None for ``token-mean``)."""
-    return AGGREGATION_MODES[_mode_name(mode)][0]
+    """The alpha an aggregation mode corresponds to (None for the batch token normalisers).
+
+    Args:
+        mode: a verl ``loss_agg_mode`` or TRL ``loss_type`` name.
+
+    Returns:
+        alpha (float) or ``None``.
+    """
+    name = _mode_name(mode)
+    return (AGGREGATION_MODES.get(name) or TRL_LOSS_TYPES[name])[0]
 
 
-def mode_coefficients(mode, lengths, max_length: int | None = None) -> jnp.ndarray:
-    """Per-response coefficients ``c_i`` (..., G) of ``A_i s_i`` for a mode name or an alpha.
+def mode_coefficients(mode, lengths, max_length: int | None = None, *, batch: bool = False,
+                      loss_scale_factor: float | None = None) -> jnp.ndarray:
+    """Coefficients ``c_bg`` of ``A_bg s_bg`` in ``ghat = (1/B) sum_bg c_bg A_bg s_bg``.
 
-    ``mode`` is an aggregation-mode name (verl or TRL spelling) or a number alpha in [0, 1]
-    (``c_i = f_alpha(L_i) / G``). ``max_length`` (T_max) is needed for
-    ``seq-mean-token-sum-norm``.
+    Args:
+        mode: a verl ``loss_agg_mode`` or TRL ``loss_type`` name (table in the module doc), or a
+            number alpha in [0, 1] (``c = f_alpha(L) / G``).
+        lengths: response lengths, ``(..., G)`` (``batch=False``: each group is its own batch,
+            B = 1) or ``(..., B, G)`` (``batch=True``: the batch normalisers couple the B groups).
+        max_length: T_max (TRL ``max_completion_length``; verl's default ``loss_scale_factor``,
+            the padded response length); needed by ``dr_grpo`` and ``seq-mean-token-sum-norm``.
+        batch: read the last two axes of ``lengths`` as the batch ``(B, G)``.
+        loss_scale_factor: verl's ``actor.loss_scale_factor`` for ``seq-mean-token-sum-norm``
+            (default ``max_length``).
+
+    Returns:
+        ``c``, the shape of ``lengths``.
     """
     L = jnp.asarray(lengths, dtype=jnp.float64)
+    if L.ndim < (2 if batch else 1):
+        raise ValueError(f"lengths must have shape {'(..., B, G)' if batch else '(..., G)'}, "
+                         f"got shape {L.shape}")
     G = L.shape[-1]
+    B = L.shape[-2] if batch else 1
     if not isinstance(mode, str):
         return length_weights(L, mode) / G
     name = _mode_name(mode)
@@ -124,11 +173,21 @@ def mode_coefficients(mode, lengths, max_length: int | None = None) -> jnp.ndarr
     if name == "seq-mean-token-sum":
         return jnp.ones_like(L) / G
     if name == "seq-mean-token-sum-norm":
+        if loss_scale_factor is None:
+            if max_length is None:
+                raise ValueError("seq-mean-token-sum-norm needs loss_scale_factor or max_length "
+                                 "(T_max, verl's default loss_scale_factor)")
+            lsf = V.positive_int("max_length", max_length, 1)
+        else:
+            lsf = V.real_scalar("loss_scale_factor", loss_scale_factor, positive=True)
+        return jnp.ones_like(L) * (B / lsf)
+    if name == "dr_grpo":
         if max_length is None:
-            raise ValueError("max_length (T_max) is needed for seq-mean-token-sum-norm")
+            raise ValueError("max_length (T_max, TRL's max_completion_length) is needed for dr_grpo")
         V.positive_int("max_length", max_length, 1)
         return jnp.ones_like(L) / (G * max_length)
-    return jnp.broadcast_to(1.0 / jnp.sum(L, axis=-1, keepdims=True), L.shape)
+    axes = (-2, -1) if batch else (-1,)
+    return jnp.broadcast_to(B / jnp.sum(L, axis=axes, keepdims=True), L.shape)
 
 
 def weighted_group_gradient(scores, adv, coef) -> jnp.ndarray:
