@@ -55,7 +55,7 @@ def _groups(kind: str, B: int, G: int, seed: int) -> np.ndarray:
 
 KINDS = ["random", "binary", "constant", "mixed", "tiny"]
 SHAPES = [(1, 2), (3, 2), (4, 5), (2, 16)]  # G = 2 included
-CASES = [(k, B, G, s) for k in KINDS for (B, G) in SHAPES for s in (0, 1)]
+CASES = [(k, B, G, s) for k in KINDS for (B, G) in SHAPES for s in (0,)]
 
 
 def _close(pkg, ref, rtol=1e-9):
@@ -319,7 +319,7 @@ def test_presets_match_framework_code(key, kind, B, G, seed):
         assert np.all(pkg == 0.0)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 9), st.integers(0, 2**31 - 1),
        st.sampled_from(["random", "binary", "tiny", "grid"]))
 def test_presets_match_framework_code_hypothesis(B, G, seed, kind):
