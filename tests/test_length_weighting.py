@@ -122,6 +122,53 @@ def test_training_alpha0_lengthens_incorrect():
         LW.exact_expected_gradient(object(), 0.5)
 
 
+def _one_step_objective(policy, estimator, baseline, weights=None, B=3, G=4, lr=1.0, seed=5):
+    """J(theta_1) after one hand-computed step of the training loop (its keys: fold_in(key, 1))."""
+    import jax
+
+    from grpo_theory._validation import seed_key
+    from grpo_theory.core.sampling import sample_groups
+    from grpo_theory.optim.train import exact_objective
+
+    dp = policy.problem()
+    x, y, z = sample_groups(jax.random.fold_in(seed_key(seed), 1), dp, B, G)
+    adv = z - baseline(dp)[x][:, None]
+    w = 1.0 if weights is None else weights[y]
+    ghat = jnp.einsum("bg,bgd->d", w * adv, dp.scores[x[:, None], y]) / (B * G)
+    return float(exact_objective(policy, policy.params + lr * ghat.reshape(policy.params.shape)))
+
+
+def test_training_optimal_uses_b_star_not_v():
+    """Regression: the loop passed V(x) as optimal_baseline, so "optimal" silently ran the
+    oracle. One f_alpha-weighted step must equal the hand-computed step with b*(x)."""
+    pol = LW.stop_or_run_policy()
+    dp = pol.problem()
+    assert np.abs(np.asarray(dp.values() - dp.optimal_baselines())).max() > 1e-3
+    w = jnp.asarray(pol.lengths, dtype=jnp.float64) ** (0.5 - 1.0)
+    for est, base in (("optimal", lambda d: d.optimal_baselines()), ("oracle",
+                                                                     lambda d: d.values())):
+        tr = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], est)
+        want = _one_step_objective(pol, est, base, weights=w)
+        assert tr["J"][0, 1] == pytest.approx(want, abs=1e-12)
+    opt = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], "optimal")["J"][0, 1]
+    orc = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], "oracle")["J"][0, 1]
+    assert abs(opt - orc) > 1e-9
+
+
+def test_exact_optimal_uses_b_star(small):
+    """The exact expectation of "optimal" subtracts b*(x) (enumeration agrees), and the
+    conditional advantages refuse "optimal" without b*(x) instead of using V(x)."""
+    for est in ("optimal", "oracle"):
+        _, per = LW.exact_expected_gradient(small, 0.5, est, G=2)
+        _, per_enum = LW.enumerate_expected_gradient(small, 0.5, est, G=2)
+        np.testing.assert_allclose(per, per_enum, rtol=0, atol=TOL)
+    _, per_opt = LW.exact_expected_gradient(small, 0.5, "optimal", G=2)
+    _, per_orc = LW.exact_expected_gradient(small, 0.5, "oracle", G=2)
+    assert np.abs(np.asarray(per_opt - per_orc)).max() > 1e-6  # alpha < 1: b enters the mean
+    with pytest.raises(ValueError, match="optimal_baseline"):
+        LW.conditional_advantages("optimal", np.array([0.5]), 4)
+
+
 # --- the driver ---------------------------------------------------------------------------------
 
 

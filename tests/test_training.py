@@ -1,13 +1,15 @@
 """Algorithm 1 (grpo_theory.optim.train): invariants, exactness of the logged gap, vmap, errors."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import grpo_theory as gt
 from grpo_theory import problems
-from grpo_theory.optim.train import (exact_objective, max_objective, maximise, step_sizes, train,
-                                  train_schedules)
+from grpo_theory._validation import seed_key
+from grpo_theory.core.sampling import sample_groups
+from grpo_theory.optim.train import (TrainConfig, exact_objective, make_train, max_objective,
+                                     maximise, step_sizes, train, train_schedules)
 from simulations.scaling_law import scaling_bandit
 
 
@@ -138,5 +140,98 @@ def test_problem_object_is_rejected(bandit):
         max_objective(bandit.problem())
 
 
-def test_gt_exports_training():
-    assert gt.train is train and gt.train_schedules is train_schedules
+
+# --- the one loop: make_train(problem, estimator, config) -> train(key) -------------------------
+
+def test_make_train_equals_legacy_loop_and_vmaps_over_keys(bandit):
+    cfg = TrainConfig(batch_size=4, group_size=4, n_steps=20, lr=1.0, log_every=5)
+    train_fn = make_train(bandit, "grpo", cfg)
+    legacy = train(bandit, "grpo", 4, 4, 20, eta=1.0, seeds=[3, 8], log_every=5)
+    one = train_fn(3)
+    np.testing.assert_array_equal(one.steps, [0, 5, 10, 15, 20])
+    np.testing.assert_allclose(one.gap, legacy.gap[0], rtol=0, atol=1e-13)
+    both = jax.vmap(train_fn)(jnp.stack([seed_key(3), seed_key(8)]))
+    np.testing.assert_allclose(both.gap, legacy.gap, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(both.theta_final, legacy.theta_final, rtol=0, atol=1e-12)
+    # the running maximum covers every step, so it bounds the logged gaps
+    assert np.all(np.asarray(both.max_gap) >= np.asarray(both.gap).max(1) - 1e-15)
+
+
+def test_optax_schedule_equals_the_named_schedule(bandit):
+    import optax
+
+    base = dict(batch_size=2, group_size=3, n_steps=6, log_every=3)
+    named = make_train(bandit, "oracle", TrainConfig(**base, schedule="inverse", lr=3.0,
+                                                     offset=2.0))(1)
+    sched = make_train(bandit, "oracle", TrainConfig(
+        **base, schedule=lambda count: 3.0 / (count + 1.0 + 2.0)))(1)  # optax counts from 0
+    np.testing.assert_allclose(sched.theta_final, named.theta_final, rtol=0, atol=1e-14)
+    const = make_train(bandit, "oracle", TrainConfig(**base, schedule=optax.constant_schedule(
+        0.5)))(1)
+    ref = make_train(bandit, "oracle", TrainConfig(**base, lr=0.5))(1)
+    np.testing.assert_allclose(const.theta_final, ref.theta_final, rtol=0, atol=1e-14)
+
+
+def test_optimal_estimator_subtracts_b_star_not_v(bandit):
+    """One step of "optimal" equals the hand-computed step with b*(x), not with V(x)."""
+    pol = bandit  # ||s(x, y)||^2 = 1 - 2 pi_y + ||pi||^2 varies with y: b* != V
+    dp = pol.problem()
+    assert np.abs(np.asarray(dp.values() - dp.optimal_baselines())).max() > 1e-3
+    cfg = TrainConfig(batch_size=3, group_size=4, n_steps=1, lr=1.0)
+    r_opt = make_train(pol, "optimal", cfg)(7)
+    r_orc = make_train(pol, "oracle", cfg)(7)
+    x, y, z = sample_groups(jax.random.fold_in(seed_key(7), 1), dp, 3, 4)
+    adv = z - dp.optimal_baselines()[x][:, None]
+    ghat = jnp.einsum("bg,bgd->d", adv, dp.scores[x[:, None], y]) / 12
+    np.testing.assert_allclose(r_opt.theta_final, pol.params + ghat.reshape(pol.params.shape),
+                               rtol=0, atol=1e-13)
+    assert np.abs(np.asarray(r_opt.theta_final - r_orc.theta_final)).max() > 1e-6
+
+
+def test_log_steps_and_integer_types(bandit):
+    cfg = TrainConfig(batch_size=np.int64(2), group_size=jnp.int32(3), n_steps=np.int32(8),
+                      log_steps=(0, 1, 2, 4, 8), lr=0.5)
+    assert (cfg.batch_size, cfg.group_size, cfg.n_steps) == (2, 3, 8)
+    assert hash(cfg) == hash(TrainConfig(batch_size=2, group_size=3, n_steps=8,
+                                         log_steps=[8, 4, 2, 1, 0], lr=0.5))
+    r = make_train(bandit, "grpo", cfg, sup_objective=1.0)(0, params=np.zeros((4, 6)))
+    np.testing.assert_array_equal(r.steps, [0, 1, 2, 4, 8])
+    j0 = float(exact_objective(bandit, jnp.zeros((4, 6))))
+    assert r.objective[0] == pytest.approx(j0, abs=1e-15)
+    np.testing.assert_allclose(r.gap, 1.0 - r.objective, atol=1e-15)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(batch_size=0), "batch_size"),
+    (dict(batch_size=2.0), "batch_size"),
+    (dict(group_size="4"), "group_size"),
+    (dict(n_steps=True), "n_steps"),
+    (dict(schedule="cosine"), "schedule"),
+    (dict(lr=float("inf")), "lr"),
+    (dict(schedule="inverse", offset=-2.0), "offset"),
+    (dict(log_every=3), "log_every"),
+    (dict(log_steps=(0, 9)), "log_steps"),
+    (dict(log_steps=(1,), log_every=2), "log_steps"),
+])
+def test_config_bad_input(kwargs, match):
+    args = dict(batch_size=2, group_size=2, n_steps=4)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**args)
+
+
+def test_make_train_bad_input(bandit):
+    cfg = TrainConfig(batch_size=2, group_size=1, n_steps=2)
+    with pytest.raises(ValueError, match="estimator"):
+        make_train(bandit, "nope", cfg)
+    with pytest.raises(ValueError, match="group_size"):
+        make_train(bandit, "grpo", cfg)
+    with pytest.raises(ValueError, match="problem"):
+        make_train(bandit.problem(), "oracle", cfg)
+    with pytest.raises(ValueError, match="config"):
+        make_train(bandit, "oracle", dict(batch_size=2, group_size=2, n_steps=2))
+    fn = make_train(bandit, "oracle", cfg)
+    with pytest.raises(ValueError, match="seed"):
+        fn(1.5)
+    with pytest.raises(ValueError, match="params"):
+        fn(0, params=np.zeros(3))

@@ -35,7 +35,9 @@ matrices, the zero-advantage probability ``V^G + (1 - V)^G`` and the MSE-optimal
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -464,20 +466,32 @@ def zero_group_fraction(z) -> jnp.ndarray:
 
 def train_grpo_records(policy, n_steps: int, batch_size: int, G: int, lr: float, seeds,
                        estimator="grpo_std", weight: str | None = None):
-    """Plain GRPO ascent ``theta += lr * ghat`` (``lax.scan`` over steps, ``vmap`` over seeds).
+    """Plain GRPO ascent ``theta += lr * ghat``: a use of
+    :func:`grpo_theory.optim.train.make_train` (``lax.scan`` over steps, ``vmap`` over seeds).
 
-    Records at every step (arrays (S, n_steps)): exact J, entropy, the observed zero-advantage
-    group fraction, the exact expected fraction ``mean_b q(x_b)`` with
-    ``q = V^G + (1-V)^G`` for the sampled prompts, and the mean rank measures of the mixed
-    groups (resp_erank, plane_energy, and weight_erank when ``weight`` is given).
+    Args:
+        policy: an enumerable policy (e.g. :class:`MLPSequencePolicy`).
+        n_steps, batch_size, G, lr: steps, prompts per step, group size, constant step size.
+        seeds: integer seeds, one run each.
+        estimator: registry name (``"optimal"`` uses the exact ``b*(x)``).
+        weight: ``"W1"`` or ``"W2"`` to also record the weight-gradient matrix's rank.
+    Returns:
+        Arrays (S, n_steps), recorded before each step: exact J, entropy, the observed
+        zero-advantage group fraction, the exact expected fraction ``mean_b q(x_b)`` with
+        ``q = V^G + (1-V)^G`` for the sampled prompts, and the mean rank measures of the mixed
+        groups (resp_erank, plane_energy, and weight_erank when ``weight`` is given).
     """
-    V.positive_int("n_steps", n_steps, 1)
-    V.positive_int("batch_size", batch_size, 1)
+    from ..optim.train import TrainConfig, _Prepared, _run_many, _seed_keys
+
     V.positive_int("G", G, 2)
     est = get_estimator(estimator)
+    cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     wb = _WeightBlock(policy, weight) if weight is not None else None
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in np.atleast_1d(seeds)])
-    rec = _train(keys, policy, est, n_steps, batch_size, G, float(lr), wb)
+    _, keys = _seed_keys(seeds)
+    prep = _Prepared(_RecordedPolicy(policy, wb), est, cfg, sup_objective=0.0)
+    S = keys.shape[0]
+    out = _run_many(prep, keys, prep.theta0, np.full(S, cfg.lr), np.zeros(S), np.zeros(S, int))
+    rec = dict(out["records"])
     grams = rec.pop("grams")
     mixed = np.asarray(rec.pop("mixed"))  # (S, n_steps, B)
     out = {k: np.asarray(v) for k, v in rec.items()}
@@ -489,29 +503,31 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, G: int, lr: float,
     return out
 
 
-def _train(keys, policy, est, n_steps, B, G, lr, wb):
-    def one_seed(key):
-        def step(theta, k):
-            prob = policy.problem(theta)
-            x, y, z = sample_groups(k, prob, B, G)
-            vals = prob.values()
-            ctx = PromptContext(prompt=x, value=vals[x], optimal_baseline=vals[x])
-            adv = est.advantage(z, ctx)
-            sc = prob.scores[x[:, None], y]
-            ghat = jnp.einsum("bg,bgd->d", adv, sc) / (B * G)
-            grams = jax.vmap(lambda s, a, zz: _group_grams(s, a, zz, wb))(sc, adv, z)
-            mixed = (jnp.sum(z, 1) > 0) & (jnp.sum(z, 1) < G)
-            rec = dict(J=prob.objective(),
-                       entropy=prob.prompt_probs @ sequence_entropy(prob),
-                       zero_obs=1.0 - jnp.mean(mixed),
-                       zero_exact=jnp.mean(vals[x] ** G + (1 - vals[x]) ** G),
-                       mixed=mixed, grams=grams)
-            return theta + lr * ghat.reshape(theta.shape), rec
+@dataclass(frozen=True)
+class _RecordedPolicy:
+    """An enumerable policy plus the per-step records of :func:`train_grpo_records` (the
+    ``step_record`` hook of the training loop); equal for equal policies and weight blocks."""
 
-        _, rec = jax.lax.scan(step, policy.params, jax.random.split(key, n_steps))
-        return rec
+    policy: Any
+    weight_block: Any = None
 
-    return jax.jit(jax.vmap(one_seed))(keys)
+    @property
+    def params(self):
+        return self.policy.params
+
+    def problem(self, params=None):
+        return self.policy.problem(params)
+
+    def step_record(self, dp, x, y, z, adv):
+        G = z.shape[-1]
+        vals = dp.values()
+        sc = dp.scores[x[:, None], y]
+        grams = jax.vmap(lambda s, a, zz: _group_grams(s, a, zz, self.weight_block))(sc, adv, z)
+        mixed = (jnp.sum(z, 1) > 0) & (jnp.sum(z, 1) < G)
+        return dict(J=dp.objective(), entropy=dp.prompt_probs @ sequence_entropy(dp),
+                    zero_obs=1.0 - jnp.mean(mixed),
+                    zero_exact=jnp.mean(vals[x] ** G + (1 - vals[x]) ** G),
+                    mixed=mixed, grams=grams)
 
 
 # --- when is the group mean the optimal baseline? ----------------------------------------------

@@ -55,8 +55,10 @@ TRL's ``bnpo`` averages per-micro-batch token means when the batch is split, ``d
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from functools import partial
 from math import comb
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -64,12 +66,12 @@ import numpy as np
 
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
-from ..core.montecarlo import sample_groups
 from ..core.policies import SequencePolicy
+from ..optim.train import _StaticProblem
 
 __all__ = [
     "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
-    "weighted_group_gradient", "conditional_advantages", "exact_expected_gradient",
+    "conditional_advantages", "exact_expected_gradient",
     "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
     "alpha_sweep", "length_policy", "stop_or_run_policy", "conditional_lengths",
     "train_length_weighted", "expected_flow",
@@ -190,29 +192,38 @@ def mode_coefficients(mode, lengths, max_length: int | None = None, *, batch: bo
     return jnp.broadcast_to(B / jnp.sum(L, axis=axes, keepdims=True), L.shape)
 
 
-def weighted_group_gradient(scores, adv, coef) -> jnp.ndarray:
-    """``sum_i c_i A_i s_i``; scores (..., G, D), adv and coef (..., G)."""
-    return jnp.einsum("...g,...gd->...d", coef * adv, scores)
-
-
 # --- exact expectations -----------------------------------------------------------------------
 
 
-def conditional_advantages(estimator, values, G: int):
+def conditional_advantages(estimator, values, G: int, optimal_baseline=None):
     """``c_z(x) = E[A_1 | Z_1 = z]`` for z = 1, 0: shapes (P,), jit friendly.
 
     ``A_1`` is the estimator's advantage of response 1 in a group whose other G - 1 rewards are
     iid Bernoulli(V(x)); averages over their count K' ~ Binomial(G - 1, V).
+
+    Args:
+        estimator: registry name or Estimator.
+        values: ``V(x)`` (P,).
+        G: group size.
+        optimal_baseline: ``b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x]`` (P,), needed by
+            ``estimator="optimal"`` (a ``ValueError`` without it; never replaced by V).
+    Returns:
+        ``(c_1, c_0)``, each (P,).
     """
     est = get_estimator(estimator)
     v = jnp.asarray(values, dtype=jnp.float64)
+    if "optimal_baseline" in est.needs and optimal_baseline is None:
+        raise ValueError(f"estimator {est.name!r} needs optimal_baseline=b*(x) (P,); "
+                         "V(x) is not b*(x) unless ||s||^2 and Z are uncorrelated")
+    bstar = v if optimal_baseline is None else jnp.asarray(optimal_baseline, dtype=jnp.float64)
     kp = np.arange(G)  # k' = 0 .. G-1 correct among the others
     others = (np.arange(G - 1)[None, :] < kp[:, None]).astype(np.float64)  # (G, G-1)
     z = np.stack([np.concatenate([np.full((G, 1), zz), others], 1) for zz in (1.0, 0.0)])
     z = jnp.broadcast_to(jnp.asarray(z), (v.shape[0], 2, G, G))
     bc = jnp.broadcast_to(v[:, None, None], (v.shape[0], 2, G))
     ctx = PromptContext(prompt=jnp.broadcast_to(jnp.arange(v.shape[0])[:, None, None], bc.shape),
-                        value=bc, optimal_baseline=bc)
+                        value=bc, optimal_baseline=jnp.broadcast_to(bstar[:, None, None],
+                                                                    bc.shape))
     a = est.advantage(z, ctx)[..., 0]  # (P, 2, G)
     binom = jnp.asarray([comb(G - 1, k) for k in range(G)], dtype=jnp.float64)
     pmf = binom * v[:, None] ** kp * (1 - v[:, None]) ** (G - 1 - kp)  # (P, G)
@@ -222,7 +233,8 @@ def conditional_advantages(estimator, values, G: int):
 
 def _prompt_expectations(problem, lengths, alpha, estimator, G):
     f = jnp.asarray(lengths, dtype=jnp.float64) ** (alpha - 1.0)  # (K,)
-    c1, c0 = conditional_advantages(estimator, problem.values(), G)
+    c1, c0 = conditional_advantages(estimator, problem.values(), G,
+                                    optimal_baseline=problem.optimal_baselines())
     mu = problem.reward_means
     w = problem.probs * f[None, :] * (mu * c1[:, None] + (1 - mu) * c0[:, None])
     return jnp.einsum("pk,pkd->pd", w, problem.scores)
@@ -268,12 +280,13 @@ def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
     p = np.asarray(problem.probs)
     mu = np.asarray(problem.reward_means)
     vals = np.asarray(problem.values())
+    bstar = np.asarray(problem.optimal_baselines())  # b*(x), what "optimal" subtracts
     per = []
     for x in range(P):  # P is a handful of prompts; each prompt's tuples are vectorised
         pz = np.where(z == 1, mu[x][y], 1 - mu[x][y])
         prob = np.prod(p[x][y] * pz, axis=1)  # (N,)
         ctx = PromptContext(prompt=jnp.full(len(atoms), x), value=jnp.full(len(atoms), vals[x]),
-                            optimal_baseline=jnp.full(len(atoms), vals[x]))
+                            optimal_baseline=jnp.full(len(atoms), bstar[x]))
         adv = np.asarray(est.advantage(jnp.asarray(z), ctx))
         w = np.bincount(y.ravel(), weights=(prob[:, None] * coef * adv).ravel(), minlength=K)
         per.append(w @ np.asarray(problem.scores[x]))
@@ -450,42 +463,57 @@ def conditional_lengths(problem, lengths) -> dict:
 # --- training dynamics ------------------------------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("policy", "est", "n_steps", "B", "G"))
-def _train(keys, policy, est, alpha, n_steps, B, G, lr):
-    lengths = jnp.asarray(policy.lengths, dtype=jnp.float64)
+@dataclass(frozen=True)
+class _LengthWeighted:
+    """An enumerable policy whose per-response terms carry ``f_alpha(L_y)`` (the
+    ``response_weights`` hook of the training loop) and whose records are
+    :func:`conditional_lengths`; equal for equal policies and alphas."""
 
-    def one_seed(key):
-        def step(theta, k):
-            prob = policy.problem(theta)
-            x, y, z = sample_groups(k, prob, B, G)
-            vals = prob.values()
-            adv = est.advantage(z, PromptContext(prompt=x, value=vals[x],
-                                                 optimal_baseline=vals[x]))
-            coef = lengths[y] ** (alpha - 1.0) / G
-            ghat = jnp.einsum("bg,bgd->d", coef * adv, prob.scores[x[:, None], y]) / B
-            return theta + lr * ghat.reshape(theta.shape), conditional_lengths(prob, lengths)
+    policy: Any
+    alpha: float
 
-        _, rec = jax.lax.scan(step, policy.params, jax.random.split(key, n_steps))
-        return rec
+    @property
+    def params(self):
+        return self.policy.params
 
-    return jax.vmap(one_seed)(keys)
+    def problem(self, params=None):
+        return self.policy.problem(params)
+
+    def response_weights(self, dp):
+        L = jnp.asarray(self.policy.lengths, dtype=jnp.float64)
+        return jnp.broadcast_to(L ** (self.alpha - 1.0), dp.probs.shape)
+
+    def step_record(self, dp, x, y, z, adv):
+        return conditional_lengths(dp, jnp.asarray(self.policy.lengths, dtype=jnp.float64))
 
 
 def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, lr: float,
                           seeds, estimator="grpo_mean") -> dict:
-    """Sampled GRPO ascent with f_alpha weights (``lax.scan`` over steps, ``vmap`` over seeds).
+    """Sampled GRPO ascent with f_alpha weights: a use of
+    :func:`grpo_theory.optim.train.make_train` (``lax.scan`` over steps, ``vmap`` over seeds).
 
-    Returns exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
+    ``ghat = (1/BG) sum_bg f_alpha(L_bg) A_bg s_bg``; ``estimator="optimal"`` subtracts the
+    exact ``b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x]`` at the current parameters.
+
+    Args:
+        policy: a SequencePolicy (or another enumerable policy with ``lengths``).
+        alpha: in [0, 1]; n_steps, batch_size, G, lr: steps, B, group size, step size.
+        seeds: integer seeds, one run each; estimator: registry name.
+    Returns:
+        Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
     """
+    from ..optim.train import TrainConfig, _Prepared, _run_many, _seed_keys
+
     _check_policy(policy)
     a = _check_alpha(alpha)
-    V.positive_int("n_steps", n_steps, 1)
-    V.positive_int("batch_size", batch_size, 1)
     est = get_estimator(estimator)
     V.positive_int("G", G, max(2, est.min_group_size))
-    keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in np.atleast_1d(seeds)])
-    rec = _train(keys, _Static(policy), est, a, n_steps, batch_size, G, float(lr))
-    return {k: np.asarray(v) for k, v in rec.items()}
+    cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
+    _, keys = _seed_keys(seeds)
+    prep = _Prepared(_LengthWeighted(policy, a), est, cfg, sup_objective=0.0)
+    S = keys.shape[0]
+    out = _run_many(prep, keys, prep.theta0, np.full(S, cfg.lr), np.zeros(S), np.zeros(S, int))
+    return {k: np.asarray(v) for k, v in out["records"].items()}
 
 
 def expected_flow(policy, alpha, n_steps: int, G: int, lr: float, estimator="grpo_mean") -> dict:
@@ -496,7 +524,7 @@ def expected_flow(policy, alpha, n_steps: int, G: int, lr: float, estimator="grp
     est = get_estimator(estimator)
     V.positive_int("G", G, max(2, est.min_group_size))
     return {k: np.asarray(v) for k, v in
-            _flow(_Static(policy), est, a, n_steps, G, float(lr)).items()}
+            _flow(_StaticProblem(policy), est, a, n_steps, G, float(lr)).items()}
 
 
 @partial(jax.jit, static_argnames=("policy", "est", "n_steps", "G"))
@@ -510,16 +538,6 @@ def _flow(policy, est, alpha, n_steps, G, lr):
 
     _, rec = jax.lax.scan(step, policy.params, None, length=n_steps)
     return rec
-
-
-class _Static:
-    """Wrap a policy as a hashable static argument of jit (hashed by identity)."""
-
-    def __init__(self, policy):
-        self._p = policy
-
-    def __getattr__(self, name):
-        return getattr(self._p, name)
 
 
 from .._precision import scope_module as _scope  # noqa: E402

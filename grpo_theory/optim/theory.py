@@ -45,10 +45,11 @@ import scipy.stats
 
 from .. import _validation as V
 from ..core.estimators import Estimator, PromptContext, get_estimator
+from .train import SCHEDULES, TrainConfig, TrainResult, _Prepared, _run_many
 
 __all__ = [
     "GaussianBandit", "gaussian_bandit", "default_gaussian_bandit", "scalar_gaussian_bandit",
-    "Constants", "problem_constants", "exact_covariance_estimators", "gradient_covariance",
+    "Constants", "problem_constants", "gradient_covariance",
     "gradient_mse", "limiting_covariance", "sample_gradient", "mc_gradient_moments", "sup_mse",
     "TrainResult", "train", "SCHEDULES", "lemma6_constant_bound", "lemma6_recursion",
     "lemma6_decreasing_bound", "lyapunov_covariance", "AsymptoticPrediction",
@@ -56,7 +57,6 @@ __all__ = [
     "sample_mixture",
 ]
 
-SCHEDULES = ("constant", "inverse")
 _EXACT = ("vanilla", "oracle", "optimal", "baseline", "grpo")
 
 
@@ -118,6 +118,17 @@ class GaussianBandit(NamedTuple):
 
     def max_objective(self):
         return self.objective(self.maximiser())
+
+    # -- the training contract of grpo_theory.optim.train.make_train ----------------------------
+    @property
+    def params(self):
+        """Default initial parameters theta = 0 (d,)."""
+        return jnp.zeros(self.features.shape[1])
+
+    def sample_gradient(self, key, theta, est, batch_size: int, group_size: int):
+        """One draw of Algorithm 1's estimate at theta (see :func:`sample_gradient`)."""
+        x, u, noise = _draws(key, self, (batch_size,), group_size)
+        return _gradient_from_draws(self, theta, est, x, u, noise)
 
     def gap(self, theta):
         """Delta(theta) = max J - J(theta) = 1/2 (theta - theta*)^T A (theta - theta*)."""
@@ -213,11 +224,6 @@ def _estimator_kind(est: Estimator) -> str:
     raise ValueError(
         f"estimator must be one of {list(_EXACT)} (unbiased, with an exact covariance here), "
         f"got {est.name!r}")
-
-
-def exact_covariance_estimators() -> tuple[str, ...]:
-    """Estimator kinds with an exact covariance on the Gaussian bandit."""
-    return _EXACT
 
 
 def _per_prompt_covariance(problem: GaussianBandit, theta, kind: str, group_size: int, b=None):
@@ -390,63 +396,33 @@ def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: 
     return tuple(np.asarray(o) for o in out)
 
 
-class TrainResult(NamedTuple):
-    """Algorithm 1 over seeds: ``gaps[s, j]`` is Delta after ``log_steps[j]`` steps of seed s."""
-
-    log_steps: np.ndarray  # (n_log,)
-    gaps: np.ndarray  # (S, n_log)
-    max_gap: np.ndarray  # (S,) largest Delta over every step 0..n of the seed
-    theta: np.ndarray  # (S, d) final parameters
-
-
-@partial(jax.jit, static_argnames=("est", "batch_size", "group_size", "n_steps", "schedule",
-                                   "n_log"))
-def _train(key, theta0, problem, beta, offset, slots, est, batch_size, group_size, n_steps,
-           schedule, n_log):
-    """``lax.scan`` over steps; the S seeds are a batch axis (draws for all seeds at once,
-    gradient ``vmap``-ed over seeds). Carry: theta (S, d), log buffer (S, n_log), running max."""
-    n_seeds = theta0.shape[0]
-    grad = jax.vmap(lambda th, x, u, nz: _gradient_from_draws(problem, th, est, x, u, nz))
-    gap = jax.vmap(problem.gap)
-    gap0 = gap(theta0)
-
-    def body(carry, i):
-        theta, buf, mx = carry
-        eta = beta if schedule == "constant" else beta / (i + offset)
-        x, u, noise = _draws(jax.random.fold_in(key, i), problem, (n_seeds, batch_size),
-                             group_size)
-        theta = theta + eta * grad(theta, x, u, noise)
-        gi = gap(theta)
-        slot = slots[i]
-        buf = jnp.where(slot >= 0, buf.at[:, jnp.maximum(slot, 0)].set(gi), buf)
-        return (theta, buf, jnp.maximum(mx, gi)), None
-
-    buf = jnp.zeros((n_seeds, n_log))
-    buf = jnp.where(slots[0] >= 0, buf.at[:, 0].set(gap0), buf)
-    (theta, buf, mx), _ = jax.lax.scan(body, (theta0, buf, gap0), jnp.arange(1, n_steps + 1))
-    return buf, mx, theta
-
-
 def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, beta: float,
           schedule: str, n_steps: int, n_seeds: int, seed: int = 0, theta0=None,
           log_steps=None, offset: float = 0.0) -> TrainResult:
-    """Algorithm 1: ``theta_i = theta_(i-1) + eta_i ghat_i`` with ``eta_i = beta`` (constant) or
+    """Algorithm 1 on the Gaussian bandit: a thin use of :func:`grpo_theory.optim.train.make_train`.
+
+    ``theta_i = theta_(i-1) + eta_i ghat_i`` with ``eta_i = beta`` (constant) or
     ``eta_i = beta / (i + offset)`` (inverse; the paper's ``beta/i`` has offset 0), ``n_steps``
-    steps for each of ``n_seeds`` independent seeds (a batch axis), the exact gap logged at
+    steps for each of ``n_seeds`` independent seeds (run ``s`` uses ``fold_in(seed_key(seed),
+    s)``), the exact gap ``Delta = 1/2 (theta - theta*)^T A (theta - theta*)`` logged at
     ``log_steps`` (default: every power of two and ``n_steps``; 0 allowed = the start).
+
+    Returns:
+        A :class:`~grpo_theory.optim.train.TrainResult`: ``log_steps``, ``gaps`` (S, n_log),
+        ``max_gap`` (S,) (the largest Delta over every step 0..n) and ``theta`` (S, d).
     """
     est = get_estimator(estimator)
     V.group_run(est, group_size, batch_size)
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if not (isinstance(schedule, str) and schedule in SCHEDULES):
+        raise ValueError(f"schedule must be one of {tuple(SCHEDULES)}, got {schedule!r}")
     beta = float(beta)
     if not (np.isfinite(beta) and beta > 0):
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     offset = float(offset)
     if not (np.isfinite(offset) and offset >= 0):
         raise ValueError(f"offset must be a finite number >= 0, got {offset!r}")
-    V.positive_int("n_steps", n_steps, 1)
-    V.positive_int("n_seeds", n_seeds, 1)
+    n_steps = V.positive_int("n_steps", n_steps, 1)
+    n_seeds = V.positive_int("n_seeds", n_seeds, 1)
     theta0 = (np.zeros(problem.dim) if theta0 is None
               else V.finite_array("theta0", theta0, ndim=1))
     if theta0.shape[0] != problem.dim:
@@ -456,13 +432,19 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
     log_steps = np.unique(np.asarray(log_steps, dtype=np.int64))
     if log_steps.size == 0 or log_steps.min() < 0 or log_steps.max() > n_steps:
         raise ValueError(f"log_steps must lie in [0, n_steps={n_steps}]")
-    slots = -np.ones(n_steps + 1, dtype=np.int32)
-    slots[log_steps] = np.arange(log_steps.size)
-    theta0 = jnp.broadcast_to(jnp.asarray(theta0), (n_seeds, problem.dim))
-    buf, mx, theta = _train(jax.random.PRNGKey(seed), theta0, problem, beta, offset,
-                            jnp.asarray(slots), est, int(batch_size), int(group_size), int(n_steps), schedule,
-                            int(log_steps.size))
-    return TrainResult(log_steps, np.asarray(buf), np.asarray(mx), np.asarray(theta))
+    cfg = TrainConfig(batch_size=batch_size, group_size=group_size, n_steps=n_steps,
+                      schedule=schedule, lr=beta, offset=offset,
+                      log_steps=tuple(int(s) for s in log_steps))
+    prep = _Prepared(problem, est, cfg)
+    base = V.seed_key(seed)
+    keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n_seeds))
+    lr, off, idx = prep.step_args()
+    out = _run_many(prep, keys, jnp.asarray(theta0, dtype=jnp.float64), np.full(n_seeds, lr),
+                    np.full(n_seeds, off), np.full(n_seeds, idx))
+    return TrainResult(steps=log_steps, objective=np.asarray(out["objective"]),
+                       gap=np.asarray(out["gap"]), max_gap=np.asarray(out["max_gap"]),
+                       theta_final=np.asarray(out["theta_final"]), sup_objective=prep.sup,
+                       config=cfg)
 
 
 # --- Lemma 6 -----------------------------------------------------------------------------------

@@ -1,49 +1,91 @@
-r"""Algorithm 1 (stochastic policy-gradient ascent with group baselines) on enumerable policies.
+r"""Algorithm 1 (stochastic policy-gradient ascent with group baselines): one training loop.
 
 Each step ``t = 1..n`` draws B prompts ``x_b ~ f`` and G responses ``y_bg ~ pi_theta(.|x_b)`` with
-Bernoulli rewards (:func:`grpo_theory.montecarlo.sample_groups`), forms the estimator's gradient
-estimate ``ghat_t = (1/BG) sum_bg s_bg A_bg`` (:func:`grpo_theory.montecarlo.estimate_gradient`,
-any registry estimator) and ascends
+Bernoulli rewards (:func:`grpo_theory.core.sampling.sample_groups`), forms the estimator's
+gradient estimate ``ghat_t = (1/BG) sum_bg w(x_b, y_bg) A_bg s(x_b, y_bg)`` (``w = 1`` unless
+the problem weights responses) and ascends
 
 .. math:: \theta_t = \theta_{t-1} + \eta_t \hat g_t, \qquad
           \eta_t = \beta \ (\text{constant}) \quad\text{or}\quad \eta_t = \beta / (t + t_0)\ (\text{inverse}).
 
-The loop is a ``lax.scan`` over steps, ``vmap``-ed over seeds and ``jit``-compiled; seed ``s`` uses
-the key ``PRNGKey(s)`` folded with the step index, so a seed's run does not depend on which other
-seeds run with it. At every logged step the *exact* objective ``J(theta) = E_X V(X)`` and the
-suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6, Theorem 8) are recorded.
+**One loop** (purejaxrl style): :func:`make_train` ``(problem, estimator, config) -> train(key)``
+with a frozen, hashable :class:`TrainConfig`; the body is a ``lax.scan`` over steps inside one
+module-level ``jax.jit`` (equal configs and the same problem object reuse the compiled loop), and
+``jax.vmap(train)(keys)`` runs seeds in parallel. Step ``t`` uses ``fold_in(key, t)``, so a seed's
+run does not depend on which other seeds run with it. At the logged steps the *exact* objective
+``J(theta) = E_X V(X)`` and the suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6,
+Theorem 8) are recorded, and the running maximum of ``Delta`` over every step.
 
-``sup J``: for a tabular :class:`~grpo_theory.policies.SoftmaxBandit` every deterministic response
-map is a limit of the parametrisation, so ``sup J = E_X max_y mu(X, y)`` (attained only at infinity).
-The same holds for a :class:`~grpo_theory.policies.SequencePolicy` (the next-token table conditions
-on prompt, position and previous token, so any single sequence per prompt can be made
-deterministic). For a :class:`~grpo_theory.policies.LinearSoftmaxBandit` (shared parameters) the
-supremum is found numerically (:func:`max_objective`), which is exact when the maximiser is
-interior; pass ``max_objective=`` to :func:`train` to override.
+**The problem contract.** ``problem`` is either
+
+* *enumerable*: ``problem.params`` (the initial parameters) and ``problem.problem(params) ->
+  DiscreteProblem`` (exact arrays, traceable): :class:`~grpo_theory.core.policies.SoftmaxBandit`,
+  :class:`~grpo_theory.core.policies.LinearSoftmaxBandit`,
+  :class:`~grpo_theory.core.policies.SequencePolicy`,
+  :class:`~grpo_theory.companions.credit.MLPSequencePolicy`. Optional hooks:
+  ``response_weights(dp) -> (P, K)`` weights ``w(x, y)`` of the per-response terms, and
+  ``step_record(dp, x, y, z, adv) -> pytree`` recorded at every step (before the update);
+* *generic*: a JAX pytree of arrays (traced, e.g.
+  :class:`~grpo_theory.optim.theory.GaussianBandit`) with ``params``, ``objective(params)``,
+  ``sample_gradient(key, params, estimator, batch_size, group_size)`` and optionally
+  ``gap(params)`` and ``max_objective()``.
+
+The MSE-optimal prompt baseline (``estimator="optimal"``) is computed from the exact arrays at
+the current parameters, ``b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x]`` (Greensmith et al.;
+:meth:`DiscreteProblem.optimal_baselines`), never ``V(x)``; with response weights it stays this
+registry definition (the weighted estimator's own optimum would weight by ``w^2``).
+
+``sup J``: for a tabular :class:`SoftmaxBandit` every deterministic response map is a limit of
+the parametrisation, so ``sup J = E_X max_y mu(X, y)`` (attained only at infinity); the same holds
+for a :class:`SequencePolicy` (the next-token table conditions on prompt, position and previous
+token). For a :class:`LinearSoftmaxBandit` (shared parameters) the supremum is found numerically
+(:func:`max_objective`), exact when the maximiser is interior; ``make_train(...,
+sup_objective=)`` overrides it. Other enumerable policies (the MLP) use the best-response
+value ``E_X max_y mu`` (an upper bound).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import get_estimator
-from ..core.montecarlo import estimate_gradient, sample_groups
+from .._precision import float64
+from ..core.estimators import PromptContext, get_estimator
 from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+from ..core.sampling import sample_groups
 
-__all__ = ["TrainResult", "train", "train_schedules", "max_objective", "exact_objective",
-           "maximise", "step_sizes", "SCHEDULES"]
+__all__ = ["TrainConfig", "TrainResult", "make_train", "train", "train_schedules",
+           "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES"]
 
-SCHEDULES = ("constant", "inverse")
+
+def _constant(t, lr, offset):
+    return lr + 0.0 * t
+
+
+def _inverse(t, lr, offset):
+    return lr / (t + offset)
+
+
+#: the one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)
+SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
+_SCHEDULE_NAMES = tuple(SCHEDULES)
 
 
 def exact_objective(policy, params=None) -> jnp.ndarray:
-    """J(theta) = sum_x f(x) sum_y pi_theta(y|x) mu(x, y), exactly (traceable)."""
+    """J(theta) = sum_x f(x) sum_y pi_theta(y|x) mu(x, y), exactly (traceable).
+
+    Args:
+        policy: an enumerable policy (``probs``, ``prompt_probs``, ``reward_means``).
+        params: parameters (default: the policy's own).
+    Returns:
+        The scalar ``J(theta)``.
+    """
     theta = policy.params if params is None else params
     probs = policy.probs(theta)
     return jnp.dot(jnp.asarray(policy.prompt_probs),
@@ -54,8 +96,11 @@ def maximise(fn, theta0, n_starts: int = 4, scale: float = 1.0, seed: int = 0):
     """Maximise a smooth scalar ``fn(theta)`` (jax-traceable) with L-BFGS from several starts.
 
     Starts at ``theta0`` and ``n_starts - 1`` Gaussian perturbations of it (std ``scale``).
-    Returns ``(theta_max, fn(theta_max))`` as NumPy/float. Used for the exact maximisers of
-    objectives on shared-parameter bandits (e.g. Proposition 13's E[2 arcsin sqrt V]).
+    Used for the exact maximisers of objectives on shared-parameter bandits (e.g.
+    Proposition 13's E[2 arcsin sqrt V]).
+
+    Returns:
+        ``(theta_max, fn(theta_max))`` as a NumPy array and a float.
     """
     from scipy.optimize import minimize
 
@@ -78,8 +123,24 @@ def maximise(fn, theta0, n_starts: int = 4, scale: float = 1.0, seed: int = 0):
     return best.x.reshape(shape), float(-best.fun)
 
 
+def _is_enumerable(problem) -> bool:
+    return hasattr(problem, "params") and callable(getattr(problem, "problem", None))
+
+
+def _is_generic(problem) -> bool:
+    return (hasattr(problem, "params") and callable(getattr(problem, "objective", None))
+            and callable(getattr(problem, "sample_gradient", None)))
+
+
 def max_objective(policy) -> float:
-    """sup_theta J(theta) (see module docstring for how it is obtained per policy type)."""
+    """sup_theta J(theta) (see the module docstring for how it is obtained per policy type).
+
+    Args:
+        policy: a SoftmaxBandit, SequencePolicy, LinearSoftmaxBandit, another enumerable policy
+            (best-response value ``E_X max_y mu``) or a problem with ``max_objective()``.
+    Returns:
+        The supremum as a float.
+    """
     if isinstance(policy, (SoftmaxBandit, SequencePolicy)):
         mu = np.asarray(policy.reward_means)
         return float(np.asarray(policy.prompt_probs) @ mu.max(axis=1))
@@ -87,81 +148,430 @@ def max_objective(policy) -> float:
         _, val = maximise(lambda th: exact_objective(policy, th), policy.params, n_starts=6,
                           scale=2.0)
         return val
+    inner = getattr(policy, "policy", None)  # a wrapper with hooks (companion modules)
+    if inner is not None and _is_enumerable(inner):
+        return max_objective(inner)
+    if callable(getattr(policy, "max_objective", None)):
+        return float(policy.max_objective())
+    if _is_enumerable(policy) and hasattr(policy, "reward_means"):
+        mu = np.asarray(policy.reward_means)
+        return float(np.asarray(policy.prompt_probs) @ mu.max(axis=1))
     raise ValueError(
-        "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy, "
-        f"got {type(policy).__name__}"
-    )
+        "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy (or a problem "
+        f"with max_objective()), got {type(policy).__name__}")
 
 
 _max_objective = max_objective  # train() has an argument of the same name
 
 
 def step_sizes(eta: float, n_steps: int, schedule: str = "constant", offset: float = 0.0):
-    """eta_t for t = 1..n: ``eta`` (constant) or ``eta / (t + offset)`` (inverse)."""
-    t = np.arange(1, n_steps + 1, dtype=np.float64)
-    if schedule == "constant":
-        return np.full(n_steps, float(eta))
-    return float(eta) / (t + offset)
+    """eta_t for t = 1..n under a named schedule of :data:`SCHEDULES`.
+
+    Returns:
+        A NumPy array (n_steps,).
+    """
+    _check_schedule(schedule, eta, offset)
+    n = V.positive_int("n_steps", n_steps, 1)
+    t = np.arange(1, n + 1, dtype=np.float64)
+    return np.asarray(SCHEDULES[schedule](t, float(eta), float(offset)), dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class TrainResult:
-    """Training trajectories for S seeds logged at L steps (step 0 = initial parameters)."""
+def _check_schedule(schedule, eta, offset, lr_name="eta"):
+    if not (isinstance(schedule, str) and schedule in SCHEDULES):
+        raise ValueError(f"schedule must be one of {_SCHEDULE_NAMES} or an optax schedule "
+                         f"(a callable), got {schedule!r}")
+    _check_lr(eta, lr_name)
+    if not (isinstance(offset, (int, float, np.integer, np.floating)) and np.isfinite(offset)
+            and offset > -1):
+        raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), "
+                         f"got {offset!r}")
 
-    steps: np.ndarray  # (L,)
-    objective: np.ndarray  # (S, L) exact J(theta_t)
-    gap: np.ndarray  # (S, L) sup J - J(theta_t)
-    theta_final: np.ndarray  # (S, *param_shape)
-    sup_objective: float
-    seeds: np.ndarray  # (S,)
-    params: np.ndarray | None = None  # (S, L, *param_shape) when log_params=True
-    config: dict = field(default_factory=dict)
+
+def _check_lr(lr, name):
+    if isinstance(lr, (bool, np.bool_)) or not isinstance(
+            lr, (int, float, np.integer, np.floating)) or not (np.isfinite(lr) and lr >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {lr!r}")
+
+
+# --- configuration and result ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Static settings of one training run (frozen and hashable: a static argument of jit).
+
+    Attributes:
+        batch_size: prompts per step B (NumPy/JAX integers accepted).
+        group_size: responses per prompt G.
+        n_steps: number of steps n.
+        schedule: a name in :data:`SCHEDULES` (``eta_t = fn(t, lr, offset)``) or an optax
+            schedule ``count -> eta`` (count = t - 1, as optax counts updates).
+        lr: the step size ``beta`` of a named schedule.
+        offset: ``t_0`` of the ``inverse`` schedule.
+        log_every: log J and the gap every ``log_every`` steps (steps 0, k, 2k, ..., n; must
+            divide n). Default: only steps 0 and n.
+        log_steps: log at these steps instead (sorted unique integers in ``[0, n]``).
+        log_params: also log the parameters at the logged steps.
+    """
+
+    batch_size: int
+    group_size: int
+    n_steps: int
+    schedule: Any = "constant"
+    lr: float = 0.1
+    offset: float = 0.0
+    log_every: int | None = None
+    log_steps: tuple | None = None
+    log_params: bool = False
+
+    def __post_init__(self):
+        set_ = partial(object.__setattr__, self)
+        set_("batch_size", V.integer("batch_size", self.batch_size, 1))
+        set_("group_size", V.integer("group_size", self.group_size, 1))
+        n = V.integer("n_steps", self.n_steps, 1)
+        set_("n_steps", n)
+        if callable(self.schedule):
+            _check_lr(self.lr, "lr")
+        else:
+            _check_schedule(self.schedule, self.lr, self.offset, "lr")
+        set_("lr", float(self.lr))
+        set_("offset", float(self.offset))
+        if self.log_steps is not None:
+            if self.log_every is not None:
+                raise ValueError("give log_every or log_steps, not both")
+            try:
+                steps = sorted({V.integer("log_steps", s, 0, n) for s in self.log_steps})
+            except TypeError:
+                raise ValueError(f"log_steps must be a sequence of integers in [0, n_steps={n}]"
+                                 f", got {self.log_steps!r}") from None
+            if not steps:
+                raise ValueError(f"log_steps must hold at least one step in [0, n_steps={n}]")
+            set_("log_steps", tuple(steps))
+        else:
+            every = n if self.log_every is None else V.integer("log_every", self.log_every, 1)
+            if n % every:
+                raise ValueError(f"log_every must divide n_steps={n}, got {every}")
+            set_("log_every", every)
+        set_("log_params", bool(self.log_params))
 
     @property
-    def final_gap(self) -> np.ndarray:
-        """Delta_n for each seed, shape (S,)."""
-        return self.gap[:, -1]
+    def logged_steps(self) -> tuple:
+        """The steps at which J, the gap (and the parameters) are logged."""
+        if self.log_steps is not None:
+            return self.log_steps
+        return tuple(range(0, self.n_steps + 1, self.log_every))
+
+    def _static(self) -> TrainConfig:
+        """The part that shapes the compiled loop (a named schedule's lr/offset are traced)."""
+        if callable(self.schedule):
+            return self
+        return replace(self, schedule="constant", lr=0.0, offset=0.0)
 
 
-@partial(jax.jit, static_argnames=("policy", "est", "batch_size", "group_size", "n_logs",
-                                   "log_every", "log_params"))
-def _train(policy, est, theta0, seeds, etas, offsets, constant, sup, *, batch_size, group_size,
-           n_logs, log_every, log_params):
-    """vmap over runs r = (seed, eta, offset, constant?) of the scanned Algorithm 1."""
-    shape = theta0.shape
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class TrainResult:
+    """Trajectories of one run, or of S runs (a leading seed axis after ``vmap``).
 
-    def one_run(seed, eta, offset, is_const):
-        key = jax.random.PRNGKey(seed)
+    Attributes:
+        steps: logged steps (L,), step 0 = the initial parameters.
+        objective: exact ``J(theta_t)`` at the logged steps (..., L).
+        gap: ``sup J - J(theta_t)`` (..., L) (the problem's own ``gap`` where it has one).
+        max_gap: the largest gap over every step 0..n (...,).
+        theta_final: final parameters (..., *param_shape).
+        params: parameters at the logged steps (..., L, *param_shape) if ``log_params``.
+        records: the problem's ``step_record`` at every step (..., n, ...) or ``None``.
+        sup_objective: ``sup J`` used for the gap.
+        config: the :class:`TrainConfig` (or a dict of the legacy wrappers' settings).
+        seeds: the seeds of the runs (legacy wrappers), else ``None``.
+    """
 
-        def step(theta, t):
-            problem = policy.problem(theta)
-            x, y, z = sample_groups(jax.random.fold_in(key, t), problem, batch_size, group_size)
-            ghat = estimate_gradient(problem, est, x, y, z).reshape(shape)
-            lr = jnp.where(is_const, eta, eta / (t + offset))
-            return theta + lr * ghat, None
+    steps: np.ndarray
+    objective: Any
+    gap: Any
+    max_gap: Any
+    theta_final: Any
+    params: Any = None
+    records: Any = None
+    sup_objective: float = float("nan")
+    config: Any = field(default=None)
+    seeds: Any = None
 
-        def block(theta, i):
-            ts = i * log_every + 1 + jnp.arange(log_every)
-            theta, _ = jax.lax.scan(step, theta, ts)
-            return theta, (exact_objective(policy, theta), theta if log_params else 0.0)
+    def tree_flatten(self):
+        children = (self.objective, self.gap, self.max_gap, self.theta_final, self.params,
+                    self.records)
+        aux = (tuple(int(s) for s in self.steps), self.sup_objective, self.config,
+               None if self.seeds is None else tuple(int(s) for s in self.seeds))
+        return children, aux
 
-        theta_n, (objs, thetas) = jax.lax.scan(block, theta0, jnp.arange(n_logs))
-        objs = jnp.concatenate([exact_objective(policy, theta0)[None], objs])
-        if log_params:
-            thetas = jnp.concatenate([theta0[None], thetas])
-        return theta_n, objs, thetas
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        steps, sup, config, seeds = aux
+        return cls(np.asarray(steps), *children, sup_objective=sup, config=config,
+                   seeds=None if seeds is None else np.asarray(seeds))
 
-    theta_n, objs, thetas = jax.vmap(one_run)(seeds, etas, offsets, constant)
-    return theta_n, objs, sup - objs, thetas
+    @property
+    def final_gap(self):
+        """Delta_n for each run, shape (...,)."""
+        return self.gap[..., -1]
+
+    # names used by the optimisation-theory drivers
+    @property
+    def log_steps(self) -> np.ndarray:
+        return np.asarray(self.steps)
+
+    @property
+    def gaps(self):
+        return self.gap
+
+    @property
+    def theta(self):
+        return self.theta_final
 
 
-def _check_schedule(schedule, eta, offset):
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if not (np.isfinite(eta) and eta >= 0):
-        raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
-    if not (np.isfinite(offset) and offset > -1):
-        raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), got {offset!r}")
+# --- the loop ----------------------------------------------------------------------------------
+
+
+def _eta(cfg, t, lr, offset, sched):
+    if callable(cfg.schedule):
+        return jnp.asarray(cfg.schedule(t - 1), dtype=jnp.float64)
+    fns = [partial(SCHEDULES[n]) for n in _SCHEDULE_NAMES]
+    return jax.lax.switch(sched, fns, t, lr, offset)
+
+
+def _enumerable_step(problem, est, cfg, key, theta):
+    """One sampled gradient at theta; returns (ghat, J(theta), record)."""
+    dp = problem.problem(theta)
+    B, G = cfg.batch_size, cfg.group_size
+    x, y, z = sample_groups(key, dp, B, G)
+    vals = dp.values()
+    wfn = getattr(problem, "response_weights", None)
+    w = wfn(dp) if callable(wfn) else None
+    bstar = dp.optimal_baselines()[x] if "optimal_baseline" in est.needs else None
+    adv = est.advantage(z, PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar))
+    coef = adv if w is None else adv * w[x[:, None], y]
+    ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y]) / (B * G)
+    rec_fn = getattr(problem, "step_record", None)
+    rec = rec_fn(dp, x, y, z, adv) if callable(rec_fn) else None
+    return ghat, dp.objective(), rec
+
+
+def _run_one(key, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
+    """Algorithm 1 for one key: ``lax.scan`` over steps t = 1..n (see module docstring)."""
+    problem = static if static is not None else data
+    n, shape = cfg.n_steps, theta0.shape
+    steps = cfg.logged_steps
+    slots = np.full(n + 1, -1, dtype=np.int32)
+    slots[list(steps)] = np.arange(len(steps))
+    slots = jnp.asarray(slots)
+    n_log = len(steps)
+    enumerable = static is not None
+    has_gap = (not enumerable) and callable(getattr(problem, "gap", None))
+
+    def objective_gap(theta):
+        if enumerable:
+            j = exact_objective(problem, theta) if hasattr(problem, "probs") else (
+                problem.problem(theta).objective())
+            return j, sup - j
+        if has_gap:
+            g = problem.gap(theta)
+            return sup - g, g
+        j = problem.objective(theta)
+        return j, sup - j
+
+    def log(buf, i, val):
+        return jnp.where(slots[i] >= 0, buf.at[jnp.maximum(slots[i], 0)].set(val), buf)
+
+    def step(carry, t):
+        theta, jbuf, gbuf, pbuf, mx = carry
+        k = jax.random.fold_in(key, t)
+        if enumerable:
+            ghat, j, rec = _enumerable_step(problem, est, cfg, k, theta)
+            g = sup - j
+        else:
+            ghat = problem.sample_gradient(k, theta, est, cfg.batch_size, cfg.group_size)
+            j, g = objective_gap(theta)
+            rec = None
+        # J and the gap of theta_(t-1), the parameters this step starts from
+        jbuf, gbuf = log(jbuf, t - 1, j), log(gbuf, t - 1, g)
+        if cfg.log_params:
+            pbuf = log(pbuf, t - 1, theta)
+        theta = theta + _eta(cfg, t, lr, offset, sched) * ghat.reshape(shape)
+        return (theta, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
+
+    zeros = jnp.zeros(n_log)
+    pbuf = jnp.zeros((n_log, *shape)) if cfg.log_params else jnp.zeros(())
+    init = (theta0, zeros, zeros, pbuf, -jnp.inf)
+    (theta, jbuf, gbuf, pbuf, mx), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
+    j, g = objective_gap(theta)  # theta_n
+    jbuf, gbuf = log(jbuf, n, j), log(gbuf, n, g)
+    if cfg.log_params:
+        pbuf = log(pbuf, n, theta)
+    return dict(objective=jbuf, gap=gbuf, max_gap=jnp.maximum(mx, g), theta_final=theta,
+                params=pbuf if cfg.log_params else None, records=recs)
+
+
+_run = jax.jit(_run_one, static_argnames=("static", "est", "cfg"))
+
+
+@partial(jax.jit, static_argnames=("static", "est", "cfg"))
+def _run_batch(keys, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
+    """``vmap`` of :func:`_run_one` over runs (keys and step-size settings)."""
+    return jax.vmap(lambda k, l, o, s: _run_one(k, theta0, data, sup, l, o, s, static=static,
+                                                est=est, cfg=cfg))(keys, lr, offset, sched)
+
+
+def _fingerprint(obj, depth: int = 0):
+    """A value key of a problem object for jit's static-argument cache.
+
+    Arrays by (shape, dtype, SHA-1 of the bytes); numbers, strings and tuples by value; nested
+    objects (a wrapped policy, a dataclass of hooks) recursively; anything else (functions) by
+    identity. ``params`` is left out: the loop receives the parameters as a traced argument.
+    """
+    import hashlib
+
+    if depth > 6:
+        return ("id", id(obj))
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
+        return obj
+    if isinstance(obj, (np.ndarray, jax.Array)):
+        a = np.ascontiguousarray(np.asarray(obj))
+        return ("array", a.shape, str(a.dtype), hashlib.sha1(a.tobytes()).hexdigest())
+    if isinstance(obj, (tuple, list)):
+        return (type(obj).__name__, tuple(_fingerprint(v, depth + 1) for v in obj))
+    if isinstance(obj, dict):
+        return ("dict", tuple((k, _fingerprint(v, depth + 1)) for k, v in sorted(obj.items())))
+    if callable(obj) and not hasattr(obj, "__dict__") or inspect_function(obj):
+        return ("id", id(obj))
+    attrs = getattr(obj, "__dict__", None)
+    if attrs is None:
+        try:
+            return ("hash", type(obj).__qualname__, hash(obj))
+        except TypeError:
+            return ("id", id(obj))
+    return (type(obj).__module__, type(obj).__qualname__,
+            tuple((k, _fingerprint(v, depth + 1)) for k, v in sorted(attrs.items())
+                  if k != "params"))
+
+
+def inspect_function(obj) -> bool:
+    import inspect
+
+    return inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj)
+
+
+class _StaticProblem:
+    """A problem as a static argument of jit, equal to any problem with the same content.
+
+    Two separately built but identical policies share one compiled loop (identity hashing
+    would compile, and keep, a new executable for every call).
+    """
+
+    def __init__(self, problem):
+        object.__setattr__(self, "_problem", problem)
+        object.__setattr__(self, "_key", _fingerprint(problem))
+
+    def __getattr__(self, name):
+        return getattr(self._problem, name)
+
+    def __eq__(self, other):
+        return isinstance(other, _StaticProblem) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+
+class _Prepared:
+    """Validated pieces of a (problem, estimator, config) triple shared by the entry points."""
+
+    def __init__(self, problem, estimator, config, sup_objective=None):
+        if not isinstance(config, TrainConfig):
+            raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
+        if _is_enumerable(problem):
+            self.static, self.data = _StaticProblem(problem), None
+        elif _is_generic(problem):
+            self.static, self.data = None, problem
+        else:
+            raise ValueError(
+                "problem must be an enumerable policy (params and problem(params)) or a pytree "
+                "with params, objective(params) and sample_gradient(key, params, estimator, "
+                f"batch_size, group_size), got {type(problem).__name__}")
+        self.est = get_estimator(estimator)
+        V.group_run(self.est, config.group_size, config.batch_size)
+        self.cfg = config
+        self.theta0 = jnp.asarray(problem.params, dtype=jnp.float64)
+        if sup_objective is None:
+            sup_objective = max_objective(problem)
+        sup = float(sup_objective)
+        if not np.isfinite(sup):
+            raise ValueError(f"sup_objective must be a finite number, got {sup_objective!r}")
+        self.sup = sup
+
+    def initial(self, params):
+        if params is None:
+            return self.theta0
+        th = jnp.asarray(V.finite_array("params", params), dtype=jnp.float64)
+        if th.shape != self.theta0.shape:
+            raise ValueError(f"params must have shape {self.theta0.shape}, got {th.shape}")
+        return th
+
+    def step_args(self, schedule=None, lr=None, offset=None):
+        cfg = self.cfg
+        schedule = cfg.schedule if schedule is None else schedule
+        idx = 0 if callable(schedule) else _SCHEDULE_NAMES.index(schedule)
+        return (cfg.lr if lr is None else float(lr), cfg.offset if offset is None
+                else float(offset), idx)
+
+
+def _as_key(key):
+    if isinstance(key, (jax.Array, np.ndarray)) and key.ndim >= 1 or jax.dtypes.issubdtype(
+            getattr(key, "dtype", np.int64), jax.dtypes.prng_key):
+        return key
+    return V.seed_key(key)
+
+
+def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
+    """Build Algorithm 1 for a problem: ``train = make_train(...)``; ``train(key)`` runs it.
+
+    Args:
+        problem: an enumerable policy or a generic problem (see the module docstring).
+        estimator: a registry name or an :class:`~grpo_theory.core.estimators.Estimator`.
+        config: a :class:`TrainConfig`.
+        sup_objective: ``sup J`` for the gap (default :func:`max_objective`).
+    Returns:
+        ``train(key, params=None) -> TrainResult``: ``key`` is a JAX key or an integer seed
+        (:func:`grpo_theory._validation.seed_key`), ``params`` overrides the initial parameters.
+        ``jax.vmap(train)(keys)`` runs seeds in parallel; equal configs share one compilation.
+    """
+    prep = _Prepared(problem, estimator, config, sup_objective)
+    cfg_static = config._static()
+    lr, offset, idx = prep.step_args()
+
+    @float64
+    def train(key, params=None) -> TrainResult:
+        out = _run(_as_key(key), prep.initial(params), prep.data, prep.sup, lr, offset, idx,
+                   static=prep.static, est=prep.est, cfg=cfg_static)
+        return TrainResult(steps=np.asarray(config.logged_steps), sup_objective=prep.sup,
+                           config=config, **out)
+
+    train.config = config
+    return train
+
+
+def _run_many(prep, keys, theta0, lrs, offsets, idxs):
+    return _run_batch(keys, theta0, prep.data, prep.sup, jnp.asarray(lrs, jnp.float64),
+                      jnp.asarray(offsets, jnp.float64), jnp.asarray(idxs, jnp.int32),
+                      static=prep.static, est=prep.est, cfg=prep.cfg._static())
+
+
+def _seed_keys(seeds):
+    seeds = np.atleast_1d(np.asarray(seeds))
+    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
+        raise ValueError(f"seeds must be a non-empty 1-d sequence of integers, got {seeds!r}")
+    return seeds, jnp.stack([V.seed_key(int(s)) for s in seeds])
+
+
+# --- the legacy entry points (thin uses of the loop) -------------------------------------------
 
 
 def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta: float = 0.1,
@@ -170,10 +580,17 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
           ) -> TrainResult:
     """Run Algorithm 1 for every seed in ``seeds`` (vmapped) and log the exact gap.
 
-    ``policy``: a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy (training starts at
-    ``params`` or the policy's own parameters). ``estimator``: registry name or Estimator.
-    ``schedule``: ``"constant"`` (eta_t = eta) or ``"inverse"`` (eta_t = eta / (t + offset)).
-    ``log_every`` must divide ``n_steps``. Returns a :class:`TrainResult`.
+    Args:
+        policy: a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy (training starts at
+            ``params`` or the policy's own parameters).
+        estimator: registry name or Estimator.
+        batch_size, group_size, n_steps: B, G and n.
+        eta, schedule, offset: ``eta_t = eta`` (constant) or ``eta / (t + offset)`` (inverse).
+        seeds: integers; seed s uses ``seed_key(s)`` (= ``PRNGKey(s)`` for 0 <= s < 2^32).
+        log_every: must divide ``n_steps``.
+        max_objective: ``sup J`` override; log_params: also log the parameters.
+    Returns:
+        A :class:`TrainResult` with a leading seed axis.
     """
     return train_schedules(policy, estimator, batch_size, group_size, n_steps,
                            [(schedule, eta, offset)], seeds, log_every, max_objective, params,
@@ -185,56 +602,45 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
                     log_params: bool = False) -> list[TrainResult]:
     """Like :func:`train` for several step-size schedules at once (one compilation).
 
-    ``schedules``: a list of ``(schedule, eta, offset)``; every schedule runs every seed (the same
-    keys, so schedules are compared on common random numbers). Returns one TrainResult each.
+    Args:
+        schedules: a list of ``(schedule, eta, offset)``; every schedule runs every seed (the
+            same keys, so schedules are compared on common random numbers).
+        (the other arguments as in :func:`train`)
+    Returns:
+        One :class:`TrainResult` per schedule.
     """
     if not isinstance(policy, (SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy)):
         raise ValueError(
             "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy, "
-            f"got {type(policy).__name__}"
-        )
-    est = get_estimator(estimator)
-    B = V.positive_int("batch_size", batch_size, 1)
-    G = V.positive_int("group_size", group_size, max(1, est.min_group_size))
-    n = V.positive_int("n_steps", n_steps, 1)
-    every = V.positive_int("log_every", log_every, 1)
-    if n % every:
-        raise ValueError(f"log_every must divide n_steps={n}, got {every}")
+            f"got {type(policy).__name__}")
     if len(schedules) == 0:
         raise ValueError("schedules must hold at least one (schedule, eta, offset)")
     for sch in schedules:
         if len(sch) != 3:
             raise ValueError(f"schedules entries must be (schedule, eta, offset), got {sch!r}")
         _check_schedule(*sch)
-    seeds = np.atleast_1d(np.asarray(seeds))
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer) or (
-            seeds < 0).any():
-        raise ValueError(f"seeds must be a non-empty 1-d sequence of integers >= 0, got {seeds!r}")
-    theta0 = jnp.asarray(policy.params if params is None else
-                         V.finite_array("params", params), dtype=jnp.float64)
-    if theta0.shape != jnp.shape(policy.params):
-        raise ValueError(f"params must have shape {jnp.shape(policy.params)}, got {theta0.shape}")
-    sup = _max_objective(policy) if max_objective is None else float(max_objective)
+    est = get_estimator(estimator)
+    cfg = TrainConfig(batch_size=batch_size, group_size=group_size, n_steps=n_steps,
+                      log_every=log_every, log_params=log_params)
+    seeds, keys = _seed_keys(seeds)
+    prep = _Prepared(policy, est, cfg, max_objective)
+    theta0 = prep.initial(params)
     S, C = seeds.size, len(schedules)
-    etas = np.repeat([float(e) for _, e, _ in schedules], S)
-    offs = np.repeat([float(o) for _, _, o in schedules], S)
-    const = np.repeat([s == "constant" for s, _, _ in schedules], S)
-    theta_n, objs, gaps, thetas = _train(
-        policy, est, theta0, jnp.asarray(np.tile(seeds, C), dtype=jnp.uint32), jnp.asarray(etas),
-        jnp.asarray(offs), jnp.asarray(const), jnp.float64(sup), batch_size=B, group_size=G,
-        n_logs=n // every, log_every=every, log_params=bool(log_params))
-    theta_n, objs, gaps = (np.asarray(a) for a in (theta_n, objs, gaps))
-    thetas = np.asarray(thetas) if log_params else None
-    out = []
+    out = _run_many(prep, jnp.tile(keys, (C, 1)), theta0,
+                    np.repeat([float(e) for _, e, _ in schedules], S),
+                    np.repeat([float(o) for _, _, o in schedules], S),
+                    np.repeat([_SCHEDULE_NAMES.index(s) for s, _, _ in schedules], S))
+    out = {k: (None if v is None else np.asarray(v)) for k, v in out.items()}
+    res = []
     for c, (sch, eta, off) in enumerate(schedules):
         sl = slice(c * S, (c + 1) * S)
-        out.append(TrainResult(
-            steps=np.arange(0, n + 1, every), objective=objs[sl], gap=gaps[sl],
-            theta_final=theta_n[sl], sup_objective=float(sup), seeds=seeds,
-            params=thetas[sl] if log_params else None,
-            config=dict(estimator=est.name, batch_size=B, group_size=G, n_steps=n,
-                        eta=float(eta), schedule=sch, offset=float(off), log_every=every)))
-    return out
+        res.append(TrainResult(
+            steps=np.asarray(cfg.logged_steps), sup_objective=prep.sup, seeds=seeds,
+            config=dict(estimator=prep.est.name, batch_size=cfg.batch_size,
+                        group_size=cfg.group_size, n_steps=cfg.n_steps, eta=float(eta),
+                        schedule=sch, offset=float(off), log_every=cfg.log_every),
+            **{k: (None if v is None else v[sl]) for k, v in out.items()}))
+    return res
 
 
 from .._precision import scope_module as _scope  # noqa: E402
