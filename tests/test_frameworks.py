@@ -386,6 +386,35 @@ def test_batch_coupling_is_real():
         _close(both[1], _pkg(name, z2), rtol=1e-14)
 
 
+def _mse(r):
+    return float(getattr(r, "mse", getattr(r, "value", np.nan)))
+
+
+def test_batch_scaling_of_one_group_is_group_scaling_in_monte_carlo():
+    """B = 1: TRL "batch" scaling is TRL "group" scaling; same draws, same MSE (to rounding), and
+    the exact MSE of the group form lies in the Monte Carlo interval."""
+    from grpo_theory.problems import default_bandit
+
+    bandit = default_bandit()
+    for batch, group in (("grpo_std_trl_batch", "grpo_std_trl"),
+                         ("grpo_std_easydel_batch", "grpo_std_easydel")):
+        a = gt.mc_mse(bandit, batch, 4, batch_size=1, n_reps=4000, seed=3)
+        b = gt.mc_mse(bandit, group, 4, batch_size=1, n_reps=4000, seed=3)
+        assert _mse(a) == pytest.approx(_mse(b), rel=1e-10)
+        exact = float(gt.exact_mse(bandit, group, 4, 1))
+        assert abs(_mse(a) - exact) < 4 * float(a.se)
+
+
+def test_batch_coupled_presets_train():
+    from grpo_theory.problems import default_bandit
+
+    bandit = default_bandit()
+    for name in ("grpo_std_trl_batch", "reinforce_plus_plus_baseline", "reinforce_baseline"):
+        res = gt.train(bandit, name, batch_size=4, group_size=4, n_steps=30, eta=0.5)
+        obj = np.asarray(res.objective)
+        assert np.all(np.isfinite(obj)) and obj[..., -1].mean() > obj[..., 0].mean(), name
+
+
 def test_batch_coupled_in_monte_carlo_and_exact():
     bandit = gt.SoftmaxBandit(np.array([[0.3, -0.2, 0.1], [0.0, 0.5, -0.4]]),
                               np.array([[0.9, 0.2, 0.5], [0.1, 0.6, 0.3]]))
