@@ -10,7 +10,8 @@ from ``softmax(logits / temperature)`` with a per-layer key/value cache (one pre
 prompt, then one position per step under ``lax.scan``); tokens after the first EOS are PAD, and
 PAD is never generated (its logit is fixed at -1e9).
 
-Parameters are float32 (the package enables float64 globally; the model opts out for speed).
+Parameters are float32 (the model runs in the caller's precision; only the exact routines scope
+float64 for themselves).
 """
 
 from __future__ import annotations
