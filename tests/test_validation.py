@@ -398,8 +398,9 @@ def test_fuzz_entry_points(data):
                                           jnp.int32(3), None]))
         if isinstance(G, int) and G > 64:
             G = 64
+        chunk = data.draw(st.sampled_from([None, None, 1, 3, 0, -1, 2.5]))
         out = _accept_result_or_package_error(
-            lambda: gt.mc_mse(bandit, est, G, B, n_reps=n_reps, seed=seed))
+            lambda: gt.mc_mse(bandit, est, G, B, n_reps=n_reps, seed=seed, chunk=chunk))
         if out is not None:
             assert np.isfinite(out.mse) and out.mse >= 0
     elif which == "scaling_constants":
@@ -425,3 +426,42 @@ def test_fuzz_entry_points(data):
             if out is not None:  # a baseline near 1e308 overflows honestly to inf, never NaN
                 assert not np.isnan(out.mse)
                 assert np.isfinite(out.mse) or np.max(np.abs(np.asarray(b, float))) > 1e150
+
+
+@st.composite
+def token_arrays(draw, n_rows):
+    """Mostly valid-looking token arrays (ids around the vocabulary), else anything."""
+    if draw(st.integers(0, 3)) == 0:
+        return draw(arrays((n_rows, 2)))
+    shape = (draw(st.sampled_from([n_rows, n_rows, 0, 1])), draw(st.integers(0, 3)))
+    if draw(st.integers(0, 5)) == 0:
+        shape = shape[:1]
+    lo, hi = draw(st.sampled_from([(0, VOCAB), (0, VOCAB), (-2, VOCAB), (0, VOCAB + 3)]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    dtype = draw(st.sampled_from([np.int32, np.int64, np.uint8, np.float32]))
+    return rng.integers(max(lo, 0) if dtype == np.uint8 else lo, hi, shape).astype(dtype)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_fuzz_lm_policy(data):
+    pol = _bigram_policy()
+    n = data.draw(st.integers(1, 3))
+    x, y = data.draw(token_arrays(n)), data.draw(token_arrays(n))
+    which = data.draw(st.sampled_from(["log_probs", "sample", "score_contractions"]))
+    if which == "log_probs":
+        out = _accept_result_or_package_error(lambda: pol.log_probs(x, y))
+        if out is not None:
+            assert out.shape == (n,) and np.all(np.asarray(out) <= 0)
+    elif which == "sample":
+        r = data.draw(st.sampled_from([1, 2, 0, -1, 2.0, jnp.int32(2)]))
+        key = data.draw(st.sampled_from([0, 2**70, -5, 1.5, None, jax.random.PRNGKey(1)]))
+        out = _accept_result_or_package_error(lambda: pol.sample(key, x, r))
+        if out is not None:
+            assert np.all((np.asarray(out) >= 0) & (np.asarray(out) < VOCAB))
+    else:
+        w = data.draw(arrays((1, n)))
+        out = _accept_result_or_package_error(
+            lambda: pol.score_contractions(x, y, w, chunk=data.draw(st.sampled_from([1, 2, 0]))))
+        if out is not None:
+            assert np.all(np.isfinite(out[0])) and np.all(np.isfinite(out[1]))
