@@ -101,6 +101,12 @@ def test_seeds_any_integer_one_reduction_and_non_integers_refused():
     x, y, z = b.sample_groups(2**70, 2, 3)
     assert y.shape == (2, 3)
     _refused(lambda: gt.mc_mse(b, "grpo", 4, n_reps=8, seed=1.5), "seed")
+    # the named example problems reduce seeds the same way
+    from grpo_theory import problems
+
+    assert problems.default_bandit(2**70, 2, 3).params.shape == (2, 3)
+    for make in (problems.default_bandit, problems.linear_bandit, problems.sequence_policy):
+        _refused(lambda: make(1.5), "seed")
 
 
 # --- 4. unbounded enumeration: count first, refuse before allocating ---------------------------
