@@ -61,27 +61,29 @@ def _check_coupled(est):
 def _binary_advantages(st, est, group_size: int):
     """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0).
 
-    Estimators that read no prompt constant (``needs`` empty) are evaluated once and broadcast;
-    the others on a (P, G+1, G) table, refused by size (``ValueError``) when it would not fit.
+    Estimators that read no prompt constant (``needs`` empty) are evaluated once on a (G+1, G)
+    table and broadcast; the others on a (P, G+1, G) table. A table that would not fit is refused
+    (``ValueError`` naming its size) before anything is allocated.
     """
     G, P = group_size, st.n_prompts
+    alternative = "use method='closed_form' where the estimator has one, a smaller G, or mc_mse"
+    V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
+                   _ADV_BYTES * (G + 1) * G, alternative)
+    if est.needs:
+        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
+                       _ADV_BYTES * P * (G + 1) * G, alternative)
     k = np.arange(G + 1)
     z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
     adv = None
     if not est.needs:
-        V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
-                       _ADV_BYTES * (G + 1) * G, "use method='closed_form' where the estimator "
-                       "has one, or mc_mse")
         try:
             adv = np.broadcast_to(np.asarray(est.advantage(jnp.asarray(z1), PromptContext())),
                                   (P, G + 1, G))
         except Exception:  # an advantage that reads a prompt constant without declaring it
             adv = None
     if adv is None:
-        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table "
-                       f"(P={P}, G={G})", _ADV_BYTES * P * (G + 1) * G,
-                       "use method='closed_form' where the estimator has one, a smaller G, or "
-                       "mc_mse")
+        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
+                       _ADV_BYTES * P * (G + 1) * G, alternative)
         z = jnp.broadcast_to(jnp.asarray(z1), (P, G + 1, G))
         xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
         ctx = PromptContext(
@@ -104,6 +106,10 @@ def _binary_blocks(st, est, group_size: int):
     log space (``scipy.stats.binom.pmf``), so any G works.
     """
     G = group_size
+    P = st.n_prompts
+    V.check_memory(f"the binary route's ({P}, {G + 1}) binomial tables (P={P}, G={G})",
+                   8.0 * 12 * P * (G + 1), "use method='closed_form' where the estimator has one, "
+                   "a smaller G, or mc_mse")
     p = np.asarray(st.probs)
     mu = np.asarray(st.reward_means)
     ssq = np.asarray(st.sq_norms())
@@ -147,6 +153,7 @@ def exact_prompt_mean_and_variance(problem, estimator, group_size: int):
     G, _ = V.group_run(est, group_size, 1)
     _check_coupled(est)
     st = as_structure(problem)
+    st.check_embed()
     mean, var = _binary_blocks(st, est, G)
     return st.embed(mean), var
 

@@ -129,6 +129,14 @@ class ScoreStructure:
         """grad J = sum_x f(x) g(x), flat (D,); reshape with ``param_shape``."""
         return self.combine(self.prompt_probs, self.prompt_gradients())
 
+    def check_embed(self) -> None:
+        """``ValueError`` (naming the sizes) when :meth:`embed`'s (P, D) array would not fit."""
+        if self.disjoint:
+            P, Db = self.n_prompts, self.block_dim
+            V.check_memory(f"embedding ({P}, {Db}) block vectors as a ({P}, {P * Db}) array",
+                           8.0 * P * P * Db * 2, "use the per-prompt block vectors "
+                           "(grpo_theory.core.gram) or exact_prompt_mse / exact_mse")
+
     def embed(self, blocks) -> jnp.ndarray:
         """Block vectors as full parameter vectors (P, D) (zero outside a prompt's block).
 
@@ -136,10 +144,8 @@ class ScoreStructure:
         """
         if not self.disjoint:
             return blocks
+        self.check_embed()
         P, Db = blocks.shape
-        V.check_memory(f"embedding ({P}, {Db}) block vectors as a ({P}, {P * Db}) array",
-                       8.0 * P * P * Db,
-                       "use the per-prompt block vectors (grpo_theory.core.gram) or fewer prompts")
         eye = jnp.eye(P, dtype=blocks.dtype)
         return (eye[:, :, None] * blocks[None, :, :]).reshape(P, P * Db)
 

@@ -18,7 +18,7 @@ from math import floor, sqrt
 import numpy as np
 
 from .gram import as_structure
-from .ustat import prompt_moments
+from .ustat import _closed_forms
 
 __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
            "budget_mse"]
@@ -48,11 +48,8 @@ def scaling_constants(bandit) -> ScalingConstants:
         and ``c3 = E_X[E[||s||^2|X] sigma^2(X) + ||g(X)||^2]``.
     """
     st = as_structure(bandit)
-    mo = prompt_moments(st)
-    f = st.prompt_probs
-    c1 = float(st.spread(f, mo.grad))
-    c2 = float(f @ mo.tr_sigma_oracle)
-    c3 = float(f @ (mo.score_sq * mo.sigma2 + mo.grad_sq))
+    _, c = _closed_forms(st, 2, 1)  # the compiled closed forms also give c1, c2, c3
+    c1, c2, c3 = (float(x) for x in np.asarray(c))
     return ScalingConstants(c1, c2, c3)
 
 

@@ -309,11 +309,28 @@ def _minibatch(st, mean, var, batch_size, grads):
     return (f @ var + spread) / batch_size + bias2
 
 
-@partial(jax.jit, static_argnames=("kind",))
-def _closed_form_jit(st, kind, group_size, batch_size, b):
+_KINDS = ("prompt_baseline", "loo", "mean")
+
+
+@jax.jit
+def _closed_forms_jit(st, group_size, batch_size, b):
+    """Every closed form and the scaling constants in one compiled function (one compile per
+    structure shape serves every estimator kind, G, B and ``scaling_constants``)."""
     mo = prompt_moments(st)
-    mean, var = _mean_and_variance(st, mo, kind, group_size, b)
-    return _minibatch(st, mean, var, batch_size, mo.grad)
+    f = st.prompt_probs
+    mses = []
+    for kind in _KINDS:
+        mean, var = _mean_and_variance(st, mo, kind, group_size, b)
+        mses.append(_minibatch(st, mean, var, batch_size, mo.grad))
+    c1 = st.spread(f, mo.grad)
+    c2 = f @ mo.tr_sigma_oracle
+    c3 = f @ (mo.score_sq * mo.sigma2 + mo.grad_sq)
+    return jnp.stack(mses), jnp.stack([c1, c2, c3])
+
+
+def _closed_forms(st, group_size, batch_size, b=None):
+    b = jnp.zeros(st.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
+    return _closed_forms_jit(st, jnp.float64(group_size), jnp.float64(batch_size), b)
 
 
 def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int = 1,
@@ -333,9 +350,9 @@ def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int =
     if kind not in ("prompt_baseline", "loo", "mean"):
         raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
     st = as_structure(problem)
-    b = jnp.zeros(st.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
-    # G and B are traced (float64), so a sweep over G compiles once per estimator kind
-    return float(_closed_form_jit(st, kind, jnp.float64(group_size), jnp.float64(batch_size), b))
+    # G and B are traced (float64): one compile per structure shape for every kind, G and B
+    mses, _ = _closed_forms(st, group_size, batch_size, b)
+    return float(mses[_KINDS.index(kind)])
 
 
 def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int = 1) -> float:
