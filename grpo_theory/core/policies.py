@@ -365,6 +365,12 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
     """
 
     def __init__(self, features, theta, reward_means, prompt_probs=None):
+        """Args:
+            features: (P, K, d) finite real features (P, K, d >= 1).
+            theta: (d,) finite real parameters; ``features @ theta`` must not overflow.
+            reward_means: (P, K) Bernoulli means in [0, 1].
+            prompt_probs: (P,) prompt distribution, or ``None`` for uniform.
+        """
         feats = V.finite_array("features", features, ndim=3)
         th = V.finite_array("theta", theta, ndim=1)
         if feats.shape[2] != th.shape[0]:
@@ -576,7 +582,14 @@ def _check_sequence_size(n_prompts, vocab_size, horizon, eos) -> int:
 
 
 def as_problem(policy_or_problem) -> DiscreteProblem:
-    """Accept a policy object or a :class:`DiscreteProblem`."""
+    """Accept a policy object or a :class:`DiscreteProblem`.
+
+    Args:
+        policy_or_problem: a policy (anything with ``.problem()``) or a :class:`DiscreteProblem`.
+
+    Returns:
+        The :class:`DiscreteProblem` (``ValueError`` for anything else).
+    """
     if isinstance(policy_or_problem, DiscreteProblem):
         return policy_or_problem
     if hasattr(policy_or_problem, "problem"):
