@@ -1,84 +1,157 @@
-"""Monte Carlo gradient estimates per second: grpo-theory's jit+vmap engine vs plain NumPy.
+"""Monte Carlo gradient estimates per second: grpo-theory's engine vs a strong NumPy program.
 
-Both sides do the same work: R replicates of B prompts x G responses from the default bandit,
-leave-one-out (GRPO) advantages, the estimate (1/BG) sum A s, and its squared error against the
-exact gradient. The NumPy reference is vectorised over replicates (inverse-CDF sampling with
-``searchsorted``, gathered scores, ``einsum``), so the ratio measures the engine, not a Python
-loop. Reported: estimates/s for each and the ratio, measured in the same run.
+Both sides do the same work: R replicates of B prompts x G responses from
+``grpo_theory.problems.default_bandit()``, leave-one-out (GRPO) advantages, the estimate
+(1/BG) sum A s and its squared error against the exact gradient, summarised by running sums.
 
-    python benchmarks/bench_mc_gradients.py [--reps 200000] [--repeat 3] [--csv out.csv]
+The NumPy program is the strong one: PCG64 ``default_rng``, all replicates of a chunk at once,
+inverse-CDF sampling with ONE ``searchsorted`` over the prompts' CDFs laid end to end, advantages
+for all replicates at once, the advantages scattered into per-(prompt, response) weights with
+``np.bincount`` and ONE ``(R, P*K) @ (P*K, D)`` matmul. It draws 1 + 2G uniforms per group.
+
+Printed per (B, G) and engine route: engine time, NumPy time and their ratio (measured
+interleaved in the same run, best of ``--repeat``), and each side's time relative to drawing its
+own random numbers alone (``jax.random.uniform`` / ``bits`` of the same count, dtype, key
+implementation and chunking; ``rng.random`` for NumPy).
+
+    python benchmarks/bench_mc_gradients.py [--reps 200000] [--repeat 5] [--csv out.csv]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core import montecarlo as mc
 from grpo_theory.problems import default_bandit
 
+NP_CHUNK = 20_000
 
-def numpy_reference(problem, B, G, R, seed, chunk=20_000):
+
+def numpy_strong(problem, B, G, R, seed, chunk=NP_CHUNK):
+    """Strong vectorised NumPy MSE of the GRPO (leave-one-out) estimator; returns (mse, se)."""
     rng = np.random.default_rng(seed)
     f = np.asarray(problem.prompt_probs)
     pi = np.asarray(problem.probs)
-    mu = np.asarray(problem.reward_means)
-    S = np.asarray(problem.scores)
+    mu = np.asarray(problem.reward_means).reshape(-1)
+    P, K = pi.shape
+    S = np.asarray(problem.scores).reshape(P * K, -1)
     g = np.asarray(problem.gradient())
-    cdf_f, cdf_pi = np.cumsum(f), np.cumsum(pi, axis=1)
-    err = np.empty(R)
-    for start in range(0, R, chunk):  # chunks bound memory; each chunk is fully vectorised
+    cdf_f = np.cumsum(f)
+    cdf_flat = (np.cumsum(pi, axis=1) + np.arange(P)[:, None]).reshape(-1)  # row p shifted by p
+    s1 = s2 = 0.0
+    for start in range(0, R, chunk):
         r = min(chunk, R - start)
-        x = np.minimum(np.searchsorted(cdf_f, rng.random((r, B))), len(f) - 1)
-        u = rng.random((r, B, G))
-        y = (u[..., None] > cdf_pi[x][:, :, None, :]).sum(-1)
-        y = np.minimum(y, pi.shape[1] - 1)
-        z = (rng.random((r, B, G)) < mu[x[..., None], y]).astype(float)
+        x = np.minimum(np.searchsorted(cdf_f, rng.random((r, B)), side="right"), P - 1)
+        lo = x[..., None] * K
+        cell = np.searchsorted(cdf_flat, rng.random((r, B, G)) + x[..., None], side="right")
+        cell = np.clip(cell, lo, lo + K - 1)  # prompt x's cells are x*K .. x*K + K - 1
+        z = rng.random((r, B, G)) < mu[cell]
         adv = z - (z.sum(-1, keepdims=True) - z) / (G - 1)
-        est = np.einsum("rbg,rbgd->rd", adv, S[x[..., None], y]) / (B * G)
-        err[start:start + r] = np.sum((est - g) ** 2, axis=1)
-    return err.mean()
+        idx = (np.arange(r)[:, None, None] * (P * K) + cell).ravel()
+        W = np.bincount(idx, weights=adv.ravel(), minlength=r * P * K).reshape(r, P * K)
+        e2 = np.sum((W @ S / (B * G) - g) ** 2, axis=1)
+        s1 += e2.sum()
+        s2 += (e2**2).sum()
+    mse = s1 / R
+    return mse, np.sqrt(max(s2 / R - mse**2, 0.0) / (R - 1))
 
 
-def time_it(fn, repeat):
-    fn()  # warm-up (jit compile for the JAX side)
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+def _jax_draws(R, B, G, chunk, rng, dtype, per_group):
+    """Jitted: draw exactly the engine's uniforms (same chunks, key impl, dtype), reduce them."""
+    n_chunks = -(-R // chunk)
+    shape = (chunk, B, per_group)
+
+    @jax.jit
+    def draw(key):
+        def body(c, i):
+            return c + jnp.sum(jax.random.uniform(jax.random.fold_in(key, i), shape,
+                                                  dtype=dtype).astype(jnp.float64)), None
+        return jax.lax.scan(body, jnp.zeros(()), jnp.arange(n_chunks))[0]
+
+    return draw, mc._rng_key(1, None, rng)
+
+
+def _best(fns, repeat):
+    """Interleaved best-of-``repeat`` wall times of several callables (after one warm-up each)."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    best = [np.inf] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+ROUTES = {  # name -> mc_mse keyword arguments
+    "default": {},
+    "rbg": dict(rng="rbg"),
+    "float32": dict(uniforms="float32"),
+    "separate": dict(sampler="separate"),
+}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--routes", default="default,rbg,float32,separate")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
     problem = default_bandit().problem()
+    R = args.reps
     rows = []
-    for B, G in [(1, 8), (8, 8), (4, 64)]:
-        R = args.reps
-        t_jax = time_it(lambda: gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1).mse, args.repeat)
-        t_np = time_it(lambda: numpy_reference(problem, B, G, R, 1), args.repeat)
-        mse_j = gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1).mse
-        mse_n = numpy_reference(problem, B, G, R, 1)
-        rows.append(dict(B=B, G=G, reps=R, jax_est_per_s=R / t_jax, numpy_est_per_s=R / t_np,
-                         speedup=t_np / t_jax, jax_mse=mse_j, numpy_mse=mse_n,
-                         exact_mse=gt.exact_mse(problem, "grpo", G, B),
-                         device=str(jax.devices()[0]), machine=platform.processor() or "?",
-                         version=gt.__version__))
+    with jax.enable_x64(True):
+        for B, G in [(1, 8), (8, 8), (4, 64)]:
+            rng_np = np.random.default_rng(0)
+            n_np = R * B * (1 + 2 * G)
+            for route in args.routes.split(","):
+                kw = ROUTES[route]
+                sampler = kw.get("sampler", "joint")
+                per_group = G + 1 if sampler == "joint" else 2 * G + 1
+                dtype = jnp.dtype(kw.get("uniforms", mc.DEFAULT_UNIFORMS))
+                per_rep = mc._per_rep_bytes(problem, B, G, sampler, False)
+                chunk = int(max(1, min(R, mc._CHUNK_BYTES // per_rep)))
+                draw, key = _jax_draws(R, B, G, chunk, kw.get("rng", mc.DEFAULT_RNG), dtype,
+                                       per_group)
+
+                def run_engine():
+                    return gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1, **kw).mse
+
+                t_eng, t_np, t_draw, t_npdraw = _best(
+                    [run_engine, lambda: numpy_strong(problem, B, G, R, 1),
+                     lambda: float(draw(key)), lambda: rng_np.random(n_np)], args.repeat)
+                r = gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1, **kw)
+                m_np, se_np = numpy_strong(problem, B, G, R, 1)
+                exact = float(gt.exact_mse(problem, "grpo", G, B))
+                rows.append(dict(
+                    B=B, G=G, route=route, reps=R, engine_s=t_eng, numpy_s=t_np,
+                    ratio=t_np / t_eng, engine_over_own_draws=t_eng / t_draw,
+                    jax_draw_s=t_draw, numpy_draw_s=t_npdraw,
+                    numpy_over_own_draws=t_np / t_npdraw,
+                    engine_z=(r.mse - exact) / r.se, numpy_z=(m_np - exact) / se_np))
+                print(f"B={B} G={G} {route:9s} engine {t_eng:.3f}s numpy {t_np:.3f}s "
+                      f"ratio {t_np / t_eng:.2f}x engine/own-draws {t_eng / t_draw:.2f}",
+                      flush=True)
     df = pd.DataFrame(rows)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.4g}".format):
+    print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"jax {jax.__version__} on {jax.devices()[0]}, numpy {np.__version__}, "
+          f"grpo-theory {gt.__version__}")
+    with pd.option_context("display.width", 250, "display.float_format", "{:.3g}".format):
         print(df.to_string(index=False))
     if args.csv:
         df.to_csv(args.csv, index=False)
+    return df
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Monte Carlo MSE agrees with the exact MSE within its CI (fixed seeds, 4-sigma bands)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -31,7 +32,65 @@ def test_exact_mse_inside_mc_confidence_interval(bname, name):
         exact = gt.exact_mse(bandit, name, G, B)
         r = gt.mc_mse(bandit, name, G, B, n_reps=20_000, seed=100 + i)
         assert abs(r.mse - exact) <= Z * r.se, (name, G, B, r.mse, exact, r.se)
-        assert r.ci_low < r.mse < r.ci_high
+
+
+# the other engine routes (same law, other draws): PRNG implementation, float32 uniforms, and the
+# two-uniform sampler of sample_from_uniforms
+@pytest.mark.parametrize("kw", [dict(rng="rbg"), dict(rng="unsafe_rbg"), dict(uniforms="float32"),
+                                dict(sampler="separate"), dict(rng="rbg", uniforms="float32")])
+def test_engine_routes_agree_with_exact(kw):
+    b = BANDITS["rand-3x4"]
+    for est, G, B in [("grpo", 8, 3), ("grpo_std", 4, 2)]:
+        r = gt.mc_mse(b, est, G, B, n_reps=20_000, seed=3, **kw)
+        assert abs(r.mse - gt.exact_mse(b, est, G, B)) <= Z * r.se, (kw, est, r.mse, r.se)
+
+
+def test_streaming_summary_equals_two_pass_on_the_same_draws():
+    # one chunk: redraw the engine's uniforms, compute every squared error, summarise in two passes
+    from grpo_theory.core.estimators import get_estimator
+    from grpo_theory.core.montecarlo import estimate_gradient, summarize_squared_errors
+    from grpo_theory.core.sampling import sample_cells_from_uniforms
+
+    b = BANDITS["linear"]
+    p = b.problem()
+    R, G, B = 3000, 4, 2
+    r = gt.mc_mse(b, "grpo_std", G, B, n_reps=R, seed=9, chunk=R)
+    with jax.enable_x64(True):
+        u = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(9), 0), (R, B, G + 1))
+        x, y, z = sample_cells_from_uniforms(p, u[..., 0], u[..., 1:])
+        est = jax.vmap(lambda x, y, z: estimate_gradient(p, get_estimator("grpo_std"), x, y, z))(
+            x, y, z)
+    est = np.asarray(est)
+    err2 = np.sum((est - np.asarray(p.gradient())) ** 2, axis=1)
+    mse, se, lo, hi = summarize_squared_errors(err2)
+    assert abs(r.mse - mse) <= 1e-13 * mse and abs(r.se - se) <= 1e-10 * se
+    assert abs(r.ci_low - lo) <= 1e-12 * mse and abs(r.ci_high - hi) <= 1e-12 * mse
+    np.testing.assert_allclose(r.mean, est.mean(0), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(r.trace_cov, np.sum(est.var(0, ddof=1)), rtol=1e-10)
+
+
+def test_result_type_levels():
+    r = gt.mc_mse(BANDITS["rand-3x4"], "grpo", 4, n_reps=2_000, seed=1)
+    e = r.estimate
+    assert (e.value, e.se, e.n) == (r.mse, r.se, 2_000)
+    assert r.conf_int() == (r.ci_low, r.ci_high)
+    lo99, hi99 = r.conf_int(alpha=0.01)
+    assert lo99 < r.ci_low and hi99 > r.ci_high
+    assert abs((hi99 - lo99) / (r.ci_high - r.ci_low) - 2.5758293035489004 / 1.959963984540054) \
+        < 1e-12
+    assert r.contains(r.ci_high) and not r.contains(r.ci_high * (1 + 1e-9))
+    assert r.contains(hi99, alpha=0.01)
+
+
+def test_no_recompile_on_identical_call():
+    from grpo_theory.core.montecarlo import _summary_scan
+
+    b = BANDITS["rand-3x4"]
+    gt.mc_mse(b, "grpo", 3, 2, n_reps=500, seed=0, chunk=100)
+    n = _summary_scan._cache_size()
+    gt.mc_mse(b, "grpo", 3, 2, n_reps=500, seed=0, chunk=100)
+    gt.mc_mse(b, "grpo", 3, 2, n_reps=450, seed=4, chunk=100)  # same chunks, other R and seed
+    assert _summary_scan._cache_size() == n
 
 
 def test_mc_bias_and_trace_cov_match_exact_for_grpo_mean():
@@ -82,6 +141,18 @@ def test_sample_groups_shapes_and_frequencies():
     assert set(np.unique(np.asarray(z))) <= {0.0, 1.0}
 
 
+def test_mc_integer_kinds_and_seeds():
+    b = BANDITS["rand-3x4"]
+    ref = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, seed=3)
+    for G, B, R, seed in [(np.int64(4), np.int32(2), np.int64(400), np.int64(3)),
+                          (jnp.int32(4), jnp.int32(2), jnp.int32(400), np.uint8(3))]:
+        r = gt.mc_mse(b, "grpo", G, B, n_reps=R, seed=seed)
+        assert r.mse == ref.mse and isinstance(r.group_size, int)
+    big = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, seed=2**70 + 3)  # any integer seed
+    neg = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, seed=-5)
+    assert np.isfinite(big.mse) and np.isfinite(neg.mse) and big.mse != ref.mse
+
+
 def test_mc_bad_inputs():
     b = BANDITS["rand-3x4"]
     with pytest.raises(ValueError, match="group_size must be >= 2"):
@@ -94,3 +165,22 @@ def test_mc_bad_inputs():
         gt.mc_mse("not a bandit", "grpo", 2)
     with pytest.raises(ValueError, match="estimator must be one of"):
         gt.mc_mse(b, "nope", 2)
+    for chunk in (0, -3, 2.5, "10", True):
+        with pytest.raises(ValueError, match="chunk must be an integer >= 1"):
+            gt.mc_mse(b, "grpo", 2, n_reps=100, chunk=chunk)
+    with pytest.raises(ValueError, match=r"chunk=10000000000 .*use chunk <= \d+"):
+        gt.mc_mse(b, "grpo", 2, n_reps=100, chunk=10**10)
+    with pytest.raises(ValueError, match="one Monte Carlo replicate .*B=100000, G=100000"):
+        gt.mc_mse(b, "grpo", 100_000, batch_size=100_000, n_reps=100)
+    for seed in (1.0, "3", None):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            gt.mc_mse(b, "grpo", 2, n_reps=100, seed=seed)
+    for G in (4.0, "4", jnp.float32(4)):
+        with pytest.raises(ValueError, match="group_size must be an integer"):
+            gt.mc_mse(b, "grpo", G, n_reps=100)
+    with pytest.raises(ValueError, match="rng must be one of"):
+        gt.mc_mse(b, "grpo", 2, n_reps=100, rng="mt19937")
+    with pytest.raises(ValueError, match="uniforms must be one of"):
+        gt.mc_mse(b, "grpo", 2, n_reps=100, uniforms="float16")
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        gt.mc_mse(b, "grpo", 2, n_reps=100, sampler="alias")

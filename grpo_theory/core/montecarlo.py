@@ -3,12 +3,27 @@ r"""Monte Carlo engine: R replicates of B prompts x G responses, jit-compiled an
 One replicate draws ``x_b ~ f`` (b = 1..B), ``y_bg ~ pi(.|x_b)`` and ``Z_bg ~ Bernoulli(mu(x_b,
 y_bg))``, forms the estimator's advantages ``A_bg`` and returns
 
-.. math:: \hat g = \frac{1}{BG} \sum_{b,g} A_{bg}\, s(x_b, y_{bg}).
+.. math:: \hat g = \frac{1}{BG} \sum_{b,g} A_{bg}\, s(x_b, y_{bg})
+          = \frac{1}{BG} \sum_{x, y} W_{xy}\, s(x, y), \qquad
+          W_{xy} = \sum_{b,g} A_{bg} [x_b = x, y_{bg} = y].
 
-Replicates are ``vmap``-ed inside chunks and the chunks run under ``lax.scan``, so memory stays
-O(chunk x D) whatever R is and there is no Python loop over replicates or samples. The summary
-reports the mean, bias, trace covariance and the MSE ``E||ghat - grad J||^2`` with a normal 95%
-confidence interval from the per-replicate squared errors.
+The engine (:func:`mc_mse`) scatters the advantages into the per-(prompt, response) weights
+``W`` and does one ``(chunk, PK) @ (PK, D)`` matmul per chunk of replicates, instead of gathering
+a ``(chunk, B, G, D)`` score array. Responses and rewards are drawn jointly with ONE uniform per
+response (:func:`grpo_theory.core.sampling.sample_cells_from_uniforms`; the law is exact). Chunks
+run under ``lax.scan`` and the summaries stream: the carry holds running (count, mean, M2) of the
+squared errors ``||ghat - grad J||^2`` and of the estimates (:mod:`grpo_theory.core.stats`), so
+memory is O(chunk x (B G + P K + D)) whatever R is.
+
+Random numbers (``rng`` and ``uniforms`` of :func:`mc_mse`): chunk ``i`` draws all its uniforms
+with ``fold_in(key, i)``. ``rng="threefry"`` is JAX's default counter-based generator
+(Threefry-2x32, 20 rounds, passes BigCrush). ``"rbg"`` uses XLA's RngBitGenerator (Philox 4x32 on
+CPU/GPU, also BigCrush-clean) for the bits and threefry only to split and fold keys;
+``"unsafe_rbg"`` also derives keys with RngBitGenerator, which is not guaranteed to give
+independent streams for folded keys (JAX's documentation: fine for dropout-like use, not
+recommended where stream independence matters). ``uniforms="float32"`` draws 23-bit uniforms
+(multiples of 2**-23 ... 2**-24 after JAX's construction) and compares them with a float64 CDF;
+all accumulation is float64 whatever the uniforms.
 """
 
 from __future__ import annotations
@@ -23,12 +38,25 @@ import numpy as np
 from .. import _validation as V
 from .estimators import Estimator, PromptContext, get_estimator
 from .policies import DiscreteProblem, as_problem
-from .sampling import sample_from_uniforms, sample_groups
+from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
+                       sample_from_uniforms, sample_groups)
+from .stats import Estimate, estimate_mean, moments_estimate, moments_init, moments_update
 
 __all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
-           "summarize_squared_errors"]
+           "summarize_squared_errors", "RNG_IMPLS", "UNIFORM_DTYPES", "SAMPLERS"]
 
-Z95 = 1.959963984540054
+#: PRNG implementations accepted by :func:`mc_mse` (see the module docstring)
+RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
+#: uniform dtypes accepted by :func:`mc_mse`
+UNIFORM_DTYPES = ("float64", "float32")
+#: samplers: ``joint`` (one uniform per response, the default) or ``separate`` (the draws of
+#: :func:`~grpo_theory.core.sampling.sample_from_uniforms`, two uniforms per response)
+SAMPLERS = ("joint", "separate")
+#: defaults, chosen by ``benchmarks/bench_mc_gradients.py`` (see the README)
+DEFAULT_RNG = "threefry"
+DEFAULT_UNIFORMS = "float64"
+#: bytes a default chunk aims at
+_CHUNK_BYTES = 2**24
 
 
 def _context(problem: DiscreteProblem, x) -> PromptContext:
@@ -37,7 +65,16 @@ def _context(problem: DiscreteProblem, x) -> PromptContext:
 
 
 def estimate_gradient(problem: DiscreteProblem, estimator: Estimator, x, y, z) -> jnp.ndarray:
-    """The estimate ``(1/BG) sum A_bg s(x_b, y_bg)`` from one sampled batch, shape (D,)."""
+    """The estimate ``(1/BG) sum A_bg s(x_b, y_bg)`` from one sampled batch.
+
+    Args:
+        problem: the problem.
+        estimator: an :class:`Estimator`.
+        x: prompts ``(B,)``; y: responses ``(B, G)``; z: rewards ``(B, G)``.
+
+    Returns:
+        The gradient estimate, shape ``(D,)``.
+    """
     b, g = z.shape
     adv = estimator.advantage(z, _context(problem, x))
     if b * g <= problem.n_prompts * problem.n_responses:
@@ -56,56 +93,123 @@ def _estimates(keys, problem, estimator, batch_size, group_size):
     return jax.vmap(lambda k: _one_replicate(k, problem, estimator, batch_size, group_size))(keys)
 
 
-@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "n_chunks"))
-def _summary_scan(key, mask, problem, estimator, batch_size, group_size, chunk, n_chunks):
-    """Scan over chunks of replicates; returns per-replicate squared errors and running sums.
+def _weights(problem, adv, x, y, onehot):
+    """Per-replicate weights ``W (r, P*K)`` = sum of advantages per (prompt, response) cell."""
+    r = adv.shape[0]
+    pk = problem.n_prompts * problem.n_responses
+    cell = x[..., None] * problem.n_responses + y  # (r, B, G)
+    if onehot:
+        return jnp.einsum("rbg,rbgj->rj", adv, jax.nn.one_hot(cell, pk, dtype=adv.dtype))
+    seg = (jnp.arange(r)[:, None, None] * pk + cell).reshape(-1)
+    return jax.ops.segment_sum(adv.reshape(-1), seg, num_segments=r * pk).reshape(r, pk)
 
-    Each chunk draws all its uniforms with one key (``fold_in(key, chunk index)``), then the
-    replicates are vmapped: no per-replicate key splitting.
+
+@partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "n_chunks",
+                                   "sampler", "dtype", "onehot"))
+def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk, n_chunks,
+                  sampler, dtype, onehot):
+    """Scan over chunks of replicates; returns streaming moments of err2 and of the estimates.
+
+    Chunk ``i`` draws its uniforms with ``fold_in(key, i)``; replicates ``>= n_reps`` of the last
+    chunk are masked out of the moments.
     """
     target = problem.gradient()
-    mask = mask.reshape(-1, chunk)
     B, G = batch_size, group_size
+    scores = problem.scores.reshape(-1, problem.dim)  # (P*K, D)
+    pcdf, ccdf = _safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
+    ctx_value, ctx_opt = problem.values(), problem.optimal_baselines()
 
-    def one(ux, uy, uz):
-        x, y, z = sample_from_uniforms(problem, ux, uy, uz)
-        return estimate_gradient(problem, estimator, x, y, z)
+    def draw(k):
+        if sampler == "joint":
+            u = jax.random.uniform(k, (chunk, B, G + 1), dtype=dtype)
+            return sample_cells_from_uniforms(problem, u[..., 0], u[..., 1:], pcdf, ccdf)
+        kx, ky, kz = jax.random.split(k, 3)
+        return sample_from_uniforms(problem, jax.random.uniform(kx, (chunk, B), dtype=dtype),
+                                    jax.random.uniform(ky, (chunk, B, G), dtype=dtype),
+                                    jax.random.uniform(kz, (chunk, B, G), dtype=dtype))
 
-    def body(carry, inp):
-        i, m = inp
-        kx, ky, kz = jax.random.split(jax.random.fold_in(key, i), 3)
-        est = jax.vmap(one)(jax.random.uniform(kx, (chunk, B)), jax.random.uniform(ky, (chunk, B, G)),
-                            jax.random.uniform(kz, (chunk, B, G)))
+    def body(carry, i):
+        m_err, m_est = carry
+        x, y, z = draw(jax.random.fold_in(key, i))
+        ctx = PromptContext(prompt=x, value=ctx_value[x], optimal_baseline=ctx_opt[x])
+        adv = estimator.advantage(z, ctx)
+        est = _weights(problem, adv, x, y, onehot) @ scores / (B * G)  # (chunk, D)
         err2 = jnp.sum((est - target) ** 2, axis=1)
-        s, ss = carry
-        s = s + jnp.sum(est * m[:, None], axis=0)
-        ss = ss + jnp.sum(jnp.sum(est**2, axis=1) * m)
-        return (s, ss), err2
+        mask = (i * chunk + jnp.arange(chunk) < n_reps).astype(jnp.float64)
+        return (moments_update(m_err, err2, mask), moments_update(m_est, est, mask)), None
 
-    init = (jnp.zeros(problem.dim), jnp.zeros(()))
-    (s, ss), err2 = jax.lax.scan(body, init, (jnp.arange(n_chunks), mask))
-    return s, ss, err2.reshape(-1)
+    init = (moments_init(()), moments_init((problem.dim,)))
+    (m_err, m_est), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+    return m_err, m_est
 
 
 def _check_run(problem, est, group_size, batch_size, n_reps=None):
-    V.group_run(est, group_size, batch_size)
-    if n_reps is not None:
-        V.positive_int("n_reps", n_reps, 2)
+    G, B = V.group_run(est, group_size, batch_size)
+    R = None if n_reps is None else V.positive_int("n_reps", n_reps, 2)
+    return G, B, R
+
+
+def _choice(name, value, allowed):
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _rng_key(seed, key, rng):
+    """The engine's key: ``seed_key(seed, key)`` re-wrapped for ``rng`` (threefry: unchanged)."""
+    k = V.seed_key(seed, key)
+    if rng == "threefry":
+        return k
+    if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
+        if str(jax.random.key_impl(k)) == rng or jax.random.key_impl(k).name == rng:
+            return k
+        k = jax.random.key_data(k).reshape(-1)[:2].astype(jnp.uint32)
+    data = jax.random.bits(k, (4,), jnp.uint32)  # RngBitGenerator keys hold 4 words
+    return jax.random.wrap_key_data(data, impl=rng)
+
+
+def _per_rep_bytes(problem, B, G, sampler, onehot):
+    pk = problem.n_prompts * problem.n_responses
+    n = B * (G + 1) * (1 if sampler == "joint" else 2) + 6 * B * G + pk + 3 * problem.dim
+    if onehot:
+        n += B * G * pk
+    return 8 * n
 
 
 def mc_estimates(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int = 1000,
                  seed: int = 0, key=None) -> jnp.ndarray:
-    """All R gradient estimates, shape (R, D) (use :func:`mc_mse` for large R)."""
+    """All R gradient estimates (for small R; :func:`mc_mse` streams).
+
+    Draws with :func:`~grpo_theory.core.sampling.sample_groups` and one key per replicate.
+
+    Args:
+        bandit: a policy or :class:`DiscreteProblem`.
+        estimator: a registry name or :class:`Estimator`.
+        group_size, batch_size: ``G`` and ``B``.
+        n_reps: number of replicates ``R >= 2``.
+        seed: any Python/NumPy integer (ignored when ``key`` is given).
+        key: optional JAX key.
+
+    Returns:
+        Array ``(R, D)`` of estimates.
+    """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    _check_run(problem, est, group_size, batch_size, n_reps)
-    key = jax.random.PRNGKey(seed) if key is None else key
-    return _estimates(jax.random.split(key, n_reps), problem, est, batch_size, group_size)
+    G, B, R = _check_run(problem, est, group_size, batch_size, n_reps)
+    V.check_memory("mc_estimates", 8.0 * R * (problem.dim + 4 * B * G),
+                   "use mc_mse, which streams its summaries in chunks")
+    key = V.seed_key(seed, key)
+    return _estimates(jax.random.split(key, R), problem, est, B, G)
 
 
 @dataclass(frozen=True)
 class MCResult:
-    """Monte Carlo summary of R replicates (all in float64)."""
+    """Monte Carlo summary of R replicates (all in float64).
+
+    ``mse``/``se`` are the mean and standard error of the squared errors; ``ci_low``/``ci_high``
+    the 95% normal interval (``conf_int(alpha)`` for other levels; ``estimate`` is the
+    :class:`~grpo_theory.core.stats.Estimate`).
+    """
 
     estimator: str
     group_size: int
@@ -121,46 +225,89 @@ class MCResult:
     trace_cov: float  # tr Cov(ghat), unbiased (divides by R - 1)
 
     @property
+    def estimate(self) -> Estimate:
+        """The MSE as an :class:`Estimate` ``(mse, se, n_reps)``."""
+        return Estimate(self.mse, self.se, self.n_reps)
+
+    def conf_int(self, alpha: float = 0.05) -> tuple[float, float]:
+        """Normal ``1 - alpha`` interval for the MSE."""
+        return self.estimate.conf_int(alpha)
+
+    @property
     def bias_sq_norm(self) -> float:
         return float(np.sum(self.bias**2))
 
-    def contains(self, value: float) -> bool:
-        return self.ci_low <= value <= self.ci_high
+    def contains(self, value: float, alpha: float = 0.05) -> bool:
+        """Whether ``value`` lies in the ``1 - alpha`` interval (95% by default)."""
+        if alpha == 0.05:
+            return self.ci_low <= value <= self.ci_high
+        return self.estimate.contains(value, alpha)
 
 
 def summarize_squared_errors(err2) -> tuple[float, float, float, float]:
-    """Mean, standard error and normal 95% CI of per-replicate squared errors."""
-    err2 = np.asarray(err2, dtype=np.float64)
-    mse = float(err2.mean())
-    se = float(err2.std(ddof=1) / np.sqrt(err2.size))
-    return mse, se, mse - Z95 * se, mse + Z95 * se
+    """Mean, standard error and normal 95% CI of per-replicate squared errors.
+
+    Args:
+        err2: 1-d array of at least two values.
+
+    Returns:
+        ``(mean, se, low, high)`` (see :func:`grpo_theory.core.stats.estimate_mean`).
+    """
+    e = estimate_mean(err2)
+    lo, hi = e.conf_int()
+    return e.value, e.se, lo, hi
 
 
 def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int = 100_000,
-           seed: int = 0, key=None, chunk: int | None = None) -> MCResult:
+           seed: int = 0, key=None, chunk: int | None = None, *, rng: str = DEFAULT_RNG,
+           uniforms: str = DEFAULT_UNIFORMS, sampler: str = "joint") -> MCResult:
     """Monte Carlo MSE ``E||ghat - grad J||^2`` of an estimator with a 95% CI.
 
-    ``bandit`` is any policy of :mod:`grpo_theory.policies` or a :class:`DiscreteProblem`;
-    ``estimator`` a registry name or :class:`Estimator`. Deterministic for a given
-    ``(seed, n_reps, chunk)``; ``chunk`` (replicates per vmapped block) defaults to a size that
-    keeps memory near 64 MB.
+    Deterministic for a given ``(seed, n_reps, chunk, rng, uniforms, sampler)``; memory does not
+    grow with ``n_reps`` (streaming moments in the scan carry).
+
+    Args:
+        bandit: any policy of :mod:`grpo_theory.core.policies` or a :class:`DiscreteProblem`.
+        estimator: a registry name or :class:`Estimator`.
+        group_size, batch_size: ``G`` and ``B`` (Python/NumPy/JAX integers).
+        n_reps: replicates ``R >= 2``.
+        seed: any Python/NumPy integer, reduced by :func:`grpo_theory._validation.seed_key`.
+        key: optional JAX key (overrides ``seed``).
+        chunk: replicates per vmapped block (integer >= 1); default about 16 MB per chunk.
+        rng: ``"threefry"`` (default), ``"rbg"`` or ``"unsafe_rbg"`` (module docstring).
+        uniforms: ``"float64"`` (default) or ``"float32"``.
+        sampler: ``"joint"`` (one uniform per response, default) or ``"separate"``.
+
+    Returns:
+        :class:`MCResult`.
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
-    _check_run(problem, est, group_size, batch_size, n_reps)
+    G, B, R = _check_run(problem, est, group_size, batch_size, n_reps)
+    rng = _choice("rng", rng, RNG_IMPLS)
+    uniforms = _choice("uniforms", uniforms, UNIFORM_DTYPES)
+    sampler = _choice("sampler", sampler, SAMPLERS)
+    pk = problem.n_prompts * problem.n_responses
+    onehot = False  # segment_sum measured faster than a one-hot contraction on CPU
+    per_rep = _per_rep_bytes(problem, B, G, sampler, onehot)
+    V.check_memory(f"one Monte Carlo replicate (B={B}, G={G}, P*K={pk}, D={problem.dim})",
+                   per_rep, "reduce batch_size or group_size")
+    fit = max(1, int(V.MEMORY_LIMIT // per_rep))
     if chunk is None:
-        per_rep = batch_size * group_size * (problem.dim + 4) + problem.probs.size * (
-            problem.dim + 1)
-        chunk = int(max(1, min(n_reps, 2**23 // max(per_rep, 1))))
-    n_chunks = -(-n_reps // chunk)
-    key = jax.random.PRNGKey(seed) if key is None else key
-    mask = (jnp.arange(n_chunks * chunk) < n_reps).astype(jnp.float64)
-    s, ss, err2 = _summary_scan(key, mask, problem, est, batch_size, group_size, chunk, n_chunks)
-    err2 = np.asarray(err2)[:n_reps]
-    mean = np.asarray(s) / n_reps
-    trace_cov = (float(ss) - n_reps * float(mean @ mean)) / (n_reps - 1)
-    mse, se, lo, hi = summarize_squared_errors(err2)
-    return MCResult(est.name, group_size, batch_size, n_reps, seed, mse, se, lo, hi, mean,
+        chunk = int(max(1, min(R, _CHUNK_BYTES // per_rep)))
+    else:
+        chunk = V.positive_int("chunk", chunk)
+        V.check_memory(f"mc_mse chunk={chunk} (B={B}, G={G}, P*K={pk}, D={problem.dim})",
+                       chunk * per_rep, f"use chunk <= {fit}")
+    n_chunks = -(-R // chunk)
+    k = _rng_key(seed, key, rng)
+    m_err, m_est = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
+                                 jnp.dtype(uniforms), onehot)
+    e = moments_estimate(m_err)
+    lo, hi = e.conf_int()
+    mean = np.asarray(m_est.mean)
+    trace_cov = float(jnp.sum(m_est.m2)) / (R - 1)
+    return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean,
                     mean - np.asarray(problem.gradient()), trace_cov)
 
 
