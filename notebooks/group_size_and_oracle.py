@@ -31,6 +31,7 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import problems
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt
 from grpo_theory.optim.train import train_schedules
 from simulations.scaling_law import optimum, scaling_bandit
@@ -109,7 +110,7 @@ for G in (2, 8, 32):
     (res,) = train_schedules(pol, "grpo", 64 // G, G, 200, [("constant", 0.5, 0.0)],
                              seeds=np.arange(128), log_every=50, max_objective=j_star)
     fg = res.final_gap
-    rows.append(dict(G=G, mean_gap=fg.mean(), ci95=1.96 * fg.std(ddof=1) / np.sqrt(fg.size)))
+    rows.append(dict(G=G, mean_gap=fg.mean(), ci95=z_value() * fg.std(ddof=1) / np.sqrt(fg.size)))
 gaps = pd.DataFrame(rows).set_index("G")
 print("best G in training:", int(gaps.mean_gap.idxmin()))
 gaps

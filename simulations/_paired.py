@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_theory.core.estimators import get_estimator
-from grpo_theory.core.montecarlo import Z95, estimate_gradient, sample_groups
+from grpo_theory.core.montecarlo import estimate_gradient, sample_groups
+from grpo_theory.core.stats import z_value
 from grpo_theory.core.policies import as_problem
 
 
@@ -64,4 +65,4 @@ def mean_ci(samples, axis=0):
     s = np.asarray(samples, dtype=np.float64)
     m = s.mean(axis=axis)
     se = s.std(axis=axis, ddof=1) / np.sqrt(s.shape[axis])
-    return m, se, m - Z95 * se, m + Z95 * se
+    return m, se, m - z_value() * se, m + z_value() * se

@@ -27,6 +27,7 @@ import pandas as pd
 import scipy.stats
 import statsmodels.api as sm
 
+from grpo_theory.core.stats import z_value
 from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
@@ -51,7 +52,7 @@ KS_ACCEPT = 1e-3
 KS_REJECT = 1e-6
 SLOPE_TOL = 0.05
 QQ_PROBS = (np.arange(1, 200) / 200.0)
-Z95 = 1.959963984540054
+Z95 = z_value(0.05)  # two-sided 95% normal quantile (scipy, core.stats)
 
 
 def settings(quick: bool) -> dict:

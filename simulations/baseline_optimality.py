@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
@@ -185,8 +186,8 @@ def plot(out_dir: Path) -> None:
     for prob, d in df[df.G == G0].groupby("problem"):
         sh = d[d.kind == "shift"].sort_values("param")
         line, = axes[0].plot(sh.param, sh.diff_exact, label=f"{prob} (exact)")
-        axes[0].errorbar(sh.param, sh.diff_mc, yerr=1.96 * sh.diff_se, fmt="o", ms=3, capsize=2,
-                         color=line.get_color(), label=f"{prob} (paired MC, 95% CI)")
+        axes[0].errorbar(sh.param, sh.diff_mc, yerr=z_value() * sh.diff_se, fmt="o", ms=3,
+                         capsize=2, color=line.get_color(), label=f"{prob} (paired MC, 95% CI)")
     axes[0].axhline(0, color="k", lw=0.8)
     axes[0].set(xlabel="shift δ in b(x) = V(x) + δ", ylabel="MSE(b) − MSE(oracle)",
                 title=f"Constant shifts of the oracle baseline (G = {G0}, B = 1)")
@@ -196,7 +197,7 @@ def plot(out_dir: Path) -> None:
     axes[1].plot(ln.param, ln.diff_exact, label="exact total")
     axes[1].plot(ln.param, ln.quad, "--", label="exact quadratic term")
     axes[1].plot(ln.param, ln.cross, ":", label="exact cross term")
-    axes[1].errorbar(ln.param, ln.diff_mc, yerr=1.96 * ln.diff_se, fmt="o", ms=3, capsize=2,
+    axes[1].errorbar(ln.param, ln.diff_mc, yerr=z_value() * ln.diff_se, fmt="o", ms=3, capsize=2,
                      label="paired MC, 95% CI")
     axes[1].axhline(0, color="k", lw=0.8)
     axes[1].axvline(1, color="grey", lw=0.8, ls="--")

@@ -26,6 +26,7 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.companions import dppo
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
 
@@ -275,7 +276,7 @@ def plot(out_dir: Path) -> None:
             ax.plot(f.kept_tokens, f.mse_ratio, "-" if i == 0 else "--", color=colours[fam],
                     label=f"{fam} ({est})")
             ax.errorbar(f.kept_tokens, f.mc_mse / f.exact_mse_full,
-                        yerr=1.96 * f.mc_se / f.exact_mse_full, fmt="o" if i == 0 else "s",
+                        yerr=z_value() * f.mc_se / f.exact_mse_full, fmt="o" if i == 0 else "s",
                         ms=3, color=colours[fam], capsize=2)
     k = np.linspace(trade.kept_tokens.min(), 1, 50)
     ax.plot(k, 1 / k, "k:", lw=1, label="1/kept (fewer prompts, same tokens)")
@@ -296,7 +297,7 @@ def plot(out_dir: Path) -> None:
     ax.legend(fontsize=6)
     ax = axes[2]
     d = masks[masks.method == "dppo"]
-    ax.errorbar(d.var_formula, d.var_mc, yerr=1.96 * d.var_mc_se, fmt="o", ms=4, capsize=2)
+    ax.errorbar(d.var_formula, d.var_mc, yerr=z_value() * d.var_mc_se, fmt="o", ms=4, capsize=2)
     lim = [d.var_formula.min() * 0.8, d.var_formula.max() * 1.2]
     ax.plot(lim, lim, "k:", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="exact added variance (Horvitz-Thompson)",

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grpo_theory.core.stats import z_value
 from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
@@ -37,7 +38,7 @@ BATCH, GROUP = 2, 4
 BETAS = {"constant": 0.25, "inverse": 1.2}
 EPS = 0.1
 START_OFFSET = (1.0, -1.0)
-Z95 = 1.959963984540054
+Z95 = z_value(0.05)  # two-sided 95% normal quantile (scipy, core.stats)
 
 
 def settings(quick: bool) -> dict:

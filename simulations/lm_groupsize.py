@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grpo_theory.core.stats import z_value
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig, three_policies
@@ -195,7 +196,7 @@ def plot(out_dir: Path) -> None:
         d = tr[tr.N == n]
         for step, s in d[d.step > 0].groupby("step"):
             m = s.groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="o-", ms=3,
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
                         capsize=2, label=f"step {int(step)}")
         ax.axvline(pred.G_continuous, color="k", ls="--", lw=1, label="predicted G*")
         ax.set(xscale="log", xlabel="G", ylabel="held-out accuracy", title=f"N = {int(n)}")
@@ -210,14 +211,14 @@ def plot(out_dir: Path) -> None:
         both = pd.concat([knob, tr[tr.N == n_x]])
         for i, (h, d) in enumerate(both[both.step == last].groupby("hard_fraction")):
             m = d.groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="o-", ms=3,
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
                         capsize=2, color=f"C{i}", label=f"hard fraction {h:g}")
             sw = "main" if d.sweep.iloc[0] == "main" else "knob"
             ax.axvline(_prediction(df, sw, h if sw == "knob" else None).G_continuous,
                        color=f"C{i}", ls="--", lw=1)
         if not prac.empty:
             m = prac[prac.step == last].groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=1.96 * m["sem"].fillna(0), fmt="s:", ms=3,
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="s:", ms=3,
                         capsize=2, color="k", label=f"practical ({prac.estimator.iloc[0]}, "
                         f"{int(prac.epochs.iloc[0])} clipped epochs), hard "
                         f"{prac.hard_fraction.iloc[0]:g}")

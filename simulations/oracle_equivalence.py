@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
@@ -163,7 +164,7 @@ def plot(out_dir: Path) -> None:
         g = df[(df.problem == prob) & (df.quantity == "gap_grpo_oracle")].sort_values("G")
         line, = ax1.plot(g.G, g.exact, label=f"{prob}: exact c3/(G(G−1))")
         pos = g.mc > 0
-        ax1.errorbar(g.G[pos], g.mc[pos], yerr=1.96 * g.mc_se[pos], fmt="o", ms=3, capsize=2,
+        ax1.errorbar(g.G[pos], g.mc[pos], yerr=z_value() * g.mc_se[pos], fmt="o", ms=3, capsize=2,
                      color=line.get_color(),
                      label=f"{prob}: MC, slope {summ.loc[prob, 'slope']:.2f} "
                            f"[{summ.loc[prob, 'slope_lo']:.2f}, {summ.loc[prob, 'slope_hi']:.2f}]")

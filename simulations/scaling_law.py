@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
@@ -208,7 +209,8 @@ def summaries(df: pd.DataFrame, n_boot: int = 2000) -> dict:
                          best_G=best, ci_low=lo, ci_high=hi,
                          pred_initial=int(pred["initial"]), pred_optimum=int(pred["optimum"]),
                          pred_in_ci=bool(lo <= pred["optimum"] <= hi),
-                         gaps=" ".join(f"G{G}:{m[G]:.3g}±{1.96 * se[G]:.1g}" for G in sorted(m)),
+                         gaps=" ".join(f"G{G}:{m[G]:.3g}±{z_value() * se[G]:.1g}"
+                                       for G in sorted(m)),
                          best_freq=" ".join(f"G{G}:{freq[G]:.2f}" for G in sorted(freq))))
     out["train"] = pd.DataFrame(rows)
     return out
@@ -251,7 +253,7 @@ def plot(out_dir: Path) -> None:
         for sch, e in d.groupby("schedule"):
             g = e.groupby("G").final_gap
             m, se = g.mean(), g.std(ddof=1) / np.sqrt(g.count())
-            ax.errorbar(m.index, m.values, yerr=1.96 * se.values, fmt="o-", ms=3, capsize=2,
+            ax.errorbar(m.index, m.values, yerr=z_value() * se.values, fmt="o-", ms=3, capsize=2,
                         label=f"{sch}")
         ax.axvline(const.loc["optimum"].G_continuous, color="k", ls="--", lw=0.8,
                    label="G* at θ* (exact)")

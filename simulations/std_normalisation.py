@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
@@ -180,7 +181,7 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
         tg, _ = _point(df, "fixed_point", est, G)
         rows.append(dict(
             estimator=est, G=int(G), n_seeds=len(th), theta1=m[0], theta2=m[1],
-            ci1=1.96 * se[0], ci2=1.96 * se[1], theta_G1=tg[0], theta_G2=tg[1],
+            ci1=z_value() * se[0], ci2=z_value() * se[1], theta_G1=tg[0], theta_G2=tg[1],
             z_to_fixed_point=float(np.max(np.abs(m - tg) / se)),
             z_to_theta_V=float(np.max(np.abs(m - tv) / se)),
             dist_V=float(np.linalg.norm(m - tv)), dist_arcsin=float(np.linalg.norm(m - ta)),

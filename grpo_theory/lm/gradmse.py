@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.estimators import compute_advantages
 from ..core.montecarlo import summarize_squared_errors
+from ..core.stats import z_value
 from .policy import LMPolicy
 from .task import RESPONSE_LEN, encode_prompts, reward, target_responses
 
@@ -160,11 +161,11 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
             p_go = float("nan")
             sp_go = float("nan")
         rows.append(dict(estimator="vanilla-oracle", G=G, mse=m_vo, se=se_vo,
-                         ci_low=m_vo - 1.96 * se_vo, ci_high=m_vo + 1.96 * se_vo,
+                         ci_low=m_vo - z_value() * se_vo, ci_high=m_vo + z_value() * se_vo,
                          predicted=p_vo, predicted_se=sp_vo, n_reps=n_reps,
                          z=_z(m_vo - p_vo, np.hypot(se_vo, sp_vo))))
         rows.append(dict(estimator="grpo-oracle", G=G, mse=m_go, se=se_go,
-                         ci_low=m_go - 1.96 * se_go, ci_high=m_go + 1.96 * se_go,
+                         ci_low=m_go - z_value() * se_go, ci_high=m_go + z_value() * se_go,
                          predicted=p_go, predicted_se=sp_go, n_reps=n_reps,
                          z=_z(m_go - p_go, np.hypot(se_go, sp_go)) if exact else float("nan")))
     return dict(rows=rows, V=v, J=float(v.mean()), grad_norm2=gnorm2, eps_ref=eps_ref,
