@@ -44,6 +44,7 @@ _ATTRS = {
     "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
     # training
     "TrainResult": "optim.train", "train": "optim.train", "train_schedules": "optim.train",
+    "TrainConfig": "optim.train", "make_train": "optim.train",
 }
 
 # submodules reachable as attributes (old flat names kept as aliases)

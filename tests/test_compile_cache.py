@@ -94,3 +94,6 @@ def test_lm_loop_does_not_recompile():
     for seed in (1, 2):
         grpo.train_grpo(pol, q, q, 8, 4, 2, (1,), 1e-3, seed=seed)
         assert grpo._grpo_chunk._cache_size() == n
+    # NumPy/JAX integers are the same static sizes (no new compilation)
+    grpo.train_grpo(pol, q, q, np.int64(8), jnp.int32(4), np.int32(2), (1,), 1e-3, seed=3)
+    assert grpo._grpo_chunk._cache_size() == n

@@ -115,7 +115,7 @@ def test_linear_bandit_sup_is_interior_maximum():
     (dict(group_size=1), "group_size"),
     (dict(eta=-1.0), "eta"),
     (dict(eta=float("nan")), "eta"),
-    (dict(seeds=[-1]), "seeds"),
+    (dict(seeds=[[0, 1]]), "seeds"),
     (dict(seeds=[]), "seeds"),
     (dict(seeds=[0.5]), "seeds"),
     (dict(batch_size=0), "batch_size"),
@@ -235,3 +235,14 @@ def test_make_train_bad_input(bandit):
         fn(1.5)
     with pytest.raises(ValueError, match="params"):
         fn(0, params=np.zeros(3))
+
+
+def test_any_integer_seed_is_reduced_like_seed_key(bandit):
+    """Seeds go through _validation.seed_key everywhere: negative and huge seeds are valid."""
+    seeds = [-3, 2**40 + 5, np.uint64(7)]
+    r = train(bandit, "grpo", 2, 2, 3, eta=0.5, seeds=seeds, log_every=3)
+    fn = make_train(bandit, "grpo", TrainConfig(batch_size=2, group_size=2, n_steps=3, lr=0.5,
+                                                log_every=3))
+    for i, s in enumerate(seeds):
+        np.testing.assert_allclose(fn(s).gap, r.gap[i], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(fn(seed_key(int(s))).gap, r.gap[i], rtol=0, atol=1e-13)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
 from ..core.scaling import ScalingConstants, budget_mse
 from .gradmse import exact_answer_quantities
@@ -143,8 +144,14 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
                epochs: int = 1, clip_eps: float | None = None, log=None) -> list[dict]:
     """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
     (step, exact held-out accuracy, mean training reward since the last checkpoint).
-    ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant."""
-    if budget % group_size or group_size < 2:
+    ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant.
+    Integers may be Python, NumPy or JAX integers; the seed becomes a key as everywhere else
+    (:func:`grpo_theory._validation.seed_key`). Calls with equal shapes, estimator and
+    learning rate reuse the compiled steps."""
+    budget = V.integer("budget", budget, 2)
+    group_size = V.integer("group_size", group_size, 2)
+    n_steps = V.integer("n_steps", n_steps, 1)
+    if budget % group_size:
         raise ValueError(f"group_size must be >= 2 and divide budget={budget}, got {group_size}")
     if int(epochs) != epochs or epochs < 1:
         raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
@@ -161,7 +168,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     opt = _optimizer(float(lr))
     params = policy.params
     opt_state = opt.init(params)
-    key = jax.random.PRNGKey(seed)
+    key = V.seed_key(seed)
     rows = [dict(step=0, accuracy=exact_accuracy(policy, ex, ec), train_reward=float("nan"))]
     done = 0
     for c in checkpoints:

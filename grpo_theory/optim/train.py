@@ -565,10 +565,26 @@ def _run_many(prep, keys, theta0, lrs, offsets, idxs):
 
 
 def _seed_keys(seeds):
-    seeds = np.atleast_1d(np.asarray(seeds))
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
+    """``(seeds, keys)``: one key per integer seed, each ``seed_key(seed)``."""
+    if isinstance(seeds, (str, bytes)):
         raise ValueError(f"seeds must be a non-empty 1-d sequence of integers, got {seeds!r}")
-    return seeds, jnp.stack([V.seed_key(int(s)) for s in seeds])
+    try:
+        arr = np.asarray(seeds)
+        if arr.dtype == object or arr.dtype.kind == "f" and arr.ndim == 1:
+            arr = np.asarray(list(seeds) if np.ndim(seeds) else [seeds], dtype=object)
+    except (TypeError, ValueError):
+        arr = np.asarray(list(seeds), dtype=object)
+    arr = np.atleast_1d(arr)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"seeds must be a non-empty 1-d sequence of integers, got {seeds!r}")
+    if arr.dtype.kind in "iu" and arr.min() >= 0 and arr.max() < 2**32:  # PRNGKey(s), vectorised
+        return arr, jax.vmap(jax.random.PRNGKey)(jnp.asarray(arr, dtype=jnp.uint32))
+    try:
+        keys = jnp.stack([V.seed_key(s) for s in arr])
+    except ValueError:
+        raise ValueError(f"seeds must be a non-empty 1-d sequence of integers, got {seeds!r}"
+                         ) from None
+    return arr, keys
 
 
 # --- the legacy entry points (thin uses of the loop) -------------------------------------------
