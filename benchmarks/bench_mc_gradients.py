@@ -73,8 +73,12 @@ def _jax_draws(R, B, G, chunk, rng, dtype, per_group):
     @jax.jit
     def draw(key):
         def body(c, i):
-            return c + jnp.sum(jax.random.uniform(jax.random.fold_in(key, i), shape,
-                                                  dtype=dtype).astype(jnp.float64)), None
+            k = jax.random.fold_in(key, i)
+            if dtype == jnp.uint32:
+                u = jax.random.bits(k, shape, jnp.uint32).astype(jnp.float64) * 2.0**-32
+            else:
+                u = jax.random.uniform(k, shape, dtype=dtype).astype(jnp.float64)
+            return c + jnp.sum(u), None
         return jax.lax.scan(body, jnp.zeros(()), jnp.arange(n_chunks))[0]
 
     return draw, mc._rng_key(1, None, rng)
@@ -97,6 +101,8 @@ ROUTES = {  # name -> mc_mse keyword arguments
     "default": {},
     "rbg": dict(rng="rbg"),
     "float32": dict(uniforms="float32"),
+    "uint32": dict(uniforms="uint32"),
+    "rbg_uint32": dict(rng="rbg", uniforms="uint32"),
     "separate": dict(sampler="separate"),
 }
 
@@ -105,7 +111,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--routes", default="default,rbg,float32,separate")
+    ap.add_argument("--routes", default="default,rbg,uint32,rbg_uint32,float32,separate")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
     problem = default_bandit().problem()

@@ -54,7 +54,7 @@ def test_streaming_summary_equals_two_pass_on_the_same_draws():
     b = BANDITS["linear"]
     p = b.problem()
     R, G, B = 3000, 4, 2
-    r = gt.mc_mse(b, "grpo_std", G, B, n_reps=R, seed=9, chunk=R)
+    r = gt.mc_mse(b, "grpo_std", G, B, n_reps=R, seed=9, chunk=R, rng="threefry")
     with jax.enable_x64(True):
         u = jax.random.uniform(jax.random.fold_in(jax.random.PRNGKey(9), 0), (R, B, G + 1))
         x, y, z = sample_cells_from_uniforms(p, u[..., 0], u[..., 1:])
@@ -151,6 +151,11 @@ def test_mc_integer_kinds_and_seeds():
     big = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, seed=2**70 + 3)  # any integer seed
     neg = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, seed=-5)
     assert np.isfinite(big.mse) and np.isfinite(neg.mse) and big.mse != ref.mse
+    # explicit keys: raw or typed, of any implementation, for every rng route
+    for key in (jax.random.PRNGKey(3), jax.random.key(3), jax.random.key(3, impl="rbg")):
+        for rng in ("threefry", "rbg", "unsafe_rbg"):
+            a = gt.mc_mse(b, "grpo", 4, 2, n_reps=400, key=key, rng=rng)
+            assert a.mse == gt.mc_mse(b, "grpo", 4, 2, n_reps=400, key=key, rng=rng).mse
 
 
 def test_mc_bad_inputs():

@@ -15,15 +15,32 @@ run under ``lax.scan`` and the summaries stream: the carry holds running (count,
 squared errors ``||ghat - grad J||^2`` and of the estimates (:mod:`grpo_theory.core.stats`), so
 memory is O(chunk x (B G + P K + D)) whatever R is.
 
-Random numbers (``rng`` and ``uniforms`` of :func:`mc_mse`): chunk ``i`` draws all its uniforms
-with ``fold_in(key, i)``. ``rng="threefry"`` is JAX's default counter-based generator
-(Threefry-2x32, 20 rounds, passes BigCrush). ``"rbg"`` uses XLA's RngBitGenerator (Philox 4x32 on
-CPU/GPU, also BigCrush-clean) for the bits and threefry only to split and fold keys;
-``"unsafe_rbg"`` also derives keys with RngBitGenerator, which is not guaranteed to give
-independent streams for folded keys (JAX's documentation: fine for dropout-like use, not
-recommended where stream independence matters). ``uniforms="float32"`` draws 23-bit uniforms
-(multiples of 2**-23 ... 2**-24 after JAX's construction) and compares them with a float64 CDF;
-all accumulation is float64 whatever the uniforms.
+Random numbers (``rng``, ``uniforms`` and ``sampler`` of :func:`mc_mse`): chunk ``i`` draws all
+its uniforms with ``fold_in(key, i)``; the key comes from ``_validation.seed_key(seed, key)``.
+
+* ``rng="rbg"`` (default): the bits come from XLA's RngBitGenerator (Philox-4x32-10 on CPU and
+  GPU, a counter-based generator that passes TestU01 BigCrush); keys are still split and folded
+  with threefry, so chunk streams are as independent as threefry's. JAX does not promise the
+  same stream across backends or XLA versions: a result is reproducible for a given
+  ``(seed, n_reps, chunk)`` on one installation, and statistically equivalent elsewhere.
+* ``rng="threefry"``: JAX's default Threefry-2x32 (20 rounds; BigCrush-clean), the same stream on
+  every backend and version (use it to reproduce numbers across machines).
+* ``rng="unsafe_rbg"``: as ``rbg`` but keys are also derived by RngBitGenerator, whose
+  split/fold-in streams have no tested independence (JAX's documentation: use where that does
+  not matter); offered for measurement only.
+* ``uniforms="float32"``: 23-bit uniforms compared with a float64 CDF, so every cell probability
+  is rounded to a multiple of about 2**-23 (1.2e-7); accumulation stays float64.
+* ``uniforms="uint32"``: one 32-bit word per uniform, ``u = k / 2**32`` (exact in float64), so
+  cell probabilities are multiples of 2**-32 (2.3e-10); half the generator work of float64
+  uniforms (which take 64 bits each) at a resolution 512 times finer than float32.
+* ``sampler="separate"``: the draws of :func:`~grpo_theory.core.sampling.sample_from_uniforms`
+  (two uniforms per response) instead of the joint one-uniform draw.
+
+Default by measurement (``benchmarks/bench_mc_gradients.py``, 2-core CPU): ``rbg`` with float64
+uniforms; threefry took about 1.8x its time at (B, G) = (8, 8) and the same at (4, 64); float32
+or 32-bit uniforms were not reliably faster on CPU (XLA's generators are the cost, not the bits). Sampling sufficient statistics (the group's (response, reward) counts, one multinomial
+per group) was measured 2-7x slower than the joint inverse-CDF draw at G = 8 and 64: JAX draws a
+multinomial as a sequence of rejection-sampled binomials.
 """
 
 from __future__ import annotations
@@ -48,12 +65,12 @@ __all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
 #: PRNG implementations accepted by :func:`mc_mse` (see the module docstring)
 RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
 #: uniform dtypes accepted by :func:`mc_mse`
-UNIFORM_DTYPES = ("float64", "float32")
+UNIFORM_DTYPES = ("float64", "float32", "uint32")
 #: samplers: ``joint`` (one uniform per response, the default) or ``separate`` (the draws of
 #: :func:`~grpo_theory.core.sampling.sample_from_uniforms`, two uniforms per response)
 SAMPLERS = ("joint", "separate")
 #: defaults, chosen by ``benchmarks/bench_mc_gradients.py`` (see the README)
-DEFAULT_RNG = "threefry"
+DEFAULT_RNG = "rbg"
 DEFAULT_UNIFORMS = "float64"
 #: bytes a default chunk aims at
 _CHUNK_BYTES = 2**24
@@ -119,14 +136,18 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     pcdf, ccdf = _safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
     ctx_value, ctx_opt = problem.values(), problem.optimal_baselines()
 
+    def unif(k, shape):
+        if dtype == jnp.uint32:  # k / 2**32, exact in float64
+            return jax.random.bits(k, shape, jnp.uint32).astype(jnp.float64) * 2.0**-32
+        return jax.random.uniform(k, shape, dtype=dtype)
+
     def draw(k):
         if sampler == "joint":
-            u = jax.random.uniform(k, (chunk, B, G + 1), dtype=dtype)
+            u = unif(k, (chunk, B, G + 1))
             return sample_cells_from_uniforms(problem, u[..., 0], u[..., 1:], pcdf, ccdf)
         kx, ky, kz = jax.random.split(k, 3)
-        return sample_from_uniforms(problem, jax.random.uniform(kx, (chunk, B), dtype=dtype),
-                                    jax.random.uniform(ky, (chunk, B, G), dtype=dtype),
-                                    jax.random.uniform(kz, (chunk, B, G), dtype=dtype))
+        return sample_from_uniforms(problem, unif(kx, (chunk, B)), unif(ky, (chunk, B, G)),
+                                    unif(kz, (chunk, B, G)))
 
     def body(carry, i):
         m_err, m_est = carry
@@ -161,9 +182,9 @@ def _rng_key(seed, key, rng):
     if rng == "threefry":
         return k
     if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
-        if str(jax.random.key_impl(k)) == rng or jax.random.key_impl(k).name == rng:
+        if str(jax.random.key_impl(k)) == rng:
             return k
-        k = jax.random.key_data(k).reshape(-1)[:2].astype(jnp.uint32)
+        k = jax.random.key_data(k).reshape(-1)[:2].astype(jnp.uint32)  # a raw threefry key
     data = jax.random.bits(k, (4,), jnp.uint32)  # RngBitGenerator keys hold 4 words
     return jax.random.wrap_key_data(data, impl=rng)
 
@@ -274,8 +295,8 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
         seed: any Python/NumPy integer, reduced by :func:`grpo_theory._validation.seed_key`.
         key: optional JAX key (overrides ``seed``).
         chunk: replicates per vmapped block (integer >= 1); default about 16 MB per chunk.
-        rng: ``"threefry"`` (default), ``"rbg"`` or ``"unsafe_rbg"`` (module docstring).
-        uniforms: ``"float64"`` (default) or ``"float32"``.
+        rng: ``"rbg"`` (default), ``"threefry"`` or ``"unsafe_rbg"`` (module docstring).
+        uniforms: ``"float64"`` (default), ``"float32"`` or ``"uint32"`` (32-bit words).
         sampler: ``"joint"`` (one uniform per response, default) or ``"separate"``.
 
     Returns:

@@ -10,9 +10,9 @@ the pair (response, reward) of one response is ONE inverse-CDF lookup over the `
 ``c = 2y + z`` of its prompt, with masses ``pi(y|x)(1 - mu(x, y))`` (``z = 0``) and
 ``pi(y|x) mu(x, y)`` (``z = 1``). That is the joint law of ``(y, Z)`` given ``x``, so it halves
 the random numbers per response (``1 + G`` per group instead of ``1 + 2G``) without changing the
-sampled distribution. With float32 uniforms (multiples of ``2**-24``, compared against a float64
-CDF) every cell probability is rounded to a multiple of ``2**-24`` (about 6e-8), far below any
-Monte Carlo standard error the engine can reach.
+sampled distribution. With float32 uniforms (JAX makes them multiples of ``2**-23``; they are
+compared against a float64 CDF) every cell probability is rounded to a multiple of ``2**-23``
+(about 1.2e-7), far below any Monte Carlo standard error the engine reaches.
 """
 
 from __future__ import annotations
