@@ -335,7 +335,7 @@ class TrainResult:
 def _eta(cfg, t, lr, offset, sched):
     if callable(cfg.schedule):
         return jnp.asarray(cfg.schedule(t - 1), dtype=jnp.float64)
-    fns = [partial(SCHEDULES[n]) for n in _SCHEDULE_NAMES]
+    fns = [SCHEDULES[n] for n in _SCHEDULE_NAMES]
     return jax.lax.switch(sched, fns, t, lr, offset)
 
 
