@@ -20,7 +20,6 @@ import itertools
 
 import jax.numpy as jnp
 import numpy as np
-from scipy.stats import binom as _binom
 
 from .. import _validation as V
 from .estimators import PromptContext, get_estimator
@@ -123,7 +122,9 @@ def _binary_blocks(st, est, group_size: int):
     q0 = np.sum(w0 / n0 * ssq, axis=1)
     a1, a0 = _binary_advantages(st, est, G)
     k = np.arange(G + 1)[None, :].astype(np.float64)
-    pk = _binom.pmf(np.arange(G + 1)[None, :], G, np.clip(v, 0.0, 1.0)[:, None])  # (P, G+1)
+    from scipy.stats import binom  # imported on first use (slow to import)
+
+    pk = binom.pmf(np.arange(G + 1)[None, :], G, np.clip(v, 0.0, 1.0)[:, None])  # (P, G+1)
     mean = (np.sum(pk * a1 * k, axis=1)[:, None] * m1
             + np.sum(pk * a0 * (G - k), axis=1)[:, None] * m0) / G
     m11 = np.sum(m1**2, axis=1)[:, None]

@@ -18,7 +18,8 @@ Two implementations:
   ("row" r = a (position, previous token) pair of the prompt, one row for a bandit). With
   ``s(x, y) = sum_t e_{r_t} (e_{y_t} - pi(.|x, r_t))^T`` (distinct rows per position t):
   ``S_x^T w = A_x - rowsum(A_x) pi_x`` with ``A_x`` the scatter-add of ``w`` over the (row,
-  token) cells of the responses, and ``||s(x, y)||^2 = sum_t (1 - 2 pi(y_t|r_t) + ||pi(.|r_t)||^2)``.
+  token) cells of the responses, and
+  ``||s(x, y)||^2 = sum_t (1 - 2 pi(y_t|r_t) + ||pi(.|r_t)||^2)``.
   For a :class:`~grpo_theory.SoftmaxBandit` (one row, T = 1) this is ``S_x^T w = w - pi_x (1.w)``
   and ``||s(x,y)||^2 = 1 - 2 pi_y + ||pi_x||^2``.
 * :class:`ExplicitScores` (explicit (P, K, D_b) scores, disjoint or shared): the linear softmax
