@@ -153,7 +153,7 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
         m_err, m_est = carry
         x, y, z = draw(jax.random.fold_in(key, i))
         ctx = PromptContext(prompt=x, value=ctx_value[x], optimal_baseline=ctx_opt[x])
-        adv = estimator.advantage(z, ctx)
+        adv = jax.vmap(estimator.advantage)(z, ctx)  # per replicate: (B, G) as in one batch
         est = _weights(problem, adv, x, y, onehot) @ scores / (B * G)  # (chunk, D)
         err2 = jnp.sum((est - target) ** 2, axis=1)
         mask = (i * chunk + jnp.arange(chunk) < n_reps).astype(jnp.float64)
