@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import jax
 import numpy as np
 
 from ._validation import positive_int, seed_key
 from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+from .optim.theory import GaussianBandit, gaussian_bandit
 
-__all__ = ["default_bandit", "linear_bandit", "sequence_policy"]
+__all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
+           "difficulty_policy", "difficulty_problem", "default_gaussian_bandit",
+           "scalar_gaussian_bandit", "length_reward_policy"]
 
 
 def default_bandit(seed: int = 2024, n_prompts: int = 4, n_responses: int = 6) -> SoftmaxBandit:
@@ -47,6 +52,77 @@ def sequence_policy(seed: int = 11, n_prompts: int = 3, vocab_size: int = 2,
     params = 0.8 * np.asarray(jax.random.normal(
         seed_key(seed), (n_prompts, horizon, vocab_size + 1, vocab_size + 1)))
     return SequencePolicy(params, reward, vocab_size, horizon, eos=True)
+
+
+def scaling_bandit(delta: float = 0.1) -> LinearSoftmaxBandit:
+    """The scaling-law problem (Theorem 7): a linear softmax bandit with an interior maximiser.
+
+    Shared theta in R^2, 4 prompts x 2 responses, rewards Bernoulli(0.5 + delta) for response 0
+    and Bernoulli(0.5 - delta) for response 1. Response 0 has feature 8 e1, -4 e1, 6 e2, -3 e2 in
+    the four prompts (response 1 has feature 0): prompts pull theta in opposite directions with
+    different strengths, so J has an interior maximiser theta* where per-prompt gradients
+    disagree (c1 > 0) while their mean is 0. At theta0 = 0 with delta = 0.1, G* is about 6
+    (about 8 at theta*). ``delta = 0.5`` (deterministic rewards) is the std-normalisation problem.
+    """
+    feats = np.zeros((4, 2, 2))
+    feats[0, 0], feats[1, 0], feats[2, 0], feats[3, 0] = [8, 0], [-4, 0], [0, 6], [0, -3]
+    mu = np.full((4, 2), 0.5 - delta)
+    mu[:, 0] = 0.5 + delta
+    return LinearSoftmaxBandit(feats, np.zeros(2), mu)
+
+
+def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):
+    """A sequence policy (binary vocabulary, EOS, ``horizon`` tokens) whose prompts range from
+    nearly always wrong to nearly always right, so many groups have all-equal rewards (zero
+    advantage), as in RL on reasoning data; longer responses are slightly more often correct.
+    Reward mean = clip(d_x + 0.06 (#token 1) + 0.02 (length - 2), 0, 1)."""
+    d = np.asarray(difficulties, dtype=np.float64)
+
+    def reward(prompt, tokens, length):
+        body = tokens[(tokens >= 0) & (tokens < 2)]
+        return float(np.clip(d[prompt] + 0.06 * np.sum(body == 1) + 0.02 * (length - 2), 0, 1))
+
+    params = 0.7 * np.asarray(jax.random.normal(jax.random.PRNGKey(seed),
+                                                (d.size, horizon, 3, 3)))
+    return SequencePolicy(params, reward, 2, horizon, eos=True)
+
+
+@lru_cache(maxsize=4)
+def difficulty_problem(seed: int = 5):
+    """``(DiscreteProblem, lengths (K,))`` of :func:`difficulty_policy`, computed once."""
+    policy = difficulty_policy(seed)
+    return policy.problem(), np.asarray(policy.lengths, dtype=np.float64)
+
+
+def default_gaussian_bandit() -> GaussianBandit:
+    """3 prompts, d = 2 shared parameters; a* not realisable, so g(x) != 0 at the optimum.
+
+    ``A = [[0.7, 0.2], [0.2, 0.8]]``: ``mu = 0.544``, ``L = 0.956``.
+    """
+    return gaussian_bandit(
+        prompt_probs=[0.5, 0.3, 0.2], features=[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+        curvature=[1.0, 2.0, 1.0], target=[1.0, -0.5, 1.5], offset=[1.0, 0.5, 2.0],
+        sigma=0.5, noise_std=0.5)
+
+
+def scalar_gaussian_bandit() -> GaussianBandit:
+    """One prompt, one parameter: J = -theta^2/2 + const (lambda = 1) and, at the optimum, the
+    oracle estimate with B = G = 1 has variance Gamma = 5/2 sigma^2 + tau^2/sigma^2 = 2.
+
+    The scalar check of Theorem 8: with beta = 1.5, E[n Delta_n] -> beta^2 Gamma lambda /
+    (2 (2 beta lambda - 1)) = 1.125 (0.5 without the beta^2 factor).
+    """
+    return gaussian_bandit(prompt_probs=[1.0], features=[[1.0]], curvature=[1.0], target=[0.0],
+                           sigma=np.sqrt(0.4), noise_std=np.sqrt(0.4))
+
+
+def length_reward_policy() -> SequencePolicy:
+    """Reward mean rises with length (0.1 + 0.2 (L - 1) - 0.05 x): ||s||^2 and reward correlate."""
+    def reward(p, t, L):
+        return float(np.clip(0.1 + 0.2 * (L - 1) - 0.05 * p, 0, 1))
+
+    params = 0.5 * np.asarray(jax.random.normal(seed_key(3), (2, 4, 3, 3)))
+    return SequencePolicy(params, reward, 2, 4)
 
 
 from ._precision import scope_module as _scope  # noqa: E402

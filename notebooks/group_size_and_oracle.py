@@ -33,8 +33,7 @@ import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt
-from grpo_theory.optim.train import train_schedules
-from simulations.scaling_law import optimum, scaling_bandit
+from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 
 # %% [markdown]
 # ## 1. Oracle equivalence
@@ -77,11 +76,11 @@ plt.show()
 #
 # With B = N / G, GRPO's exact MSE is c1/B + c2/(BG) + c3/(BG(G-1)), so
 # N * MSE = c1 G + c2 + c3/(G-1) does not depend on N. We use a linear softmax bandit with shared
-# parameters and an interior maximiser θ* (`scaling_bandit()`), where G* is moderate.
+# parameters and an interior maximiser θ* (`problems.scaling_bandit()`), where G* is moderate.
 
 # %%
-pol = scaling_bandit()
-theta_star, j_star = optimum(pol)
+pol = problems.scaling_bandit()
+theta_star, j_star = maximise(lambda th: exact_objective(pol, th), pol.params)  # L-BFGS on exact J
 for name, p in (("initial θ0 = 0", pol), ("optimum θ*", pol.with_params(theta_star))):
     o = gt.optimal_group_size(p)
     print(f"{name:15s} c1={o.constants.c1:.4f} c2={o.constants.c2:.4f} c3={o.constants.c3:.4f}  "

@@ -27,6 +27,7 @@ import pandas as pd
 import scipy.stats
 import statsmodels.api as sm
 
+from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
@@ -60,7 +61,7 @@ def settings(quick: bool) -> dict:
 
 
 def _problem(name: str):
-    return opt.default_gaussian_bandit() if name == "default" else opt.scalar_gaussian_bandit()
+    return problems.default_gaussian_bandit() if name == "default" else problems.scalar_gaussian_bandit()
 
 
 def _theta0(problem):
@@ -82,7 +83,7 @@ def predictions() -> pd.DataFrame:
 
 def group_sweep() -> pd.DataFrame:
     """w_k for oracle / grpo / vanilla / optimal over G (default problem, B = 2, beta = 2)."""
-    p = opt.default_gaussian_bandit()
+    p = problems.default_gaussian_bandit()
     rows = []
     for G in G_GRID:
         for est in ("oracle", "grpo", "vanilla", "optimal"):

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory import problems
 from grpo_theory.companions import credit as C
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
@@ -57,15 +58,6 @@ def _settings(quick: bool) -> dict:
 def mlp_policy() -> C.MLPSequencePolicy:
     """3 prompts, vocab 2 + EOS, horizon 4, 16 tanh units; correct iff first token = prompt % 2."""
     return C.MLPSequencePolicy(lambda p, t, L: float(t[0] == (p % 2)), 3, 2, 4, hidden=16, seed=0)
-
-
-def length_reward_policy() -> gt.SequencePolicy:
-    """Reward mean rises with length (0.1 + 0.2 (L - 1) - 0.05 x): ||s||^2 and reward correlate."""
-    def reward(p, t, L):
-        return float(np.clip(0.1 + 0.2 * (L - 1) - 0.05 * p, 0, 1))
-
-    params = 0.5 * np.asarray(jax.random.normal(jax.random.PRNGKey(3), (2, 4, 3, 3)))
-    return gt.SequencePolicy(params, reward, 2, 4)
 
 
 def control_policy() -> gt.SequencePolicy:
@@ -169,7 +161,7 @@ def _sparsity_rows(n_reps, seed):
 
 def _baseline_rows(group_sizes):
     rows = []
-    for pname, pol in (("length_correlated", length_reward_policy()),
+    for pname, pol in (("length_correlated", problems.length_reward_policy()),
                        ("control", control_policy())):
         corr = C.score_reward_correlation(pol)
         for r in C.baseline_comparison(pol, group_sizes):

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from grpo_theory import problems
 import grpo_theory as gt
 from grpo_theory.companions import dppo
 from grpo_theory.core.stats import z_value
@@ -87,7 +88,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     cfg = _settings(quick)
     setting = "quick" if quick else "full"
     store = CellStore(out_dir, NAME, seed=seed, setting=setting)
-    problem, lengths = dppo.difficulty_problem()
+    problem, lengths = problems.difficulty_problem()
     batches = _sample_batches(problem, cfg["n_batches"], seed)
     small = _small_bandit()
     cells = ([("masks", e, s, b) for e in cfg["estimators"] for s in MASK_SCHEMES for b in batches]
@@ -148,7 +149,7 @@ def _mask_cell(problem, est, sch, batch, cfg, seed):
                          total_probability=mom["total_probability"],
                          zero_groups=int(jnp.sum(jnp.all(adv == 0, axis=1))),
                          mask_reps=cfg["mask_reps"]))
-    conf = dict(problem="dppo.difficulty_policy()", B=2, G=4, batch_key=int(idx),
+    conf = dict(problem="problems.difficulty_policy()", B=2, G=4, batch_key=int(idx),
                 z=np.asarray(z).tolist())
     return rows, conf
 
@@ -195,7 +196,7 @@ def _trade_cell(problem, lengths, est, sch_t, cfg, seed):
                          ci_low=m["ci_low"], ci_high=m["ci_high"], n_reps=mc["n_reps"],
                          z=(m["mse"] - exact) / m["se"] if np.isfinite(exact) else np.nan,
                          **same))
-    return rows, dict(problem="dppo.difficulty_policy()", B=B, G=G, family=family, rate=rate)
+    return rows, dict(problem="problems.difficulty_policy()", B=B, G=G, family=family, rate=rate)
 
 
 # --- checks, figures, report -------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Claim 4 (Lemma 6): simulated E[Delta_n] stays below both finite-sample bounds.
 
-Problem: the Gaussian-action bandit ``grpo_theory.optim.theory.default_gaussian_bandit`` (3
+Problem: the Gaussian-action bandit ``grpo_theory.problems.default_gaussian_bandit`` (3
 prompts, d = 2; J concave quadratic with ``L = 0.956``, PL constant ``mu = 0.544``, interior
 maximiser). Algorithm 1 with B = 2 prompts x G = 4 actions per step, estimators oracle / grpo /
 vanilla, started at ``theta* + (1, -1)`` (Delta_0 = 0.55), for
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
@@ -93,7 +94,7 @@ def simulate_cell(problem, estimator: str, schedule: str, n_seeds: int, n_steps:
 def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
     s = settings(quick)
     store = CellStore(out_dir, NAME, seed=seed, setting="quick" if quick else "full")
-    problem = opt.default_gaussian_bandit()
+    problem = problems.default_gaussian_bandit()
     cells = [(sch, e) for sch in BETAS for e in ESTIMATORS]
     prog = Progress(NAME, len(cells))
     for k, (sch, est) in enumerate(cells):

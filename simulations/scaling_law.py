@@ -1,6 +1,6 @@
 r"""Claim 3 — the group-size scaling law (Theorem 7) for the gradient MSE and for training.
 
-Problem (:func:`scaling_bandit`): a linear softmax bandit with shared parameters theta in R^2,
+Problem (:func:`grpo_theory.problems.scaling_bandit`): a linear softmax bandit with shared parameters theta in R^2,
 4 prompts x 2 responses, rewards Bernoulli(0.6) for response 0 and Bernoulli(0.4) for response 1.
 Response 0 has feature 8 e1, -4 e1, 6 e2, -3 e2 in the four prompts (response 1 has feature 0):
 prompts pull theta in opposite directions with different strengths, so J has an *interior*
@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.problems import scaling_bandit
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
@@ -47,15 +48,6 @@ CLAIM = "G* = 1 + sqrt(c3/c1) minimises the fixed-budget gradient MSE for every 
 ORDER = 22
 SCHEDULES = (("constant", 0.5, 0.0), ("inverse", 10.0, 40.0))
 TRAIN_B_TOTAL = 16  # B under the total budget
-
-
-def scaling_bandit(delta: float = 0.1) -> gt.LinearSoftmaxBandit:
-    """The claim-3 problem (module docstring), at theta0 = 0."""
-    feats = np.zeros((4, 2, 2))
-    feats[0, 0], feats[1, 0], feats[2, 0], feats[3, 0] = [8, 0], [-4, 0], [0, 6], [0, -3]
-    mu = np.full((4, 2), 0.5 - delta)
-    mu[:, 0] = 0.5 + delta
-    return gt.LinearSoftmaxBandit(feats, np.zeros(2), mu)
 
 
 def optimum(bandit):

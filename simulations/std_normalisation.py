@@ -16,7 +16,7 @@ rewards are all equal (advantage 0) shrink the weight of prompts with V near 0 o
 ``theta_G`` back toward ``theta_V``. ``theta_G`` is computed as the root of the exact mean
 update ``sum_x f(x) E[ghat | x]`` (:func:`grpo_theory.exact_prompt_mean_and_variance`).
 
-Problem: :func:`simulations.scaling_law.scaling_bandit` with ``delta = 0.5`` — 4 prompts x 2
+Problem: :func:`grpo_theory.problems.scaling_bandit` with ``delta = 0.5`` — 4 prompts x 2
 responses, theta in R^2, deterministic binary rewards (response 0 correct). Prompts pull theta in
 opposite directions with different strengths, so both objectives have *finite* (interior)
 maximisers, theta_V and theta_arcsin, which differ by a factor of about 1.6 (no regulariser
@@ -48,7 +48,7 @@ from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.results import CellStore, Progress
 from simulations._tables import finish, load_table
 from grpo_theory.optim.train import exact_objective, maximise, train
-from simulations.scaling_law import scaling_bandit
+from grpo_theory.problems import scaling_bandit
 
 NAME = "std-normalisation"
 CLAIM = "grpo_std ascends E[2 arcsin sqrt V(X)], not E[V(X)]: different limits with shared params (Prop 13)"

@@ -151,7 +151,7 @@ def test_notebook_executes():
     # the theory, computed here: N * MSE = c1 G + c2 + c3/(G-1) does not depend on N, and it is
     # convex in G, so every budget's argmin on the notebook's grid is the grid point next to the
     # exact integer G* of optimal_group_size with the smaller value of the law
-    from simulations.scaling_law import scaling_bandit
+    from grpo_theory.problems import scaling_bandit
 
     opt = gt.optimal_group_size(scaling_bandit())
     grid = np.array([2, 4, 8, 16, 32])

@@ -51,7 +51,7 @@ def test_vmap_over_keys_does_not_recompile():
 
 def test_legacy_wrappers_reuse_the_batched_loop():
     bandit = problems.default_bandit()
-    P = opt.default_gaussian_bandit()
+    P = problems.default_gaussian_bandit()
     T.train(bandit, "grpo", 2, 2, 4, eta=0.5, seeds=[0, 1])
     opt.train(P, "oracle", 2, 1, 0.1, "constant", 4, 3)
     n = T._run_batch._cache_size()

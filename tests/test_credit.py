@@ -207,7 +207,7 @@ def test_zero_group_fraction():
 
 
 def test_baseline_gap_is_exact():
-    from simulations.credit_assignment import length_reward_policy
+    from grpo_theory.problems import length_reward_policy
 
     for pol in (length_reward_policy(),):  # the control is checked by the driver test
         for r in C.baseline_comparison(pol, (3,)):

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_theory import problems
 import grpo_theory as gt
 from grpo_theory.companions import dppo
 
@@ -18,7 +19,7 @@ UNIFORM = dppo.KeepScheme("uniform", 0.6, 0.7)
 ADVANTAGE = dppo.KeepScheme("advantage", 0.8, floor=0.3, zero_group_prompt=0.4)
 CONTROLS = [m for m in dppo.METHODS if m != "dppo"]
 # the driver's problem and batch shape (B = 2, G = 4; 2^10 masks; D = 144): shared compilation
-DIFF, DIFF_LENGTHS = dppo.difficulty_problem()
+DIFF, DIFF_LENGTHS = problems.difficulty_problem()
 X = jnp.array([1, 2])
 Y = jnp.array([[0, 5, 17, 30], [30, 2, 9, 9]])
 Z = jnp.array([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0]])

@@ -8,10 +8,11 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_theory import problems
 import grpo_theory  # noqa: F401  (float64)
 from grpo_theory.optim import theory as opt
 
-P = opt.default_gaussian_bandit()
+P = problems.default_gaussian_bandit()
 C = opt.problem_constants(P)
 THETA = np.array([0.3, -0.2])
 coords = st.floats(-3.0, 3.0, allow_nan=False)
@@ -118,7 +119,7 @@ def test_lyapunov_solution_satisfies_the_equation_and_weights():
 def test_scalar_case_reproduces_theory_note():
     """Theorem 8, scalar check: E[n Delta] -> 1.125 with beta^2, 0.5 without (lambda=1, Gamma=2,
     beta=1.5); a short simulation agrees with 1.125 and rejects 0.5."""
-    sp = opt.scalar_gaussian_bandit()
+    sp = problems.scalar_gaussian_bandit()
     pred = opt.asymptotic_prediction(sp, "oracle", 1, 1, 1.5)
     np.testing.assert_allclose(pred.gamma, [[2.0]], rtol=1e-12)
     np.testing.assert_allclose(pred.mean, 1.125, rtol=1e-12)

@@ -10,7 +10,7 @@ from grpo_theory._validation import seed_key
 from grpo_theory.core.sampling import sample_groups
 from grpo_theory.optim.train import (TrainConfig, exact_objective, make_train, max_objective,
                                      maximise, step_sizes, train, train_schedules)
-from simulations.scaling_law import scaling_bandit
+from grpo_theory.problems import scaling_bandit
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import partial
 from math import comb
 
 import jax
@@ -47,8 +47,8 @@ __all__ = [
     "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
     "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
     "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation",
-    "exact_pruned_mse", "mc_pruned_mse", "response_lengths", "difficulty_policy",
-    "difficulty_problem",
+    "exact_pruned_mse", "mc_pruned_mse", "response_lengths",
+    
 ]
 
 METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
@@ -524,31 +524,6 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
 
 
 # --- the example problem of the DPPO driver -----------------------------------------------------
-
-
-@lru_cache(maxsize=4)
-def difficulty_problem(seed: int = 5):
-    """``(DiscreteProblem, lengths (K,))`` of :func:`difficulty_policy`, computed once."""
-    policy = difficulty_policy(seed)
-    return policy.problem(), np.asarray(policy.lengths, dtype=np.float64)
-
-
-def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):
-    """A sequence policy (binary vocabulary, EOS, ``horizon`` tokens) whose prompts range from
-    nearly always wrong to nearly always right, so many groups have all-equal rewards (zero
-    advantage), as in RL on reasoning data; longer responses are slightly more often correct.
-    Reward mean = clip(d_x + 0.06 (#token 1) + 0.02 (length - 2), 0, 1)."""
-    from ..core.policies import SequencePolicy
-
-    d = np.asarray(difficulties, dtype=np.float64)
-
-    def reward(prompt, tokens, length):
-        body = tokens[(tokens >= 0) & (tokens < 2)]
-        return float(np.clip(d[prompt] + 0.06 * np.sum(body == 1) + 0.02 * (length - 2), 0, 1))
-
-    params = 0.7 * np.asarray(jax.random.normal(jax.random.PRNGKey(seed),
-                                                (d.size, horizon, 3, 3)))
-    return SequencePolicy(params, reward, 2, horizon, eos=True)
 
 
 from .._precision import scope_module as _scope  # noqa: E402

@@ -48,7 +48,7 @@ from ..core.estimators import Estimator, PromptContext, get_estimator
 from .train import SCHEDULES, TrainConfig, TrainResult, _Prepared, _run_many
 
 __all__ = [
-    "GaussianBandit", "gaussian_bandit", "default_gaussian_bandit", "scalar_gaussian_bandit",
+    "GaussianBandit", "gaussian_bandit",
     "Constants", "problem_constants", "gradient_covariance",
     "gradient_mse", "limiting_covariance", "sample_gradient", "mc_gradient_moments", "sup_mse",
     "TrainResult", "train", "SCHEDULES", "lemma6_constant_bound", "lemma6_recursion",
@@ -162,28 +162,6 @@ def gaussian_bandit(prompt_probs, features, curvature, target, sigma, noise_std=
     if not np.any(np.asarray(prob.curvature_matrix()) != 0):
         raise ValueError("features must not all be zero (J would be flat)")
     return prob
-
-
-def default_gaussian_bandit() -> GaussianBandit:
-    """3 prompts, d = 2 shared parameters; a* not realisable, so g(x) != 0 at the optimum.
-
-    ``A = [[0.7, 0.2], [0.2, 0.8]]``: ``mu = 0.544``, ``L = 0.956``.
-    """
-    return gaussian_bandit(
-        prompt_probs=[0.5, 0.3, 0.2], features=[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
-        curvature=[1.0, 2.0, 1.0], target=[1.0, -0.5, 1.5], offset=[1.0, 0.5, 2.0],
-        sigma=0.5, noise_std=0.5)
-
-
-def scalar_gaussian_bandit() -> GaussianBandit:
-    """One prompt, one parameter: J = -theta^2/2 + const (lambda = 1) and, at the optimum, the
-    oracle estimate with B = G = 1 has variance Gamma = 5/2 sigma^2 + tau^2/sigma^2 = 2.
-
-    The scalar check of Theorem 8: with beta = 1.5, E[n Delta_n] -> beta^2 Gamma lambda /
-    (2 (2 beta lambda - 1)) = 1.125 (0.5 without the beta^2 factor).
-    """
-    return gaussian_bandit(prompt_probs=[1.0], features=[[1.0]], curvature=[1.0], target=[0.0],
-                           sigma=np.sqrt(0.4), noise_std=np.sqrt(0.4))
 
 
 @dataclass(frozen=True)
