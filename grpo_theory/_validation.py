@@ -176,7 +176,7 @@ def is_concrete(value) -> bool:
 def key_or_seed(value, name: str = "key"):
     """A JAX PRNG key from a key (returned as is) or from an integer seed (via :func:`seed_key`).
 
-    Accepts new-style typed keys, legacy ``uint32`` keys of shape (2,) and any Python/NumPy/0-d
+    Accepts new-style typed keys, raw ``uint32`` key data (1-d) and any Python/NumPy/0-d
     JAX integer; anything else is a ``ValueError`` naming ``name``.
     """
     import jax
@@ -185,8 +185,8 @@ def key_or_seed(value, name: str = "key"):
     dtype = getattr(value, "dtype", None)
     if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
         return value
-    if dtype is not None and np.shape(value) == (2,) and np.dtype(dtype) == np.uint32:
-        return value
+    if dtype is not None and np.ndim(value) == 1 and np.dtype(dtype) == np.uint32:
+        return value  # raw key data of any implementation (threefry (2,), rbg (4,))
     try:
         return seed_key(value)
     except ValueError:

@@ -471,3 +471,39 @@ def test_fuzz_lm_policy(data):
             lambda: pol.score_contractions(x, y, w, chunk=data.draw(st.sampled_from([1, 2, 0]))))
         if out is not None:
             assert np.all(np.isfinite(out[0])) and np.all(np.isfinite(out[1]))
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data())
+def test_fuzz_more_entry_points(data):
+    """compute_advantages, sample_groups, budget_mse, leading_order_mse, exact_gradient."""
+    which = data.draw(st.sampled_from(["compute_advantages", "sample_groups", "budget_mse",
+                                       "leading_order_mse", "exact_gradient"]))
+    bandit = data.draw(st.sampled_from(BANDITS))
+    est = data.draw(st.sampled_from(ESTIMATORS))
+    G, B = data.draw(st.sampled_from(SIZES)), data.draw(st.sampled_from(SIZES[:8]))
+    if which == "compute_advantages":
+        z = data.draw(arrays((2, 3)))
+        out = _accept_result_or_package_error(lambda: gt.compute_advantages(est, z))
+        if out is not None:
+            assert not np.any(np.isnan(np.asarray(out)))
+    elif which == "sample_groups":
+        key = data.draw(st.sampled_from([0, 2**70, -1, 1.5, None, jax.random.PRNGKey(0)]))
+        prob = bandit.problem() if hasattr(bandit, "problem") else bandit
+        out = _accept_result_or_package_error(lambda: gt.sample_groups(key, prob, B, G))
+        if out is not None:
+            assert out[1].shape == (int(B), int(G))
+    elif which == "budget_mse":
+        c = gt.scaling_constants(_B)
+        budget = data.draw(st.sampled_from([1.0, 64, 0, -1.0, np.inf, "8", None]))
+        out = _accept_result_or_package_error(lambda: gt.budget_mse(c, G, budget))
+        if out is not None:
+            assert np.all(np.asarray(out) >= 0)
+    elif which == "leading_order_mse":
+        out = _accept_result_or_package_error(lambda: gt.leading_order_mse(bandit, est, G, B))
+        if out is not None:
+            assert np.isfinite(out)
+    else:
+        out = _accept_result_or_package_error(lambda: gt.exact_gradient(bandit))
+        if out is not None:
+            assert np.all(np.isfinite(np.asarray(out)))

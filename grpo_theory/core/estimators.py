@@ -415,7 +415,7 @@ def compute_advantages(estimator, rewards, value=None, optimal_baseline=None, pr
     missing prompt constant.
     """
     est = get_estimator(estimator)
-    z = jnp.asarray(rewards, dtype=jnp.float64)
+    z = jnp.asarray(V.real_array("rewards", rewards, allow_empty=True), dtype=jnp.float64)
     if z.ndim < 1:
         raise ValueError("rewards must have a trailing group axis of size G")
     if not bool(jnp.all(jnp.isfinite(z))):

@@ -111,7 +111,17 @@ def sample_from_uniforms(problem: DiscreteProblem, ux, uy, uz):
 
 
 def sample_groups(key, problem: DiscreteProblem, batch_size: int, group_size: int):
-    """Draw prompts ``x`` (B,), responses ``y`` (B, G) and binary rewards ``z`` (B, G)."""
+    """Draw prompts ``x`` (B,), responses ``y`` (B, G) and binary rewards ``z`` (B, G).
+
+    ``key`` is a JAX key or an integer seed; ``batch_size`` and ``group_size`` integers >= 1.
+    """
+    from .. import _validation as V
+    from .policies import as_problem
+
+    key = V.key_or_seed(key)
+    problem = as_problem(problem)
+    batch_size = V.positive_int("batch_size", batch_size)
+    group_size = V.positive_int("group_size", group_size)
     kx, ky, kz = jax.random.split(key, 3)
     return sample_from_uniforms(
         problem, jax.random.uniform(kx, (batch_size,)),

@@ -54,8 +54,16 @@ def scaling_constants(bandit) -> ScalingConstants:
 
 
 def budget_mse(constants: ScalingConstants, group_size, budget: float = 1.0):
-    """Exact GRPO MSE under a fixed budget ``N = B G`` (B = N/G allowed to be fractional)."""
-    G = np.asarray(group_size, float)
+    """Exact GRPO MSE under a fixed budget ``N = B G`` (B = N/G allowed to be fractional).
+
+    ``group_size``: real G > 1 (scalar or array); ``budget``: N > 0.
+    """
+    from .. import _validation as V
+
+    G = V.real_array("group_size", group_size)
+    if np.any(G <= 1):
+        raise ValueError(f"group_size must be > 1 (the c3/(G-1) term), got min {float(G.min())!r}")
+    budget = V.real_scalar("budget", budget, positive=True)
     c = constants
     return (c.c1 * G + c.c2 + c.c3 / (G - 1)) / budget
 

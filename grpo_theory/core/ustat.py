@@ -368,6 +368,11 @@ def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int 
     Returns:
         The leading-order MSE (float).
     """
+    group_size = V.positive_int("group_size", group_size)
+    batch_size = V.positive_int("batch_size", batch_size)
+    if not isinstance(estimator, str) or estimator not in ("grpo", "rloo", "oracle", "vanilla"):
+        raise ValueError(
+            f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
     st = as_structure(problem)
     mo = prompt_moments(st)
     f = st.prompt_probs
