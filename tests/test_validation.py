@@ -165,6 +165,14 @@ def test_discrete_problem_validates_concrete_arrays_only():
     assert np.isfinite(float(out))
 
 
+def test_prompt_baseline_of_the_wrong_length_is_refused_in_monte_carlo():
+    b = gt.SoftmaxBandit(L0, M)  # P = 2; JAX indexing used to clamp the third entry away
+    est = gt.prompt_baseline([0.1, 0.2, 0.3])
+    _refused(lambda: gt.mc_mse(b, est, 2, 2, n_reps=8), "baseline", "n_prompts")
+    _refused(lambda: gt.mc_estimates(b, est, 2, 2, n_reps=8), "baseline", "n_prompts")
+    _refused(lambda: gt.exact_mse(b, est, 2, 2), "b")
+
+
 # --- 7. overflowing linear features (were NaN) -------------------------------------------------
 def test_linear_bandit_overflow_is_refused():
     feats = np.full((2, 3, 2), 1e200)

@@ -166,6 +166,7 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
 
 def _check_run(problem, est, group_size, batch_size, n_reps=None):
     G, B = V.group_run(est, group_size, batch_size)
+    est.check_problem(problem.n_prompts)  # a prompt baseline of the wrong length
     R = None if n_reps is None else V.positive_int("n_reps", n_reps, 2)
     return G, B, R
 
