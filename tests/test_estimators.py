@@ -119,10 +119,20 @@ def test_check_problem_refuses_baseline_of_wrong_length():
     est.check_problem(3)
     est.check_problem(np.int64(3))
     for n in (2, 4):
-        with pytest.raises(ValueError, match="b has 3 entries, the problem has n_prompts=" + str(n)):
+        with pytest.raises(ValueError, match=rf"b must have shape \({n},\).*got 3 entries"):
             est.check_problem(n)
     for name in gt.available_estimators():  # estimators without a user baseline accept any P
         gt.get_estimator(name).check_problem(7)
+
+
+def test_exact_mse_refuses_baseline_of_wrong_length():
+    from grpo_theory.problems import default_bandit
+
+    bandit = default_bandit()  # 4 prompts
+    assert np.isfinite(float(gt.exact_mse(bandit, gt.prompt_baseline(np.full(4, 0.3)), 4, 2)))
+    for n in (3, 5):
+        with pytest.raises(ValueError, match=rf"b must have shape \(4,\).*got {n} entries"):
+            gt.exact_mse(bandit, gt.prompt_baseline(np.full(n, 0.3)), 4, 2)
 
 
 def test_batch_coupled_flags():

@@ -119,8 +119,8 @@ class Estimator:
         b = self.params.get("b") if "prompt" in self.needs else None
         if b is not None and int(jnp.shape(b)[0]) != int(n_prompts):
             raise ValueError(
-                f"estimator {self.name!r}: the prompt baseline b has {jnp.shape(b)[0]} entries, "
-                f"the problem has n_prompts={int(n_prompts)}; pass one baseline per prompt"
+                f"estimator {self.name!r}: b must have shape ({int(n_prompts)},), one baseline per "
+                f"prompt of the problem (n_prompts={int(n_prompts)}), got {jnp.shape(b)[0]} entries"
             )
 
 

@@ -182,6 +182,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
     _check_coupled(est)
     st = as_structure(bandit)
+    est.check_problem(st.n_prompts)  # a prompt baseline of the wrong length
     if method in ("auto", "closed_form") and est.exact is not None:
         return exact_mse_closed_form(st, est.exact, G, B, _baseline_of(st, est))
     if method == "closed_form":
