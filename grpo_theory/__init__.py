@@ -42,6 +42,8 @@ _ATTRS = {
     "budget_mse": "core.scaling", "optimal_group_size": "core.scaling",
     "scaling_constants": "core.scaling",
     "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
+    "Estimate": "core.stats", "z_value": "core.stats",
+    "ScoreStructure": "core.gram", "as_structure": "core.gram",
     # training
     "TrainResult": "optim.train", "train": "optim.train", "train_schedules": "optim.train",
     "TrainConfig": "optim.train", "make_train": "optim.train",
@@ -52,7 +54,7 @@ _MODULES = {
     "core": "core", "optim": "optim", "companions": "companions", "lm": "lm",
     "problems": "problems", "experiments": "experiments",
     "policies": "core.policies", "sampling": "core.sampling", "estimators": "core.estimators",
-    "frameworks": "core.frameworks",
+    "frameworks": "core.frameworks", "stats": "core.stats", "gram": "core.gram",
     "exact": "core.exact", "montecarlo": "core.montecarlo", "ustat": "core.ustat",
     "scaling": "core.scaling", "training": "optim.train", "optimization": "optim.theory",
     "credit": "companions.credit", "length_weighting": "companions.length_weighting",
