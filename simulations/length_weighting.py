@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.estimators import PromptContext
 from grpo_theory.experiments.plotting import plt, save_figure
@@ -49,7 +50,7 @@ def _settings(quick: bool) -> dict:
 
 
 def _exact_rows(G_list, alphas):
-    pol = LW.length_policy(horizon=3)
+    pol = problems.length_policy(horizon=3)
     g = np.asarray(pol.problem().gradient())
     rows = []
     for G in G_list:
@@ -68,7 +69,7 @@ def _exact_rows(G_list, alphas):
 
 
 def _mode_rows(G):
-    pol = LW.length_policy(horizon=3)
+    pol = problems.length_policy(horizon=3)
     g = np.asarray(pol.problem().gradient())
     T = int(np.max(pol.lengths))
     rows = []
@@ -91,7 +92,7 @@ def _mode_rows(G):
 
 
 def _mc_rows(n_reps, seed):
-    pol = LW.length_policy()
+    pol = problems.length_policy()
     prob = pol.problem()
     lengths = jnp.asarray(pol.lengths, dtype=jnp.float64)
     rows = []
@@ -153,7 +154,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
             head, G = cid.rsplit("_G", 1)
             pname, est = head.split("_", 1)
             G = int(G)
-            pol = LW.length_policy() if pname == "varied" else LW.length_policy(eos=False)
+            pol = problems.length_policy() if pname == "varied" else problems.length_policy(eos=False)
             rows = LW.alpha_sweep(pol, st["alphas"], G=G, estimator=est)
             for r in rows:
                 r["policy"] = pname
@@ -175,7 +176,7 @@ def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
 
 
 def _training_rows(est, alpha, st, seed):
-    pol = LW.stop_or_run_policy()
+    pol = problems.stop_or_run_policy()
     lr, G, B = 2.0, 8, 8
     tr = LW.train_length_weighted(pol, alpha, st["steps"], B, G, lr,
                                   range(seed, seed + st["seeds"]), est)

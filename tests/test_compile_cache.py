@@ -63,12 +63,12 @@ def test_legacy_wrappers_reuse_the_batched_loop():
 def test_length_weighting_loops_do_not_recompile():
     """``_Static`` was hashed by identity: the cache grew 1, 2, 3 on identical calls."""
     for _ in range(2):
-        LW.train_length_weighted(LW.stop_or_run_policy(), 0.0, 3, 2, 4, 1.0, [0, 1])
-        LW.expected_flow(LW.stop_or_run_policy(), 0.0, 3, 4, 1.0)
+        LW.train_length_weighted(problems.stop_or_run_policy(), 0.0, 3, 2, 4, 1.0, [0, 1])
+        LW.expected_flow(problems.stop_or_run_policy(), 0.0, 3, 4, 1.0)
     n = _sizes(T._run_batch, LW._flow)
     for _ in range(3):
-        LW.train_length_weighted(LW.stop_or_run_policy(), 0.0, 3, 2, 4, 1.0, [2, 3])
-        LW.expected_flow(LW.stop_or_run_policy(), 0.0, 3, 4, 1.0)
+        LW.train_length_weighted(problems.stop_or_run_policy(), 0.0, 3, 2, 4, 1.0, [2, 3])
+        LW.expected_flow(problems.stop_or_run_policy(), 0.0, 3, 4, 1.0)
         assert _sizes(T._run_batch, LW._flow) == n
 
 

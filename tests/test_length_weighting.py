@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
 
 TOL = 1e-13
@@ -16,7 +17,7 @@ TOL = 1e-13
 
 @pytest.fixture(scope="module")
 def small():
-    return LW.length_policy(horizon=3)
+    return problems.length_policy(horizon=3)
 
 
 def test_length_weights_and_bad_input():
@@ -62,7 +63,7 @@ def test_conditioning_equals_enumeration(small, est, G):
 @given(st.integers(0, 1000), st.floats(0.0, 1.0), st.integers(2, 16))
 def test_mean_centred_is_scaled_surrogate_gradient(seed, alpha, G):
     """E ghat_alpha = (G-1)/G grad E[f_alpha(L)(r - b)]|_{b=V}, for any policy, alpha and G."""
-    pol = LW.length_policy(seed=seed, horizon=3)
+    pol = problems.length_policy(seed=seed, horizon=3)
     m, _ = LW.exact_expected_gradient(pol, alpha, "grpo_mean", G)
     s = LW.surrogate_gradient(pol, alpha)
     np.testing.assert_allclose(m, (G - 1) / G * s, atol=TOL, rtol=0)
@@ -70,7 +71,7 @@ def test_mean_centred_is_scaled_surrogate_gradient(seed, alpha, G):
 
 @pytest.mark.parametrize("G", [2, 16])
 def test_alpha_one_is_scaled_true_gradient(G):
-    pol = LW.length_policy()
+    pol = problems.length_policy()
     m, _ = LW.exact_expected_gradient(pol, 1.0, "grpo_mean", G)
     np.testing.assert_allclose(m, (G - 1) / G * np.asarray(pol.problem().gradient()),
                                atol=TOL, rtol=0)
@@ -86,11 +87,11 @@ def test_modes_map_to_alpha(small):
     tm = LW.enumerate_expected_gradient(small, "token-mean", "grpo_mean", G)[0]
     assert LW.bias_metrics(tm, ref1)["sin"] > 1e-3  # token-mean is not alpha = 1: biased
     with pytest.raises(ValueError, match="max_outcomes"):
-        LW.enumerate_expected_gradient(LW.length_policy(), 0.0, "grpo_mean", 4)
+        LW.enumerate_expected_gradient(problems.length_policy(), 0.0, "grpo_mean", 4)
 
 
 def test_no_alpha_unbiased_and_length_invariant():
-    rows = pd.DataFrame(LW.alpha_sweep(LW.length_policy(), np.linspace(0, 1, 11), G=8))
+    rows = pd.DataFrame(LW.alpha_sweep(problems.length_policy(), np.linspace(0, 1, 11), G=8))
     assert (rows[rows.alpha < 1].sin > 1e-3).all()
     assert rows[rows.alpha == 1].sin.iloc[0] < 1e-12
     np.testing.assert_allclose(rows.token_slope, rows.alpha, atol=1e-12)
@@ -98,7 +99,7 @@ def test_no_alpha_unbiased_and_length_invariant():
     one = rows[rows.alpha == 1].iloc[0]
     assert one.token_slope == pytest.approx(1.0) and abs(one.grad_slope) > 0.1
     # equal lengths: every alpha is unbiased in direction
-    eq = pd.DataFrame(LW.alpha_sweep(LW.length_policy(eos=False, horizon=3), [0, 0.5, 1], G=8))
+    eq = pd.DataFrame(LW.alpha_sweep(problems.length_policy(eos=False, horizon=3), [0, 0.5, 1], G=8))
     assert (eq.sin < 1e-7).all() and eq.token_slope.isna().all()
 
 
@@ -110,14 +111,14 @@ def test_bias_metrics_errors():
 
 
 def test_training_alpha0_lengthens_incorrect():
-    pol = LW.stop_or_run_policy()
+    pol = problems.stop_or_run_policy()
     f0 = LW.expected_flow(pol, 0.0, 150, 8, 2.0)
     f1 = LW.expected_flow(pol, 1.0, 150, 8, 2.0)
     assert f0["L_incorrect"][-1] - f0["L_incorrect"][0] > 0.2
     assert f0["L_correct"][-1] < f0["L_correct"][0] - 0.2
     assert abs(f1["L_incorrect"][-1] - f1["L_incorrect"][0]) < 0.01
     with pytest.raises(ValueError, match="stop_prob"):
-        LW.stop_or_run_policy(stop_prob=1.5)
+        problems.stop_or_run_policy(stop_prob=1.5)
     with pytest.raises(ValueError, match="policy"):
         LW.exact_expected_gradient(object(), 0.5)
 
@@ -141,7 +142,7 @@ def _one_step_objective(policy, estimator, baseline, weights=None, B=3, G=4, lr=
 def test_training_optimal_uses_b_star_not_v():
     """Regression: the loop passed V(x) as optimal_baseline, so "optimal" silently ran the
     oracle. One f_alpha-weighted step must equal the hand-computed step with b*(x)."""
-    pol = LW.stop_or_run_policy()
+    pol = problems.stop_or_run_policy()
     dp = pol.problem()
     assert np.abs(np.asarray(dp.values() - dp.optimal_baselines())).max() > 1e-3
     w = jnp.asarray(pol.lengths, dtype=jnp.float64) ** (0.5 - 1.0)
@@ -167,6 +168,12 @@ def test_exact_optimal_uses_b_star(small):
     assert np.abs(np.asarray(per_opt - per_orc)).max() > 1e-6  # alpha < 1: b enters the mean
     with pytest.raises(ValueError, match="optimal_baseline"):
         LW.conditional_advantages("optimal", np.array([0.5]), 4)
+
+
+def test_conditional_advantages_refuse_batch_coupled():
+    """A batch-normalised preset has no per-group conditional advantage: refused, not computed."""
+    with pytest.raises(ValueError, match="batch-coupled"):
+        LW.conditional_advantages("grpo_std_trl_batch", np.array([0.5]), 4)
 
 
 # --- the driver ---------------------------------------------------------------------------------

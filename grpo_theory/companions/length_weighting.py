@@ -66,14 +66,13 @@ import numpy as np
 
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
-from ..core.policies import SequencePolicy
 from ..optim.train import _StaticProblem
 
 __all__ = [
     "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
     "conditional_advantages", "exact_expected_gradient",
     "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
-    "alpha_sweep", "length_policy", "stop_or_run_policy", "conditional_lengths",
+    "alpha_sweep", "conditional_lengths",
     "train_length_weighted", "expected_flow",
 ]
 
@@ -211,6 +210,9 @@ def conditional_advantages(estimator, values, G: int, optimal_baseline=None):
         ``(c_1, c_0)``, each (P,).
     """
     est = get_estimator(estimator)
+    if est.batch_coupled:
+        raise ValueError(f"estimator {est.name!r} normalises over the whole batch (batch-coupled), "
+                         "so its advantages are not a function of one group; use Monte Carlo")
     v = jnp.asarray(values, dtype=jnp.float64)
     if "optimal_baseline" in est.needs and optimal_baseline is None:
         raise ValueError(f"estimator {est.name!r} needs optimal_baseline=b*(x) (P,); "
@@ -397,57 +399,6 @@ def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]
 
 
 # --- policies ---------------------------------------------------------------------------------
-
-
-def length_policy(seed: int = 5, n_prompts: int = 3, vocab_size: int = 2, horizon: int = 5,
-                  difficulty=(0.75, 0.45, 0.15), eos: bool = True) -> SequencePolicy:
-    """Prompts of different difficulty; lengths 1..horizon. Reward mean of prompt x:
-    ``clip(difficulty[x] + 0.2 * (first token == 1) - 0.1 * (last body token == 0), 0, 1)``."""
-    if len(difficulty) != n_prompts:
-        raise ValueError(f"difficulty must have n_prompts={n_prompts} entries")
-
-    def reward(prompt, tokens, length):
-        body = tokens[(tokens >= 0) & (tokens < vocab_size)]
-        first = float(body.size > 0 and body[0] == 1)
-        last0 = float(body.size > 0 and body[-1] == 0)
-        return float(np.clip(difficulty[prompt] + 0.2 * first - 0.1 * last0, 0.0, 1.0))
-
-    n_out = vocab_size + int(eos)
-    params = 0.7 * np.asarray(jax.random.normal(
-        jax.random.PRNGKey(seed), (n_prompts, horizon, vocab_size + 1, n_out)))
-    return SequencePolicy(params, reward, vocab_size, horizon, eos=eos)
-
-
-def stop_or_run_policy(horizon: int = 6, p_correct=(0.3, 0.5), stop_prob: float = 0.3,
-                       copy_logit: float = 6.0) -> SequencePolicy:
-    """A policy that answers first, then continues or stops: the length is a free choice.
-
-    Vocabulary {0, 1} + EOS. The first token is the answer (1 correct: reward 1, otherwise 0;
-    a bare EOS is incorrect). Later tokens copy the answer token (logit ``copy_logit``) until
-    EOS, emitted with probability about ``stop_prob`` per step, so the EOS decisions after a
-    correct and after an incorrect answer are separate parameters. Prompts differ in
-    ``p_correct`` (difficulty). Reward does not depend on length.
-    """
-    if not 0 < stop_prob < 1:
-        raise ValueError(f"stop_prob must lie in (0, 1), got {stop_prob!r}")
-    P = len(p_correct)
-    params = np.zeros((P, horizon, 3, 3))
-    for x, pc in enumerate(p_correct):
-        if not 0 < pc < 1:
-            raise ValueError(f"p_correct must lie in (0, 1), got {pc!r}")
-        params[x, 0, 2] = [np.log(1 - pc), np.log(pc), -12.0]  # start: answer, almost never EOS
-        for t in range(1, horizon):
-            for prev in (0, 1):
-                eos = copy_logit + np.log(stop_prob / (1 - stop_prob))
-                row = [0.0, 0.0, eos]
-                row[prev] = copy_logit
-                params[x, t, prev] = row
-            params[x, t, 2] = [0.0, 0.0, 0.0]  # unreachable (start only at t = 0)
-
-    def reward(prompt, tokens, length):
-        return float(tokens[0] == 1)
-
-    return SequencePolicy(params, reward, 2, horizon, eos=True)
 
 
 def conditional_lengths(problem, lengths) -> dict:
