@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import grpo_theory as gt
 from grpo_theory.companions import credit as C
 from grpo_theory.problems import default_bandit, sequence_policy
+from _helpers import one_step_objective
 
 TOL = 1e-12
 
@@ -222,22 +223,6 @@ def test_training_records_zero_fraction(mlp):
     assert rec["J"][:, -1].mean() > rec["J"][:, 0].mean()
 
 
-def _one_step_objective(policy, estimator, baseline, weights=None, B=3, G=4, lr=1.0, seed=5):
-    """J(theta_1) after one hand-computed step of the training loop (its keys: fold_in(key, 1))."""
-    import jax
-
-    from grpo_theory._validation import seed_key
-    from grpo_theory.core.sampling import sample_groups
-    from grpo_theory.optim.train import exact_objective
-
-    dp = policy.problem()
-    x, y, z = sample_groups(jax.random.fold_in(seed_key(seed), 1), dp, B, G)
-    adv = z - baseline(dp)[x][:, None]
-    w = 1.0 if weights is None else weights[y]
-    ghat = jnp.einsum("bg,bgd->d", w * adv, dp.scores[x[:, None], y]) / (B * G)
-    return float(exact_objective(policy, policy.params + lr * ghat.reshape(policy.params.shape)))
-
-
 def test_training_optimal_uses_b_star_not_v(mlp):
     """Regression: the loop passed V(x) as optimal_baseline, so "optimal" silently ran the
     oracle. One step must equal the hand-computed step with b*(x)."""
@@ -245,9 +230,9 @@ def test_training_optimal_uses_b_star_not_v(mlp):
     assert np.abs(np.asarray(dp.values() - dp.optimal_baselines())).max() > 1e-3
     rec = {e: C.train_grpo_records(mlp, 2, 3, 4, 1.0, [5], estimator=e)
            for e in ("optimal", "oracle")}
-    want = _one_step_objective(mlp, "optimal", lambda d: d.optimal_baselines())
+    want = one_step_objective(mlp, "optimal", lambda d: d.optimal_baselines())
     assert rec["optimal"]["J"][0, 1] == pytest.approx(want, abs=1e-12)
-    want_or = _one_step_objective(mlp, "oracle", lambda d: d.values())
+    want_or = one_step_objective(mlp, "oracle", lambda d: d.values())
     assert rec["oracle"]["J"][0, 1] == pytest.approx(want_or, abs=1e-12)
     assert abs(want - want_or) > 1e-9
 

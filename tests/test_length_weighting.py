@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
+from _helpers import one_step_objective
 
 TOL = 1e-13
 
@@ -123,22 +124,6 @@ def test_training_alpha0_lengthens_incorrect():
         LW.exact_expected_gradient(object(), 0.5)
 
 
-def _one_step_objective(policy, estimator, baseline, weights=None, B=3, G=4, lr=1.0, seed=5):
-    """J(theta_1) after one hand-computed step of the training loop (its keys: fold_in(key, 1))."""
-    import jax
-
-    from grpo_theory._validation import seed_key
-    from grpo_theory.core.sampling import sample_groups
-    from grpo_theory.optim.train import exact_objective
-
-    dp = policy.problem()
-    x, y, z = sample_groups(jax.random.fold_in(seed_key(seed), 1), dp, B, G)
-    adv = z - baseline(dp)[x][:, None]
-    w = 1.0 if weights is None else weights[y]
-    ghat = jnp.einsum("bg,bgd->d", w * adv, dp.scores[x[:, None], y]) / (B * G)
-    return float(exact_objective(policy, policy.params + lr * ghat.reshape(policy.params.shape)))
-
-
 def test_training_optimal_uses_b_star_not_v():
     """Regression: the loop passed V(x) as optimal_baseline, so "optimal" silently ran the
     oracle. One f_alpha-weighted step must equal the hand-computed step with b*(x)."""
@@ -149,7 +134,7 @@ def test_training_optimal_uses_b_star_not_v():
     for est, base in (("optimal", lambda d: d.optimal_baselines()), ("oracle",
                                                                      lambda d: d.values())):
         tr = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], est)
-        want = _one_step_objective(pol, est, base, weights=w)
+        want = one_step_objective(pol, est, base, weights=w)
         assert tr["J"][0, 1] == pytest.approx(want, abs=1e-12)
     opt = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], "optimal")["J"][0, 1]
     orc = LW.train_length_weighted(pol, 0.5, 2, 3, 4, 1.0, [5], "oracle")["J"][0, 1]
