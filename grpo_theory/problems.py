@@ -83,7 +83,7 @@ def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horiz
         body = tokens[(tokens >= 0) & (tokens < 2)]
         return float(np.clip(d[prompt] + 0.06 * np.sum(body == 1) + 0.02 * (length - 2), 0, 1))
 
-    params = 0.7 * np.asarray(jax.random.normal(jax.random.PRNGKey(seed),
+    params = 0.7 * np.asarray(jax.random.normal(seed_key(seed),
                                                 (d.size, horizon, 3, 3)))
     return SequencePolicy(params, reward, 2, horizon, eos=True)
 

@@ -285,7 +285,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
         pp, tt, vv = np.meshgrid(np.arange(P), np.arange(T), np.arange(Vp), indexing="ij")
         feats = np.concatenate([np.eye(P)[pp], np.eye(T)[tt], np.eye(Vp)[vv]], axis=-1)
         self.features = jnp.asarray(feats)  # (P, T, V+1, d_in)
-        k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+        k1, k2 = jax.random.split(V.seed_key(seed))
         w1 = jax.random.normal(k1, (d_in, hidden)) / np.sqrt(d_in)
         w2 = init_scale * jax.random.normal(k2, (hidden, n_out)) / np.sqrt(hidden)
         self.params = jnp.concatenate([w1.ravel(), jnp.zeros(hidden), w2.ravel(),
@@ -408,7 +408,7 @@ def rank_study(policy, G: int, n_groups: int = 2000, seed: int = 0, estimator="g
         if not isinstance(policy, MLPSequencePolicy):
             raise ValueError("weight needs an MLPSequencePolicy")
         wb = _WeightBlock(policy, weight)
-    grams, mixed, nd = _rank_batch(jax.random.PRNGKey(seed), problem, est, n_groups, G, wb)
+    grams, mixed, nd = _rank_batch(V.seed_key(seed), problem, est, n_groups, G, wb)
     mixed = np.asarray(mixed)
     out = dict(G=G, n_groups=n_groups, mixed_frac=float(mixed.mean()),
                n_mixed=int(mixed.sum()), distinct=float(np.asarray(nd)[mixed].mean()),

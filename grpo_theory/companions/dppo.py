@@ -505,7 +505,7 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
     L = response_lengths(bandit) if lengths is None else np.asarray(lengths, dtype=np.float64)
     chunk = min(chunk, n_reps)
     n = -(-n_reps // chunk) * chunk
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    keys = jax.random.split(V.seed_key(seed), n)
     methods = tuple(methods)
     for meth in methods:
         _check_method(meth)

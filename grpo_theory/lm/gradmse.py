@@ -30,6 +30,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from .._validation import seed_key
 from ..core.estimators import compute_advantages
 from ..core.montecarlo import summarize_squared_errors
 from ..core.stats import z_value
@@ -97,7 +98,7 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     b = len(questions)
     x = encode_prompts(questions, fmt, icl)
     canon = target_responses(questions, fmt) if fmt == "answer" else None
-    key = jax.random.PRNGKey(seed)
+    key = seed_key(seed)
     key, kref = jax.random.split(key)
     if fmt == "answer":
         v, s_star_sq, gj = exact_answer_quantities(policy, x, canon, chunk)

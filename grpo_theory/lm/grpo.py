@@ -69,7 +69,7 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
     b = len(questions)
     v, s_star_sq, gj = exact_answer_quantities(policy, x, canon, chunk)
     xs = np.repeat(x, n_samples, axis=0)
-    y = np.asarray(policy.sample(jax.random.PRNGKey(seed), xs, RESPONSE_LEN["answer"]))
+    y = np.asarray(policy.sample(V.seed_key(seed), xs, RESPONSE_LEN["answer"]))
     _, sq = policy.score_contractions(xs, y, np.zeros((1, xs.shape[0])), chunk=chunk)
     s2 = sq.reshape(b, n_samples).mean(1)
     gx2 = v**2 * s_star_sq

@@ -34,6 +34,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .._validation import seed_key
 from .model import ModelConfig, init_params, make_apply, make_sampler
 from .policy import LMPolicy, response_mask
 from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
@@ -200,7 +201,7 @@ def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
 
     zero = lambda stage_name: [(f, False, CORRUPTION[stage_name]) for f in ("answer", "trace")]
     shots = [(f, True, CORRUPTION["icl"]) for f in ("answer", "trace")]
-    base, meta_b = stage("base", "base.npz", init_params(jax.random.PRNGKey(wcfg.seed), cfg),
+    base, meta_b = stage("base", "base.npz", init_params(seed_key(wcfg.seed), cfg),
                          zero("base"), wcfg.base_steps, wcfg.lr, wcfg.seed)
     inst, meta_i = stage("instruct", "instruct.npz", base, zero("instruct") + shots,
                          wcfg.instruct_steps, wcfg.lr * 0.5, wcfg.seed + 1)

@@ -369,7 +369,7 @@ def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: 
     V.group_run(est, group_size, batch_size)
     V.positive_int("n_reps", n_reps, 2)
     theta = jnp.asarray(V.finite_array("theta", theta, ndim=1))
-    out = _mc_moments(jax.random.PRNGKey(seed), problem, theta, est, int(batch_size),
+    out = _mc_moments(V.seed_key(seed), problem, theta, est, int(batch_size),
                       int(group_size), int(n_reps))
     return tuple(np.asarray(o) for o in out)
 
