@@ -49,6 +49,23 @@ def exact_gradient(bandit):
     return g.reshape(st.param_shape) if st.param_shape is not None else g
 
 
+def _closed_form_route(est, method: str) -> bool:
+    """True for the closed form, False for binary conditioning; ValueError if neither applies."""
+    if method not in ("auto", "closed_form", "binary"):
+        raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
+    _check_coupled(est)
+    if method != "binary" and est.exact is not None:
+        return True
+    if method == "closed_form":
+        raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
+    if not est.binary_exact:
+        raise ValueError(
+            f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
+            "group's rewards alone); use mc_mse for a Monte Carlo estimate"
+        )
+    return False
+
+
 def _check_coupled(est):
     if getattr(est, "batch_coupled", False):
         raise ValueError(
@@ -178,20 +195,11 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     """
     est = get_estimator(estimator)
     G, B = V.group_run(est, group_size, batch_size)
-    if method not in ("auto", "closed_form", "binary"):
-        raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
-    _check_coupled(est)
+    closed = _closed_form_route(est, method)
     st = as_structure(bandit)
     est.check_problem(st.n_prompts)  # a prompt baseline of the wrong length
-    if method in ("auto", "closed_form") and est.exact is not None:
+    if closed:
         return exact_mse_closed_form(st, est.exact, G, B, _baseline_of(st, est))
-    if method == "closed_form":
-        raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
-    if not est.binary_exact:
-        raise ValueError(
-            f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
-            "group's rewards alone); use mc_mse for a Monte Carlo estimate"
-        )
     mean, var = _binary_blocks(st, est, G)
     return float(_minibatch(st, mean, var, B, st.prompt_gradients()))
 
@@ -211,19 +219,10 @@ def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -
     """
     est = get_estimator(estimator)
     G, _ = V.group_run(est, group_size, 1)
-    if method not in ("auto", "closed_form", "binary"):
-        raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
-    _check_coupled(est)
+    closed = _closed_form_route(est, method)
     st = as_structure(bandit)
-    if method != "binary" and est.exact is not None:
+    if closed:
         mean, var = prompt_mean_and_variance(st, est.exact, G, _baseline_of(st, est))
-    elif method == "closed_form":
-        raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
-    elif not est.binary_exact:
-        raise ValueError(
-            f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
-            "group's rewards alone); use mc_mse for a Monte Carlo estimate"
-        )
     else:
         mean, var = _binary_blocks(st, est, G)
     d = mean - st.prompt_gradients()
