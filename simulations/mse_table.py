@@ -1,67 +1,82 @@
-"""Exact vs Monte Carlo MSE of the four main estimators over G (issue: core engine).
+"""Exact vs Monte Carlo MSE of the four main estimators over G (the core engine).
 
-For the default bandit (``grpo_theory.problems.default_bandit``) and G in {2, 4, ..., 64}, computes
-the exact MSE (closed form) of vanilla / grpo / grpo_mean / oracle with B = 1 and a Monte Carlo
-estimate with its 95% CI. PASS when every exact value lies within 4 standard errors of the
-Monte Carlo estimate (a 4-sigma band: with 24 cells a 95% band would fail by chance too often).
+For the default bandit (``grpo_theory.problems.default_bandit``: 4 prompts x 6 responses) and
+G in {2, 4, ..., 64}, one cell per (estimator, G) computes the exact MSE (closed form, B = 1) of
+vanilla / grpo / grpo_mean / oracle and a Monte Carlo estimate with its standard error. PASS
+when every exact value lies within 4 standard errors of the Monte Carlo estimate (a 4-sigma
+band: with 24 cells a 95% band would fail by chance too often).
+
+    grpo-theory mse-table [--full] [--workers N]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check
 from grpo_theory.problems import default_bandit
 
 NAME = "mse-table"
 CLAIM = "exact finite-G MSE of vanilla/grpo/grpo_mean/oracle equals Monte Carlo (core engine)"
-ORDER = 10
-ESTIMATORS = ("vanilla", "grpo", "grpo_mean", "oracle")
-GROUP_SIZES = (2, 4, 8, 16, 32, 64)
 Z_TOL = 4.0
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0, estimators=ESTIMATORS,
-        group_sizes=GROUP_SIZES) -> None:
-    n_reps = 20_000 if quick else 400_000
-    setting = "quick" if quick else "full"
-    store = CellStore(out_dir, NAME, seed=seed, setting=setting)
+@dataclass(frozen=True)
+class Settings:
+    n_reps: int
+    estimators: tuple = ("vanilla", "grpo", "grpo_mean", "oracle")
+    group_sizes: tuple = (2, 4, 8, 16, 32, 64)
+
+
+SETTINGS = {"quick": Settings(n_reps=20_000), "full": Settings(n_reps=400_000)}
+
+SCHEMA = {"table": dict(estimator="str", G="int", B="int", exact_mse="float", mc_mse="float",
+                        mc_se="float", ci_low="float", ci_high="float", n_reps="int",
+                        z="float")}
+
+
+def cells(s: Settings) -> list[Cell]:
+    return [Cell(f"{e}_G{G}", dict(estimator=e, G=G, n_reps=s.n_reps))
+            for e in s.estimators for G in s.group_sizes]
+
+
+def cell(config: dict, key) -> dict:
+    """Exact and Monte Carlo MSE of one estimator at one group size (B = 1)."""
     bandit = default_bandit()
-    cells = [(e, G) for e in estimators for G in group_sizes]
-    prog = Progress(NAME, len(cells))
-    for est, G in cells:
-        cid = f"{est}_G{G}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        exact = gt.exact_mse(bandit, est, G)
-        r = gt.mc_mse(bandit, est, G, n_reps=n_reps, seed=seed + G)
-        store.write(cid, dict(estimator=est, G=G, B=1, exact_mse=exact, mc_mse=r.mse, mc_se=r.se,
-                              ci_low=r.ci_low, ci_high=r.ci_high, n_reps=n_reps,
-                              z=(r.mse - exact) / r.se),
-                    config=dict(bandit="default_bandit(seed=2024)", n_reps=n_reps))
-        prog.step(cid)
-    df = store.save_table("table.csv")
-    _print_table(df)
+    est, G = config["estimator"], config["G"]
+    exact = gt.exact_mse(bandit, est, G)
+    r = gt.mc_mse(bandit, est, G, n_reps=config["n_reps"], key=key)
+    return dict(estimator=est, G=G, B=1, exact_mse=exact, mc_mse=r.mse, mc_se=r.se,
+                ci_low=r.ci_low, ci_high=r.ci_high, n_reps=config["n_reps"],
+                z=(r.mse - exact) / r.se)
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
+def report(tables, s: Settings) -> Section:
+    df = tables["table"]
+    tbl = df.pivot(index="G", columns="estimator", values="exact_mse")
+    mc = df.pivot(index="G", columns="estimator", values="mc_mse")
+    ests = [e for e in s.estimators if e in tbl.columns]
+    zmax = float(df.z.abs().max())
+    lines = [f"Default bandit (4 prompts x 6 responses), B = 1, {s.n_reps} Monte Carlo "
+             "replicates per cell.", "",
+             "| G | " + " | ".join(f"{e} exact / MC" for e in ests) + " |",
+             "|---|" + "---|" * len(ests)]
+    for G in tbl.index:
+        lines.append(f"| {G} | " + " | ".join(
+            f"{tbl.loc[G, e]:.5f} / {mc.loc[G, e]:.5f}" for e in ests) + " |")
+    lines += ["", "![](mse_exact_vs_mc.png)"]
+    checks = [check(f"every |MC - exact| / se <= {Z_TOL}", zmax <= Z_TOL, df.z.to_numpy(),
+                    detail=f"largest {zmax:.2f} over {len(df)} cells")]
+    return Section("Exact vs Monte Carlo MSE (core engine)", "\n".join(lines), checks)
 
 
-def _print_table(df: pd.DataFrame) -> None:
-    wide = df.pivot(index="G", columns="estimator", values=["exact_mse", "mc_mse"])
-    with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 160):
-        print(wide)
-
-
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
     fig, ax = plt.subplots(figsize=(6, 4))
     for est, d in df.groupby("estimator"):
         d = d.sort_values("G")
@@ -73,27 +88,8 @@ def plot(out_dir: Path) -> None:
     gs = sorted(df.G.unique())
     ax.set_xticks(gs, [str(g) for g in gs])
     ax.legend(fontsize=8)
-    save_figure(fig, Path(out_dir) / "mse_exact_vs_mc")
+    save_figure(fig, out_dir / "mse_exact_vs_mc")
 
 
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    passed = bool((df.z.abs() <= Z_TOL).all())
-    tbl = df.pivot(index="G", columns="estimator", values="exact_mse")
-    mc = df.pivot(index="G", columns="estimator", values="mc_mse")
-    ests = [e for e in ESTIMATORS if e in tbl.columns]
-    lines = ["Default bandit (4 prompts x 6 responses), B = 1, "
-             f"{int(df.n_reps.iloc[0])} Monte Carlo replicates per cell.", "",
-             "| G | " + " | ".join(f"{e} exact / MC" for e in ests) + " |",
-             "|---|" + "---|" * len(ests)]
-    for G in tbl.index:
-        lines.append(f"| {G} | " + " | ".join(
-            f"{tbl.loc[G, e]:.5f} / {mc.loc[G, e]:.5f}" for e in ests) + " |")
-    lines += ["", f"Largest |MC - exact| / se: {df.z.abs().max():.2f} (PASS if <= {Z_TOL}).",
-              "", "![](mse_exact_vs_mc.png)"]
-    return dict(title="Exact vs Monte Carlo MSE (core engine)", markdown="\n".join(lines),
-                passed=passed)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=10)

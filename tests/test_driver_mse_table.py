@@ -1,25 +1,31 @@
-"""The core engine's reproduction driver runs, saves a tidy table and passes its own check."""
+"""The core engine's reproduction driver runs on the runner, saves a tidy table and passes."""
+
+import dataclasses
 
 import pandas as pd
 
 from grpo_theory.experiments import cli
+from grpo_theory.experiments.runner import run_experiment
+from simulations import mse_table
 
 
-def test_mse_table_quick(tmp_path):
-    mods = cli.discover()
-    mod = mods["mse-table"]
-    mod.run(tmp_path, quick=True, seed=0, estimators=("grpo", "oracle"), group_sizes=(2, 8))
-    df = pd.read_csv(tmp_path / "table.csv")
-    assert len(df) == 4
-    for col in ("seed", "version", "config", "estimator", "G", "exact_mse", "mc_mse"):
+def test_mse_table_small_setting(tmp_path):
+    s = dataclasses.replace(mse_table.SETTINGS["quick"], estimators=("grpo", "oracle"),
+                            group_sizes=(2, 8))
+    res = run_experiment(mse_table.EXPERIMENT, tmp_path, s, seed=0, figures=False,
+                         progress=False)
+    df = pd.read_csv(tmp_path / "mse-table" / "table.csv")
+    assert len(df) == 4 and res.n_computed == 4
+    for col in ("seed", "version", "config", "cell_hash", "estimator", "G", "exact_mse", "mc_mse"):
         assert col in df.columns
-    rep = mod.report(tmp_path)
-    assert rep["passed"] and "| 8 |" in rep["markdown"]
-    # resume: a rerun skips finished cells and leaves them byte-identical
-    before = {p.name: p.read_bytes() for p in (tmp_path / "cells-quick").iterdir()}
-    mod.run(tmp_path, quick=True, seed=0, estimators=("grpo", "oracle"), group_sizes=(2, 8))
-    after = {p.name: p.read_bytes() for p in (tmp_path / "cells-quick").iterdir()}
-    assert before == after
+    assert res.verdict == "PASS" and "| 8 |" in res.section.markdown
+    # resume: a rerun computes nothing and leaves the cell files byte-identical
+    cells = sorted((tmp_path / "mse-table" / "cells").rglob("*.csv"))
+    before = {p: p.read_bytes() for p in cells}
+    again = run_experiment(mse_table.EXPERIMENT, tmp_path, s, seed=0, figures=False,
+                           progress=False)
+    assert again.n_computed == 0 and again.n_reused == 4
+    assert {p: p.read_bytes() for p in cells} == before
 
 
 def test_cli_list_names_every_experiment(capsys):

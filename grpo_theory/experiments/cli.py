@@ -1,97 +1,67 @@
-"""The ``grpo-theory`` command: one subcommand per experiment driver in ``simulations/``.
+"""The ``grpo-theory`` command: run, resume and report the experiments, here or on a Dask cluster.
 
-A driver is a module ``simulations/<file>.py`` that defines
+    grpo-theory list                              every experiment and the claim it checks
+    grpo-theory NAME [--full] [--seed S]          one experiment (quick setting by default)
+    grpo-theory reproduce [--full]                every experiment, figures and REPORT.md
+    grpo-theory report [--figures]                REPORT.md from the cells on disk
 
-* ``NAME`` (the subcommand), ``CLAIM`` (one line: what it checks), ``ORDER`` (report position);
-* ``run(out_dir: Path, quick: bool, seed: int) -> None``: computes and saves its tables
-  (resumable, cell by cell, see :mod:`grpo_theory.results`);
-* ``plot(out_dir: Path) -> None``: draws figures from the saved tables only;
-* ``report(out_dir: Path) -> dict``: ``{"title", "markdown", "passed"}`` for ``REPORT.md``.
-
-Drivers are discovered, so adding one needs no change here.
+``--workers N`` runs the cells on a local Dask cluster of N processes; ``--scheduler ADDRESS``
+(or ``$GRPO_THEORY_SCHEDULER``) on an existing cluster. Tables are identical either way.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
 import time
 from pathlib import Path
 
-from .results import atomic_write_text, package_version
+from .registry import experiments as _experiments
+from .runner import package_version, report_section, run_experiment
+from .store import atomic_write_text, check_out_dir
+
+__all__ = ["main", "write_report"]
 
 
-def discover() -> dict:
-    import simulations
-
-    found = {}
-    for info in pkgutil.iter_modules(simulations.__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"simulations.{info.name}")
-        if all(hasattr(mod, a) for a in ("NAME", "CLAIM", "run", "plot", "report")):
-            found[mod.NAME] = mod
-    return dict(sorted(found.items(), key=lambda kv: (getattr(kv[1], "ORDER", 100), kv[0])))
-
-
-def _exp_dir(out: Path, mod) -> Path:
-    return out / mod.NAME
-
-
-def run_one(mod, out: Path, quick: bool, seed: int, figures: bool = True) -> float:
-    t0 = time.time()
-    print(f"== {mod.NAME} ({'quick' if quick else 'full'}): {mod.CLAIM}", flush=True)
-    exp = _exp_dir(out, mod)
-    exp.mkdir(parents=True, exist_ok=True)
-    mod.run(exp, quick=quick, seed=seed)
-    if figures:
-        mod.plot(exp)
-    dt = time.time() - t0
-    print(f"== {mod.NAME} done in {dt:.1f}s", flush=True)
-    return dt
-
-
-def write_report(out: Path, experiments: dict, timings: dict | None = None) -> Path:
-    lines = [
-        "# grpo-theory reproduction report",
-        "",
-        f"Package version {package_version()}. Each section is produced from the saved tables "
-        "under this folder by `grpo-theory report`; PASS/FAIL compares the measured numbers "
-        "with the theory's prediction.",
-        "",
-        "| experiment | claim | result |",
-        "|---|---|---|",
-    ]
-    sections = []
-    for name, mod in experiments.items():
-        exp = _exp_dir(out, mod)
-        if not exp.exists():
-            continue
-        sec = mod.report(exp)
-        verdict = "PASS" if sec["passed"] else "FAIL"
+def write_report(out: Path, sections: dict, timings: dict | None = None) -> Path:
+    """Write ``out/REPORT.md`` from ``{name: (experiment, Section, manifest)}``."""
+    lines = ["# grpo-theory reproduction report", "",
+             f"Package version {package_version()}. Each section is produced from the validated "
+             "cells under this folder; PASS means every check of the section passed, FAIL that "
+             "one failed, INCOMPLETE that cells or numbers are missing.", "",
+             "| experiment | claim | setting | seed | result |", "|---|---|---|---|---|"]
+    body = []
+    for name, (exp, sec, m) in sections.items():
         t = f" ({timings[name]:.0f}s)" if timings and name in timings else ""
-        lines.append(f"| [{name}](#{name}) | {mod.CLAIM} | {verdict}{t} |")
-        sections += ["", f"<a id=\"{name}\"></a>", f"## {sec['title']} — {verdict}", "",
-                     sec["markdown"].rstrip()]
-    path = out / "REPORT.md"
-    atomic_write_text(path, "\n".join(lines + sections) + "\n")
+        lines.append(f"| [{name}](#{name}) | {exp.claim} | {m.get('setting', '?')} | "
+                     f"{m.get('seed', '?')} | {sec.verdict}{t} |")
+        body += ["", f'<a id="{name}"></a>', f"## {sec.title} — {sec.verdict}", "",
+                 sec.markdown.rstrip(), "", sec.checks_markdown()]
+    path = Path(out) / "REPORT.md"
+    atomic_write_text(path, "\n".join(lines + body).rstrip() + "\n")
     return path
 
 
+def _error(msg: str, code: int = 2) -> int:
+    print(f"grpo-theory: error: {msg}", file=sys.stderr)
+    return code
+
+
 def main(argv=None) -> int:
-    """Entry point of ``grpo-theory``; the drivers run in float64 (scoped to this call)."""
-    import jax
-
-    with jax.enable_x64(True):
+    """Entry point of ``grpo-theory`` (exit 0 = every verdict PASS)."""
+    try:
         return _main(argv)
+    except ValueError as e:
+        return _error(str(e))
+    except KeyboardInterrupt:
+        print("grpo-theory: interrupted; the finished cells are on disk and the same command "
+              "resumes from them", file=sys.stderr)
+        return 130
 
 
-def _main(argv=None) -> int:
-    experiments = discover()
+def _parser(exps: dict) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpo-theory", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("list", help="name every experiment with the claim it checks")
 
     def common(p):
@@ -102,38 +72,72 @@ def _main(argv=None) -> int:
         p.add_argument("--out", default="results", type=Path, help="output folder")
         p.add_argument("--seed", default=0, type=int)
         p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+        ex = p.add_mutually_exclusive_group()
+        ex.add_argument("--workers", type=str, default=None,
+                        help="run cells on a local Dask cluster with N worker processes")
+        ex.add_argument("--scheduler", default=None,
+                        help="address of an existing Dask scheduler (default "
+                             "$GRPO_THEORY_SCHEDULER)")
 
     common(sub.add_parser("reproduce", help="run every experiment, draw figures, write REPORT.md"))
-    rep = sub.add_parser("report", help="rewrite REPORT.md (and figures) from saved tables")
+    rep = sub.add_parser("report", help="rewrite REPORT.md (and figures) from the saved cells")
     rep.add_argument("--out", default="results", type=Path)
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
-    for name, mod in experiments.items():
-        common(sub.add_parser(name, help=mod.CLAIM))
-    args = parser.parse_args(argv)
+    for name, exp in exps.items():
+        common(sub.add_parser(name, help=exp.claim))
+    return parser
 
+
+def _main(argv=None) -> int:
+    exps = _experiments()
+    args = _parser(exps).parse_args(argv)
     if args.cmd == "list":
-        width = max(len(n) for n in experiments) if experiments else 0
-        for name, mod in experiments.items():
-            print(f"{name:<{width}}  {mod.CLAIM}")
+        width = max(len(n) for n in exps)
+        for name, exp in exps.items():
+            print(f"{name:<{width}}  {exp.claim}")
         return 0
     if args.cmd == "report":
-        if args.figures:
-            for mod in experiments.values():
-                if _exp_dir(args.out, mod).exists():
-                    mod.plot(_exp_dir(args.out, mod))
-        print(write_report(args.out, experiments))
-        return 0
-    if args.cmd == "reproduce":
-        timings = {}
-        for name, mod in experiments.items():
-            timings[name] = run_one(mod, args.out, args.quick, args.seed, not args.no_figures)
-        path = write_report(args.out, experiments, timings)
-        print(f"report: {path}")
-        text = path.read_text()
-        return 1 if "| FAIL" in text else 0
-    mod = experiments[args.cmd]
-    run_one(mod, args.out, args.quick, args.seed, not args.no_figures)
-    write_report(args.out, experiments)
+        return _report(args.out, exps, args.figures)
+
+    from .executors import open_executor
+
+    check_out_dir(args.out)
+    chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
+    setting = "quick" if args.quick else "full"
+    timings, sections = {}, {}
+    with open_executor(workers=args.workers, scheduler=args.scheduler) as ex:
+        for name, exp in chosen.items():
+            t0 = time.time()
+            res = run_experiment(exp, args.out, setting, args.seed, executor=ex,
+                                 figures=not args.no_figures, progress=not args.no_progress)
+            timings[name] = time.time() - t0
+            print(f"== {name}: {res.verdict} ({res.n_computed} cells computed, {res.n_reused} "
+                  f"reused, {timings[name]:.1f}s)", file=sys.stderr, flush=True)
+            sections[name] = res
+    # the report covers every experiment with results in the folder, not only this run's
+    code = _report(args.out, exps, figures=False, timings=timings, quiet=True)
+    bad = [n for n, r in sections.items() if r.verdict != "PASS"]
+    if bad:
+        print(f"not PASS: {', '.join(bad)}", file=sys.stderr)
+    return 1 if bad or code else 0
+
+
+def _report(out: Path, exps: dict, figures: bool, timings=None, quiet: bool = False) -> int:
+    sections, absent = {}, []
+    for name, exp in exps.items():
+        got = report_section(exp, out, figures=figures)
+        if got is None:
+            absent.append(name)
+        else:
+            sections[name] = (exp, got[0], got[1])
+    if not sections:
+        return _error(f"no results under {str(out)!r} (none of: {', '.join(exps)}); run "
+                      "`grpo-theory reproduce` or `grpo-theory NAME` first", 1)
+    path = write_report(out, sections, timings)
+    if absent and not quiet:
+        print(f"no results for: {', '.join(absent)}", file=sys.stderr)
+    print(path)
     return 0
 
 

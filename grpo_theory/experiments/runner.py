@@ -1,0 +1,472 @@
+"""One experiment runner: settings, cells, resume, validated storage, verdicts, report, figures.
+
+An experiment (a driver in ``simulations/``) is a value of :class:`Experiment`:
+
+* ``settings``: ``{"quick": Settings(...), "full": Settings(...)}`` (frozen dataclasses);
+* ``cells(settings) -> [Cell(id, config, kind)]``: the sweep, each cell's ``config`` a JSON-like
+  dict holding everything the cell needs;
+* ``cell(config, key) -> rows``: a pure function of the configuration and a JAX PRNG key;
+* ``schema``: ``{kind: {column: dtype}}``, checked when a cell is written and when it is read;
+* ``report(tables, settings) -> Section``: markdown and a list of :class:`Check` (PASS/FAIL);
+* ``plot(tables, settings, out_dir)``: figures drawn from the tables only.
+
+:func:`run_experiment` runs the cells that are not on disk yet (in-process or on a Dask
+cluster, see :mod:`grpo_theory.experiments.executors`), writes each finished cell atomically
+as it arrives, assembles one tidy table per kind, and returns the report section. Each cell's key
+is ``fold_in(fold_in(PRNGKey(seed), h(experiment)), h(cell id))``, so the tables are identical
+whatever the executor, the number of workers or the order in which cells finish.
+
+One verdict vocabulary: ``PASS`` (every check passed), ``FAIL`` (a check failed) and
+``INCOMPLETE`` (cells are missing, or a check had no finite number to look at): a missing number
+is never a PASS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
+                    check_out_dir)
+
+__all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
+           "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "check",
+           "is_timing", "report_section", "last_run"]
+
+VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
+
+
+def package_version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: ``id`` (unique in the sweep), ``config`` (JSON-like), ``kind`` (table)."""
+
+    id: str
+    config: dict
+    kind: str = "table"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verdict: ``passed`` is True/False, or None when the number it needs is missing."""
+
+    name: str
+    passed: bool | None
+    detail: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return {True: "PASS", False: "FAIL", None: "INCOMPLETE"}[self.passed]
+
+
+def check(name: str, ok, *values, detail: str = "") -> Check:
+    """A :class:`Check` that is INCOMPLETE (not PASS) when any of ``values`` is missing/non-finite.
+
+    Args:
+        name: what is checked (one line).
+        ok: the comparison's result (bool or numpy bool; evaluated by the caller).
+        values: the numbers the comparison used; any NaN/inf/None makes the check INCOMPLETE.
+        detail: the measured numbers, for the report.
+    """
+    for v in values:
+        arr = np.asarray(v if v is not None else np.nan, dtype=float)
+        if arr.size == 0 or not np.all(np.isfinite(arr)):
+            return Check(name, None, detail or "missing or non-finite number")
+    return Check(name, bool(np.all(ok)), detail)
+
+
+@dataclass
+class Section:
+    """A report section: title, markdown body and the checks behind its verdict."""
+
+    title: str
+    markdown: str
+    checks: list = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if not self.checks or any(c.passed is None for c in self.checks):
+            return "INCOMPLETE"
+        return "PASS" if all(c.passed for c in self.checks) else "FAIL"
+
+    def checks_markdown(self) -> str:
+        if not self.checks:
+            return ""
+        lines = ["| check | result | detail |", "|---|---|---|"]
+        lines += [f"| {c.name} | {c.verdict} | {c.detail} |" for c in self.checks]
+        return "\n".join(lines)
+
+
+class Tables(dict):
+    """``{kind: DataFrame}`` of the finished cells (cell order), with completeness info.
+
+    ``tables["table"]`` is the main table; a kind with no finished cell is an empty frame with
+    the schema's columns. ``complete`` is True when every cell of the sweep is on disk;
+    ``missing`` lists the ids of the cells that are not.
+    """
+
+    def __init__(self, data, missing=(), n_cells: int = 0):
+        super().__init__(data)
+        self.missing = list(missing)
+        self.n_cells = n_cells
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A study: configuration, a pure cell function, checks and a figure (see module docs)."""
+
+    name: str
+    claim: str
+    settings: Mapping[str, Any]
+    cells: Callable[[Any], list]
+    cell: Callable[[dict, Any], Any]
+    schema: Mapping[str, Mapping[str, str]]
+    report: Callable[[Tables, Any], Section]
+    plot: Callable[[Tables, Any, Path], Any] | None = None
+    order: int = 100
+
+    @property
+    def module(self) -> str:
+        """The module that defines the cell function (imported by Dask workers)."""
+        return self.cell.__module__
+
+    def get_settings(self, setting):
+        """The settings object of ``setting`` ("quick", "full") or ``setting`` itself."""
+        if isinstance(setting, str):
+            if setting not in self.settings:
+                raise ValueError(f"setting must be one of {sorted(self.settings)} for "
+                                 f"{self.name}, got {setting!r}")
+            return self.settings[setting]
+        return setting
+
+    def cell_list(self, settings) -> list[Cell]:
+        cells = list(self.cells(settings))
+        ids = [c.id for c in cells]
+        if len(set(ids)) != len(ids):
+            dup = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"{self.name}: duplicate cell ids {dup[:5]}")
+        bad = sorted({c.kind for c in cells} - set(self.schema))
+        if bad:
+            raise ValueError(f"{self.name}: cells of kind {bad} have no schema")
+        return cells
+
+
+def setting_name(exp: Experiment, setting) -> str:
+    """The name recorded for a setting: its key in ``exp.settings`` or ``custom-<hash>``."""
+    if isinstance(setting, str):
+        exp.get_settings(setting)
+        return setting
+    for k, v in exp.settings.items():
+        if v == setting:
+            return k
+    blob = repr(dataclasses.asdict(setting) if dataclasses.is_dataclass(setting) else setting)
+    return "custom-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def _h32(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def cell_key(experiment: str, cell_id: str, seed: int):
+    """The cell's PRNG key: ``fold_in`` of the experiment and cell id into ``PRNGKey(seed)``.
+
+    Distinct (experiment, cell, seed) give independent keys: seed 2 of one cell never repeats
+    seed 0 of another (the old ``seed + G`` scheme did).
+    """
+    import jax
+
+    from .._validation import seed_key
+
+    k = seed_key(seed)
+    k = jax.random.fold_in(k, _h32(experiment))
+    return jax.random.fold_in(k, _h32(cell_id))
+
+
+def key_seed(key, n: int | None = None):
+    """An integer seed in ``[0, 2**31)`` (or ``n`` of them) drawn from ``key``, for NumPy-style
+    APIs that take ``seed=``."""
+    import jax
+
+    bits = jax.random.bits(key, () if n is None else (n,), dtype=np.uint32)
+    out = np.asarray(bits).astype(np.int64) >> 1
+    return int(out) if n is None else [int(v) for v in out]
+
+
+_CONTEXT: dict = {}
+
+
+def cache_dir() -> Path:
+    """Folder for expensive shared artefacts (checkpoints) of the running experiment.
+
+    ``<out>/.cache`` when run by the runner; ``$GRPO_THEORY_CACHE`` overrides it; otherwise
+    ``~/.cache/grpo-theory``.
+    """
+    env = os.environ.get("GRPO_THEORY_CACHE")
+    if env:
+        return Path(env)
+    if "cache_dir" in _CONTEXT:
+        return Path(_CONTEXT["cache_dir"])
+    return Path.home() / ".cache" / "grpo-theory"
+
+
+@contextlib.contextmanager
+def _context(cache):
+    old = dict(_CONTEXT)
+    if cache is not None:
+        _CONTEXT["cache_dir"] = str(cache)
+    try:
+        yield
+    finally:
+        _CONTEXT.clear()
+        _CONTEXT.update(old)
+
+
+def compute_cell(module: str, name: str, cell: Cell, seed: int, cache=None):
+    """Run one cell (in this process or on a Dask worker): ``(rows DataFrame, seconds)``.
+
+    Imports ``module`` to find the experiment (so workers need only the installed package), runs
+    the cell function in float64 (scoped ``jax.enable_x64``) with its derived key.
+    """
+    import importlib
+
+    import jax
+
+    exp = _find(importlib.import_module(module), name)
+    t0 = time.perf_counter()
+    with jax.enable_x64(True), _context(cache):
+        rows = exp.cell(dict(cell.config), cell_key(exp.name, cell.id, seed))
+    dt = time.perf_counter() - t0
+    if isinstance(rows, pd.DataFrame):
+        df = rows.reset_index(drop=True)
+    else:
+        df = pd.DataFrame([rows] if isinstance(rows, dict) else list(rows))
+    return df, dt
+
+
+def _find(mod, name: str) -> Experiment:
+    for v in vars(mod).values():
+        if isinstance(v, Experiment) and v.name == name:
+            return v
+    raise ValueError(f"module {mod.__name__} defines no experiment named {name!r}")
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_experiment` returns: tables, report section, verdict and counts."""
+
+    experiment: str
+    setting: str
+    seed: int
+    tables: Tables
+    section: Section
+    n_cells: int
+    n_computed: int
+    n_reused: int
+    seconds: float
+
+    @property
+    def verdict(self) -> str:
+        return self.section.verdict
+
+
+def _manifest_path(exp_dir: Path) -> Path:
+    return exp_dir / "run.json"
+
+
+def _rescue(cell: Cell, df: pd.DataFrame, store: CellStore, err: OSError) -> str:
+    """Keep a computed cell whose write failed: a valid cell file in a temporary folder."""
+    rescue = Path(tempfile.gettempdir()) / "grpo-theory-rescue" / store.path(cell).relative_to(
+        store.dir.parent)
+    try:
+        atomic_write_csv(rescue, df)
+        where = f"saved to {rescue}; copy it to {store.path(cell)} to resume without recomputing"
+    except OSError:
+        where = "it could not be saved anywhere"
+    return f"writing cell {cell.id!r} to {store.path(cell)} failed ({err}); the result is {where}"
+
+
+def collect(exp: Experiment, out, setting="quick", seed: int = 0, warn: bool = True) -> Tables:
+    """The tables of the valid cells on disk for (setting, seed); nothing is computed."""
+    settings = exp.get_settings(setting)
+    name = setting_name(exp, setting)
+    store = CellStore(Path(out) / exp.name, exp.name, name, seed, exp.schema, package_version())
+    cells = exp.cell_list(settings)
+    return _assemble(exp, store, cells, {}, warn)
+
+
+def _assemble(exp, store, cells, fresh: dict, warn: bool) -> Tables:
+    frames: dict[str, list] = {k: [] for k in exp.schema}
+    missing = []
+    for c in cells:
+        df = fresh.get(c.id)
+        if df is None:
+            df = store.read(c, warn=warn)
+        if df is None:
+            missing.append(c.id)
+            continue
+        frames[c.kind].append(df)
+    tables = {}
+    for kind, fs in frames.items():
+        if fs:
+            tables[kind] = pd.concat(fs, ignore_index=True)
+        else:
+            tables[kind] = pd.DataFrame(columns=list(exp.schema[kind]))
+    return Tables(tables, missing, len(cells))
+
+
+def _section(exp: Experiment, tables: Tables, settings) -> Section:
+    if all(len(df) == 0 for df in tables.values()):
+        return Section(exp.claim, "No finished cells yet.", [])
+    try:
+        sec = exp.report(tables, settings)
+    except Exception as e:  # noqa: BLE001 - a partial table may lack what the report needs
+        if tables.complete:
+            raise
+        sec = Section(exp.claim, f"(report needs the missing cells: {type(e).__name__}: {e})", [])
+    if not tables.complete:
+        note = (f"**Incomplete run**: {len(tables.missing)} of {tables.n_cells} cells are "
+                "missing (rerun the same command to resume); the verdict is INCOMPLETE until "
+                "they are computed.")
+        sec = Section(sec.title, note + "\n\n" + sec.markdown,
+                      list(sec.checks) + [Check("every cell computed", None,
+                                                f"{len(tables.missing)} missing")])
+    return sec
+
+
+def run_experiment(exp: Experiment, out, setting="quick", seed: int = 0, executor=None,
+                   figures: bool = True, progress: bool = True, verbose: bool = True) -> RunResult:
+    """Compute the missing cells of ``exp`` for (setting, seed), save tables, report, figures.
+
+    Args:
+        exp: the experiment.
+        out: the output folder; the experiment writes to ``out/<exp.name>/``.
+        setting: "quick", "full" or a settings object of the experiment's type.
+        seed: the run's seed (part of every cell's identity and key).
+        executor: ``None`` (in this process) or an executor from
+            :func:`grpo_theory.experiments.executors.open_executor`.
+        figures: draw the figures after the run.
+        progress: show a progress bar (plain lines when stderr is not a terminal).
+
+    Returns:
+        :class:`RunResult` with the tables, the report section and its verdict.
+    """
+    from .executors import InProcessExecutor
+    from .progress import CellProgress
+
+    from .._validation import integer
+
+    seed = integer("seed", seed)
+    out = check_out_dir(out)
+    settings = exp.get_settings(setting)
+    name = setting_name(exp, setting)
+    exp_dir = out / exp.name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    version = package_version()
+    store = CellStore(exp_dir, exp.name, name, seed, exp.schema, version)
+    cells = exp.cell_list(settings)
+    executor = executor or InProcessExecutor()
+    t0 = time.time()
+    manifest = dict(experiment=exp.name, setting=name, seed=seed, version=version,
+                    n_cells=len(cells), executor=executor.describe(), status="running",
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if isinstance(setting, str) or dataclasses.is_dataclass(settings):
+        manifest["settings"] = (dataclasses.asdict(settings) if dataclasses.is_dataclass(settings)
+                                else str(settings))
+    atomic_write_text(_manifest_path(exp_dir), json.dumps(manifest, indent=1, default=str))
+
+    have = {c.id: store.read(c) for c in cells}
+    todo = [c for c in cells if have[c.id] is None]
+    fresh = {cid: df for cid, df in have.items() if df is not None}
+    if verbose:
+        print(f"== {exp.name} ({name}, seed {seed}): {exp.claim}", file=sys.stderr, flush=True)
+    bar = CellProgress(exp.name, len(cells), skipped=len(cells) - len(todo),
+                       workers=executor.n_workers, enabled=progress)
+    status = "partial"
+    try:
+        for cell, rows, dt in executor.map(exp, cells=todo, seed=seed,
+                                           cache=out / ".cache"):
+            rows = rows.copy()
+            try:
+                df = store._frame(cell, rows)
+            except CellSchemaError as e:
+                raise CellSchemaError(f"{e} (config {cell.config})") from None
+            df["cell_seconds"] = dt
+            try:
+                atomic_write_csv(store.path(cell), df)
+            except OSError as e:
+                raise OSError(_rescue(cell, df, store, e)) from e
+            fresh[cell.id] = store.read(cell, warn=False)
+            bar.update(cell.id, dt)
+        status = "complete"
+    finally:
+        bar.close()
+        tables = _assemble(exp, store, cells, fresh, warn=False)
+        for kind, df in tables.items():
+            atomic_write_csv(exp_dir / f"{kind}.csv", df)
+        manifest.update(status=status if tables.complete else "partial",
+                        finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        seconds=round(time.time() - t0, 3), n_missing=len(tables.missing))
+        atomic_write_text(_manifest_path(exp_dir), json.dumps(manifest, indent=1, default=str))
+    section = _section(exp, tables, settings)
+    if figures and exp.plot is not None and tables.complete:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exp.plot(tables, settings, exp_dir)
+    return RunResult(exp.name, name, seed, tables, section, len(cells), len(todo),
+                     len(cells) - len(todo), time.time() - t0)
+
+
+def last_run(exp: Experiment, out) -> dict | None:
+    """The manifest of the last run of ``exp`` under ``out`` (None if it never ran there)."""
+    p = _manifest_path(Path(out) / exp.name)
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, OSError):
+        return None
+
+
+def report_section(exp: Experiment, out, figures: bool = False) -> tuple[Section, dict] | None:
+    """The report section of the last run of ``exp`` under ``out``, from its validated cells."""
+    m = last_run(exp, out)
+    if m is None:
+        return None
+    setting = m.get("setting", "quick")
+    if setting not in exp.settings:
+        return Section(exp.claim, f"Run with a custom setting {setting!r}; the report is "
+                       "produced by the code that ran it.", []), m
+    settings = exp.get_settings(setting)
+    tables = collect(exp, out, setting, int(m.get("seed", 0)))
+    if figures and exp.plot is not None and tables.complete:
+        exp.plot(tables, settings, Path(out) / exp.name)
+    return _section(exp, tables, settings), m
+
+
+def is_timing(column: str) -> bool:
+    """Timing columns (``cell_seconds``, ``*seconds``, ``*_per_s``) vary from run to run; every
+    other column of a table is identical whatever the executor."""
+    return column.endswith("seconds") or column.endswith("_per_s")
