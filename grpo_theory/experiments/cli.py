@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from .registry import experiments as _experiments
-from .runner import package_version, report_section, run_experiment
+from .runner import package_version, report_section, run_experiments
 from .store import atomic_write_text, check_out_dir
 
 __all__ = ["main", "write_report"]
@@ -105,16 +105,17 @@ def _main(argv=None) -> int:
     check_out_dir(args.out)
     chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
     setting = "quick" if args.quick else "full"
-    timings, sections = {}, {}
+    t0 = time.time()
     with open_executor(workers=args.workers, scheduler=args.scheduler) as ex:
-        for name, exp in chosen.items():
-            t0 = time.time()
-            res = run_experiment(exp, args.out, setting, args.seed, executor=ex,
-                                 figures=not args.no_figures, progress=not args.no_progress)
-            timings[name] = time.time() - t0
-            print(f"== {name}: {res.verdict} ({res.n_computed} cells computed, {res.n_reused} "
-                  f"reused, {timings[name]:.1f}s)", file=sys.stderr, flush=True)
-            sections[name] = res
+        sections = run_experiments(list(chosen.values()), args.out, setting, args.seed,
+                                   executor=ex, figures=not args.no_figures,
+                                   progress=not args.no_progress)
+    timings = {}
+    for name, res in sections.items():
+        timings[name] = res.seconds
+        print(f"== {name}: {res.verdict} ({res.n_computed} cells computed, {res.n_reused} "
+              f"reused)", file=sys.stderr, flush=True)
+    print(f"== wall clock {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
     # the report covers every experiment with results in the folder, not only this run's
     code = _report(args.out, exps, figures=False, timings=timings, quiet=True)
     bad = [n for n, r in sections.items() if r.verdict != "PASS"]

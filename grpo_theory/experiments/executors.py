@@ -35,10 +35,11 @@ class InProcessExecutor:
     def describe(self) -> str:
         return "in-process"
 
-    def map(self, exp, cells, seed: int, cache=None):
-        for c in cells:
+    def map_many(self, work, seed: int, cache=None):
+        """Run ``[(experiment, cell), ...]`` in order; yield ``(experiment, cell, rows, s)``."""
+        for exp, c in work:
             rows, dt = compute_cell(exp.module, exp.name, c, seed, cache)
-            yield c, rows, dt
+            yield exp, c, rows, dt
 
 
 class DaskExecutor:
@@ -55,24 +56,27 @@ class DaskExecutor:
     def describe(self) -> str:
         return f"{self.label} ({self.n_workers} workers)"
 
-    def map(self, exp, cells, seed: int, cache=None):
-        from distributed import as_completed
+    def map_many(self, work, seed: int, cache=None):
+        """Submit ``[(experiment, cell), ...]`` as tasks; yield ``(experiment, cell, rows, s)``
+        in completion order."""
+        import uuid
 
-        from .store import cell_hash
+        from distributed import as_completed
 
         by_key = {}
         futures = []
-        for c in cells:
-            key = f"{exp.name}-{c.id}-{cell_hash(exp.name, 'x', c.id, c.config, seed)}"
+        run = uuid.uuid4().hex[:8]  # unique task keys: two runs never share a task
+        for exp, c in work:
             f = self.client.submit(compute_cell, exp.module, exp.name, c, seed,
-                                   str(cache) if cache is not None else None, key=key,
-                                   pure=False)
-            by_key[f.key] = c
+                                   str(cache) if cache is not None else None,
+                                   key=f"{exp.name}/{c.id}/{run}", pure=False)
+            by_key[f.key] = (exp, c)
             futures.append(f)
         try:
             for fut in as_completed(futures, loop=self.client.loop):
                 rows, dt = fut.result()
-                yield by_key[fut.key], rows, dt
+                exp, c = by_key[fut.key]
+                yield exp, c, rows, dt
                 fut.release()
         finally:
             for f in futures:  # interrupted: do not leave work queued on a shared cluster
@@ -142,7 +146,7 @@ def open_executor(workers=None, scheduler: str | None = None, connect_timeout: f
                          " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
                          ).strip()}
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                           dashboard_address=None, env=env)
+                           dashboard_address=":0", env=env)
     client = Client(cluster, set_as_default=False)
     try:
         yield DaskExecutor(client, label="local dask cluster")

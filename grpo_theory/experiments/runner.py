@@ -44,7 +44,7 @@ from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_t
                     check_out_dir)
 
 __all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
-           "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "check",
+           "run_experiments", "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "check",
            "is_timing", "report_section", "last_run"]
 
 VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
@@ -356,6 +356,118 @@ def _section(exp: Experiment, tables: Tables, settings) -> Section:
     return sec
 
 
+@dataclass
+class _Run:
+    """One experiment's run in progress (store, cells, manifest, fresh results, progress)."""
+
+    exp: Experiment
+    settings: Any
+    name: str
+    seed: int
+    exp_dir: Path
+    store: CellStore
+    cells: list
+    todo: list
+    fresh: dict
+    manifest: dict
+    bar: Any
+    t0: float
+
+
+def _prepare(exp, out: Path, setting, seed: int, executor, progress: bool, verbose: bool) -> _Run:
+    from .progress import CellProgress
+
+    settings = exp.get_settings(setting)
+    name = setting_name(exp, setting)
+    exp_dir = out / exp.name
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    version = package_version()
+    store = CellStore(exp_dir, exp.name, name, seed, exp.schema, version)
+    cells = exp.cell_list(settings)
+    manifest = dict(experiment=exp.name, setting=name, seed=seed, version=version,
+                    n_cells=len(cells), executor=executor.describe(), status="running",
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    if dataclasses.is_dataclass(settings):
+        manifest["settings"] = dataclasses.asdict(settings)
+    atomic_write_text(_manifest_path(exp_dir), json.dumps(manifest, indent=1, default=str))
+    have = {c.id: store.read(c) for c in cells}
+    todo = [c for c in cells if have[c.id] is None]
+    fresh = {cid: df for cid, df in have.items() if df is not None}
+    if verbose:
+        print(f"== {exp.name} ({name}, seed {seed}): {exp.claim}", file=sys.stderr, flush=True)
+    bar = CellProgress(exp.name, len(cells), skipped=len(cells) - len(todo),
+                       workers=executor.n_workers, enabled=progress)
+    return _Run(exp, settings, name, seed, exp_dir, store, cells, todo, fresh, manifest, bar,
+                time.time())
+
+
+def _store_cell(run: _Run, cell: Cell, rows: pd.DataFrame, dt: float) -> None:
+    """Validate and write one finished cell (atomically); a failed write keeps a rescue copy."""
+    try:
+        df = run.store._frame(cell, rows.copy())
+    except CellSchemaError as e:
+        raise CellSchemaError(f"{e} (config {cell.config})") from None
+    df["cell_seconds"] = dt
+    try:
+        atomic_write_csv(run.store.path(cell), df)
+    except OSError as e:
+        raise OSError(_rescue(cell, df, run.store, e)) from e
+    run.fresh[cell.id] = run.store.read(cell, warn=False)
+    run.bar.update(cell.id, dt)
+
+
+def _finish(run: _Run, figures: bool) -> RunResult:
+    """Tables from the cells on disk, the manifest's final status, report section, figures."""
+    run.bar.close()
+    tables = _assemble(run.exp, run.store, run.cells, run.fresh, warn=False)
+    for kind, df in tables.items():
+        atomic_write_csv(run.exp_dir / f"{kind}.csv", df)
+    run.manifest.update(status="complete" if tables.complete else "partial",
+                        finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        seconds=round(time.time() - run.t0, 3), n_missing=len(tables.missing))
+    atomic_write_text(_manifest_path(run.exp_dir),
+                      json.dumps(run.manifest, indent=1, default=str))
+    return tables
+
+
+def _result(run: _Run, tables: Tables, figures: bool) -> RunResult:
+    section = _section(run.exp, tables, run.settings)
+    if figures and run.exp.plot is not None and tables.complete:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run.exp.plot(tables, run.settings, run.exp_dir)
+    return RunResult(run.exp.name, run.name, run.seed, tables, section, len(run.cells),
+                     len(run.todo), len(run.cells) - len(run.todo), time.time() - run.t0)
+
+
+def run_experiments(experiments, out, setting="quick", seed: int = 0, executor=None,
+                    figures: bool = True, progress: bool = True,
+                    verbose: bool = True) -> dict[str, RunResult]:
+    """Run several experiments through one executor; cells of all of them are in flight at once.
+
+    Same arguments as :func:`run_experiment` (``experiments`` a list of :class:`Experiment`);
+    returns ``{name: RunResult}``. On a cluster this keeps every worker busy across experiment
+    boundaries; in-process it runs the cells in experiment order.
+    """
+    from .._validation import integer
+    from .executors import InProcessExecutor
+
+    seed = integer("seed", seed)
+    out = check_out_dir(out)
+    executor = executor or InProcessExecutor()
+    runs = [_prepare(e, out, setting, seed, executor, progress, verbose) for e in experiments]
+    by_name = {r.exp.name: r for r in runs}
+    work = [(r.exp, c) for r in runs for c in r.todo]
+    done: dict[str, Tables] = {}
+    try:
+        for exp, cell, rows, dt in executor.map_many(work, seed=seed, cache=out / ".cache"):
+            _store_cell(by_name[exp.name], cell, rows, dt)
+    finally:
+        for r in runs:
+            done[r.exp.name] = _finish(r, figures)
+    return {r.exp.name: _result(r, done[r.exp.name], figures) for r in runs}
+
+
 def run_experiment(exp: Experiment, out, setting="quick", seed: int = 0, executor=None,
                    figures: bool = True, progress: bool = True, verbose: bool = True) -> RunResult:
     """Compute the missing cells of ``exp`` for (setting, seed), save tables, report, figures.
@@ -369,74 +481,13 @@ def run_experiment(exp: Experiment, out, setting="quick", seed: int = 0, executo
             :func:`grpo_theory.experiments.executors.open_executor`.
         figures: draw the figures after the run.
         progress: show a progress bar (plain lines when stderr is not a terminal).
+        verbose: print a header line naming the experiment, setting and seed.
 
     Returns:
         :class:`RunResult` with the tables, the report section and its verdict.
     """
-    from .executors import InProcessExecutor
-    from .progress import CellProgress
-
-    from .._validation import integer
-
-    seed = integer("seed", seed)
-    out = check_out_dir(out)
-    settings = exp.get_settings(setting)
-    name = setting_name(exp, setting)
-    exp_dir = out / exp.name
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    version = package_version()
-    store = CellStore(exp_dir, exp.name, name, seed, exp.schema, version)
-    cells = exp.cell_list(settings)
-    executor = executor or InProcessExecutor()
-    t0 = time.time()
-    manifest = dict(experiment=exp.name, setting=name, seed=seed, version=version,
-                    n_cells=len(cells), executor=executor.describe(), status="running",
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    if isinstance(setting, str) or dataclasses.is_dataclass(settings):
-        manifest["settings"] = (dataclasses.asdict(settings) if dataclasses.is_dataclass(settings)
-                                else str(settings))
-    atomic_write_text(_manifest_path(exp_dir), json.dumps(manifest, indent=1, default=str))
-
-    have = {c.id: store.read(c) for c in cells}
-    todo = [c for c in cells if have[c.id] is None]
-    fresh = {cid: df for cid, df in have.items() if df is not None}
-    if verbose:
-        print(f"== {exp.name} ({name}, seed {seed}): {exp.claim}", file=sys.stderr, flush=True)
-    bar = CellProgress(exp.name, len(cells), skipped=len(cells) - len(todo),
-                       workers=executor.n_workers, enabled=progress)
-    status = "partial"
-    try:
-        for cell, rows, dt in executor.map(exp, cells=todo, seed=seed,
-                                           cache=out / ".cache"):
-            rows = rows.copy()
-            try:
-                df = store._frame(cell, rows)
-            except CellSchemaError as e:
-                raise CellSchemaError(f"{e} (config {cell.config})") from None
-            df["cell_seconds"] = dt
-            try:
-                atomic_write_csv(store.path(cell), df)
-            except OSError as e:
-                raise OSError(_rescue(cell, df, store, e)) from e
-            fresh[cell.id] = store.read(cell, warn=False)
-            bar.update(cell.id, dt)
-        status = "complete"
-    finally:
-        bar.close()
-        tables = _assemble(exp, store, cells, fresh, warn=False)
-        for kind, df in tables.items():
-            atomic_write_csv(exp_dir / f"{kind}.csv", df)
-        manifest.update(status=status if tables.complete else "partial",
-                        finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        seconds=round(time.time() - t0, 3), n_missing=len(tables.missing))
-        atomic_write_text(_manifest_path(exp_dir), json.dumps(manifest, indent=1, default=str))
-    section = _section(exp, tables, settings)
-    if figures and exp.plot is not None and tables.complete:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            exp.plot(tables, settings, exp_dir)
-    return RunResult(exp.name, name, seed, tables, section, len(cells), len(todo),
-                     len(cells) - len(todo), time.time() - t0)
+    return run_experiments([exp], out, setting, seed, executor, figures, progress,
+                           verbose)[exp.name]
 
 
 def last_run(exp: Experiment, out) -> dict | None:
