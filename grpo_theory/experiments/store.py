@@ -235,7 +235,12 @@ class CellStore:
         if not path.exists():
             return None
         try:
-            df = pd.read_csv(path, keep_default_na=True)
+            # text columns are read as text: a hash such as "0123e45..." or a label "007" must
+            # not come back as a number
+            text = [c for c in META_COLUMNS + ("config",) if c not in ("seed", "n_rows")]
+            text += [c for c, spec in self.schema.get(cell.kind, {}).items()
+                     if _parse_spec(spec)[0] == "str"]
+            df = pd.read_csv(path, keep_default_na=True, dtype=dict.fromkeys(text, str))
             expect = dict(experiment=self.experiment, setting=self.setting, seed=self.seed,
                           cell=cell.id, cell_hash=path.stem.rsplit("-", 1)[1], kind=cell.kind)
             for col in META_COLUMNS + ("config",):
