@@ -126,10 +126,30 @@ def test_open_executor_rejects_bad_workers(workers):
             pass
 
 
-def test_cli_rejects_bad_workers_and_unknown_experiment(tmp_path, toy_cli, capsys):
-    assert cli.main(["toy", "--workers", "0", "--out", str(tmp_path)]) == 2
+def test_cli_workers_starts_a_local_cluster(tmp_path, monkeypatch, toy_cli):
+    """``--workers 2`` (a string from the command line) reaches LocalCluster(n_workers=2)."""
+    import distributed
+
+    class Started(Exception):
+        pass
+
+    def fake_cluster(n_workers, **kw):
+        raise Started(n_workers, kw["threads_per_worker"])
+
+    monkeypatch.setattr(distributed, "LocalCluster", fake_cluster)
+    with pytest.raises(Started) as started:
+        cli.main(["toy", "--workers", "2", "--out", str(tmp_path), "--no-progress"])
+    assert started.value.args == (2, 1)
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "x", "1.5", ""])
+def test_cli_rejects_bad_workers(tmp_path, workers, toy_cli, capsys):
+    assert cli.main(["toy", "--workers", workers, "--out", str(tmp_path)]) == 2
     assert "--workers must be a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "toy").exists()
+
+
+def test_cli_rejects_unknown_experiment(tmp_path, toy_cli, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["no-such-experiment", "--out", str(tmp_path)])
     assert exc.value.code != 0

@@ -160,12 +160,16 @@ def test_seed_and_setting_never_reuse_other_cells(tmp_path, computed):
     small = _run(tmp_path, toy.Settings(n_cells=3), seed=1)
     assert small.n_reused == 0 and sorted(computed) == ["c0", "c1", "c2"]
     assert small.setting.startswith("custom-") and set(small.tables["table"]["seed"]) == {1}
-    # delete some seed-1 cells: the rerun computes those, with seed 1, and nothing mixes
+    # delete some seed-1 cells and put a seed-0 file in place of another: the rerun computes
+    # those, with seed 1, and nothing mixes
     for cid in ("c1", "c3"):
         _cell_files(tmp_path, seed=1)[cid].unlink()
+    impostor = _cell_files(tmp_path, seed=1)["c4"]
+    shutil.copy(_cell_files(tmp_path, seed=0)["c4"], impostor)
     computed.clear()
-    again = _run(tmp_path, seed=1)
-    assert sorted(computed) == ["c1", "c3"]
+    with pytest.warns(UserWarning, match=impostor.name):
+        again = _run(tmp_path, seed=1)
+    assert sorted(computed) == ["c1", "c3", "c4"]
     pd.testing.assert_frame_equal(_values(again.tables["table"]), t1)
     disk = pd.read_csv(tmp_path / EXP.name / "table.csv")
     assert set(disk["seed"]) == {1} and set(disk["setting"]) == {"quick"} and len(disk) == len(t1)
@@ -251,6 +255,16 @@ def test_failed_cell_write_is_rescued_and_accepted(tmp_path, monkeypatch, comput
 
 
 # --------------------------------------------------------------------------- report command
+
+
+def test_cli_run_writes_a_passing_report(tmp_path, toy_cli, capsys):
+    assert cli.main(["toy", "--out", str(tmp_path), "--no-progress", "--no-figures"]) == 0
+    assert "== toy: PASS (5 cells computed, 0 reused" in capsys.readouterr().err
+    row = [ln for ln in (tmp_path / "REPORT.md").read_text().splitlines()
+           if ln.startswith("| [toy](#toy)")]
+    assert len(row) == 1 and "| quick | 0 | PASS" in row[0]
+    assert cli.main(["toy", "--out", str(tmp_path), "--no-progress", "--no-figures"]) == 0
+    assert "(0 cells computed, 5 reused" in capsys.readouterr().err
 
 
 def test_report_on_empty_folder_fails_clearly(tmp_path, toy_cli, capsys):

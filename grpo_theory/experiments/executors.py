@@ -87,6 +87,8 @@ class DaskExecutor:
 def _positive_workers(workers) -> int:
     from .._validation import integer
 
+    if isinstance(workers, str) and workers.strip().isdigit():  # `--workers 2` on the CLI
+        workers = int(workers)
     try:
         n = integer("workers", workers)
     except ValueError:
