@@ -1,9 +1,10 @@
 """Test-only experiments for the runner, the store and the executors (cheap, pure cells).
 
 ``toy``: cell ``c<i>`` returns ``n_rows`` rows ``value_j ~ N(i, 1)`` drawn from the cell's key,
-so a table pins down which key each cell received. PASS when every value is finite and the
-per-cell means are increasing in ``i`` up to a loose tolerance (a check the numbers decide). The
-report reads the last cell's mean, so it raises on a table that lacks that cell.
+so a table pins down which key each cell received. PASS when every ``|value - i| < 6`` and the
+last cell's mean is within 3 of its index (both hold with overwhelming probability; a NaN makes
+them INCOMPLETE). The report reads the last cell's mean, so it raises on a table that lacks that
+cell.
 
 ``toy-slow``: the same cells, each sleeping ``sleep`` seconds first (so a Dask worker can be
 killed while it runs one).
@@ -39,7 +40,7 @@ class Settings:
 
 
 SETTINGS = {"quick": Settings(n_cells=5), "full": Settings(n_cells=8, n_rows=6)}
-SLOW_SETTINGS = {"quick": Settings(n_cells=4, sleep=2.0), "full": Settings(n_cells=6, sleep=2.0)}
+SLOW_SETTINGS = {"quick": Settings(n_cells=4, sleep=1.5), "full": Settings(n_cells=6, sleep=1.5)}
 
 SCHEMA = {"table": dict(i="int", j="int", value="float", label="str", even="bool",
                         note="float?")}

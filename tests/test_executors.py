@@ -159,7 +159,7 @@ def test_cli_rejects_unknown_experiment(tmp_path, toy_cli, capsys):
 def test_unreachable_scheduler_fails_fast(tmp_path, monkeypatch, toy_cli, capsys):
     """Nobody listens at the address: a ValueError after the connect timeout, not a hang.
 
-    The default timeout is at most 10 s; the test shortens it to 2 s to keep the suite fast.
+    The default timeout is at most 10 s; the test shortens it to 1 s to keep the suite fast.
     """
     assert executors.CONNECT_TIMEOUT <= 10
     with socket.socket() as sock:
@@ -168,10 +168,10 @@ def test_unreachable_scheduler_fails_fast(tmp_path, monkeypatch, toy_cli, capsys
     address = f"tcp://127.0.0.1:{port}"
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match="could not reach a Dask scheduler"):
-        with open_executor(scheduler=address, connect_timeout=2):
+        with open_executor(scheduler=address, connect_timeout=1):
             pass
     assert time.perf_counter() - t0 < 15.0
-    monkeypatch.setattr(executors, "CONNECT_TIMEOUT", 2)
+    monkeypatch.setattr(executors, "CONNECT_TIMEOUT", 1)
     t0 = time.perf_counter()
     code = cli.main(["toy", "--scheduler", address, "--out", str(tmp_path), "--no-progress"])
     assert code == 2 and time.perf_counter() - t0 < 15.0

@@ -100,6 +100,7 @@ def _edit(fn):
 
 DAMAGE = {
     "truncated": _truncate,
+    "emptied": lambda p: p.write_bytes(b""),
     "garbled": _garble,
     "column removed": _edit(lambda df: df.drop(columns="value")),
     "value edited to NaN": _edit(lambda df: df.assign(value=df["value"].where(df["j"] != 1))),
