@@ -301,6 +301,7 @@ def test_report_after_interrupted_run_is_incomplete(tmp_path, monkeypatch, toy_c
 def test_files_follow_the_umask(tmp_path, mask, mode):
     old = os.umask(mask)
     try:
+        assert store.file_mode() == mode and os.umask(mask) == mask  # read, not changed
         _run(tmp_path)
     finally:
         os.umask(old)

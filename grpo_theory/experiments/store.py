@@ -44,11 +44,24 @@ class CellSchemaError(ValueError):
     """Rows that do not match the experiment's declared schema."""
 
 
-def file_mode() -> int:
-    """``0o666`` minus the process umask: what ``open(..., "w")`` would give a new file."""
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (``/proc/self/status``):
+    setting it to 0 and back would briefly give other threads' new files mode 0o666."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     old = os.umask(0)
     os.umask(old)
-    return 0o666 & ~old
+    return old
+
+
+def file_mode() -> int:
+    """``0o666`` minus the process umask: what ``open(..., "w")`` would give a new file."""
+    return 0o666 & ~_umask()
 
 
 def atomic_write_text(path, text: str) -> Path:
