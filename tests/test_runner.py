@@ -91,11 +91,26 @@ def _garble(p):
     p.write_bytes(np.random.default_rng(0).bytes(len(p.read_bytes())))
 
 
-def _edit(fn):
+def _edit(fn, resign=True):
+    """Edit a cell file's rows; ``resign`` writes a valid checksum so the deeper checks (schema,
+    identity, row count) are what must catch it."""
     def damage(p):
-        df = pd.read_csv(p, dtype={"cell_hash": str})
-        fn(df).to_csv(p, index=False)
+        df = pd.read_csv(io.StringIO(store.verified_body(p)), dtype={"cell_hash": str})
+        df = fn(df)
+        p.write_text(store.cell_text(df) if resign else df.to_csv(index=False))
     return damage
+
+
+def _edit_number_in_place(p):
+    """Change one digit of a value to another finite number, keeping the old checksum line."""
+    text = p.read_text()
+    lines = text.split("\n")
+    header = lines[0].split(",")
+    row = lines[1].split(",")
+    i = header.index("value")
+    row[i] = str(float(row[i]) + 1.0)
+    lines[1] = ",".join(row)
+    p.write_text("\n".join(lines))
 
 
 DAMAGE = {
@@ -105,6 +120,9 @@ DAMAGE = {
     "column removed": _edit(lambda df: df.drop(columns="value")),
     "value edited to NaN": _edit(lambda df: df.assign(value=df["value"].where(df["j"] != 1))),
     "rows deleted": _edit(lambda df: df.iloc[:2]),
+    "rows deleted, no checksum": _edit(lambda df: df.iloc[:2], resign=False),
+    "value edited to another finite number": _edit_number_in_place,
+    "seed column edited": _edit(lambda df: df.assign(seed=df["seed"] + 1)),
 }
 
 
@@ -233,21 +251,21 @@ def test_failed_cell_write_is_rescued_and_accepted(tmp_path, monkeypatch, comput
     monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     out = tmp_path / "out"
-    real = runner.atomic_write_csv
+    real = runner.atomic_write_text
 
-    def failing(path, df):
+    def failing(path, text):
         if str(path).startswith(str(out)) and path.name.startswith("c1-"):
             raise OSError(28, "No space left on device")
-        return real(path, df)
+        return real(path, text)
 
-    monkeypatch.setattr(runner, "atomic_write_csv", failing)
+    monkeypatch.setattr(runner, "atomic_write_text", failing)
     with pytest.raises(OSError, match="saved to") as err:
         _run(out)
     rescued = [p for p in (tmp_path / "tmp").rglob("*.csv")]
     assert len(rescued) == 1 and str(rescued[0]) in str(err.value)
     target = out / EXP.name / "cells" / "quick" / "seed0" / rescued[0].name
     assert str(target) in str(err.value) and not target.exists()
-    monkeypatch.setattr(runner, "atomic_write_csv", real)
+    monkeypatch.setattr(runner, "atomic_write_text", real)
     shutil.copy(rescued[0], target)
     computed.clear()
     res = _run(out)
@@ -327,7 +345,7 @@ def test_section_verdict_rules():
     assert Section("t", "", [ok, ok]).verdict == "PASS"
     assert Section("t", "", [ok, fail]).verdict == "FAIL"
     assert Section("t", "", [ok, none]).verdict == "INCOMPLETE"
-    assert Section("t", "", [fail, none]).verdict == "INCOMPLETE"
+    assert Section("t", "", [fail, none]).verdict == "FAIL"  # a failed check is definite
     assert "| b | FAIL |" in Section("t", "", [ok, fail]).checks_markdown()
 
 
@@ -336,8 +354,8 @@ def test_report_that_raises_on_partial_table_is_incomplete(tmp_path):
         raise RuntimeError("needs every cell")
 
     exp = dataclasses.replace(EXP, report=fragile)
-    with pytest.raises(RuntimeError, match="needs every cell"):  # complete: a real bug
-        _run(tmp_path, exp=exp)
+    res = _run(tmp_path, exp=exp)  # complete table: a bug in the report is a failed check
+    assert res.verdict == "FAIL" and "needs every cell" in res.section.markdown
     _cell_files(tmp_path)["c0"].unlink()
     sec, manifest = report_section(exp, tmp_path)
     assert sec.verdict == "INCOMPLETE" and "needs every cell" in sec.markdown

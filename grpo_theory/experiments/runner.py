@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
-                    check_out_dir)
+                    cell_text, check_out_dir)
 
 __all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
            "run_experiments", "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "check",
@@ -104,9 +104,13 @@ class Section:
 
     @property
     def verdict(self) -> str:
+        """FAIL if any check failed; else INCOMPLETE if a check had no number (or there are no
+        checks); else PASS."""
+        if any(c.passed is False for c in self.checks):
+            return "FAIL"
         if not self.checks or any(c.passed is None for c in self.checks):
             return "INCOMPLETE"
-        return "PASS" if all(c.passed for c in self.checks) else "FAIL"
+        return "PASS"
 
     def checks_markdown(self) -> str:
         if not self.checks:
@@ -301,7 +305,7 @@ def _rescue(cell: Cell, df: pd.DataFrame, store: CellStore, err: OSError) -> str
     rescue = Path(tempfile.gettempdir()) / "grpo-theory-rescue" / store.path(cell).relative_to(
         store.dir.parent)
     try:
-        atomic_write_csv(rescue, df)
+        atomic_write_text(rescue, cell_text(df))
         where = f"saved to {rescue}; copy it to {store.path(cell)} to resume without recomputing"
     except OSError:
         where = "it could not be saved anywhere"
@@ -343,8 +347,11 @@ def _section(exp: Experiment, tables: Tables, settings) -> Section:
     try:
         sec = exp.report(tables, settings)
     except Exception as e:  # noqa: BLE001 - a partial table may lack what the report needs
-        if tables.complete:
-            raise
+        if tables.complete:  # a bug in the driver's report: say so, as a failed check
+            return Section(exp.claim, f"The report could not be computed: "
+                           f"{type(e).__name__}: {e}",
+                           [Check("report computed from the tables", False,
+                                  f"{type(e).__name__}")])
         sec = Section(exp.claim, f"(report needs the missing cells: {type(e).__name__}: {e})", [])
     if not tables.complete:
         note = (f"**Incomplete run**: {len(tables.missing)} of {tables.n_cells} cells are "
@@ -409,7 +416,7 @@ def _store_cell(run: _Run, cell: Cell, rows: pd.DataFrame, dt: float) -> None:
         raise CellSchemaError(f"{e} (config {cell.config})") from None
     df["cell_seconds"] = dt
     try:
-        atomic_write_csv(run.store.path(cell), df)
+        atomic_write_text(run.store.path(cell), cell_text(df))
     except OSError as e:
         raise OSError(_rescue(cell, df, run.store, e)) from e
     run.fresh[cell.id] = run.store.read(cell, warn=False)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["CellStore", "CellSchemaError", "cell_hash", "atomic_write_text", "atomic_write_csv",
+__all__ = ["CellStore", "CellSchemaError", "cell_hash", "cell_text", "verified_body", "atomic_write_text", "atomic_write_csv",
            "file_mode", "check_out_dir", "META_COLUMNS", "DTYPES"]
 
 #: columns the store adds to every row (they identify the cell and are checked on read)
@@ -85,6 +86,28 @@ def atomic_write_text(path, text: str) -> Path:
 
 def atomic_write_csv(path, df: pd.DataFrame) -> Path:
     return atomic_write_text(path, df.to_csv(index=False))
+
+
+CHECKSUM_PREFIX = "#sha256:"
+
+
+def cell_text(df: pd.DataFrame) -> str:
+    """A cell file's text: the CSV, then one line ``#sha256:<digest of the CSV text>``."""
+    body = df.to_csv(index=False)
+    return body + CHECKSUM_PREFIX + hashlib.sha256(body.encode()).hexdigest() + "\n"
+
+
+def verified_body(path) -> str:
+    """The CSV text of a cell file whose checksum line matches; ``CellSchemaError`` otherwise
+    (a truncated file, or one whose numbers were edited, even to other finite values)."""
+    raw = Path(path).read_bytes().decode("utf-8")
+    i = raw.rfind(CHECKSUM_PREFIX)
+    if i < 0:
+        raise CellSchemaError("no checksum line (truncated or not written by the runner)")
+    body, digest = raw[:i], raw[i + len(CHECKSUM_PREFIX):].strip()
+    if hashlib.sha256(body.encode()).hexdigest() != digest:
+        raise CellSchemaError("checksum mismatch (the file was edited or damaged)")
+    return body
 
 
 def check_out_dir(out) -> Path:
@@ -239,7 +262,7 @@ class CellStore:
     def write(self, cell, rows) -> pd.DataFrame:
         """Validate ``rows`` against the schema and write the cell atomically; return the frame."""
         df = self._frame(cell, rows)
-        atomic_write_csv(self.path(cell), df)
+        atomic_write_text(self.path(cell), cell_text(df))
         return df
 
     def read(self, cell, warn: bool = True):
@@ -253,7 +276,9 @@ class CellStore:
             text = [c for c in META_COLUMNS + ("config",) if c not in ("seed", "n_rows")]
             text += [c for c, spec in self.schema.get(cell.kind, {}).items()
                      if _parse_spec(spec)[0] == "str"]
-            df = pd.read_csv(path, keep_default_na=True, dtype=dict.fromkeys(text, str))
+            body = verified_body(path)
+            df = pd.read_csv(io.StringIO(body), keep_default_na=True,
+                             dtype=dict.fromkeys(text, str))
             expect = dict(experiment=self.experiment, setting=self.setting, seed=self.seed,
                           cell=cell.id, cell_hash=path.stem.rsplit("-", 1)[1], kind=cell.kind)
             for col in META_COLUMNS + ("config",):
@@ -266,7 +291,8 @@ class CellStore:
                 raise CellSchemaError("column 'config' does not match the cell's configuration")
             n = pd.to_numeric(df["n_rows"], errors="coerce")
             if len(df) == 0 or not (n == len(df)).all():
-                raise CellSchemaError(f"{len(df)} rows where the cell wrote {n.iloc[0] if len(n) else '?'}")
+                wrote = n.iloc[0] if len(n) else "?"
+                raise CellSchemaError(f"{len(df)} rows where the cell wrote {wrote}")
             df = validate_rows(df, self.schema[cell.kind], "cell")
         except (CellSchemaError, pd.errors.ParserError, pd.errors.EmptyDataError,
                 UnicodeDecodeError, ValueError) as e:
