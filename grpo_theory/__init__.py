@@ -44,6 +44,9 @@ _ATTRS = {
     "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
     "Estimate": "core.stats", "z_value": "core.stats",
     "ScoreStructure": "core.gram", "as_structure": "core.gram",
+    # the group-size advisor
+    "estimate_scaling_constants": "advisor.estimate", "estimate_from_rollouts": "advisor.estimate",
+    "ScalingEstimate": "advisor.estimate",
     # training
     "TrainResult": "optim.train", "train": "optim.train", "train_schedules": "optim.train",
     "TrainConfig": "optim.train", "make_train": "optim.train",
@@ -52,7 +55,7 @@ _ATTRS = {
 # submodules reachable as attributes (old flat names kept as aliases)
 _MODULES = {
     "core": "core", "optim": "optim", "companions": "companions", "lm": "lm",
-    "problems": "problems", "experiments": "experiments",
+    "problems": "problems", "experiments": "experiments", "advisor": "advisor",
     "policies": "core.policies", "sampling": "core.sampling", "estimators": "core.estimators",
     "frameworks": "core.frameworks", "stats": "core.stats", "gram": "core.gram",
     "exact": "core.exact", "montecarlo": "core.montecarlo", "ustat": "core.ustat",

@@ -1,0 +1,12 @@
+"""The group-size advisor: sample-based estimates of c1, c2, c3 and G* (:mod:`.estimate`) with
+jackknife and Fieller intervals (:mod:`.intervals`)."""
+
+from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
+                       estimate_from_rollouts, estimate_scaling_constants, lm_rollout_statistics,
+                       prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
+from .intervals import fieller_interval, group_size_interval, jackknife_cov
+
+__all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
+           "estimate_from_rollouts", "estimate_scaling_constants", "lm_rollout_statistics",
+           "prompt_pieces", "rollout_statistics", "scaling_intervals", "t_quantile",
+           "fieller_interval", "group_size_interval", "jackknife_cov"]
