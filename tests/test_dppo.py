@@ -207,23 +207,28 @@ def test_bad_inputs_raise():
 
 
 def test_driver_quick_setting_passes(tmp_path):
+    from grpo_theory.experiments.runner import run_experiment
     from simulations import dppo_pruning as drv
 
-    drv.run(tmp_path, quick=True, seed=0)
-    c = drv._checks(tmp_path)
+    res = run_experiment(drv.EXPERIMENT, tmp_path, "quick", seed=0, progress=False)
+    assert res.tables.complete and set(res.tables) == {"masks", "batches", "tradeoff"}
+    c = drv.summary(res.tables)
     assert c["mask_dppo_bias"] <= drv.EXACT_TOL
     assert c["batch_dppo_bias"] <= drv.EXACT_TOL
     assert min(c["mask_control_bias"].values()) > 1e-3
     assert min(c["batch_control_bias"].values()) > 1e-3
     assert c["var_mc_z"] <= drv.Z_TOL and c["trade_z"] <= drv.Z_TOL
     assert c["zero_group_added"] == 0.0
-    rep = drv.report(tmp_path)
-    assert rep["passed"]
-    d = drv._trade_view(drv._load(tmp_path)[2])
+    assert res.verdict == "PASS", res.section.checks_markdown()
+    d = drv.trade_view(res.tables["tradeoff"])
     adv = d[d.family == "advantage-aware"]
     # at equal expected kept tokens, advantage-aware pruning beats uniform pruning (exact)
     assert (adv.mse_ratio < adv.completion_uniform_ratio_same_tokens).all()
     assert (adv.mse_ratio < adv.prompt_uniform_ratio_same_tokens).all()
     assert adv.kept_tokens.min() < 0.5 and (adv.mse_ratio < 1.5).all()
-    drv.plot(tmp_path)
-    assert (tmp_path / "dppo_pruning.png").exists()
+    assert (tmp_path / drv.NAME / "dppo_pruning.png").exists()
+    # a DPPO bias above the tolerance makes the verdict FAIL
+    bad, m = dict(res.tables), res.tables["masks"]
+    bad["masks"] = m.assign(max_abs_bias=np.where(m.method == "dppo", 1e-3 * m.scale,
+                                                  m.max_abs_bias))
+    assert drv.report(bad, drv.SETTINGS["quick"]).verdict == "FAIL"

@@ -166,38 +166,39 @@ def test_conditional_advantages_refuse_batch_coupled():
 
 @pytest.fixture(scope="module")
 def driver_out(tmp_path_factory):
+    from grpo_theory.experiments.runner import run_experiment
     from simulations import length_weighting as drv
 
-    out = tmp_path_factory.mktemp("lw") / drv.NAME
-    drv.run(out, quick=True, seed=0)
-    drv.plot(out)
-    return drv, out
+    out = tmp_path_factory.mktemp("lw")
+    res = run_experiment(drv.EXPERIMENT, out, "quick", seed=0, progress=False)
+    return drv, out, res
 
 
 def test_driver_quick_claims(driver_out):
-    drv, out = driver_out
-    checks = drv._checks(out)
-    failed = [k for k, v in checks.items() if not v]
+    drv, out, res = driver_out
+    assert res.tables.complete
+    assert set(res.tables) == {"exact", "modes", "sweep", "mc", "training"}
+    failed = [k for k, c in drv.checks(res.tables).items() if c.verdict != "PASS"]
     assert not failed, failed
-    rep = drv.report(out)
-    assert rep["passed"]
-    assert (out / "length_weighting.png").exists()
-    assert {"seed", "version", "config"} <= set(pd.read_csv(out / "sweep.csv").columns)
+    assert res.verdict == "PASS"
+    assert (out / drv.NAME / "length_weighting.png").exists()
+    sweep = pd.read_csv(out / drv.NAME / "sweep.csv")
+    assert {"seed", "version", "config", "policy", "sin", "token_slope"} <= set(sweep.columns)
 
 
-def test_driver_checks_can_fail(driver_out, tmp_path):
-    import shutil
-
-    drv, out = driver_out
-    bad = tmp_path / "bad"
-    shutil.copytree(out, bad)
-    tr = pd.read_csv(bad / "training.csv")
-    last = tr.drift_incorrect.notna() & (tr.alpha == 0.0)
-    tr.loc[last, "drift_incorrect"] = 0.0
-    tr.to_csv(bad / "training.csv", index=False)
-    sw = pd.read_csv(bad / "sweep.csv")
+def test_driver_checks_can_fail(driver_out):
+    drv, out, res = driver_out
+    bad = dict(res.tables)
+    tr = res.tables["training"].copy()
+    tr.loc[tr.drift_incorrect.notna() & (tr.alpha == 0.0), "drift_incorrect"] = 0.0
+    sw = res.tables["sweep"].copy()
     sw.loc[(sw.alpha == 0.5) & (sw.policy == "varied"), "sin"] = 0.0
-    sw.to_csv(bad / "sweep.csv", index=False)
-    c = drv._checks(bad)
-    assert not c["alpha0_lengthens_incorrect"] and not c["only_alpha1_unbiased"]
-    assert not drv.report(bad)["passed"]
+    bad.update(training=tr, sweep=sw)
+    c = drv.checks(bad)
+    assert c["alpha0_lengthens_incorrect"].verdict == "FAIL"
+    assert c["only_alpha1_unbiased"].verdict == "FAIL"
+    assert drv.report(bad, drv.SETTINGS["quick"]).verdict == "FAIL"
+    # a missing number is never a PASS
+    mc = res.tables["mc"].copy()
+    mc.loc[0, "max_abs_z"] = np.nan
+    assert drv.checks(dict(res.tables, mc=mc))["mc_agrees"].verdict == "INCOMPLETE"

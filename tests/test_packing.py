@@ -180,14 +180,16 @@ def test_attention_never_crosses_sequences():
 
 
 def test_driver_quick_setting_passes(tmp_path):
+    from grpo_theory.experiments.runner import run_experiment
     from simulations import prompt_packing as drv
 
-    drv.run(tmp_path, quick=True, seed=0)
-    c = drv._checks(tmp_path)
+    res = run_experiment(drv.EXPERIMENT, tmp_path, "quick", seed=0, progress=False)
+    assert res.tables.complete and set(res.tables) == {"density", "equivalence"}
+    c = drv.summary(res.tables)
     assert c["eq_loss"] <= drv.EQ_TOL and c["eq_grad"] <= drv.EQ_TOL
     assert c["token_once"] and c["max_fill"] <= c["capacity"]
     assert c["min_gain"] > 0.1 and c["rows_vs_bound"] >= 0
-    t = drv._summary_table(drv._load(tmp_path)[0])
+    t = drv.summary_table(res.tables["density"])
     for dist, d in t.groupby("dist"):
         d = d.sort_values("window")
         # a window of 64 packs within 5% of the volume bound and far above naive padding
@@ -195,6 +197,12 @@ def test_driver_quick_setting_passes(tmp_path):
         assert w64.rows <= 1.05 * w64.lower_bound, dist
         assert w64.density > 1.5 * w64.naive, dist
         assert d.density.iloc[-1] > d.density.iloc[0], dist  # look-ahead helps
-    assert drv.report(tmp_path)["passed"]
-    drv.plot(tmp_path)
-    assert (tmp_path / "packing_density.png").exists()
+    assert res.verdict == "PASS", res.section.checks_markdown()
+    assert (tmp_path / drv.NAME / "packing_density.png").exists()
+    # a row over capacity or a packed loss that differs makes the verdict FAIL
+    bad = dict(res.tables)
+    bad["density"] = res.tables["density"].assign(max_fill=drv.CAPACITY + 1)
+    assert drv.report(bad, drv.SETTINGS["quick"]).verdict == "FAIL"
+    bad = dict(res.tables)
+    bad["equivalence"] = res.tables["equivalence"].assign(loss_rel_diff=1e-9)
+    assert drv.report(bad, drv.SETTINGS["quick"]).verdict == "FAIL"
