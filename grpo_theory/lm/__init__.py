@@ -5,3 +5,5 @@ from . import model, policy, task  # noqa: F401
 from .model import ModelConfig, init_params, make_apply, make_sampler  # noqa: F401
 from .policy import LMPolicy, score_contractions, seq_log_probs  # noqa: F401
 from .task import TaskConfig, eval_set, parse_final_integer, reward_text, reward_tokens  # noqa: F401
+# Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
+from .hf import HFPolicy, from_pretrained  # noqa: F401

@@ -18,6 +18,7 @@ matrix is never stored: one pass gives all estimators at all group sizes from th
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -51,22 +52,32 @@ def _temperature(temperature):
     return V.real_scalar("temperature", temperature, positive=True)
 
 
-def response_mask(responses):
+def _eos_ids(eos) -> tuple:
+    """End-of-sequence ids as a non-empty tuple of ints >= 0 (an int or a sequence of ints)."""
+    ids = (eos,) if np.ndim(eos) == 0 else tuple(eos)
+    if not ids:
+        raise ValueError(f"eos must be a token id or a non-empty sequence of ids, got {eos!r}")
+    return tuple(V.integer("eos", i, 0) for i in ids)
+
+
+def response_mask(responses, eos=EOS):
     """1 for response tokens up to and including the first EOS, else 0 (N, R).
 
     Args:
         responses: (N, R) integer token ids.
+        eos: the end-of-sequence id, or a sequence of ids any of which ends a response.
 
     Returns:
         (N, R) float32 mask.
     """
     responses = jnp.asarray(V.token_array("responses", responses, 2))
-    is_eos = (responses == EOS).astype(jnp.int32)
+    eos = _eos_ids(eos)
+    is_eos = jnp.isin(responses, jnp.asarray(eos, responses.dtype)).astype(jnp.int32)
     before = jnp.cumsum(is_eos, axis=1) - is_eos  # EOS strictly before position t
     return (before == 0).astype(jnp.float32)
 
 
-def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
+def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0, eos=EOS):
     """``log pi(y_t | x, y_<t)`` (N, R) by teacher forcing, 0 after the first EOS.
 
     Args:
@@ -75,6 +86,7 @@ def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
         prompts: (N, P) integer ids, P >= 1.
         responses: (N, R) integer ids, R >= 1.
         temperature: > 0.
+        eos: the end-of-sequence id(s) (see :func:`response_mask`).
 
     Returns:
         (N, R) per-token log-probabilities.
@@ -87,18 +99,20 @@ def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
     logits = apply_fn(params, tokens, p)[:, p - 1: -1].astype(jnp.float32) / temperature
     lp = jax.nn.log_softmax(logits, axis=-1)
     tok_lp = jnp.take_along_axis(lp, responses[..., None], axis=-1)[..., 0]
-    return tok_lp * response_mask(responses)
+    return tok_lp * response_mask(responses, eos)
 
 
-def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0):
+def seq_log_probs(apply_fn, params, prompts, responses, temperature=1.0, eos=EOS):
     """``log pi(y|x)`` (N,) by teacher forcing: one forward pass over prompt + response.
 
     Args and shapes as :func:`token_log_probs`; returns (N,).
     """
-    return jnp.sum(token_log_probs(apply_fn, params, prompts, responses, temperature), axis=1)
+    return jnp.sum(token_log_probs(apply_fn, params, prompts, responses, temperature, eos),
+                   axis=1)
 
 
-def generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0):
+def generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0,
+                   eos=EOS, pad: int = PAD):
     """Autoregressive sampling for any ``apply_fn`` (full forward per position; no cache).
 
     Args:
@@ -107,19 +121,23 @@ def generic_sample(apply_fn, params, key, prompts, response_len: int, temperatur
         prompts: (N, P) integer ids.
         response_len: R >= 1 tokens to draw.
         temperature: > 0.
+        eos: the end-of-sequence id(s) (see :func:`response_mask`).
+        pad: the id written after the first EOS (>= 0).
 
     Returns:
-        (N, R) token ids, PAD after the first EOS.
+        (N, R) token ids, ``pad`` after the first EOS.
     """
     key = V.key_or_seed(key)
     prompts = V.token_array("prompts", prompts, 2)
     response_len = V.positive_int("response_len", response_len)
     temperature = _temperature(temperature)
-    return _generic_sample(apply_fn, params, key, prompts, response_len, temperature)
+    eos, pad = _eos_ids(eos), V.integer("pad", pad, 0)
+    return _generic_sample(apply_fn, params, key, prompts, response_len, temperature, eos, pad)
 
 
-@partial(jax.jit, static_argnames=("apply_fn", "response_len"))
-def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0):
+@partial(jax.jit, static_argnames=("apply_fn", "response_len", "eos", "pad"))
+def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperature=1.0,
+                    eos=(EOS,), pad=PAD):
     prompts = jnp.asarray(prompts)
     n, p = prompts.shape
     keys = jax.random.split(key, response_len)
@@ -130,21 +148,21 @@ def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperatu
         logits = apply_fn(params, seq, p)
         lg = jax.lax.dynamic_index_in_dim(logits, p + i - 1, axis=1, keepdims=False)
         tok = jax.random.categorical(k, lg.astype(jnp.float32) / temperature, axis=-1)
-        tok = jnp.where(done, PAD, tok).astype(seq.dtype)
+        tok = jnp.where(done, pad, tok).astype(seq.dtype)
         seq = jax.lax.dynamic_update_slice_in_dim(seq, tok[:, None], p + i, axis=1)
-        return (seq, done | (tok == EOS)), None
+        return (seq, done | jnp.isin(tok, jnp.asarray(eos, seq.dtype))), None
 
-    seq0 = jnp.concatenate([prompts, jnp.full((n, response_len), PAD, prompts.dtype)], axis=1)
+    seq0 = jnp.concatenate([prompts, jnp.full((n, response_len), pad, prompts.dtype)], axis=1)
     (seq, _), _ = jax.lax.scan(step, (seq0, jnp.zeros(n, bool)), (jnp.arange(response_len), keys))
     return seq[:, p:]
 
 
-@partial(jax.jit, static_argnames=("apply_fn", "chunk"))
-def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk):
+@partial(jax.jit, static_argnames=("apply_fn", "chunk", "eos"))
+def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk, eos=(EOS,)):
     flat, unravel = ravel_pytree(params)
 
     def lp_one(theta, x, y):
-        return seq_log_probs(apply_fn, unravel(theta), x[None], y[None], temperature)[0]
+        return seq_log_probs(apply_fn, unravel(theta), x[None], y[None], temperature, eos)[0]
 
     grad_one = jax.grad(lp_one)
     n = prompts.shape[0]
@@ -164,7 +182,7 @@ def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk)
 
 
 def score_contractions(apply_fn, params, prompts, responses, weights, temperature=1.0,
-                       chunk: int = 256):
+                       chunk: int = 256, eos=EOS):
     """``(W @ S, ||s_n||^2)`` with ``S`` the (N, D) per-sample scores (never materialised).
 
     Args:
@@ -173,6 +191,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         weights: (K, N) (or (N,)) finite real weights.
         temperature: > 0.
         chunk: samples per scanned block (>= 1).
+        eos: the end-of-sequence id(s) (see :func:`response_mask`).
 
     Returns:
         ``(acc, sq)``: float64 (K, D) ``W S`` and (N,) squared score norms.
@@ -181,6 +200,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
     prompts, responses = np.asarray(prompts), np.asarray(responses)
     temperature = _temperature(temperature)
     chunk = V.positive_int("chunk", chunk)
+    eos = _eos_ids(eos)
     w = V.real_array("weights", weights)
     if w.ndim not in (1, 2):
         raise ValueError(f"weights must have shape (K, N) or (N,), got {w.shape}")
@@ -195,7 +215,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
         weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
     acc, sq = _contract(apply_fn, params, jnp.asarray(prompts), jnp.asarray(responses),
-                        jnp.asarray(weights), temperature, chunk)
+                        jnp.asarray(weights), temperature, chunk, eos)
     return np.asarray(acc), np.asarray(sq)[:n]
 
 
@@ -206,6 +226,8 @@ class LMPolicy:
     Token arrays passed to the methods must be integer (N, T) arrays (N, T >= 1) with ids in
     ``[0, vocab_size)``; ``vocab_size`` is read from the model's output shape (``jax.eval_shape``,
     no computation) unless given. Violations are ``ValueError``s naming the argument.
+    ``eos_ids`` (an id or a sequence of ids, stored as a tuple) end a response; ``pad_id`` fills
+    a sampled response after its first EOS (defaults: the arithmetic task's EOS and PAD).
     """
 
     params: dict
@@ -213,6 +235,8 @@ class LMPolicy:
     sample_fn: Callable | None = None
     temperature: float = 1.0
     vocab_size: int | None = None
+    eos_ids: tuple = (EOS,)
+    pad_id: int = PAD
 
     def __post_init__(self):
         if not callable(self.apply_fn):
@@ -223,6 +247,11 @@ class LMPolicy:
         self.temperature = _temperature(self.temperature)
         if self.vocab_size is not None:
             self.vocab_size = V.positive_int("vocab_size", self.vocab_size)
+        try:
+            self.eos_ids = _eos_ids(self.eos_ids)
+        except ValueError as e:
+            raise ValueError(str(e).replace("eos", "eos_ids", 1)) from None
+        self.pad_id = V.integer("pad_id", self.pad_id, 0)
 
     def _vocab(self):
         """The model's vocabulary size (from its logits' shape), or None if it cannot be read."""
@@ -253,7 +282,7 @@ class LMPolicy:
             return self.sample_fn(self.params, key, jnp.asarray(prompts), response_len,
                                   self.temperature)
         return generic_sample(self.apply_fn, self.params, key, jnp.asarray(prompts),
-                              response_len, self.temperature)
+                              response_len, self.temperature, self.eos_ids, self.pad_id)
 
     def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
         """:meth:`sample` in blocks of prompts so that ``rows x prompt_len^2 <= max_elems``
@@ -276,29 +305,30 @@ class LMPolicy:
         """``log pi(y|x)`` (N,) for (N, P) prompts and (N, R) responses (integer ids)."""
         prompts, responses = _tokens(prompts, responses, self._vocab())
         return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
-                         jnp.asarray(responses), self.temperature)
+                         jnp.asarray(responses), self.temperature, self.eos_ids)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256):
         """:func:`score_contractions` for this policy (token ids checked against the vocabulary)."""
         _tokens(prompts, responses, self._vocab())
         return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
-                                  self.temperature, chunk)
+                                  self.temperature, chunk, self.eos_ids)
 
     @property
     def dim(self) -> int:
         return int(ravel_pytree(self.params)[0].shape[0])
 
     def with_params(self, params) -> "LMPolicy":
-        """The same policy at new parameters (a pytree of the same structure)."""
+        """The same policy (same class and fields) at new parameters (a pytree of the same
+        structure)."""
         if jax.tree_util.tree_structure(params) != jax.tree_util.tree_structure(self.params):
             raise ValueError("params must have the structure of the policy's parameters, got "
                              f"{jax.tree_util.tree_structure(params)}")
-        new = LMPolicy(params, self.apply_fn, self.sample_fn, self.temperature, self.vocab_size)
+        new = dataclasses.replace(self, params=params)
         if "_vocab_cache" in self.__dict__:
             new.__dict__["_vocab_cache"] = self.__dict__["_vocab_cache"]
         return new
 
 
-@partial(jax.jit, static_argnames=("apply_fn",))
-def _logp_jit(apply_fn, params, prompts, responses, temperature):
-    return seq_log_probs(apply_fn, params, prompts, responses, temperature)
+@partial(jax.jit, static_argnames=("apply_fn", "eos"))
+def _logp_jit(apply_fn, params, prompts, responses, temperature, eos=(EOS,)):
+    return seq_log_probs(apply_fn, params, prompts, responses, temperature, eos)

@@ -1,0 +1,370 @@
+"""Hugging Face checkpoints (Qwen2 / Llama layout) as the package's policy (grpo_theory.lm.hf).
+
+A tiny random checkpoint is written in the Hugging Face layout (config.json, two safetensors
+shards with model.safetensors.index.json, generation_config.json, a WordLevel tokenizer.json) and
+loaded; the logits are compared with an independent float64 NumPy implementation of the
+architecture written here (RMSNorm, rotary embeddings on rotate-half pairs, grouped-query
+attention with q/k/v biases, SwiGLU, tied or untied head, left padding by attention mask and
+position ids as Hugging Face generates).
+"""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("tunix")
+pytest.importorskip("safetensors")
+tokenizers = pytest.importorskip("tokenizers")
+
+from grpo_theory import lm  # noqa: E402
+from grpo_theory.lm import hf, policy as lmpolicy  # noqa: E402
+
+PAD, EOS, EOS2 = 1, 2, 3  # <|endoftext|>, <|im_end|>, <|eot|>
+WORDS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+SPECIAL = ["<unk>", "<|endoftext|>", "<|im_end|>", "<|eot|>"]
+SIZES = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=48, max_position_embeddings=64)
+R = 10  # response length of every sampling test (one compilation per function)
+
+
+def _config(model_type, tied, theta):
+    c = dict(SIZES, model_type=model_type, rms_norm_eps=1e-6, rope_theta=theta,
+             tie_word_embeddings=tied, hidden_act="silu", eos_token_id=EOS, rope_scaling=None)
+    if model_type == "qwen2":
+        c.update(architectures=["Qwen2ForCausalLM"], use_sliding_window=False)
+    else:
+        c.update(architectures=["LlamaForCausalLM"], attention_bias=False, mlp_bias=False)
+    return c
+
+
+def _weights(cfg, bias, seed):
+    """Random HF-named float32 tensors (torch layout: Linear weights are (out, in))."""
+    rng = np.random.default_rng(seed)
+    d, f, v = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = d // h
+    r = lambda *s, sc=0.4: (sc * rng.standard_normal(s)).astype(np.float32)
+    w = {"model.embed_tokens.weight": r(v, d, sc=1.0),
+         "model.norm.weight": (1 + r(d, sc=0.1))}
+    if not cfg["tie_word_embeddings"]:
+        w["lm_head.weight"] = r(v, d, sc=0.5)
+    for i in range(cfg["num_hidden_layers"]):
+        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        w[a + "q_proj.weight"], w[a + "k_proj.weight"] = r(h * hd, d), r(kv * hd, d)
+        w[a + "v_proj.weight"], w[a + "o_proj.weight"] = r(kv * hd, d), r(d, h * hd)
+        if bias:
+            w[a + "q_proj.bias"], w[a + "k_proj.bias"] = r(h * hd), r(kv * hd)
+            w[a + "v_proj.bias"] = r(kv * hd)
+        w[m + "gate_proj.weight"], w[m + "up_proj.weight"] = r(f, d), r(f, d)
+        w[m + "down_proj.weight"] = r(d, f)
+        w[f"model.layers.{i}.input_layernorm.weight"] = 1 + r(d, sc=0.1)
+        w[f"model.layers.{i}.post_attention_layernorm.weight"] = 1 + r(d, sc=0.1)
+    return w
+
+
+def _tokenizer():
+    from tokenizers import models, pre_tokenizers
+    vocab = {t: i for i, t in enumerate(SPECIAL + WORDS)}
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    return tok
+
+
+def write_checkpoint(path, model_type="qwen2", tied=False, bias=True, theta=100.0, seed=0,
+                     shards=2):
+    """A tiny checkpoint in the Hugging Face layout; returns (config, weights)."""
+    from safetensors.numpy import save_file
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = _config(model_type, tied, theta)
+    w = _weights(cfg, bias, seed)
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [EOS, EOS2], "pad_token_id": PAD}))
+    _tokenizer().save(str(path / "tokenizer.json"))
+    names = sorted(w)
+    if shards == 1:
+        save_file(w, str(path / "model.safetensors"))
+    else:
+        files = [f"model-{k + 1:05d}-of-{shards:05d}.safetensors" for k in range(shards)]
+        wm = {n: files[j % shards] for j, n in enumerate(names)}
+        for fn in files:
+            save_file({n: w[n] for n in names if wm[n] == fn}, str(path / fn))
+        (path / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": 0}, "weight_map": wm}))
+    return cfg, w
+
+
+# ----------------------------------------------------------------------------------------------
+# independent float64 NumPy implementation of the architecture
+def _rms(x, g, eps):
+    return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + eps) * g
+
+
+def _rope(x, pos, theta):
+    """Rotary embedding on rotate-half pairs (i, i + hd/2); x (T, heads, hd), pos (T,)."""
+    hd = x.shape[-1]
+    inv = 1.0 / theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)
+    ang = pos[:, None] * inv[None, :]
+    cos = np.concatenate([np.cos(ang)] * 2, -1)[:, None, :]
+    sin = np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
+    rot = np.concatenate([-x[..., hd // 2:], x[..., :hd // 2]], -1)
+    return x * cos + rot * sin
+
+
+def reference_logits(cfg, w, tokens, prompt_len, pad=PAD):
+    """Logits (T, V) of one left-padded sequence, float64 NumPy."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t = len(tokens)
+    d, h, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, eps = d // h, cfg["rms_norm_eps"]
+    idx = np.arange(t)
+    valid = (np.asarray(tokens) != pad) | (idx >= prompt_len)
+    pos = np.maximum(np.cumsum(valid) - 1, 0).astype(np.float64)
+    allowed = (idx[None, :] <= idx[:, None]) & (valid[None, :] | np.eye(t, dtype=bool))
+    x = w["model.embed_tokens.weight"][np.asarray(tokens)]
+    for i in range(cfg["num_hidden_layers"]):
+        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        hh = _rms(x, w[f"model.layers.{i}.input_layernorm.weight"], eps)
+        proj = lambda n: hh @ w[a + n + ".weight"].T + w.get(a + n + ".bias", 0.0)
+        q = _rope(proj("q_proj").reshape(t, h, hd), pos, cfg["rope_theta"])
+        k = _rope(proj("k_proj").reshape(t, kv, hd), pos, cfg["rope_theta"])
+        v = proj("v_proj").reshape(t, kv, hd)
+        out = np.zeros((t, h, hd))
+        for j in range(h):
+            g = j // (h // kv)  # grouped-query attention: query head j reads key/value head g
+            s = q[:, j] @ k[:, g].T / np.sqrt(hd)
+            s = np.where(allowed, s, -np.inf)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            out[:, j] = (p / p.sum(-1, keepdims=True)) @ v[:, g]
+        x = x + out.reshape(t, h * hd) @ w[a + "o_proj.weight"].T
+        hh = _rms(x, w[f"model.layers.{i}.post_attention_layernorm.weight"], eps)
+        gate = hh @ w[m + "gate_proj.weight"].T
+        x = x + ((gate / (1 + np.exp(-gate))) * (hh @ w[m + "up_proj.weight"].T)) \
+            @ w[m + "down_proj.weight"].T
+    x = _rms(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
+    return x @ head.T
+
+
+def reference_log_prob(cfg, w, prompt, response, eos=(EOS, EOS2), temperature=1.0):
+    """log pi(y|x) in float64 up to and including the first EOS."""
+    tok = np.concatenate([prompt, response])
+    p = len(prompt)
+    lg = reference_logits(cfg, w, tok, p)[p - 1:-1] / temperature
+    lg = lg - lg.max(-1, keepdims=True)
+    lp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
+    total = 0.0
+    for t, y in enumerate(response):
+        total += lp[t, y]
+        if y in eos:
+            break
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen2_tiny")
+    cfg, w = write_checkpoint(path, "qwen2", tied=False, bias=True, theta=100.0)
+    return lm.from_pretrained(path), cfg, w, path
+
+
+@pytest.fixture(scope="module")
+def prompts(qwen):
+    pol = qwen[0]
+    return pol.encode(["a b c d", "e f", "g", "h i j k l m", "n o p", "q r", "s t u", "v"])
+
+
+def test_loads_as_lm_policy(qwen):
+    pol, cfg, w, path = qwen
+    assert isinstance(pol, lmpolicy.LMPolicy) and isinstance(pol, hf.HFPolicy)
+    assert isinstance(pol.tokenizer, tokenizers.Tokenizer)
+    assert pol.eos_ids == (EOS, EOS2) and pol.pad_id == PAD and pol.vocab_size == 48
+    assert pol.dim == sum(a.size for a in w.values())  # every HF tensor, nothing else
+    x = pol.encode(["a b c", "d"])
+    np.testing.assert_array_equal(x, [[4, 5, 6], [PAD, PAD, 7]])
+    assert pol.decode(np.array([[4, 5, EOS, 6]])) == ["a b <|im_end|>"]
+
+
+def test_logits_equal_numpy_reference_qwen2(qwen, prompts):
+    """Untied head, q/k/v biases, GQA (4 query heads on 2 key/value heads), left padding."""
+    pol, cfg, w, _ = qwen
+    rng = np.random.default_rng(1)
+    y = rng.integers(4, 40, size=(prompts.shape[0], 5))
+    tok = np.concatenate([prompts, y], 1)
+    p = prompts.shape[1]
+    got = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(pol.params, tok, p), np.float64)
+    for n in range(tok.shape[0]):
+        want = reference_logits(cfg, w, tok[n], p)
+        real = slice(int(np.sum(prompts[n] == PAD)), None)  # compare real (non-pad) positions
+        np.testing.assert_allclose(got[n, real], want[real], rtol=1e-4, atol=1e-4)
+
+
+def test_llama_layout_tied_no_bias(tmp_path):
+    """A Llama checkpoint (no q/k/v biases, tied head, one file, its own rope_theta)."""
+    cfg, w = write_checkpoint(tmp_path / "llama", "llama", tied=True, bias=False,
+                              theta=50.0, seed=3, shards=1)
+    pol = lm.from_pretrained(tmp_path / "llama")
+    assert pol.dim == sum(a.size for a in w.values()) + 2 * (16 + 8 + 8)  # + zero biases
+    x = pol.encode(["a b c", "d e f g h"])
+    y = np.random.default_rng(2).integers(4, 40, size=(2, 4))
+    tok = np.concatenate([x, y], 1)
+    got = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(pol.params, tok, x.shape[1]),
+                     np.float64)
+    for n in range(2):
+        real = slice(int(np.sum(x[n] == PAD)), None)
+        np.testing.assert_allclose(got[n, real], reference_logits(cfg, w, tok[n], x.shape[1])
+                                   [real], rtol=1e-4, atol=1e-4)
+    # the rotary base is read from config.json: a different theta gives different logits
+    cfg2 = dict(cfg, rope_theta=1e6)
+    assert np.max(np.abs(reference_logits(cfg2, w, tok[1], x.shape[1])[-4:]
+                         - got[1, -4:])) > 1e-2
+
+
+def test_sampler_log_prob_equals_teacher_forced(qwen, prompts):
+    """At temperature 2 (a flatter law, so that some responses end early)."""
+    pol, cfg, w, _ = qwen
+    pol = dataclasses.replace(pol, temperature=2.0)
+    y, lp = pol.sample_with_log_probs(jax.random.PRNGKey(0), prompts, R)
+    y, lp = np.asarray(y), np.asarray(lp, np.float64)
+    tf = np.asarray(pol.log_probs(prompts, y), np.float64)
+    np.testing.assert_allclose(lp, tf, rtol=1e-5, atol=1e-5)
+    ref = [reference_log_prob(cfg, w, prompts[n], y[n], temperature=2.0) for n in range(len(y))]
+    np.testing.assert_allclose(tf, ref, rtol=1e-4, atol=1e-4)
+    # some responses end early (either EOS id) and hold PAD after their EOS
+    ended = [(n, int(np.argmax(np.isin(y[n], (EOS, EOS2))))) for n in range(len(y))
+             if np.isin(y[n, :-1], (EOS, EOS2)).any()]
+    assert ended, "no response ended before the last token: choose another seed"
+    for n, j in ended:
+        assert np.all(y[n, j + 1:] == PAD)
+    assert np.array_equal(np.asarray(pol.sample(jax.random.PRNGKey(0), prompts, R)), y)
+
+
+def test_kv_cache_equals_full_recomputation(qwen, prompts):
+    pol = qwen[0]
+    y = np.random.default_rng(4).integers(4, 48, size=(prompts.shape[0], R))
+    p = prompts.shape[1]
+    full = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(
+        pol.params, np.concatenate([prompts, y], 1), p))
+    cached = np.asarray(pol.cached_logits(prompts, y))
+    np.testing.assert_allclose(cached, full[:, p - 1:-1], rtol=1e-5, atol=1e-5)
+    # and the cached sampler draws the tokens of the full-recompute sampler (same key)
+    key = jax.random.PRNGKey(7)
+    fast = np.asarray(pol.sample(key, prompts, R))
+    slow = np.asarray(lmpolicy.generic_sample(pol.apply_fn, pol.params, key,
+                                              jnp.asarray(prompts), R, 1.0, pol.eos_ids,
+                                              pol.pad_id))
+    np.testing.assert_array_equal(fast, slow)
+
+
+def test_tokens_after_eos_do_not_count(qwen, prompts):
+    pol, cfg, w, _ = qwen
+    x = prompts
+    rng = np.random.default_rng(5)
+    y = rng.integers(4, 40, size=(x.shape[0], R))
+    y[0, 2], y[1, 5], y[2, 0] = EOS, EOS2, EOS  # rows 3..: no EOS at all
+    junk = y.copy()
+    for n, j in ((0, 2), (1, 5), (2, 0)):
+        junk[n, j + 1:] = rng.integers(4, 48, size=R - 1 - j)
+    a, b = np.asarray(pol.log_probs(x, y)), np.asarray(pol.log_probs(x, junk))
+    np.testing.assert_array_equal(a[:3], b[:3])
+    np.testing.assert_allclose(a[0], np.asarray(pol.log_probs(x, y[:, :3]))[0], rtol=1e-6)
+    np.testing.assert_allclose(a, [reference_log_prob(cfg, w, x[n], y[n]) for n in range(len(x))],
+                               rtol=1e-4, atol=1e-4)
+    # a token before the EOS does count
+    c = y.copy()
+    c[1, 4] = (c[1, 4] + 1 - 4) % 36 + 4
+    assert abs(float(np.asarray(pol.log_probs(x, c))[1]) - float(a[1])) > 1e-4
+    # left padding the prompt further changes nothing
+    xp = np.concatenate([np.full((x.shape[0], 3), PAD), x], 1)
+    np.testing.assert_allclose(np.asarray(pol.log_probs(xp, y)), a, rtol=1e-5, atol=1e-5)
+
+
+def test_per_sample_scores_by_grad(qwen, prompts):
+    """score_contractions' scores equal jax.grad of each sample's log-prob, and a central
+    difference of the log-prob along a random direction."""
+    from jax.flatten_util import ravel_pytree
+    pol = qwen[0]
+    x = prompts[:3]
+    y = np.asarray(pol.sample(jax.random.PRNGKey(3), prompts, R))[:3]
+    wts = np.random.default_rng(6).standard_normal((2, 3))
+    acc, sq = pol.score_contractions(x, y, wts, chunk=2)
+    flat, unravel = ravel_pytree(pol.params)
+    vg = jax.jit(jax.value_and_grad(lambda th, xx, yy: lmpolicy.seq_log_probs(
+        pol.apply_fn, unravel(th), xx, yy, 1.0, pol.eos_ids)[0]))
+    s = np.stack([np.asarray(vg(flat, x[n:n + 1], y[n:n + 1])[1], np.float64)
+                  for n in range(3)])
+    np.testing.assert_allclose(acc, wts @ s, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(sq, np.sum(s * s, 1), rtol=1e-4)
+    v = np.random.default_rng(7).standard_normal(flat.shape[0]).astype(np.float32)
+    v /= np.linalg.norm(v)
+    eps = 1e-2
+    fd = (float(vg(flat + eps * v, x[:1], y[:1])[0])
+          - float(vg(flat - eps * v, x[:1], y[:1])[0])) / (2 * eps)
+    assert abs(fd - s[0] @ v) < 2e-2 * max(1.0, abs(fd))
+
+
+def test_bfloat16_option(qwen, prompts):
+    pol32, _, _, path = qwen
+    pol = lm.from_pretrained(path, dtype="bfloat16")
+    assert all(a.dtype == jnp.bfloat16 for a in jax.tree_util.tree_leaves(pol.params))
+    y = np.asarray(pol32.sample(jax.random.PRNGKey(1), prompts, R))
+    np.testing.assert_allclose(np.asarray(pol.log_probs(prompts, y)),
+                               np.asarray(pol32.log_probs(prompts, y)), rtol=0.05, atol=0.3)
+
+
+def test_errors_name_what_is_missing(qwen, tmp_path):
+    _, _, _, good = qwen
+    with pytest.raises(ValueError, match="is not a directory.*nothing is downloaded"):
+        lm.from_pretrained(tmp_path / "absent")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="has no config.json"):
+        lm.from_pretrained(tmp_path / "empty")
+
+    def variant(name, drop=(), tied=False, **cfg_changes):
+        d = tmp_path / name
+        write_checkpoint(d, tied=tied)
+        c = json.loads((d / "config.json").read_text())
+        c.update(cfg_changes)
+        for k in drop:
+            del c[k]
+        (d / "config.json").write_text(json.dumps(c))
+        return d
+
+    with pytest.raises(ValueError, match="model_type 'qwen3'; supported: qwen2, llama"):
+        lm.from_pretrained(variant("qwen3", model_type="qwen3"))
+    with pytest.raises(ValueError, match="rope_scaling"):
+        lm.from_pretrained(variant("yarn", rope_scaling={"type": "yarn", "factor": 4.0}))
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        lm.from_pretrained(variant("swa", use_sliding_window=True))
+    with pytest.raises(ValueError, match="lacks num_hidden_layers"):
+        lm.from_pretrained(variant("nolayers", drop=("num_hidden_layers",)))
+    d = variant("notok")
+    (d / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer.json"):
+        lm.from_pretrained(d)
+    d = variant("noshard")
+    (d / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(ValueError, match="lacks shard.*model-00002-of-00002.safetensors"):
+        lm.from_pretrained(d)
+    d = variant("noweights")
+    for f in d.glob("model*"):
+        f.unlink()
+    with pytest.raises(ValueError, match="no model.safetensors"):
+        lm.from_pretrained(d)
+    # a tied checkpoint (no lm_head.weight) whose config.json says untied
+    with pytest.raises(ValueError, match="lacks tensor.*lm_head.weight"):
+        lm.from_pretrained(variant("untied", tied=True, tie_word_embeddings=False))
+    with pytest.raises(ValueError, match="mlp.*_proj.weight .* has shape .* expected"):
+        lm.from_pretrained(variant("wide", intermediate_size=32))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        lm.from_pretrained(good, dtype="int8")
+    with pytest.raises(ValueError, match="pad_id"):
+        lm.from_pretrained(good, pad_id=48)
+    with pytest.raises(ValueError, match="eos"):
+        lm.from_pretrained(good, eos_ids=[])
