@@ -206,11 +206,16 @@ def test_bad_inputs_raise():
         dppo.enumerate_batches(SMALL, 6, 2)
 
 
-def test_driver_quick_setting_passes(tmp_path):
+def test_driver_small_setting_passes(tmp_path):
+    import dataclasses
+
     from grpo_theory.experiments.runner import run_experiment
     from simulations import dppo_pruning as drv
 
-    res = run_experiment(drv.EXPERIMENT, tmp_path, "quick", seed=0, progress=False)
+    # the quick setting less one enumerated bandit shape and half the rates (compilations)
+    s = dataclasses.replace(drv.SETTINGS["quick"], batch_configs=((2, 2),), rates=(0.6, 0.4),
+                            floors=(0.25, 0.1))
+    res = run_experiment(drv.EXPERIMENT, tmp_path, s, seed=0, progress=False)
     assert res.tables.complete and set(res.tables) == {"masks", "batches", "tradeoff"}
     c = drv.summary(res.tables)
     assert c["mask_dppo_bias"] <= drv.EXACT_TOL
@@ -231,4 +236,4 @@ def test_driver_quick_setting_passes(tmp_path):
     bad, m = dict(res.tables), res.tables["masks"]
     bad["masks"] = m.assign(max_abs_bias=np.where(m.method == "dppo", 1e-3 * m.scale,
                                                   m.max_abs_bias))
-    assert drv.report(bad, drv.SETTINGS["quick"]).verdict == "FAIL"
+    assert drv.report(bad, s).verdict == "FAIL"

@@ -169,8 +169,13 @@ def driver_out(tmp_path_factory):
     from grpo_theory.experiments.runner import run_experiment
     from simulations import length_weighting as drv
 
+    import dataclasses
+
+    # the quick setting with G = 2 only in the exact cell and a coarser alpha grid
+    s = dataclasses.replace(drv.SETTINGS["quick"], exact_G=(2,),
+                            alphas=(0.0, 0.25, 0.5, 0.75, 1.0))
     out = tmp_path_factory.mktemp("lw")
-    res = run_experiment(drv.EXPERIMENT, out, "quick", seed=0, progress=False)
+    res = run_experiment(drv.EXPERIMENT, out, s, seed=0, progress=False)
     return drv, out, res
 
 
