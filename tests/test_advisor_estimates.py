@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import grpo_theory as gt
 from grpo_theory.advisor import estimate as E
 from grpo_theory.advisor import intervals as I
-from grpo_theory.advisor.coverage import interval_coverage
+from grpo_theory.advisor.coverage import enumerated_expectation, group_outcomes, interval_coverage
 from grpo_theory.core.ustat import prompt_moments
 
 
@@ -79,26 +79,10 @@ def _tiny_bandit():
                                   np.array([[0.3, 0.8], [0.6, 0.1]]), prompt_probs=[0.35, 0.65])
 
 
-def _group_outcomes(dp, n):
-    """Every (prompt, n (response, reward) atoms): probabilities and the per-group statistics."""
-    P, K, _ = dp.scores.shape
-    f, pi, mu = (np.asarray(a) for a in (dp.prompt_probs, dp.probs, dp.reward_means))
-    s = np.asarray(dp.scores)
-    rows = []
-    for x in range(P):
-        for atoms in itertools.product(range(2 * K), repeat=n):
-            y = np.array(atoms) // 2
-            z = (np.array(atoms) % 2).astype(float)
-            pr = f[x] * np.prod(pi[x, y] * np.where(z == 1, mu[x, y], 1 - mu[x, y]))
-            sc = s[x, y]
-            rows.append((x, pr, z, np.sum(sc * sc, 1), (z[:, None] * sc).mean(0)))
-    x, pr, z, q, g = (np.array(c) for c in zip(*rows))
-    return x, pr, z, q, g
-
-
 def test_every_per_prompt_piece_is_unbiased_exactly():
     dp = _tiny_bandit().problem()
-    x, pr, z, q, g = _group_outcomes(dp, N_RESP)
+    x, pr, z, q, g = group_outcomes(dp, N_RESP)
+    assert abs(pr.sum() - 1.0) < 1e-12
     p = E.prompt_pieces(jnp.asarray(z), jnp.asarray(q), jnp.asarray(np.sum(g * g, 1)))
     mo = prompt_moments(dp)
     f = np.asarray(dp.prompt_probs)
@@ -118,30 +102,7 @@ def test_every_per_prompt_piece_is_unbiased_exactly():
 def test_c1_c2_c3_and_the_mse_predictions_are_unbiased_exactly():
     """E over every draw of m = 3 prompts with n = 3 responses each = the exact values."""
     bandit = _tiny_bandit()
-    dp = bandit.problem()
-    x, pr, z, q, g = _group_outcomes(dp, N_RESP)
-    ng = len(pr)
-    gram = g @ g.T
-    mq = np.diag(gram)
-    zj, qj, grj, mqj, prj = (jnp.asarray(a) for a in (z, q, gram, mq, pr))
-    ab = jnp.asarray(np.array(list(itertools.product(range(ng), repeat=2))))
-
-    @jax.jit
-    def expect_given_c(c):
-        def one(i):
-            idx = jnp.array([i[0], i[1], c])
-            md = grj[idx][:, idx].sum(1)
-            theta, _, _ = E.rollout_statistics(zj[idx], qj[idx], mqj[idx], md)
-            return jnp.prod(prj[idx]) * theta
-        return jnp.sum(jax.vmap(one)(ab), axis=0)
-
-    mean = np.sum([np.asarray(expect_given_c(c)) for c in range(ng)], axis=0)
-    assert abs(np.sum(pr) ** 3 - 1.0) < 1e-12
-    ex = gt.scaling_constants(bandit)
-    mo = prompt_moments(dp)
-    f = np.asarray(dp.prompt_probs)
-    grad = np.asarray(dp.gradient())
-    exact = np.array([ex.c1, ex.c2, ex.c3, float(f @ (mo.score_sq_z - mo.grad_sq)), grad @ grad])
+    mean, exact = enumerated_expectation(bandit, n_prompts=3, n_samples=N_RESP)
     err = np.abs(mean - exact)
     assert np.all(err < 1e-12), (mean, exact, err)
     # the MSE predictions are linear in theta: E[mse-hat(B, G)] = exact_mse(B, G)

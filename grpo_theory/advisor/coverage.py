@@ -11,7 +11,11 @@ contain the exact c1, c2, c3 (:func:`grpo_theory.core.scaling.scaling_constants`
   resamples of the m prompts with replacement (``inf`` where the resampled c1 is <= 0), the
   across-prompt term recomputed from the Gram matrix of the per-prompt means.
 
-All repetitions run in one ``jax.vmap``; one compile per (policy shape, m, n, reps).
+Repetitions run vmapped in memory-bounded batches (``jax.lax.map``); one compile per setting.
+
+:func:`enumerated_expectation` is the exact check of unbiasedness: it enumerates every draw of
+m prompts with n (response, reward) atoms each and returns ``E[theta-hat]`` next to the exact
+``theta`` (to rounding, ``E[c-hat] = c``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from .. import _validation as V
 from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
 
-__all__ = ["Coverage", "interval_coverage"]
+__all__ = ["Coverage", "interval_coverage", "group_outcomes", "enumerated_expectation"]
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,6 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
     with jax.enable_x64(True):
         dp = as_problem(policy)
 
-        @jax.jit
-        @jax.vmap
         def one(k):
             kx, ky, kz, kb = jax.random.split(k, 4)
             x, y, z = sample_from_uniforms(dp, jax.random.uniform(kx, (m,)),
@@ -128,8 +130,102 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
                 glo, ghi = r["g_low"], r["g_high"]
             return r["c"], r["low"], r["high"], glo, ghi
 
-        c, lo, hi, glo, ghi = (np.asarray(a) for a in one(jax.random.split(key, reps)))
+        # vmapped in batches: the bootstrap's (n_boot, m, m) Gram gathers stay within memory
+        per_rep = n_boot * m * m if method == "bootstrap" else m * (m + n * dp.dim)
+        batch = int(max(1, min(reps, 2e8 // (8 * per_rep))))
+        run = jax.jit(lambda keys: jax.lax.map(one, keys, batch_size=batch))
+        c, lo, hi, glo, ghi = (np.asarray(a) for a in run(jax.random.split(key, reps)))
     cov_c = np.mean((lo <= exact) & (exact <= hi), axis=0)
     cov_g = float(np.mean((glo <= g_exact) & (g_exact <= ghi)))
     return Coverage(cov_c, cov_g, float(np.mean(np.isinf(ghi))), c.mean(0),
                     c.std(0, ddof=1) / np.sqrt(reps), exact, g_exact, reps, m, n, method)
+
+
+def group_outcomes(policy, n_samples: int):
+    """Every outcome of one prompt's group: a prompt and n (response, binary reward) atoms.
+
+    Args:
+        policy: an enumerable policy or :class:`~grpo_theory.DiscreteProblem` (P prompts,
+            K responses: ``P (2K)^n`` outcomes).
+        n_samples: n >= 1.
+
+    Returns:
+        ``(x (N,), prob (N,), z (N, n), sq_norms (N, n), ghat (N, D))`` with
+        ``ghat = (1/n) sum_i z_i s_i``; the probabilities sum to one.
+    """
+    import itertools
+
+    from ..core.policies import as_problem
+
+    n = V.positive_int("n_samples", n_samples)
+    with jax.enable_x64(True):
+        dp = as_problem(policy)
+        f, pi, mu, s = (np.asarray(a, np.float64) for a in
+                        (dp.prompt_probs, dp.probs, dp.reward_means, dp.scores))
+    P, K, D = s.shape
+    total = P * (2 * K) ** n
+    V.check_memory(f"the {total} group outcomes", 8.0 * total * (3 * n + D + 2),
+                   "use fewer prompts, responses or samples")
+    atoms = np.array(list(itertools.product(range(2 * K), repeat=n)), dtype=np.int64)
+    y, z = atoms // 2, (atoms % 2).astype(np.float64)
+    xs, ps, zs, qs, gs = [], [], [], [], []
+    for x in range(P):
+        pz = np.where(z == 1, mu[x, y], 1 - mu[x, y])
+        ps.append(f[x] * np.prod(pi[x, y] * pz, axis=1))
+        sc = s[x][y]  # (A, n, D)
+        qs.append(np.sum(sc * sc, axis=2))
+        gs.append(np.einsum("ai,aid->ad", z, sc) / n)
+        xs.append(np.full(len(atoms), x))
+        zs.append(z)
+    return tuple(np.concatenate(a) for a in (xs, ps, zs, qs, gs))
+
+
+def enumerated_expectation(policy, n_prompts: int = 3, n_samples: int = 3):
+    """Exact ``E[theta-hat]`` over every draw of m prompts x n responses, and the exact theta.
+
+    ``theta = (c1, c2, c3, c_v, ||grad J||^2)`` (:data:`~.estimate.PARAMETERS`). The expectation
+    sums over all ``(P (2K)^n)^m`` outcomes (one compiled, vmapped pass per outcome of the last
+    prompt), so keep the policy tiny.
+
+    Args:
+        policy: an enumerable policy or :class:`~grpo_theory.DiscreteProblem`.
+        n_prompts: m >= 3; n_samples: n >= 3.
+
+    Returns:
+        ``(expected (5,), exact (5,))``.
+    """
+    import itertools
+
+    from ..core.policies import as_problem
+    from ..core.scaling import scaling_constants
+    from ..core.ustat import prompt_moments
+
+    m = V.integer("n_prompts", n_prompts)
+    n = V.integer("n_samples", n_samples)
+    _check_sizes(m, n)
+    x, pr, z, q, g = group_outcomes(policy, n)
+    ng = len(pr)
+    V.check_memory(f"the {ng ** m} outcomes of {m} groups", 8.0 * ng ** (m - 1) * (m * m + 16),
+                   "use a smaller policy or fewer prompts / samples")
+    with jax.enable_x64(True):
+        gram = jnp.asarray(g @ g.T)
+        zj, qj, prj = jnp.asarray(z), jnp.asarray(q), jnp.asarray(pr)
+        head = jnp.asarray(np.array(list(itertools.product(range(ng), repeat=m - 1))))
+
+        @jax.jit
+        def given_last(c):
+            def one(i):
+                idx = jnp.concatenate([i, c[None]])
+                gg = gram[idx][:, idx]
+                theta, _, _ = rollout_statistics(zj[idx], qj[idx], jnp.diag(gg), gg.sum(1))
+                return jnp.prod(prj[idx]) * theta
+            return jnp.sum(jax.vmap(one)(head), axis=0)
+
+        mean = np.sum([np.asarray(given_last(jnp.asarray(c))) for c in range(ng)], axis=0)
+        dp = as_problem(policy)
+        ex = scaling_constants(dp)
+        mo = prompt_moments(dp)
+        f = np.asarray(dp.prompt_probs)
+        grad = np.asarray(dp.gradient())
+        c_v = float(f @ np.asarray(mo.score_sq_z - mo.grad_sq))  # binary Z: Z^2 = Z
+    return mean, np.array([ex.c1, ex.c2, ex.c3, c_v, float(grad @ grad)])
