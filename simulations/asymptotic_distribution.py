@@ -4,24 +4,30 @@ Lyapunov equation *with* the factor beta^2 (the printed form without it disagree
 Simulation: Algorithm 1 with the step ``beta / i`` (beta = 2 > 1/(2 mu)) on the Gaussian-action
 bandit ``default_gaussian_bandit`` (d = 2, interior maximiser), B = 2 prompts per step, for
 oracle (G = 2), GRPO (G = 2) and GRPO (G = 8), started at ``theta* + (0.5, -0.5)``; plus
-The scalar check of Theorem 8 (``scalar_gaussian_bandit``: lambda = 1, Gamma = 2, beta = 1.5, oracle
-with B = G = 1: E[n Delta] = 1.125 corrected, 0.5 printed). For every run, n Delta_n at the last
-step over many seeds is compared with the exact mixture (mean with 95% CI, quantiles / QQ plot,
-Kolmogorov-Smirnov test against the exact mixture CDF, ``optimization.mixture_cdf``).
+the scalar check of Theorem 8 (``scalar_gaussian_bandit``: lambda = 1, Gamma = 2, beta = 1.5,
+oracle with B = G = 1: E[n Delta] = 1.125 corrected, 0.5 printed). For every run, n Delta_n at
+the last step over many seeds is compared with the exact mixture (mean with 95% CI, quantiles /
+QQ plot, Kolmogorov-Smirnov test against the exact mixture CDF, ``optimization.mixture_cdf``).
 
 Exact part (Corollaries 9-10): ``w_k(grpo) - w_k(oracle)`` over G = 2..1024; the slope of
 ``log`` difference on ``log G`` (G >= 16) by statsmodels OLS with its 95% CI.
 
+Cells: one ``samples`` cell per run (n Delta_n of every seed at n/16, n/4 and n), one
+``predictions`` cell (the exact weights, corrected and printed, of every run) and one
+``group_sweep`` cell (exact weights over G); the report computes the statistics from them.
+
 PASS when, for every run: the corrected mean lies within 4 standard errors of the simulated mean
 and the KS test does not reject it (p >= 0.001), while the printed form is rejected by both
 (|z| > 4 and KS p < 1e-6); and both slopes lie within 0.05 of -2.
+
+    grpo-theory asymptotic-distribution [--full]
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-import jax
 import numpy as np
 import pandas as pd
 import scipy.stats
@@ -29,14 +35,17 @@ import statsmodels.api as sm
 
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
-from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress, atomic_write_csv
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.optim import theory as opt
+
+__all__ = ["NAME", "CLAIM", "RUNS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
+           "predictions", "group_sweep", "analyse", "slopes", "checks", "report", "plot",
+           "EXPERIMENT"]
 
 NAME = "asymptotic-distribution"
 CLAIM = ("Theorem 8: n*Delta_n -> weighted chi-square mixture with the beta^2-corrected Lyapunov "
          "weights; w(grpo) - w(oracle) = O(G^-2) (Cor 9-10)")
-ORDER = 35
 BATCH = 2
 BETA = 2.0
 START_OFFSET = (0.5, -0.5)
@@ -46,6 +55,7 @@ RUNS = (  # (run id, problem, estimator, G, B, beta)
     ("grpo_G8", "default", "grpo", 8, BATCH, BETA),
     ("scalar_oracle", "scalar", "oracle", 1, 1, 1.5),
 )
+SWEEP_ESTIMATORS = ("oracle", "grpo", "vanilla", "optimal")
 G_GRID = tuple(2**k for k in range(1, 11))
 G_FIT_MIN = 16
 Z_TOL = 4.0
@@ -56,23 +66,62 @@ QQ_PROBS = (np.arange(1, 200) / 200.0)
 Z95 = z_value(0.05)  # two-sided 95% normal quantile (scipy, core.stats)
 
 
-def settings(quick: bool) -> dict:
-    return dict(n_seeds=1500, n_steps=1024) if quick else dict(n_seeds=10_000, n_steps=8192)
+@dataclass(frozen=True)
+class Settings:
+    n_seeds: int
+    n_steps: int
+    runs: tuple = RUNS
+
+
+SETTINGS = {"quick": Settings(n_seeds=1500, n_steps=1024),
+            "full": Settings(n_seeds=10_000, n_steps=8192)}
+
+SCHEMA = {
+    "samples": dict(run="str", problem="str", estimator="str", G="int", B="int", beta="float",
+                    seed_index="int", n="int", n_gap="float?"),
+    "predictions": dict(run="str", problem="str", estimator="str", G="int", B="int",
+                        beta="float", k="int", weight="float", weight_printed="float",
+                        mean="float", mean_printed="float"),
+    "group_sweep": dict(estimator="str", G="int", B="int", beta="float", k="int",
+                        weight="float"),
+}
+
+
+def cells(s: Settings) -> list[Cell]:
+    n = s.n_steps
+    log_steps = sorted({n // 16, n // 4, n})
+    out = [Cell(rid, dict(part="samples", run=rid, problem=pname, estimator=est, G=G, B=B,
+                          beta=beta, schedule="inverse", start_offset=list(START_OFFSET),
+                          n_seeds=s.n_seeds, n_steps=n, log_steps=log_steps), "samples")
+           for rid, pname, est, G, B, beta in s.runs]
+    out.append(Cell("predictions", dict(part="predictions", runs=[list(r) for r in s.runs]),
+                    "predictions"))
+    out.append(Cell("group_sweep", dict(part="group_sweep", G_grid=list(G_GRID),
+                                        estimators=list(SWEEP_ESTIMATORS), B=BATCH, beta=BETA),
+                    "group_sweep"))
+    return out
 
 
 def _problem(name: str):
-    return problems.default_gaussian_bandit() if name == "default" else problems.scalar_gaussian_bandit()
+    if name == "default":
+        return problems.default_gaussian_bandit()
+    if name == "scalar":
+        return problems.scalar_gaussian_bandit()
+    raise ValueError(f"problem must be 'default' or 'scalar', got {name!r}")
 
 
-def _theta0(problem):
-    c = opt.problem_constants(problem)
-    return c.theta_star + np.asarray(START_OFFSET)[: problem.dim]
+def predictions(runs=RUNS) -> pd.DataFrame:
+    """Exact Gamma-derived weights (corrected and printed) for every simulated run.
 
+    Args:
+        runs: ``(run id, problem, estimator, G, B, beta)`` tuples.
 
-def predictions() -> pd.DataFrame:
-    """Exact Gamma-derived weights (corrected and printed) for every simulated run."""
+    Returns:
+        One row per (run, k): weight ``w_k`` (with beta^2), ``weight_printed`` (without), and
+        the means ``sum_k w_k`` of both forms.
+    """
     rows = []
-    for rid, pname, est, G, B, beta in RUNS:
+    for rid, pname, est, G, B, beta in runs:
         a = opt.asymptotic_prediction(_problem(pname), est, G, B, beta)
         for k, (w, wp) in enumerate(zip(a.weights, a.weights_printed)):
             rows.append(dict(run=rid, problem=pname, estimator=est, G=G, B=B, beta=beta, k=k,
@@ -81,16 +130,46 @@ def predictions() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def group_sweep() -> pd.DataFrame:
-    """w_k for oracle / grpo / vanilla / optimal over G (default problem, B = 2, beta = 2)."""
+def group_sweep(G_grid=G_GRID, estimators=SWEEP_ESTIMATORS, B: int = BATCH,
+                beta: float = BETA) -> pd.DataFrame:
+    """w_k for each estimator over G (default problem, B prompts, step beta / i).
+
+    Returns:
+        One row per (G, estimator, k) with the corrected weight ``w_k``.
+    """
     p = problems.default_gaussian_bandit()
     rows = []
-    for G in G_GRID:
-        for est in ("oracle", "grpo", "vanilla", "optimal"):
-            a = opt.asymptotic_prediction(p, est, G, BATCH, BETA)
+    for G in G_grid:
+        for est in estimators:
+            a = opt.asymptotic_prediction(p, est, G, B, beta)
             for k, w in enumerate(a.weights):
-                rows.append(dict(estimator=est, G=G, B=BATCH, beta=BETA, k=k, weight=w))
+                rows.append(dict(estimator=est, G=G, B=B, beta=beta, k=k, weight=w))
     return pd.DataFrame(rows)
+
+
+def cell(config: dict, key) -> pd.DataFrame:
+    """``samples``: n Delta_n of every seed of one run at its logged n; ``predictions`` /
+    ``group_sweep``: the exact weights (no randomness)."""
+    part = config["part"]
+    if part == "predictions":
+        return predictions([tuple(r) for r in config["runs"]])
+    if part == "group_sweep":
+        return group_sweep(config["G_grid"], config["estimators"], config["B"], config["beta"])
+    if part != "samples":
+        raise ValueError(f"config['part'] must be samples/predictions/group_sweep, got {part!r}")
+    problem = _problem(config["problem"])
+    c = opt.problem_constants(problem)
+    theta0 = c.theta_star + np.asarray(config["start_offset"])[: problem.dim]
+    S, log_steps = config["n_seeds"], config["log_steps"]
+    res = opt.train(problem, config["estimator"], config["G"], config["B"], config["beta"],
+                    config["schedule"], config["n_steps"], S, seed=key_seed(key),
+                    theta0=theta0, log_steps=log_steps)
+    return pd.DataFrame(dict(
+        run=config["run"], problem=config["problem"], estimator=config["estimator"],
+        G=config["G"], B=config["B"], beta=config["beta"],
+        seed_index=np.repeat(np.arange(S), len(res.log_steps)),
+        n=np.tile(res.log_steps, S),
+        n_gap=(res.gaps * res.log_steps[None, :]).reshape(-1)))
 
 
 def _weights(pred: pd.DataFrame, rid: str, col: str = "weight") -> np.ndarray:
@@ -106,43 +185,17 @@ def _quantiles(weights: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return np.interp(probs, cdf, grid)
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    s = settings(quick)
-    setting = "quick" if quick else "full"
-    out_dir = Path(out_dir)
-    store = CellStore(out_dir, NAME, seed=seed, setting=setting)
-    pred = predictions()
-    atomic_write_csv(out_dir / "predictions.csv", pred)
-    atomic_write_csv(out_dir / "group_sweep.csv", group_sweep())
-    prog = Progress(NAME, len(RUNS))
-    n = s["n_steps"]
-    log_steps = sorted({n // 16, n // 4, n})
-    for k, (rid, pname, est, G, B, beta) in enumerate(RUNS):
-        if store.done(rid):
-            prog.step(rid, skipped=True)
-            continue
-        problem = _problem(pname)
-        res = opt.train(problem, est, G, B, beta, "inverse", n, s["n_seeds"],
-                        seed=seed * 1000 + 17 * k, theta0=_theta0(problem), log_steps=log_steps)
-        rows = pd.DataFrame(dict(
-            run=rid, problem=pname, estimator=est, G=G, B=B, beta=beta,
-            seed_index=np.repeat(np.arange(s["n_seeds"]), len(log_steps)),
-            n=np.tile(res.log_steps, s["n_seeds"]),
-            n_gap=(res.gaps * res.log_steps[None, :]).reshape(-1)))
-        store.write(rid, rows, config=dict(**s, start_offset=START_OFFSET, schedule="inverse"))
-        prog.step(rid)
-    sims = store.save_table("samples.csv")
-    stats, qq = analyse(sims, pred)
-    atomic_write_csv(out_dir / "table.csv", stats)
-    atomic_write_csv(out_dir / "qq.csv", qq)
-    with pd.option_context("display.width", 200, "display.float_format", "{:.4g}".format):
-        print(stats[["run", "n", "n_seeds", "mean", "ci_low", "ci_high", "pred_mean",
-                     "pred_printed", "z", "z_printed", "ks_p", "ks_p_printed"]])
-        print(slopes(pd.read_csv(out_dir / "group_sweep.csv")))
-
-
 def analyse(sims: pd.DataFrame, pred: pd.DataFrame):
-    """Per run and logged n: mean with 95% CI, z-scores and KS tests vs both mixtures."""
+    """Per run and logged n: mean with 95% CI, z-scores and KS tests vs both mixtures.
+
+    Args:
+        sims: the ``samples`` table.
+        pred: the ``predictions`` table (``weight`` is tested as the corrected form,
+            ``weight_printed`` as the printed one).
+
+    Returns:
+        ``(stats, qq)``: one row per (run, n); QQ quantiles at each run's last n.
+    """
     rows, qq = [], []
     for (rid, n), d in sims.groupby(["run", "n"], sort=False):
         x = d.n_gap.to_numpy()
@@ -169,7 +222,14 @@ def analyse(sims: pd.DataFrame, pred: pd.DataFrame):
 
 
 def slopes(sweep: pd.DataFrame) -> pd.DataFrame:
-    """OLS of log(w_k(grpo) - w_k(oracle)) on log G for G >= G_FIT_MIN, with 95% CIs."""
+    """OLS of log(w_k(grpo) - w_k(oracle)) on log G for G >= G_FIT_MIN, with 95% CIs.
+
+    Args:
+        sweep: the ``group_sweep`` table.
+
+    Returns:
+        One row per k: slope, its 95% CI, G^2 x difference at the largest G, number of points.
+    """
     wide = sweep.pivot_table(index=["G", "k"], columns="estimator", values="weight").reset_index()
     wide["diff"] = wide.grpo - wide.oracle
     rows = []
@@ -180,31 +240,90 @@ def slopes(sweep: pd.DataFrame) -> pd.DataFrame:
         rows.append(dict(k=int(k), slope=fit.params[1], ci_low=lo, ci_high=hi,
                          g2_diff_at_max_G=float(d["diff"].iloc[-1] * d.G.iloc[-1] ** 2),
                          n_points=len(d)))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["k", "slope", "ci_low", "ci_high", "g2_diff_at_max_G",
+                                       "n_points"])
 
 
-def _load(out_dir: Path):
-    out_dir = Path(out_dir)
-    return (pd.read_csv(out_dir / "table.csv"), pd.read_csv(out_dir / "qq.csv"),
-            pd.read_csv(out_dir / "group_sweep.csv"), pd.read_csv(out_dir / "predictions.csv"))
+def _last(stats: pd.DataFrame) -> pd.DataFrame:
+    return stats.loc[stats.groupby("run").n.idxmax()]
 
 
-def check(stats: pd.DataFrame, slope_tbl: pd.DataFrame) -> dict:
-    """The PASS criteria (module doc), evaluated at each run's last logged n."""
-    last = stats.loc[stats.groupby("run").n.idxmax()]
-    out = dict(
-        corrected_mean=bool((last.z.abs() <= Z_TOL).all()),
-        corrected_ks=bool((last.ks_p >= KS_ACCEPT).all()),
-        printed_rejected=bool((last.z_printed.abs() > Z_TOL).all()
-                              and (last.ks_p_printed < KS_REJECT).all()),
-        slope=bool(len(slope_tbl) > 0 and ((slope_tbl.slope + 2).abs() <= SLOPE_TOL).all()),
-    )
-    out["passed"] = bool(len(last) == len(RUNS) and all(out.values()))
-    return out
+def checks(stats: pd.DataFrame, slope_tbl: pd.DataFrame, runs=RUNS) -> list:
+    """The PASS criteria (module doc) at each run's last logged n, as checks named
+    ``"corrected mean: ..."``, ``"corrected KS: ..."``, ``"printed rejected: ..."``,
+    ``"slope: ..."`` and ``"every run: ..."``.
+
+    Args:
+        stats: the first output of :func:`analyse`.
+        slope_tbl: the output of :func:`slopes`.
+        runs: the runs that must all be present.
+
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
+    last = _last(stats)
+    want = [r[0] for r in runs]
+    z, p = last.z.to_numpy(dtype=float), last.ks_p.to_numpy(dtype=float)
+    zp, pp = last.z_printed.to_numpy(dtype=float), last.ks_p_printed.to_numpy(dtype=float)
+    sl = slope_tbl.slope.to_numpy(dtype=float)
+    return [
+        check("every run: simulated and analysed", set(last.run) == set(want), float(len(last)),
+              detail=f"{len(last)} of {len(want)} runs"),
+        check(f"corrected mean: abs(z) <= {Z_TOL:g} for every run", (np.abs(z) <= Z_TOL).all(),
+              z, detail="z = " + ", ".join(f"{v:+.2f}" for v in z)),
+        check(f"corrected KS: p >= {KS_ACCEPT:g} for every run", (p >= KS_ACCEPT).all(), p,
+              detail="p = " + ", ".join(f"{v:.3g}" for v in p)),
+        check(f"printed rejected: abs(z) > {Z_TOL:g} and KS p < {KS_REJECT:g} for every run",
+              (np.abs(zp) > Z_TOL).all() and (pp < KS_REJECT).all(), zp, pp,
+              detail="z = " + ", ".join(f"{v:+.1f}" for v in zp)
+                     + "; p = " + ", ".join(f"{v:.2g}" for v in pp)),
+        check(f"slope: abs(slope + 2) <= {SLOPE_TOL:g} for every k",
+              (np.abs(sl + 2) <= SLOPE_TOL).all(), sl,
+              detail="slopes " + ", ".join(f"{v:.4f}" for v in sl)),
+    ]
 
 
-def plot(out_dir: Path) -> None:
-    stats, qq, sweep, pred = _load(out_dir)
+def report(tables, s: Settings) -> Section:
+    stats, _ = analyse(tables["samples"], tables["predictions"])
+    sweep = tables["group_sweep"]
+    sl = slopes(sweep)
+    last = _last(stats)
+    lines = [
+        f"Step beta/i; default Gaussian bandit with beta = {BETA}, B = {BATCH}; scalar check with "
+        f"beta = 1.5, B = G = 1. {int(last.n_seeds.iloc[0])} seeds per run.", "",
+        "| run | n | E[n Delta_n] (95% CI) | Σw (β², corrected) | z | KS p | Σw printed | z "
+        "| KS p | q50 / q90 / q99 sim | corrected |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in last.iterrows():
+        lines.append(
+            f"| {r.run} | {r.n} | {r['mean']:.4f} ({r.ci_low:.4f}, {r.ci_high:.4f}) | "
+            f"{r.pred_mean:.4f} | {r.z:+.2f} | {r.ks_p:.3g} | {r.pred_printed:.4f} | "
+            f"{r.z_printed:+.1f} | {r.ks_p_printed:.2g} | {r.q50:.3f} / {r.q90:.3f} / "
+            f"{r.q99:.3f} | {r.pred_q50:.3f} / {r.pred_q90:.3f} / {r.pred_q99:.3f} |")
+    g4 = sweep[sweep.G == 4].pivot_table(index="k", columns="estimator", values="weight")
+    lines += [
+        "", "Exact weights at G = 4 (B = 2, beta = 2): " + "; ".join(
+            f"{e}: ({', '.join(f'{v:.4f}' for v in g4[e])}), sum {g4[e].sum():.4f}"
+            for e in ("vanilla", "grpo", "oracle", "optimal")) + ".",
+        "Assumption 2 fails on this bandit (||s||^2 and Z are correlated), so the MSE-optimal "
+        "prompt baseline b*(x) = V(x) - h(x) sigma^2 beats the oracle's V(x); Corollary 10's "
+        "'no prompt-only baseline does better' needs Assumption 2.", "",
+        f"w_k(grpo) - w_k(oracle) on log G (G = {G_FIT_MIN}..{G_GRID[-1]}, statsmodels OLS):"]
+    for _, r in sl.iterrows():
+        lines.append(f"- k = {int(r.k) + 1}: slope {r.slope:.4f} (95% CI {r.ci_low:.4f}, "
+                     f"{r.ci_high:.4f}); G^2 x difference at G = {G_GRID[-1]}: "
+                     f"{r.g2_diff_at_max_G:.4f}")
+    lines += ["", f"PASS when the corrected |z| <= {Z_TOL} and KS p >= {KS_ACCEPT}, the printed "
+              f"|z| > {Z_TOL} and KS p < {KS_REJECT} (every run, last n), and "
+              f"|slope + 2| <= {SLOPE_TOL}.", "",
+              "![](qq_plot.png)", "", "![](mean_and_group_scaling.png)"]
+    return Section("Asymptotic distribution of n·Δ_n (Theorem 8, Corollaries 9-10)",
+                   "\n".join(lines), checks(stats, sl, s.runs))
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    stats, qq = analyse(tables["samples"], tables["predictions"])
+    sweep = tables["group_sweep"]
     runs = list(dict.fromkeys(qq.run))
     fig, axes = plt.subplots(1, len(runs), figsize=(3.6 * len(runs), 3.6))
     for ax, rid in zip(np.atleast_1d(axes), runs):
@@ -236,7 +355,7 @@ def plot(out_dir: Path) -> None:
     wide = sweep.pivot_table(index=["G", "k"], columns="estimator", values="weight").reset_index()
     for k, d in wide.groupby("k"):
         ax.plot(d.G, d.grpo - d.oracle, "o-", ms=3, label=f"w_{k + 1}(grpo) − w_{k + 1}(oracle)")
-    g = np.asarray(G_GRID, dtype=float)
+    g = np.asarray(sorted(wide.G.unique()), dtype=float)
     ref = (wide[wide.k == 0].grpo - wide[wide.k == 0].oracle).iloc[-1] * g[-1] ** 2
     ax.plot(g, ref / g**2, "k--", lw=1, label="∝ G⁻²")
     ax.set(xscale="log", yscale="log", xlabel="group size G", ylabel="weight difference (exact)",
@@ -245,44 +364,5 @@ def plot(out_dir: Path) -> None:
     save_figure(fig, Path(out_dir) / "mean_and_group_scaling")
 
 
-def report(out_dir: Path) -> dict:
-    stats, qq, sweep, pred = _load(out_dir)
-    sl = slopes(sweep)
-    chk = check(stats, sl)
-    last = stats.loc[stats.groupby("run").n.idxmax()]
-    lines = [
-        f"Step beta/i; default Gaussian bandit with beta = {BETA}, B = {BATCH}; scalar check with "
-        f"beta = 1.5, B = G = 1. {int(last.n_seeds.iloc[0])} seeds per run.", "",
-        "| run | n | E[n Delta_n] (95% CI) | Σw (β², corrected) | z | KS p | Σw printed | z "
-        "| KS p | q50 / q90 / q99 sim | corrected |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in last.iterrows():
-        lines.append(
-            f"| {r.run} | {r.n} | {r['mean']:.4f} ({r.ci_low:.4f}, {r.ci_high:.4f}) | "
-            f"{r.pred_mean:.4f} | {r.z:+.2f} | {r.ks_p:.3g} | {r.pred_printed:.4f} | "
-            f"{r.z_printed:+.1f} | {r.ks_p_printed:.2g} | {r.q50:.3f} / {r.q90:.3f} / "
-            f"{r.q99:.3f} | {r.pred_q50:.3f} / {r.pred_q90:.3f} / {r.pred_q99:.3f} |")
-    g4 = sweep[sweep.G == 4].pivot_table(index="k", columns="estimator", values="weight")
-    lines += [
-        "", "Exact weights at G = 4 (B = 2, beta = 2): " + "; ".join(
-            f"{e}: ({', '.join(f'{v:.4f}' for v in g4[e])}), sum {g4[e].sum():.4f}"
-            for e in ("vanilla", "grpo", "oracle", "optimal")) + ".",
-        "Assumption 2 fails on this bandit (||s||^2 and Z are correlated), so the MSE-optimal "
-        "prompt baseline b*(x) = V(x) - h(x) sigma^2 beats the oracle's V(x); Corollary 10's "
-        "'no prompt-only baseline does better' needs Assumption 2.", "",
-        f"w_k(grpo) - w_k(oracle) on log G (G = {G_FIT_MIN}..{G_GRID[-1]}, statsmodels OLS):"]
-    for _, r in sl.iterrows():
-        lines.append(f"- k = {int(r.k) + 1}: slope {r.slope:.4f} (95% CI {r.ci_low:.4f}, "
-                     f"{r.ci_high:.4f}); G^2 x difference at G = {G_GRID[-1]}: "
-                     f"{r.g2_diff_at_max_G:.4f}")
-    lines += ["", "Checks: " + ", ".join(f"{k} = {'yes' if v else 'NO'}"
-                                        for k, v in chk.items() if k != "passed"),
-              f"(corrected |z| <= {Z_TOL} and KS p >= {KS_ACCEPT}; printed |z| > {Z_TOL} and KS "
-              f"p < {KS_REJECT}; |slope + 2| <= {SLOPE_TOL}).", "",
-              "![](qq_plot.png)", "", "![](mean_and_group_scaling.png)"]
-    return dict(title="Asymptotic distribution of n·Δ_n (Theorem 8, Corollaries 9-10)",
-                markdown="\n".join(lines), passed=chk["passed"])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=35)

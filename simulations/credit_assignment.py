@@ -1,58 +1,110 @@
 """Credit assignment and the rank-2 structure of GRPO gradients (issue 4.1, arXiv 2606.29238).
 
-Tables under ``results/credit-assignment/``:
+Claim: with an outcome reward every token of a response gets the response's advantage (token-level
+gradient = sequence-level gradient); with binary rewards the group gradient is
+``c(k, G) (mean score of correct - mean score of incorrect)`` with ``c`` in closed form, for
+mean-centred, leave-one-out and std-normalised advantages; the per-response gradient matrix
+``diag(A) S`` has effective rank about 2 for peaked policies but not for near-uniform ones.
 
-* ``identities.csv``: token-level gradient = sequence-level gradient (every token gets the
-  response's advantage); binary rewards: group gradient = c(k, G) (mean score of correct - mean
-  score of incorrect) with c in closed form, for mean-centred, leave-one-out and std-normalised
-  advantages (max errors over many sampled groups).
-* ``rank.csv``: effective rank (entropy erank, participation ratio, #components for 90%) of the
-  per-response matrix diag(A) S, of the class aggregates, and of the MLP's W1 weight-gradient
-  matrix, vs G and vs policy entropy (inverse temperature beta), tabular and MLP policies.
-* ``training.csv``: along GRPO training of the MLP policy: J, entropy, zero-advantage group
-  fraction observed vs exact ``V^G + (1-V)^G``, effective ranks.
-* ``sparsity.csv``: Monte Carlo zero-advantage fraction vs ``p^G + (1-p)^G``.
-* ``baseline.csv``: exact MSE of oracle V(x), optimal b*(x), GRPO and the group mean when the
-  reward correlates with length (so with ||s||^2) and in a control where it does not.
+Tables (kinds) under ``<out>/credit-assignment/``, one or more cells each:
+
+* ``identities`` (one cell): max errors of the two identities over many sampled groups.
+* ``rank`` (one cell per policy and inverse temperature beta): effective rank (entropy erank,
+  participation ratio, #components for 90%) of diag(A) S, of the class aggregates, and of the
+  MLP's W1 weight-gradient matrix, vs G, tabular and MLP policies.
+* ``training`` (one cell): along GRPO training of the MLP policy: J, entropy, zero-advantage
+  group fraction observed vs exact ``V^G + (1-V)^G``, effective ranks.
+* ``sparsity`` (one cell): Monte Carlo zero-advantage fraction vs ``p^G + (1-p)^G``.
+* ``baseline`` (one cell): exact MSE of oracle V(x), optimal b*(x), GRPO and the group mean when
+  the reward correlates with length (so with ||s||^2) and in a control where it does not.
+
+PASS when both identities hold to 1e-12; for the most peaked policy the erank stays <= 2.5 and
+varies by < 1 over G, while for the flattest it grows (last G > 1.5 x erank at G = 4, and > 4);
+the observed zero-advantage fraction along training and in the sparsity sweep matches the exact
+one within 4 standard errors; the baseline MSE gap matches its closed form to 1e-12 (relative);
+with length-correlated rewards the group mean stays > 5% above b* (within-prompt) while
+max |V - b*| > 0.05, and in the control b* = V and the ratio is < 1.05 at the largest G.
+
+    grpo-theory credit-assignment [--full]
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import credit as C
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from grpo_theory.problems import sequence_policy
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "mlp_policy",
+           "control_policy", "checks", "report", "plot", "EXPERIMENT"]
 
 NAME = "credit-assignment"
 CLAIM = ("outcome reward: tokens share the response's advantage; binary group gradient = "
          "c(k,G)(s+ - s-); effective rank ~2 for peaked policies, not for near-uniform ones")
-ORDER = 40
 IDENTITY_TOL = 1e-12
 Z_TOL = 4.0
 BINARY_ESTIMATORS = {"grpo_mean": ("mean", 1, 0.0), "grpo": ("loo", 1, 0.0),
                      "grpo_std_trl": ("std", 1, 1e-4), "grpo_std_easydel": ("std", 0, 1e-4),
                      "grpo_std_paper": (None, 1, 0.0)}
+SPARSITY_P = (0.02, 0.1, 0.3, 0.5, 0.7, 0.9, 0.98)
+SPARSITY_G = (2, 4, 8, 16, 32)
+TRAIN_G, TRAIN_B, TRAIN_LR = 8, 8, 0.1
 
 
-def _settings(quick: bool) -> dict:
-    if quick:
-        return dict(n_groups=1000, G=(2, 4, 8, 16), betas_tab=(0.0, 10.0),
-                    betas_mlp=(0.1, 10.0), seeds=4, steps=150, sparsity_reps=20_000,
-                    id_groups=200, baseline_G=(2, 64))
-    return dict(n_groups=10_000, G=(2, 4, 8, 16, 32),
-                betas_tab=(0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
-                betas_mlp=(0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0), seeds=16, steps=300,
-                sparsity_reps=400_000, id_groups=2000, baseline_G=(2, 4, 8, 16, 32, 64, 128))
+@dataclass(frozen=True)
+class Settings:
+    n_groups: int
+    G: tuple
+    betas_tab: tuple
+    betas_mlp: tuple
+    seeds: int
+    steps: int
+    sparsity_reps: int
+    id_groups: int
+    baseline_G: tuple
+    id_G: tuple = (2, 4, 8)
+
+
+SETTINGS = {
+    "quick": Settings(n_groups=1000, G=(2, 4, 8, 16), betas_tab=(0.0, 10.0),
+                      betas_mlp=(0.1, 10.0), seeds=4, steps=150, sparsity_reps=20_000,
+                      id_groups=200, baseline_G=(2, 64)),
+    "full": Settings(n_groups=10_000, G=(2, 4, 8, 16, 32),
+                     betas_tab=(0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
+                     betas_mlp=(0.1, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0), seeds=16, steps=300,
+                     sparsity_reps=400_000, id_groups=2000,
+                     baseline_G=(2, 4, 8, 16, 32, 64, 128)),
+}
+
+_RANK_COLS = {f"{p}_{f}{se}": "float?" for p in ("resp", "class", "weight")
+              for f in C.RANK_FIELDS for se in ("", "_se")}
+SCHEMA = {
+    "identities": dict(check="str", policy="str", G="int", estimator="str", max_err="float",
+                       n="int", max_err_closed_form="float?"),
+    "rank": dict(policy="str", beta="float", G="int", n_groups="int", mixed_frac="float",
+                 n_mixed="int", distinct="float?", entropy="float", value="float",
+                 plane_energy="float?", plane_energy_se="float?", **_RANK_COLS),
+    "training": dict(step="int", G="int", B="int", lr="float", n_seeds="int", J="float",
+                     entropy="float", zero_obs="float", zero_exact="float", resp_erank="float?",
+                     resp_n90="float?", plane_energy="float?", weight_erank="float?",
+                     zero_resid_mean="float?", zero_resid_se="float?"),
+    "sparsity": dict(p="float", G="int", n_reps="int", mc="float", exact="float", se="float",
+                     z="float"),
+    "baseline": dict(policy="str", corr_s2_reward="float", G="int", mse_oracle="float",
+                     mse_optimal="float", mse_grpo="float", mse_grpo_mean="float",
+                     gap_predicted="float", gap_measured="float", ratio_grpo_optimal="float",
+                     ratio_grpo_oracle="float", between_prompt="float",
+                     within_ratio_grpo_optimal="float", max_abs_V_minus_bstar="float"),
+}
 
 
 def mlp_policy() -> C.MLPSequencePolicy:
@@ -67,15 +119,30 @@ def control_policy() -> gt.SequencePolicy:
                              eos=False)
 
 
+def cells(s: Settings) -> list[Cell]:
+    out = [Cell("identities", dict(part="identities", n_groups=s.id_groups,
+                                   group_sizes=list(s.id_G)), "identities")]
+    for pname, betas in (("tabular", s.betas_tab), ("mlp", s.betas_mlp)):
+        out += [Cell(f"rank_{pname}_b{b:g}", dict(part="rank", policy=pname, beta=float(b),
+                                                  group_sizes=list(s.G), n_groups=s.n_groups,
+                                                  estimator="grpo_std"), "rank")
+                for b in betas]
+    out += [Cell("training", dict(part="training", steps=s.steps, seeds=s.seeds, G=TRAIN_G,
+                                  B=TRAIN_B, lr=TRAIN_LR), "training"),
+            Cell("sparsity", dict(part="sparsity", n_reps=s.sparsity_reps, ps=list(SPARSITY_P),
+                                  group_sizes=list(SPARSITY_G)), "sparsity"),
+            Cell("baseline", dict(part="baseline", group_sizes=list(s.baseline_G)), "baseline")]
+    return out
+
+
 # --- cells ------------------------------------------------------------------------------------
 
 
-def _identity_rows(n_groups, seed):
+def _identity_rows(n_groups, group_sizes, key):
     rows = []
-    key = jax.random.PRNGKey(seed)
     for pname, pol in (("tabular", sequence_policy()), ("mlp", mlp_policy())):
         prob = pol.problem()
-        for G in (2, 4, 8):
+        for G in group_sizes:
             key, k1 = jax.random.split(key)
             x, y, z = gt.sample_groups(k1, prob, n_groups, G)
             sc = prob.scores[x[:, None], y]
@@ -107,26 +174,24 @@ def _identity_rows(n_groups, seed):
     return rows
 
 
-def _rank_rows(pname, beta, G_list, n_groups, seed):
+def _rank_rows(pname, beta, group_sizes, n_groups, estimator, key):
     base = sequence_policy() if pname == "tabular" else mlp_policy()
     pol = C.scaled_policy(base, beta)
     rows = []
-    for G in G_list:
-        r = C.rank_study(pol, G, n_groups, seed=seed + G, estimator="grpo_std",
-                         weight="W1" if pname == "mlp" else None)
+    for G in group_sizes:  # one independent key per G, derived from the cell's key
+        r = C.rank_study(pol, G, n_groups, seed=key_seed(jax.random.fold_in(key, G)),
+                         estimator=estimator, weight="W1" if pname == "mlp" else None)
         r.update(policy=pname, beta=beta)
-        rows.append(r)
+        rows.append({c: np.nan for c in _RANK_COLS} | r)  # weight_* only for the MLP
     return rows
 
 
-def _training_rows(st, seed):
+def _training_rows(steps, n_seeds, G, B, lr, key):
     pol = mlp_policy()
-    G, B, lr = 8, 8, 0.1
-    rec = C.train_grpo_records(pol, st["steps"], B, G, lr, range(seed, seed + st["seeds"]),
-                               weight="W1")
+    rec = C.train_grpo_records(pol, steps, B, G, lr, key_seed(key, n_seeds), weight="W1")
     S = rec["J"].shape[0]
     rows = []
-    for t in range(st["steps"]):
+    for t in range(steps):
         r = dict(step=t, G=G, B=B, lr=lr, n_seeds=S)
         for k in ("J", "entropy", "zero_obs", "zero_exact", "resp_erank", "resp_n90",
                   "plane_energy", "weight_erank"):
@@ -141,12 +206,10 @@ def _training_rows(st, seed):
     return rows
 
 
-def _sparsity_rows(n_reps, seed):
-    ps = np.array([0.02, 0.1, 0.3, 0.5, 0.7, 0.9, 0.98])
-    Gs = (2, 4, 8, 16, 32)
+def _sparsity_rows(n_reps, ps, group_sizes, key):
+    ps = np.asarray(ps, dtype=float)
     rows = []
-    key = jax.random.PRNGKey(seed)
-    for G in Gs:
+    for G in group_sizes:
         key, k = jax.random.split(key)
         z = jax.random.bernoulli(k, jnp.asarray(ps)[:, None, None], (len(ps), n_reps, G))
         allsame = np.asarray(jnp.all(z == z[..., :1], axis=-1), dtype=float)  # (n_p, R)
@@ -170,49 +233,172 @@ def _baseline_rows(group_sizes):
     return rows
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    st = _settings(quick)
-    setting = "quick" if quick else "full"
-    out_dir = Path(out_dir)
-    kinds = ("identities", "rank", "training", "sparsity", "baseline")
-    stores = {k: CellStore(out_dir / k, NAME, seed=seed, setting=setting) for k in kinds}
-    cells = [("identities", "all")]
-    cells += [("rank", f"tabular_b{b:g}") for b in st["betas_tab"]]
-    cells += [("rank", f"mlp_b{b:g}") for b in st["betas_mlp"]]
-    cells += [("training", "mlp"), ("sparsity", "all"), ("baseline", "all")]
-    prog = Progress(NAME, len(cells))
-    for kind, cid in cells:
-        store = stores[kind]
-        if store.done(cid):
-            prog.step(f"{kind}/{cid}", skipped=True)
-            continue
-        cfg = dict(setting=setting)
-        if kind == "identities":
-            rows = _identity_rows(st["id_groups"], seed)
-        elif kind == "rank":
-            pname, b = cid.split("_b")
-            rows = _rank_rows(pname, float(b), st["G"], st["n_groups"], seed)
-            cfg.update(n_groups=st["n_groups"], estimator="grpo_std")
-        elif kind == "training":
-            rows = _training_rows(st, seed)
-        elif kind == "sparsity":
-            rows = _sparsity_rows(st["sparsity_reps"], seed)
-        else:
-            rows = _baseline_rows(st["baseline_G"])
-        store.write(cid, rows, config=cfg)
-        prog.step(f"{kind}/{cid}")
-    for k, s in stores.items():
-        s.table().to_csv(out_dir / f"{k}.csv", index=False)
-    rk = pd.read_csv(out_dir / "rank.csv")
-    print(rk[["policy", "beta", "G", "entropy", "mixed_frac", "distinct", "resp_erank",
-              "resp_participation", "resp_n90", "plane_energy", "weight_erank"]].to_string(
-        index=False, float_format=lambda v: f"{v:.3f}"))
+def cell(config: dict, key) -> list[dict]:
+    """The rows of one cell; ``config["part"]`` names its table (see the module docs)."""
+    part = config["part"]
+    if part == "identities":
+        return _identity_rows(config["n_groups"], config["group_sizes"], key)
+    if part == "rank":
+        return _rank_rows(config["policy"], config["beta"], config["group_sizes"],
+                          config["n_groups"], config["estimator"], key)
+    if part == "training":
+        return _training_rows(config["steps"], config["seeds"], config["G"], config["B"],
+                              config["lr"], key)
+    if part == "sparsity":
+        return _sparsity_rows(config["n_reps"], config["ps"], config["group_sizes"], key)
+    if part == "baseline":
+        return _baseline_rows(config["group_sizes"])
+    raise ValueError(f"config['part'] must be one of {sorted(SCHEMA)}, got {part!r}")
 
 
-def plot(out_dir: Path) -> None:
-    out_dir = Path(out_dir)
-    rk = pd.read_csv(out_dir / "rank.csv")
-    tr = pd.read_csv(out_dir / "training.csv")
+# --- report -----------------------------------------------------------------------------------
+
+
+def _max(x) -> float:
+    """Largest value of x, NaN when x is empty (for the checks' details)."""
+    x = np.asarray(x, dtype=float)
+    return float(np.max(x)) if x.size else float("nan")
+
+
+def checks(tables) -> list:
+    """The PASS rule (module docs) as checks, each named ``"<key>: <what>"`` with key in
+    token_equals_sequence, binary_identity, binary_closed_form, {tabular,mlp}_peaked_rank_le2,
+    {tabular,mlp}_uniform_rank_grows, training_zero_fraction_exact, sparsity_mc_exact,
+    baseline_gap_identity, correlated_groupmean_not_optimal,
+    control_groupmean_asymptotically_optimal.
+
+    Args:
+        tables: ``{kind: DataFrame}`` with the five kinds of :data:`SCHEMA`.
+
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
+    idt, rk, tr = tables["identities"], tables["rank"], tables["training"]
+    sp, bl = tables["sparsity"], tables["baseline"]
+    out = []
+    tok = idt[idt.check == "token_vs_sequence"].max_err.to_numpy(dtype=float)
+    out.append(check(f"token_equals_sequence: token-level = sequence-level gradient "
+                     f"(max err <= {IDENTITY_TOL:g})", (tok <= IDENTITY_TOL).all(), tok,
+                     detail=f"max err {_max(tok):.1e}"))
+    b = idt[idt.check == "binary_identity"]
+    err = b.max_err.to_numpy(dtype=float)
+    out.append(check(f"binary_identity: group gradient = c(k,G)(s+ - s-) (max err <= "
+                     f"{IDENTITY_TOL:g})", (err <= IDENTITY_TOL).all(), err,
+                     detail=f"max err {_max(err):.1e}"))
+    cf = b.max_err_closed_form.dropna().to_numpy(dtype=float)  # the paper's form has none
+    out.append(check(f"binary_closed_form: c(k,G) closed forms (max err <= {IDENTITY_TOL:g})",
+                     (cf <= IDENTITY_TOL).all(), cf,
+                     detail=f"max err {_max(cf):.1e}"))
+    for pname in ("tabular", "mlp"):
+        d = rk[rk.policy == pname]
+        peaked = d[d.beta == d.beta.max()].sort_values("G")
+        flat = d[d.beta == d.beta.min()].sort_values("G")
+        pe = peaked.resp_erank.to_numpy(dtype=float)
+        ok = pe.size > 0 and (pe <= 2.5).all() and np.ptp(pe) < 1.0
+        out.append(check(f"{pname}_peaked_rank_le2: erank <= 2.5 and range < 1 over G at the "
+                         "largest beta", ok, pe,
+                         detail="erank " + ", ".join(f"{v:.2f}" for v in pe)))
+        fe = flat.resp_erank.to_numpy(dtype=float)
+        at4 = flat[flat.G == 4].resp_erank.to_numpy(dtype=float)
+        last = fe[-1] if fe.size else np.nan
+        first = at4[0] if at4.size else np.nan
+        out.append(check(f"{pname}_uniform_rank_grows: erank at the largest G > 1.5 x erank at "
+                         "G = 4 and > 4, at the smallest beta", last > 1.5 * first and last > 4.0,
+                         last, first, detail=f"{first:.2f} (G = 4) -> {last:.2f}"))
+    last = tr.dropna(subset=["zero_resid_mean"])
+    m = float(last.zero_resid_mean.iloc[-1]) if len(last) else np.nan
+    se = float(last.zero_resid_se.iloc[-1]) if len(last) else np.nan
+    out.append(check(f"training_zero_fraction_exact: observed - exact zero-advantage fraction "
+                     f"within {Z_TOL:g} se", abs(m) <= Z_TOL * se, m, se,
+                     detail=f"{m:+.4f} ± {se:.4f}"))
+    z = sp.z.to_numpy(dtype=float)
+    out.append(check(f"sparsity_mc_exact: abs(z) <= {Z_TOL:g} for every (p, G)",
+                     (np.abs(z) <= Z_TOL).all(), z,
+                     detail=f"largest abs(z) {_max(np.abs(z)):.2f}"))
+    gap = (bl.gap_measured - bl.gap_predicted).abs().to_numpy(dtype=float)
+    scale = bl.mse_oracle.to_numpy(dtype=float)
+    out.append(check("baseline_gap_identity: MSE(V) - MSE(b*) = E‖s‖²(V - b*)²/G (rel. 1e-12)",
+                     (gap <= 1e-12 * scale).all(), gap, scale,
+                     detail=f"max abs diff {_max(gap):.1e}"))
+    lc = bl[bl.policy == "length_correlated"].sort_values("G")
+    ct = bl[bl.policy == "control"].sort_values("G")
+    r_lc = float(lc.within_ratio_grpo_optimal.iloc[-1]) if len(lc) else np.nan
+    v_lc = float(lc.max_abs_V_minus_bstar.iloc[0]) if len(lc) else np.nan
+    out.append(check("correlated_groupmean_not_optimal: within-prompt GRPO / b* > 1.05 at the "
+                     "largest G and max abs(V - b*) > 0.05", r_lc > 1.05 and v_lc > 0.05,
+                     r_lc, v_lc, detail=f"ratio {r_lc:.3f}, max abs(V - b*) {v_lc:.3f}"))
+    r_ct = float(ct.within_ratio_grpo_optimal.iloc[-1]) if len(ct) else np.nan
+    v_ct = float(ct.max_abs_V_minus_bstar.max()) if len(ct) else np.nan
+    out.append(check("control_groupmean_asymptotically_optimal: b* = V (1e-12) and "
+                     "within-prompt GRPO / b* < 1.05 at the largest G",
+                     v_ct < 1e-12 and r_ct < 1.05, r_ct, v_ct,
+                     detail=f"ratio {r_ct:.3f}, max abs(V - b*) {v_ct:.1e}"))
+    return out
+
+
+def report(tables, s: Settings) -> Section:
+    idt, rk, tr = tables["identities"], tables["rank"], tables["training"]
+    sp, bl = tables["sparsity"], tables["baseline"]
+    b = idt[idt.check == "binary_identity"]
+    L = ["Tabular sequence policy (`problems.sequence_policy`, 3 prompts, vocab 2 + EOS, horizon 4, "
+         "Bernoulli rewards) and a tiny MLP softmax sequence policy (16 tanh units, binary "
+         "rewards). Advantages std-normalised (ddof 1, eps 1e-6) unless stated.", "",
+         f"* Token-level gradient (autodiff of sum_t A_i log pi(y_t|.)) = A_i s(y_i): max error "
+         f"{idt[idt.check == 'token_vs_sequence'].max_err.max():.1e}.",
+         f"* Binary rewards, {int(b.n.max())} groups per G: (1/G) sum_i A_i s_i = c(k,G) "
+         f"(s̄+ − s̄−) for {', '.join(sorted(set(b.estimator)))}: max error {b.max_err.max():.1e};"
+         " closed forms c = k(G−k)/G² (mean), k(G−k)/(G(G−1)) (leave-one-out), "
+         "k(G−k)/G²/(sd+eps) with sd = sqrt(k(G−k)/(G(G−ddof))) (std) agree to "
+         f"{b.max_err_closed_form.max():.1e}.", "",
+         "Effective rank of the per-response matrix diag(A)S over groups with mixed rewards "
+         "(mean; G rows):", "",
+         "| policy | β | entropy (nats) | " + " | ".join(f"G={g}" for g in sorted(set(rk.G)))
+         + " | plane energy at max G |", "|---|---|---|" + "---|" * len(set(rk.G)) + "---|"]
+    for (pname, beta), d in rk.groupby(["policy", "beta"]):
+        d = d.sort_values("G")
+        L.append(f"| {pname} | {beta:g} | {d.entropy.iloc[0]:.2f} | " + " | ".join(
+            f"{v:.2f}±{e:.2f}" for v, e in zip(d.resp_erank, d.resp_erank_se))
+            + f" | {d.plane_energy.iloc[-1]:.3f} |")
+    mlp = rk[rk.policy == "mlp"].sort_values(["beta", "G"])
+    L += ["", "MLP W1 weight-gradient matrix (10 x 16) of the group gradient, entropy erank: "
+          + "; ".join(f"β={bb:g}: " + ", ".join(f"{v:.2f}" for v in d.weight_erank)
+                      for bb, d in mlp.groupby("beta")) + " (G ascending).", "",
+          "Where 'rank ~2 whatever G' holds: for peaked (low-entropy) policies a group holds few "
+          "distinct responses, so the rows of diag(A)S collapse onto the class directions "
+          "(plane energy near 1, erank <= 2). For near-uniform policies the rows are distinct "
+          "scores and the effective rank grows with G; only the group *sum* stays in the "
+          "2-plane of class means (the binary identity).", ""]
+    last = tr.dropna(subset=["zero_resid_mean"]).iloc[-1]
+    first = tr.iloc[0]
+    L += [f"Training the MLP with GRPO (lr {first.lr}, B = G = 8, {int(first.n_seeds)} seeds, "
+          f"{len(tr)} steps): J {first.J:.3f} → {tr.J.iloc[-1]:.3f}, entropy "
+          f"{first.entropy:.2f} → {tr.entropy.iloc[-1]:.2f}, erank of diag(A)S "
+          f"{first.resp_erank:.2f} → {tr.resp_erank.dropna().iloc[-10:].mean():.2f} (last 10 "
+          f"steps), zero-advantage fraction {first.zero_obs:.2f} → "
+          f"{tr.zero_obs.iloc[-10:].mean():.2f}. Observed − exact zero fraction over all steps: "
+          f"{last.zero_resid_mean:+.4f} ± {last.zero_resid_se:.4f}.",
+          f"Sparsity: Monte Carlo fraction of all-equal groups vs p^G + (1−p)^G over "
+          f"{len(sp)} (p, G) cells: largest |z| = {sp.z.abs().max():.2f}.", "",
+          "Optimal baseline b* = E[r||s||²]/E[||s||²] vs the group mean (exact MSE, B = 1):", "",
+          "| policy | corr(‖s‖², r) | max abs(V − b*) | G | MSE oracle | MSE b* | MSE GRPO | "
+          "GRPO / b* | within-prompt GRPO / b* | gap oracle − b* (pred.) |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in bl[bl.G.isin([2, 8, 64, 128])].iterrows():
+        L.append(f"| {r.policy} | {r.corr_s2_reward:.3f} | {r.max_abs_V_minus_bstar:.3f} | {r.G} "
+                 f"| {r.mse_oracle:.5f} | {r.mse_optimal:.5f} | {r.mse_grpo:.5f} | "
+                 f"{r.ratio_grpo_optimal:.3f} | {r.within_ratio_grpo_optimal:.3f} | "
+                 f"{r.gap_measured:.2e} ({r.gap_predicted:.2e}) |")
+    L += ["", "When the reward correlates with ||s||² (here through length), b* ≠ V and the "
+          "within-prompt MSE of GRPO's group mean stays a fixed factor above b*'s as G grows "
+          "(the gap E||s||²(V−b*)²/G is of the order of the MSE itself); in the control "
+          "(||s||² constant) b* = V and the factor → 1 (GRPO's O(1/G²) excess). The total "
+          "ratio tends to 1 in both because the between-prompt term E||g(X) − g||² (B = 1) "
+          "does not shrink with G.", "", "![](credit_rank.png)"]
+    return Section("Credit assignment and rank-2 structure", "\n".join(L), checks(tables))
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    rk, tr = tables["rank"], tables["training"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for ax, pname in zip(axes[:2], ("tabular", "mlp")):
         d = rk[rk.policy == pname]
@@ -237,114 +423,8 @@ def plot(out_dir: Path) -> None:
     ax.plot(tr.step, tr.J, label="J")
     ax.set(xlabel="GRPO step (MLP policy)", title="sparsity and rank along training")
     ax.legend(fontsize=7)
-    save_figure(fig, out_dir / "credit_rank")
+    save_figure(fig, Path(out_dir) / "credit_rank")
 
 
-def _checks(out_dir: Path) -> dict:
-    out_dir = Path(out_dir)
-    idt = pd.read_csv(out_dir / "identities.csv")
-    rk = pd.read_csv(out_dir / "rank.csv")
-    tr = pd.read_csv(out_dir / "training.csv")
-    sp = pd.read_csv(out_dir / "sparsity.csv")
-    bl = pd.read_csv(out_dir / "baseline.csv")
-    c = {}
-    c["token_equals_sequence"] = float(idt[idt.check == "token_vs_sequence"].max_err.max()) \
-        <= IDENTITY_TOL
-    b = idt[idt.check == "binary_identity"]
-    c["binary_identity"] = float(b.max_err.max()) <= IDENTITY_TOL
-    c["binary_closed_form"] = float(b.max_err_closed_form.max()) <= IDENTITY_TOL
-    for pname in ("tabular", "mlp"):
-        d = rk[rk.policy == pname]
-        peaked = d[d.beta == d.beta.max()].sort_values("G")
-        flat = d[d.beta == d.beta.min()].sort_values("G")
-        c[f"{pname}_peaked_rank_le2"] = bool((peaked.resp_erank <= 2.5).all() and (
-            peaked.resp_erank.max() - peaked.resp_erank.min() < 1.0))
-        c[f"{pname}_uniform_rank_grows"] = bool(
-            flat.resp_erank.iloc[-1] > 1.5 * flat[flat.G == 4].resp_erank.iloc[0]
-            and flat.resp_erank.iloc[-1] > 4.0)
-    last = tr.dropna(subset=["zero_resid_mean"]).iloc[-1]
-    c["training_zero_fraction_exact"] = abs(last.zero_resid_mean) <= Z_TOL * last.zero_resid_se
-    c["sparsity_mc_exact"] = bool((sp.z.abs() <= Z_TOL).all())
-    c["baseline_gap_identity"] = bool(((bl.gap_measured - bl.gap_predicted).abs()
-                                       <= 1e-12 * bl.mse_oracle).all())
-    lc = bl[bl.policy == "length_correlated"].sort_values("G")
-    ct = bl[bl.policy == "control"].sort_values("G")
-    c["correlated_groupmean_not_optimal"] = bool(
-        lc.within_ratio_grpo_optimal.iloc[-1] > 1.05 and lc.max_abs_V_minus_bstar.iloc[0] > 0.05)
-    c["control_groupmean_asymptotically_optimal"] = bool(
-        ct.max_abs_V_minus_bstar.max() < 1e-12 and ct.within_ratio_grpo_optimal.iloc[-1] < 1.05)
-    return c
-
-
-def report(out_dir: Path) -> dict:
-    out_dir = Path(out_dir)
-    c = _checks(out_dir)
-    idt = pd.read_csv(out_dir / "identities.csv")
-    rk = pd.read_csv(out_dir / "rank.csv")
-    tr = pd.read_csv(out_dir / "training.csv")
-    sp = pd.read_csv(out_dir / "sparsity.csv")
-    bl = pd.read_csv(out_dir / "baseline.csv")
-    b = idt[idt.check == "binary_identity"]
-    L = ["Tabular sequence policy (`problems.sequence_policy`, 3 prompts, vocab 2 + EOS, horizon 4, "
-         "Bernoulli rewards) and a tiny MLP softmax sequence policy (16 tanh units, binary "
-         "rewards). Advantages std-normalised (ddof 1, eps 1e-6) unless stated.", "",
-         f"* Token-level gradient (autodiff of sum_t A_i log pi(y_t|.)) = A_i s(y_i): max error "
-         f"{idt[idt.check == 'token_vs_sequence'].max_err.max():.1e}.",
-         f"* Binary rewards, {int(b.n.max())} groups per G: (1/G) sum_i A_i s_i = c(k,G) "
-         f"(s̄+ − s̄−) for {', '.join(sorted(set(b.estimator)))}: max error {b.max_err.max():.1e};"
-         " closed forms c = k(G−k)/G² (mean), k(G−k)/(G(G−1)) (leave-one-out), "
-         "k(G−k)/G²/(sd+eps) with sd = sqrt(k(G−k)/(G(G−ddof))) (std) agree to "
-         f"{b.max_err_closed_form.max():.1e}.", "",
-         "Effective rank of the per-response matrix diag(A)S over groups with mixed rewards "
-         "(mean; G rows):", "",
-         "| policy | β | entropy (nats) | " + " | ".join(f"G={g}" for g in sorted(set(rk.G)))
-         + " | plane energy at max G |", "|---|---|---|" + "---|" * len(set(rk.G)) + "---|"]
-    for (pname, beta), d in rk.groupby(["policy", "beta"]):
-        d = d.sort_values("G")
-        L.append(f"| {pname} | {beta:g} | {d.entropy.iloc[0]:.2f} | " + " | ".join(
-            f"{v:.2f}±{s:.2f}" for v, s in zip(d.resp_erank, d.resp_erank_se))
-            + f" | {d.plane_energy.iloc[-1]:.3f} |")
-    mlp = rk[rk.policy == "mlp"].sort_values(["beta", "G"])
-    L += ["", "MLP W1 weight-gradient matrix (10 x 16) of the group gradient, entropy erank: "
-          + "; ".join(f"β={bb:g}: " + ", ".join(f"{v:.2f}" for v in d.weight_erank)
-                      for bb, d in mlp.groupby("beta")) + " (G ascending).", "",
-          "Where 'rank ~2 whatever G' holds: for peaked (low-entropy) policies a group holds few "
-          "distinct responses, so the rows of diag(A)S collapse onto the class directions "
-          "(plane energy near 1, erank <= 2). For near-uniform policies the rows are distinct "
-          "scores and the effective rank grows with G; only the group *sum* stays in the "
-          "2-plane of class means (the binary identity).", ""]
-    last = tr.dropna(subset=["zero_resid_mean"]).iloc[-1]
-    first = tr.iloc[0]
-    L += [f"Training the MLP with GRPO (lr {first.lr}, B = G = 8, {int(first.n_seeds)} seeds, "
-          f"{len(tr)} steps): J {first.J:.3f} → {tr.J.iloc[-1]:.3f}, entropy "
-          f"{first.entropy:.2f} → {tr.entropy.iloc[-1]:.2f}, erank of diag(A)S "
-          f"{first.resp_erank:.2f} → {tr.resp_erank.dropna().iloc[-10:].mean():.2f} (last 10 "
-          f"steps), zero-advantage fraction {first.zero_obs:.2f} → "
-          f"{tr.zero_obs.iloc[-10:].mean():.2f}. Observed − exact zero fraction over all steps: "
-          f"{last.zero_resid_mean:+.4f} ± {last.zero_resid_se:.4f}.",
-          f"Sparsity: Monte Carlo fraction of all-equal groups vs p^G + (1−p)^G over "
-          f"{len(sp)} (p, G) cells: largest |z| = {sp.z.abs().max():.2f}.", "",
-          "Optimal baseline b* = E[r||s||²]/E[||s||²] vs the group mean (exact MSE, B = 1):", "",
-          "| policy | corr(||s||², r) | max |V − b*| | G | MSE oracle | MSE b* | MSE GRPO | "
-          "GRPO / b* | within-prompt GRPO / b* | gap oracle − b* (pred.) |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in bl[bl.G.isin([2, 8, 64, 128])].iterrows():
-        L.append(f"| {r.policy} | {r.corr_s2_reward:.3f} | {r.max_abs_V_minus_bstar:.3f} | {r.G} "
-                 f"| {r.mse_oracle:.5f} | {r.mse_optimal:.5f} | {r.mse_grpo:.5f} | "
-                 f"{r.ratio_grpo_optimal:.3f} | {r.within_ratio_grpo_optimal:.3f} | "
-                 f"{r.gap_measured:.2e} ({r.gap_predicted:.2e}) |")
-    L += ["", "When the reward correlates with ||s||² (here through length), b* ≠ V and the "
-          "within-prompt MSE of GRPO's group mean stays a fixed factor above b*'s as G grows "
-          "(the gap E||s||²(V−b*)²/G is of the order of the MSE itself); in the control "
-          "(||s||² constant) b* = V and the factor → 1 (GRPO's O(1/G²) excess). The total "
-          "ratio tends to 1 in both because the between-prompt term E||g(X) − g||² (B = 1) "
-          "does not shrink with G.", "",
-          "Checks: " + ", ".join(f"{k} {'PASS' if v else 'FAIL'}" for k, v in c.items()), "",
-          "![](credit_rank.png)"]
-    return dict(title="Credit assignment and rank-2 structure", markdown="\n".join(L),
-                passed=all(c.values()))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
-    print(json.dumps(_checks(Path("results") / NAME), indent=1))
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=40)

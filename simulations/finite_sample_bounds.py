@@ -14,12 +14,19 @@ vanilla, started at ``theta* + (1, -1)`` (Delta_0 = 0.55), for
 ``M``: the Gaussian bandit's score is unbounded, so the global sup of the MSE is infinite; the
 lemma's proof uses the MSE only at the iterates, so ``M`` here is the exact sup of ``tr Gamma``
 over the sublevel set ``{Delta <= Delta_max}`` that contains every iterate of every seed
-(``Delta_max`` tracked at every step). PASS when the upper end of the 95% CI of the mean gap is
-below the bound at every logged n, for every estimator and both schedules.
+(``Delta_max`` tracked at every step).
+
+A cell is one (schedule, estimator) run over ``n_seeds`` seeds: the mean gap with its 95% CI at
+every logged n next to the bounds. PASS when the oracle and GRPO runs never diverge and, for
+every run with finite M, the upper end of the 95% CI of the mean gap is below the bound at every
+logged n (a run where some seed diverges has M = inf and is reported, not checked).
+
+    grpo-theory finite-sample-bounds [--full]
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,57 +34,99 @@ import pandas as pd
 
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
-from grpo_theory.optim import theory as opt
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.optim import theory as opt
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "bound_values",
+           "summary", "checks", "report", "plot", "EXPERIMENT"]
 
 NAME = "finite-sample-bounds"
 CLAIM = "Lemma 6: simulated E[Delta_n] stays below the constant-step and beta/i bounds"
-ORDER = 34
 ESTIMATORS = ("oracle", "grpo", "vanilla")
+CORE = ("oracle", "grpo")  # must never diverge
 BATCH, GROUP = 2, 4
 BETAS = {"constant": 0.25, "inverse": 1.2}
 EPS = 0.1
 START_OFFSET = (1.0, -1.0)
 Z95 = z_value(0.05)  # two-sided 95% normal quantile (scipy, core.stats)
+REL_TOL = 1e-9  # x <= bound up to float rounding (at n = 0 both equal Delta_0)
 
 
-def settings(quick: bool) -> dict:
-    return dict(n_seeds=500, n_steps=1024) if quick else dict(n_seeds=5000, n_steps=8192)
+@dataclass(frozen=True)
+class Settings:
+    n_seeds: int
+    n_steps: int
+    estimators: tuple = ESTIMATORS
+    schedules: tuple = tuple(BETAS)
 
 
-def bound_values(schedule: str, n, gap0: float, L: float, mu: float, beta: float, M: float):
-    """Lemma 6 (a) or (b) at the logged n, and the iterated one-step bound (a tighter line)."""
+SETTINGS = {"quick": Settings(n_seeds=500, n_steps=1024),
+            "full": Settings(n_seeds=5000, n_steps=8192)}
+
+SCHEMA = {"table": dict(
+    estimator="str", schedule="str", beta="float", B="int", G="int", n="int",
+    mean_gap="float?", se="float?", ci_low="float?", ci_high="float?", bound="float?",
+    recursion_bound="float?", M="float?", mse_at_opt="float", gap0="float", gap_max="float?",
+    L="float", mu="float", n0="int", eps="float", n_seeds="int", n_steps="int",
+    diverged_seeds="int")}
+
+
+def cells(s: Settings) -> list[Cell]:
+    return [Cell(f"{sch}_{est}", dict(
+        problem="default_gaussian_bandit", estimator=est, schedule=sch, beta=BETAS[sch],
+        B=BATCH, G=GROUP, eps=EPS, start_offset=list(START_OFFSET), n_seeds=s.n_seeds,
+        n_steps=s.n_steps)) for sch in s.schedules for est in s.estimators]
+
+
+def bound_values(schedule: str, n, gap0: float, L: float, mu: float, beta: float, M: float,
+                 eps: float = EPS):
+    """Lemma 6 (a) or (b) at the logged n, and the iterated one-step bound (a tighter line).
+
+    Args:
+        schedule: "constant" (step beta) or "inverse" (step beta / i).
+        n: logged step counts.
+        gap0, L, mu, beta, M: Delta_0, smoothness, PL constant, step, MSE bound.
+        eps: the slack of bound (b).
+
+    Returns:
+        ``(bound, recursion_bound, n0)`` (``n0 = 0`` for the constant step).
+    """
     n = np.asarray(n)
     steps = beta if schedule == "constant" else beta / np.arange(1, n.max() + 1)
     rec = opt.lemma6_recursion(int(n.max()), gap0, L, mu, M, steps)[n]
     if schedule == "constant":
         return opt.lemma6_constant_bound(n, gap0, L, mu, beta, M), rec, 0
-    b, n0 = opt.lemma6_decreasing_bound(n, gap0, L, mu, beta, M, eps=EPS)
+    b, n0 = opt.lemma6_decreasing_bound(n, gap0, L, mu, beta, M, eps=eps)
     return b, rec, n0
 
 
-def simulate_cell(problem, estimator: str, schedule: str, n_seeds: int, n_steps: int,
-                  seed: int) -> pd.DataFrame:
-    """One (estimator, schedule): mean gap with 95% CI at each logged n, next to the bounds."""
+def cell(config: dict, key) -> pd.DataFrame:
+    """One (schedule, estimator): mean gap with 95% CI at each logged n, next to the bounds."""
+    if config["problem"] != "default_gaussian_bandit":
+        raise ValueError(f"config['problem'] must be 'default_gaussian_bandit', got "
+                         f"{config['problem']!r}")
+    problem = problems.default_gaussian_bandit()
+    est, sch, beta = config["estimator"], config["schedule"], config["beta"]
+    B, G, n_seeds, n_steps = config["B"], config["G"], config["n_seeds"], config["n_steps"]
     c = opt.problem_constants(problem)
-    beta = BETAS[schedule]
-    theta0 = c.theta_star + np.asarray(START_OFFSET)
-    res = opt.train(problem, estimator, GROUP, BATCH, beta, schedule, n_steps, n_seeds,
-                    seed=seed, theta0=theta0)
+    theta0 = c.theta_star + np.asarray(config["start_offset"])
+    res = opt.train(problem, est, G, B, beta, sch, n_steps, n_seeds, seed=key_seed(key),
+                    theta0=theta0)
     gap0 = float(problem.gap(theta0))
     finite = np.all(np.isfinite(res.gaps), axis=1) & np.isfinite(res.max_gap)
     n_div = int((~finite).sum())
-    mse_opt = opt.gradient_mse(problem, c.theta_star, estimator, GROUP, BATCH)
+    mse_opt = opt.gradient_mse(problem, c.theta_star, est, G, B)
     if n_div:  # some seed diverged: the visited region, hence M, is unbounded
         gap_max = M = np.inf
         bound = rec = np.full(res.log_steps.shape, np.inf)
         n0 = 0
     else:
         gap_max = float(max(res.max_gap.max(), gap0))
-        M = opt.sup_mse(problem, estimator, GROUP, BATCH, gap_max)
-        bound, rec, n0 = bound_values(schedule, res.log_steps, gap0, c.L, c.mu, beta, M)
-    with np.errstate(invalid="ignore"):
+        M = opt.sup_mse(problem, est, G, B, gap_max)
+        bound, rec, n0 = bound_values(sch, res.log_steps, gap0, c.L, c.mu, beta, M,
+                                      config["eps"])
+    with np.errstate(invalid="ignore", over="ignore"):
         mean = res.gaps.mean(0)
         se = res.gaps.std(0, ddof=1) / np.sqrt(n_seeds)
     mean = np.where(np.isfinite(mean), mean, np.inf)
@@ -85,55 +134,28 @@ def simulate_cell(problem, estimator: str, schedule: str, n_seeds: int, n_steps:
     with np.errstate(invalid="ignore"):
         ci_low = np.where(np.isfinite(mean), mean - Z95 * se, np.inf)
     return pd.DataFrame(dict(
-        estimator=estimator, schedule=schedule, beta=beta, B=BATCH, G=GROUP, n=res.log_steps,
+        estimator=est, schedule=sch, beta=beta, B=B, G=G, n=res.log_steps,
         mean_gap=mean, se=se, ci_low=ci_low, ci_high=mean + Z95 * se, bound=bound,
         recursion_bound=rec, M=M, mse_at_opt=mse_opt, gap0=gap0, gap_max=gap_max, L=c.L,
-        mu=c.mu, n0=n0, eps=EPS, n_seeds=n_seeds, n_steps=n_steps, diverged_seeds=n_div))
-
-
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    s = settings(quick)
-    store = CellStore(out_dir, NAME, seed=seed, setting="quick" if quick else "full")
-    problem = problems.default_gaussian_bandit()
-    cells = [(sch, e) for sch in BETAS for e in ESTIMATORS]
-    prog = Progress(NAME, len(cells))
-    for k, (sch, est) in enumerate(cells):
-        cid = f"{sch}_{est}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        df = simulate_cell(problem, est, sch, s["n_seeds"], s["n_steps"], seed=seed * 1000 + k)
-        store.write(cid, df, config=dict(problem="default_gaussian_bandit", **s,
-                                         start_offset=START_OFFSET))
-        prog.step(cid)
-    df = store.save_table("table.csv")
-    print(summary(df).to_string(index=False))
-
-
-def _load(out_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(out_dir) / "table.csv")
-
-
-def check(df: pd.DataFrame) -> bool:
-    """PASS: every oracle/grpo run stays finite (finite M) and, in every run with finite M, the
-    upper 95% CI of E[Delta_n] is <= the Lemma 6 bound at every logged n. A run where some seed
-    diverges has M = inf (Lemma 6's hypothesis fails; possible for vanilla, whose MSE grows like
-    Delta^2 here) and is reported, not checked."""
-    if len(df) == 0:
-        return False
-    core = df[df.estimator.isin(["oracle", "grpo"])]
-    if len(core) == 0 or (core.diverged_seeds > 0).any():
-        return False
-    ok = df[df.diverged_seeds == 0]
-    return bool(np.isfinite(ok.ci_high).all() and _below(ok.ci_high, ok.bound).all())
+        mu=c.mu, n0=n0, eps=config["eps"], n_seeds=n_seeds, n_steps=n_steps,
+        diverged_seeds=n_div))
 
 
 def _below(x, bound):
     """x <= bound up to float rounding (at n = 0 both equal Delta_0 exactly in real numbers)."""
-    return np.asarray(x) <= np.asarray(bound) * (1 + 1e-9)
+    return np.asarray(x) <= np.asarray(bound) * (1 + REL_TOL)
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (schedule, estimator): the last logged n and the largest CI-high / bound.
+
+    Args:
+        df: the table (rows of :func:`cell`).
+
+    Returns:
+        DataFrame with schedule, estimator, beta, M, gap_max, n, mean_gap, ci_high, bound,
+        max_ratio (over n >= 1; NaN for a diverged run), diverged, n_seeds and holds.
+    """
     rows = []
     for (sch, est), d in df.groupby(["schedule", "estimator"], sort=False):
         d = d.sort_values("n")
@@ -142,15 +164,73 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                          gap_max=last.gap_max, n=int(last.n), mean_gap=last.mean_gap,
                          ci_high=last.ci_high, bound=last.bound,
                          max_ratio=float((d.ci_high / d.bound)[d.n > 0].max())
-                         if np.isfinite(last.M)
-                         else np.nan, diverged=int(last.diverged_seeds),
-                         n_seeds=int(last.n_seeds),
+                         if np.isfinite(last.M) else np.nan,
+                         diverged=int(last.diverged_seeds), n_seeds=int(last.n_seeds),
                          holds=bool(_below(d.ci_high, d.bound).all())))
     return pd.DataFrame(rows)
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
+def checks(df: pd.DataFrame) -> list:
+    """The PASS rule as checks: the oracle and GRPO runs never diverge (finite M), and every run
+    with finite M has CI-high <= the Lemma 6 bound at every logged n. A run where some seed
+    diverges has M = inf (Lemma 6's hypothesis fails; possible for vanilla, whose MSE grows like
+    Delta^2 here) and is reported, not checked.
+
+    Args:
+        df: the table (rows of :func:`cell`).
+
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
+    core = df[df.estimator.isin(CORE)]
+    n_div = core.groupby(["schedule", "estimator"]).diverged_seeds.max()
+    out = [check("oracle and GRPO runs never diverge (finite M)", (n_div == 0).all(),
+                 n_div.to_numpy(dtype=float),
+                 detail=", ".join(f"{s}/{e}: {int(v)}" for (s, e), v in n_div.items()))]
+    for (sch, est), d in df.groupby(["schedule", "estimator"], sort=False):
+        if (d.diverged_seeds > 0).any():
+            continue
+        ratio = (d.ci_high / d.bound)[d.n > 0].to_numpy(dtype=float)
+        out.append(check(f"{sch}/{est}: 95% CI high of E[Delta_n] <= Lemma 6 bound at every n",
+                         _below(d.ci_high, d.bound).all(), d.ci_high.to_numpy(dtype=float),
+                         d.bound.to_numpy(dtype=float),
+                         detail=f"max over n >= 1 of CI-high / bound {np.max(ratio):.3f} "
+                                f"({len(d)} logged n)"))
+    return out
+
+
+def report(tables, s: Settings) -> Section:
+    df = tables["table"]
+    sm = summary(df)
+    r = df.iloc[0]
+    lines = [
+        f"Gaussian-action bandit (3 prompts, d = 2; L = {r.L:.4f}, mu = {r.mu:.4f}), "
+        f"B = {BATCH}, G = {GROUP}, {int(r.n_seeds)} seeds, {int(r.n_steps)} steps, "
+        f"Delta_0 = {r.gap0:.3f}. M = exact sup of the MSE over the sublevel set "
+        "{Delta <= Delta_max} holding every iterate (Delta_max = largest gap any seed visited).",
+        "",
+        "| schedule | estimator | beta | M | Delta_max | n | E[Delta_n] (95% CI high) | bound "
+        "| max over n >= 1 of CI-high / bound |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for _, row in sm.iterrows():
+        if row.diverged:
+            lines.append(f"| {row.schedule} | {row.estimator} | {row.beta:g} | inf | inf | "
+                         f"{row.n} | diverged in {row.diverged}/{row.n_seeds} seeds | inf | — |")
+            continue
+        lines.append(f"| {row.schedule} | {row.estimator} | {row.beta:g} | {row.M:.3f} | "
+                     f"{row.gap_max:.3f} | {row.n} | {row.mean_gap:.3g} ({row.ci_high:.3g}) | "
+                     f"{row.bound:.3g} | {row.max_ratio:.3f} |")
+    lines += ["", "PASS when CI-high / bound <= 1 at every logged n (n = 0 included, where both "
+              "equal Delta_0) for every run with finite M, "
+              "and the oracle and GRPO runs never diverge. A diverged run (some seed's gap "
+              "overflowed) means M = inf: Lemma 6's bounded-MSE hypothesis fails (vanilla's "
+              "MSE grows like Delta^2 on this bandit, so large early steps can blow up).", "",
+              "![](gap_vs_bounds.png)"]
+    return Section("Finite-sample bounds (Lemma 6)", "\n".join(lines), checks(df))
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, (sch, dsch) in zip(axes, df.groupby("schedule", sort=False)):
         for est, d in dsch.groupby("estimator", sort=False):
@@ -175,36 +255,5 @@ def plot(out_dir: Path) -> None:
     save_figure(fig, Path(out_dir) / "gap_vs_bounds")
 
 
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    sm = summary(df)
-    r = df.iloc[0]
-    lines = [
-        f"Gaussian-action bandit (3 prompts, d = 2; L = {r.L:.4f}, mu = {r.mu:.4f}), "
-        f"B = {BATCH}, G = {GROUP}, {int(r.n_seeds)} seeds, {int(r.n_steps)} steps, "
-        f"Delta_0 = {r.gap0:.3f}. M = exact sup of the MSE over the sublevel set "
-        "{Delta <= Delta_max} holding every iterate (Delta_max = largest gap any seed visited).",
-        "",
-        "| schedule | estimator | beta | M | Delta_max | n | E[Delta_n] (95% CI high) | bound "
-        "| max over n >= 1 of CI-high / bound |",
-        "|---|---|---|---|---|---|---|---|---|"]
-    for _, s in sm.iterrows():
-        if s.diverged:
-            lines.append(f"| {s.schedule} | {s.estimator} | {s.beta:g} | inf | inf | {s.n} | "
-                         f"diverged in {s.diverged}/{s.n_seeds} seeds | inf | — |")
-            continue
-        lines.append(f"| {s.schedule} | {s.estimator} | {s.beta:g} | {s.M:.3f} | "
-                     f"{s.gap_max:.3f} | {s.n} | {s.mean_gap:.3g} ({s.ci_high:.3g}) | "
-                     f"{s.bound:.3g} | {s.max_ratio:.3f} |")
-    lines += ["", "PASS when CI-high / bound <= 1 at every logged n (n = 0 included, where both "
-              "equal Delta_0) for every run with finite M, "
-              "and the oracle and GRPO runs never diverge. A diverged run (some seed's gap "
-              "overflowed) means M = inf: Lemma 6's bounded-MSE hypothesis fails (vanilla's "
-              "MSE grows like Delta^2 on this bandit, so large early steps can blow up).", "",
-              "![](gap_vs_bounds.png)"]
-    return dict(title="Finite-sample bounds (Lemma 6)", markdown="\n".join(lines),
-                passed=check(df))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=34)

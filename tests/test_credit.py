@@ -241,41 +241,56 @@ def test_training_optimal_uses_b_star_not_v(mlp):
 
 
 @pytest.fixture(scope="module")
-def driver_out(tmp_path_factory):
+def driver_run(tmp_path_factory):
+    """The driver on a setting smaller than "quick" (fewer groups, seeds, steps and G values;
+    compilation dominates), run once through the experiment runner."""
+    import dataclasses
+
+    from grpo_theory.experiments.runner import run_experiment
     from simulations import credit_assignment as drv
 
-    out = tmp_path_factory.mktemp("credit") / drv.NAME
-    drv.run(out, quick=True, seed=0)
-    drv.plot(out)
-    return drv, out
+    s = dataclasses.replace(drv.SETTINGS["quick"], n_groups=300, G=(2, 4, 16), seeds=2,
+                            steps=60, sparsity_reps=5000, id_G=(2, 4))
+    out = tmp_path_factory.mktemp("credit")
+    res = run_experiment(drv.EXPERIMENT, out, s, seed=0, progress=False, verbose=False)
+    return drv, s, res, out / drv.NAME
 
 
-def test_driver_quick_claims(driver_out):
-    drv, out = driver_out
-    checks = drv._checks(out)
-    failed = [k for k, v in checks.items() if not v]
+def test_driver_quick_claims(driver_run):
+    drv, s, res, out = driver_run
+    failed = [f"{c.name} ({c.verdict}: {c.detail})" for c in res.section.checks
+              if c.passed is not True]
     assert not failed, failed
-    rep = drv.report(out)
-    assert rep["passed"] and "PASS" in rep["markdown"]
+    assert len(res.section.checks) == 12 and res.verdict == "PASS"
+    assert "| tabular | 10 |" in res.section.markdown
     assert (out / "credit_rank.png").exists()
-    tbl = pd.read_csv(out / "rank.csv")
-    assert {"seed", "version", "config"} <= set(tbl.columns)
+    for kind in drv.SCHEMA:
+        tbl = pd.read_csv(out / f"{kind}.csv")
+        assert len(tbl) > 0 and {"seed", "version", "config", "cell_hash"} <= set(tbl.columns)
+    rk = res.tables["rank"]
+    assert sorted(set(rk.G)) == [2, 4, 16] and len(rk) == 3 * (len(s.betas_tab) + len(s.betas_mlp))
+    assert rk[rk.policy == "tabular"].weight_erank.isna().all()
+    assert rk[rk.policy == "mlp"].weight_erank.notna().all()
 
 
-def test_driver_checks_can_fail(driver_out, tmp_path):
-    """Negative control: corrupt the saved tables and the checks must flag it."""
-    import shutil
+def test_driver_checks_can_fail(driver_run):
+    """Negative control: corrupt the tables and the checks must flag it; a missing number is
+    never a PASS."""
+    from grpo_theory.experiments.runner import Tables
 
-    drv, out = driver_out
-    bad = tmp_path / "bad"
-    shutil.copytree(out, bad)
-    rk = pd.read_csv(bad / "rank.csv")
-    peak = rk.beta == rk[rk.policy == "tabular"].beta.max()
-    rk.loc[peak & (rk.policy == "tabular"), "resp_erank"] = 6.0
-    rk.to_csv(bad / "rank.csv", index=False)
-    sp = pd.read_csv(bad / "sparsity.csv")
-    sp.loc[0, "z"] = 9.0
-    sp.to_csv(bad / "sparsity.csv", index=False)
-    c = drv._checks(bad)
-    assert not c["tabular_peaked_rank_le2"] and not c["sparsity_mc_exact"]
-    assert not drv.report(bad)["passed"]
+    drv, s, res, _ = driver_run
+    bad = {k: v.copy() for k, v in res.tables.items()}
+    rk = bad["rank"]
+    peak = (rk.policy == "tabular") & (rk.beta == rk[rk.policy == "tabular"].beta.max())
+    rk.loc[peak, "resp_erank"] = 6.0
+    bad["sparsity"].loc[0, "z"] = 9.0
+    sec = drv.report(Tables(bad), s)
+    by = {c.name.split(":")[0]: c for c in sec.checks}
+    assert by["tabular_peaked_rank_le2"].passed is False
+    assert by["sparsity_mc_exact"].passed is False
+    assert by["mlp_peaked_rank_le2"].passed is True and sec.verdict == "FAIL"
+    gone = {k: v.copy() for k, v in res.tables.items()}
+    gone["training"]["zero_resid_se"] = np.nan
+    sec = drv.report(Tables(gone), s)
+    by = {c.name.split(":")[0]: c for c in sec.checks}
+    assert by["training_zero_fraction_exact"].passed is None and sec.verdict == "INCOMPLETE"
