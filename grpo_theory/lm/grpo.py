@@ -110,7 +110,8 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
         x = jnp.repeat(pool_x[idx], group, axis=0)
         canon = jnp.repeat(pool_canon[idx], group, axis=0)
         y = jax.lax.stop_gradient(sample_fn(params, ky, x, rlen, 1.0))
-        z = reward_exact_tokens(y, canon).astype(jnp.float64).reshape(batch, group)
+        # float64 under jax_enable_x64, else float32 (no truncation warning on accelerators)
+        z = reward_exact_tokens(y, canon).astype(float).reshape(batch, group)
         adv = est.advantage(z, PromptContext()).reshape(-1).astype(jnp.float32)
 
         if clip_eps is None and epochs == 1:  # Algorithm 1

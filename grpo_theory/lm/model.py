@@ -10,8 +10,15 @@ from ``softmax(logits / temperature)`` with a per-layer key/value cache (one pre
 prompt, then one position per step under ``lax.scan``); tokens after the first EOS are PAD, and
 PAD is never generated (its logit is fixed at -1e9).
 
-Parameters are float32 (the model runs in the caller's precision; only the exact routines scope
-float64 for themselves).
+Precision (``ModelConfig.dtype``): parameters are always float32 (the master copy that the
+optimiser updates, so an Adam step is float32 whatever the compute dtype). With
+``dtype="float32"`` (default) every operation is float32. With ``dtype="bfloat16"`` the matrix
+products (q/k/v, attention scores, attention-weighted values, output projection, MLP, logits
+head) take bfloat16 operands, rounded from the float32 values, and accumulate in float32
+(``preferred_element_type``, the tensor-core contract on GPUs); embeddings, the residual stream,
+layer norms, the attention softmax and the returned logits stay float32, and the policy's
+log-softmax (:func:`grpo_theory.lm.policy.token_log_probs`) is float32. Gradients flow back
+through the casts to the float32 parameters.
 """
 
 from __future__ import annotations
@@ -26,9 +33,12 @@ import numpy as np
 from .. import _validation as V
 from .task import EOS, ICL_PROMPT_LEN, PAD, RESPONSE_LEN, VOCAB_SIZE
 
-__all__ = ["ModelConfig", "init_params", "apply", "make_apply", "make_sampler", "sample", "n_params"]
+__all__ = ["ModelConfig", "init_params", "apply", "make_apply", "make_sampler", "sample", "n_params",
+           "COMPUTE_DTYPES"]
 
 F32 = jnp.float32
+#: compute dtypes of :class:`ModelConfig` (the dtype of the matrix products' operands)
+COMPUTE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -39,8 +49,18 @@ class ModelConfig:
     vocab_size: int = VOCAB_SIZE
     max_prompt: int = ICL_PROMPT_LEN
     max_response: int = max(RESPONSE_LEN.values())
+    #: operand dtype of the matrix products, ``"float32"`` or ``"bfloat16"`` (module docstring);
+    #: parameters, accumulation, layer norms, softmax and logits are float32 either way
+    dtype: str = "float32"
 
     def __post_init__(self):
+        try:
+            name = jnp.dtype(self.dtype).name
+        except TypeError:
+            name = None
+        if name not in COMPUTE_DTYPES:
+            raise ValueError(f"dtype must be one of {list(COMPUTE_DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtype", name)
         for name in ("d_model", "n_layers", "n_heads", "max_prompt", "max_response"):
             object.__setattr__(self, name, V.positive_int(name, getattr(self, name)))
         object.__setattr__(self, "vocab_size",
@@ -90,6 +110,17 @@ def n_params(params) -> int:
     return int(sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(params)))
 
 
+def _mm(a, b, dtype, spec=None):
+    """``a @ b`` (or ``einsum(spec, a, b)``); bfloat16 operands with float32 accumulation when
+    ``dtype == "bfloat16"``, the plain float32 product otherwise."""
+    if dtype == "float32":
+        return a @ b if spec is None else jnp.einsum(spec, a, b)
+    bf = jnp.bfloat16
+    if spec is None:
+        return jnp.matmul(a.astype(bf), b.astype(bf), preferred_element_type=F32)
+    return jnp.einsum(spec, a.astype(bf), b.astype(bf), preferred_element_type=F32)
+
+
 def _ln(p, x):
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
@@ -101,18 +132,18 @@ def _heads(x, h):
     return x.reshape(n, t, h, d // h).transpose(0, 2, 1, 3)
 
 
-def _attend(q, k, v, mask):
-    """q (N,H,Tq,dh), k/v (N,H,Tk,dh), mask (N,1|H,Tq,Tk) boolean."""
-    s = jnp.einsum("nhqd,nhkd->nhqk", q, k) / np.sqrt(q.shape[-1]).astype(np.float32)
+def _attend(q, k, v, mask, dtype):
+    """q (N,H,Tq,dh), k/v (N,H,Tk,dh), mask (N,1|H,Tq,Tk) boolean; softmax in float32."""
+    s = _mm(q, k, dtype, "nhqd,nhkd->nhqk") / np.sqrt(q.shape[-1]).astype(np.float32)
     s = jnp.where(mask, s, jnp.asarray(-1e9, F32))
     w = jax.nn.softmax(s, axis=-1)
-    o = jnp.einsum("nhqk,nhkd->nhqd", w, v)
+    o = _mm(w, v, dtype, "nhqk,nhkd->nhqd")
     n, h, t, dh = o.shape
     return o.transpose(0, 2, 1, 3).reshape(n, t, h * dh)
 
 
-def _mlp(b, x):
-    return jax.nn.gelu(x @ b["w1"] + b["b1"]) @ b["w2"]
+def _mlp(b, x, dtype):
+    return _mm(jax.nn.gelu(_mm(x, b["w1"], dtype) + b["b1"]), b["w2"], dtype)
 
 
 def _embed(params, tokens, positions):
@@ -133,12 +164,12 @@ def _forward(params, cfg, tokens, prompt_len, return_kv=False):
     kvs = []
     for b in params["blocks"]:
         h = _ln(b["ln1"], x)
-        q, k, v = jnp.split(h @ b["qkv"], 3, axis=-1)
+        q, k, v = jnp.split(_mm(h, b["qkv"], cfg.dtype), 3, axis=-1)
         q, k, v = (_heads(a, cfg.n_heads) for a in (q, k, v))
         kvs.append((k, v))
-        x = x + _attend(q, k, v, mask) @ b["o"]
-        x = x + _mlp(b, _ln(b["ln2"], x))
-    logits = _no_pad(_ln(params["ln_f"], x) @ params["out"])
+        x = x + _mm(_attend(q, k, v, mask, cfg.dtype), b["o"], cfg.dtype)
+        x = x + _mlp(b, _ln(b["ln2"], x), cfg.dtype)
+    logits = _no_pad(_mm(_ln(params["ln_f"], x), params["out"], cfg.dtype))
     return (logits, kvs) if return_kv else logits
 
 
@@ -164,7 +195,8 @@ def _check_lengths(cfg, n_prompt, n_response):
 
 
 def apply(params, tokens, prompt_len: int, cfg: ModelConfig):
-    """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32.
+    """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32 (matrix products
+    in ``cfg.dtype``, module docstring).
 
     Args:
         params: from :func:`init_params`.
@@ -249,13 +281,14 @@ def _sample(params, cfg: ModelConfig, key, prompts, response_len: int, temperatu
         new_cache = []
         for b, (kc, vc) in zip(params["blocks"], cache):
             h = _ln(b["ln1"], x)
-            q, kk, vv = (_heads(a, cfg.n_heads) for a in jnp.split(h @ b["qkv"], 3, axis=-1))
+            q, kk, vv = (_heads(a, cfg.n_heads)
+                         for a in jnp.split(_mm(h, b["qkv"], cfg.dtype), 3, axis=-1))
             kc = jax.lax.dynamic_update_slice_in_dim(kc, kk, t_abs, axis=2)
             vc = jax.lax.dynamic_update_slice_in_dim(vc, vv, t_abs, axis=2)
             new_cache.append((kc, vc))
-            x = x + _attend(q, kc, vc, mask) @ b["o"]
-            x = x + _mlp(b, _ln(b["ln2"], x))
-        lg = _no_pad(_ln(params["ln_f"], x) @ params["out"])[:, 0]
+            x = x + _mm(_attend(q, kc, vc, mask, cfg.dtype), b["o"], cfg.dtype)
+            x = x + _mlp(b, _ln(b["ln2"], x), cfg.dtype)
+        lg = _no_pad(_mm(_ln(params["ln_f"], x), params["out"], cfg.dtype))[:, 0]
         nxt = draw(k, lg)
         out_tok = jnp.where(done, PAD, tok)
         done = done | (tok == EOS)
