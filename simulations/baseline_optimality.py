@@ -14,35 +14,41 @@ the oracle b = V. Two tabular softmax bandits (3 prompts x 4 responses, same rew
   with Z = 1: the cross term is non-zero and the MSE-optimal baseline
   b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x] beats V(x).
 
-Baselines swept: shifts b = V + delta, the line b = V + t (b* - V) through the oracle (t = 0) and
-b* (t = 1), random b(x) ~ U(0, 1), vanilla (b = 0); GRPO is shown for reference. Exact MSEs come
-from :func:`grpo_theory.exact_mse` with :func:`grpo_theory.prompt_baseline`; the decomposition
-above is checked as an identity; Monte Carlo evaluates every baseline on the same draws, so
+One cell per (problem, G) sweeps the baselines: shifts b = V + delta, the line
+b = V + t (b* - V) through the oracle (t = 0) and b* (t = 1), random b(x) ~ U(0, 1) (drawn from
+the cell's key), vanilla (b = 0); GRPO is shown for reference. Exact MSEs come from
+:func:`grpo_theory.exact_mse` with :func:`grpo_theory.prompt_baseline`; the decomposition above
+is checked as an identity; Monte Carlo evaluates every baseline on the same draws, so
 differences to the oracle are paired.
 
 PASS when the identity holds (1e-10), under Assumption 2 the cross term is 0, no baseline's exact
 MSE is below the oracle's and none is significantly below in Monte Carlo (4-sigma), and when
 Assumption 2 fails the cross term is non-zero, b* beats V exactly and significantly in Monte
 Carlo (paired CI below 0) and the t-sweep is minimised at t = 1.
+
+    grpo-theory baseline-optimality [--full] [--workers N]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
+import jax
 import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
-from simulations._tables import finish, load_table
+from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
 from simulations._paired import mean_ci, paired_squared_errors
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "a2_holds_bandit",
+           "a2_fails_bandit", "baseline_family", "decomposition", "cells", "cell", "summary",
+           "checks", "report", "plot", "EXPERIMENT"]
 
 NAME = "baseline-optimality"
 CLAIM = "no prompt-only baseline beats the oracle under Assumption 2; b* beats V(x) without it (Cor 5)"
-ORDER = 21
 Z_TOL = 4.0
 
 REWARD_MEANS = np.array([[0.2, 0.3, 1.0, 0.9], [0.1, 0.5, 1.0, 0.2], [0.4, 0.2, 0.6, 1.0]])
@@ -62,29 +68,61 @@ def a2_fails_bandit() -> gt.SoftmaxBandit:
 PROBLEMS = {"a2_holds": a2_holds_bandit, "a2_fails": a2_fails_bandit}
 
 
-def settings(quick: bool):
-    if quick:
-        return dict(group_sizes=(4,), deltas=np.linspace(-0.5, 0.5, 11),
-                    ts=np.array([-1.0, -0.5, 0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0]),
-                    n_random=6, n_reps=40_000)
-    return dict(group_sizes=(2, 4, 16), deltas=np.linspace(-0.5, 0.5, 41),
-                ts=np.linspace(-1.0, 3.0, 33), n_random=20, n_reps=400_000)
+@dataclass(frozen=True)
+class Settings:
+    group_sizes: tuple
+    deltas: tuple
+    ts: tuple
+    n_random: int
+    n_reps: int
 
 
-def baseline_family(problem, cfg, seed: int):
-    """(kind, parameter, b (P,)) rows for the sweep."""
+SETTINGS = {
+    "quick": Settings(group_sizes=(4,), deltas=tuple(np.linspace(-0.5, 0.5, 11).tolist()),
+                      ts=(-1.0, -0.5, 0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0), n_random=6,
+                      n_reps=40_000),
+    "full": Settings(group_sizes=(2, 4, 16), deltas=tuple(np.linspace(-0.5, 0.5, 41).tolist()),
+                     ts=tuple(np.linspace(-1.0, 3.0, 33).tolist()), n_random=20,
+                     n_reps=400_000),
+}
+
+SCHEMA = {"table": dict(problem="str", G="int", B="int", n_reps="int", baseline="str",
+                        param="float?", exact="float", mc="float", mc_se="float",
+                        ci_low="float", ci_high="float", diff_exact="float", diff_mc="float",
+                        diff_se="float", diff_lo="float", diff_hi="float", quad="float?",
+                        cross="float?", b="str?", oracle_exact="float", z="float")}
+
+
+def baseline_family(problem, deltas, ts, n_random: int, key):
+    """The swept prompt-only baselines.
+
+    Args:
+        problem: a DiscreteProblem (``bandit.problem()``).
+        deltas: shifts delta of b = V + delta.
+        ts: positions t on the line b = V + t (b* - V).
+        n_random: number of random baselines b(x) ~ U(0, 1).
+        key: JAX key for the random baselines.
+    Returns:
+        A list of (baseline kind, parameter, b of shape (P,)).
+    """
     v = np.asarray(problem.values())
     bstar = np.asarray(problem.optimal_baselines())
     rows = [("vanilla", 0.0, np.zeros_like(v)), ("oracle", 0.0, v), ("optimal", 1.0, bstar)]
-    rows += [("shift", float(d), v + d) for d in cfg["deltas"]]
-    rows += [("line", float(t), v + t * (bstar - v)) for t in cfg["ts"]]
-    rng = np.random.default_rng(seed)
-    rows += [("random", float(i), rng.uniform(0, 1, v.shape)) for i in range(cfg["n_random"])]
+    rows += [("shift", float(d), v + d) for d in deltas]
+    rows += [("line", float(t), v + t * (bstar - v)) for t in ts]
+    rand = np.asarray(jax.random.uniform(key, (n_random,) + v.shape, dtype=np.float64))
+    rows += [("random", float(i), rand[i]) for i in range(n_random)]
     return rows
 
 
 def decomposition(problem, b, G: int, B: int = 1):
-    """(quadratic term, cross term) of MSE(b) - MSE_oracle (eq. 25 plus the cross term)."""
+    """(quadratic term, cross term) of MSE(b) - MSE_oracle (eq. 25 plus the cross term).
+
+    Args:
+        problem: a DiscreteProblem; b: baseline per prompt (P,); G, B: group and batch size.
+    Returns:
+        ``(E_X[(V-b)^2 E[||s||^2|X]] / (BG), 2 E_X[(V-b) E[||s||^2 eps|X]] / (BG))``.
+    """
     f = np.asarray(problem.prompt_probs)
     p, mu = np.asarray(problem.probs), np.asarray(problem.reward_means)
     ssq = np.asarray(problem.score_sq_norms())
@@ -96,59 +134,59 @@ def decomposition(problem, b, G: int, B: int = 1):
     return float(quad), float(cross)
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    cfg = settings(quick)
-    store = CellStore(out_dir, NAME, seed=seed, setting="quick" if quick else "full")
-    cells = [(p, G) for p in PROBLEMS for G in cfg["group_sizes"]]
-    prog = Progress(NAME, len(cells))
-    for prob, G in cells:
-        cid = f"{prob}_G{G}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        bandit = PROBLEMS[prob]()
-        problem = bandit.problem()
-        fam = baseline_family(problem, cfg, seed)
-        bs = np.stack([b for _, _, b in fam])
-        err2 = paired_squared_errors(bandit, ("oracle", "grpo"), baselines=bs, group_size=G,
-                                     n_reps=cfg["n_reps"], seed=seed * 1000 + G)
-        m, se, lo, hi = mean_ci(err2)
-        dm, dse, dlo, dhi = mean_ci(err2 - err2[:, [0]])  # paired difference to the oracle
-        or_exact = gt.exact_mse(bandit, "oracle", G)
-        rows = [dict(kind="grpo", param=np.nan, exact=gt.exact_mse(bandit, "grpo", G),
-                     mc=m[1], mc_se=se[1], ci_low=lo[1], ci_high=hi[1], diff_exact=np.nan,
-                     diff_mc=dm[1], diff_se=dse[1], diff_lo=dlo[1], diff_hi=dhi[1], quad=np.nan,
-                     cross=np.nan, b=None)]
-        rows[0]["diff_exact"] = rows[0]["exact"] - or_exact
-        for j, (kind, par, b) in enumerate(fam):
-            c = j + 2
-            ex = gt.exact_mse(bandit, gt.prompt_baseline(b), G)
-            quad, cross = decomposition(problem, b, G)
-            rows.append(dict(kind=kind, param=par, exact=ex, mc=m[c], mc_se=se[c], ci_low=lo[c],
-                             ci_high=hi[c], diff_exact=ex - or_exact, diff_mc=dm[c],
-                             diff_se=dse[c], diff_lo=dlo[c], diff_hi=dhi[c], quad=quad,
-                             cross=cross, b=" ".join(f"{x:.6f}" for x in b)))
-        for r in rows:
-            r.update(problem=prob, G=G, B=1, n_reps=cfg["n_reps"], oracle_exact=or_exact,
-                     z=(r["mc"] - r["exact"]) / r["mc_se"])
-        store.write(cid, rows, config=dict(problem=prob, G=G, B=1, n_reps=cfg["n_reps"]))
-        prog.step(cid)
-    df = store.save_table("table.csv")
-    print(summary(df).to_string(index=False))
+def cells(s: Settings) -> list[Cell]:
+    return [Cell(f"{p}_G{G}", dict(problem=p, G=G, n_reps=s.n_reps, deltas=s.deltas, ts=s.ts,
+                                   n_random=s.n_random))
+            for p in PROBLEMS for G in s.group_sizes]
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    return load_table(out_dir)
+def cell(config: dict, key) -> list[dict]:
+    """Exact and paired Monte Carlo MSE of every swept baseline (and GRPO) at one (problem, G)."""
+    prob, G, R = config["problem"], config["G"], config["n_reps"]
+    k_base, k_mc = jax.random.split(key)
+    bandit = PROBLEMS[prob]()
+    problem = bandit.problem()
+    fam = baseline_family(problem, config["deltas"], config["ts"], config["n_random"], k_base)
+    bs = np.stack([b for _, _, b in fam])
+    err2 = paired_squared_errors(bandit, ("oracle", "grpo"), baselines=bs, group_size=G,
+                                 n_reps=R, seed=key_seed(k_mc))
+    m, se, lo, hi = mean_ci(err2)
+    dm, dse, dlo, dhi = mean_ci(err2 - err2[:, [0]])  # paired difference to the oracle
+    or_exact = gt.exact_mse(bandit, "oracle", G)
+    grpo_exact = gt.exact_mse(bandit, "grpo", G)
+    rows = [dict(baseline="grpo", param=np.nan, exact=grpo_exact, mc=m[1], mc_se=se[1],
+                 ci_low=lo[1], ci_high=hi[1], diff_exact=grpo_exact - or_exact, diff_mc=dm[1],
+                 diff_se=dse[1], diff_lo=dlo[1], diff_hi=dhi[1], quad=np.nan, cross=np.nan,
+                 b=None)]
+    for j, (kind, par, b) in enumerate(fam):
+        c = j + 2
+        ex = gt.exact_mse(bandit, gt.prompt_baseline(b), G)
+        quad, cross = decomposition(problem, b, G)
+        rows.append(dict(baseline=kind, param=par, exact=ex, mc=m[c], mc_se=se[c], ci_low=lo[c],
+                         ci_high=hi[c], diff_exact=ex - or_exact, diff_mc=dm[c],
+                         diff_se=dse[c], diff_lo=dlo[c], diff_hi=dhi[c], quad=quad,
+                         cross=cross, b=" ".join(f"{x:.6f}" for x in b)))
+    for r in rows:
+        r.update(problem=prob, G=G, B=1, n_reps=R, oracle_exact=or_exact,
+                 z=(r["mc"] - r["exact"]) / r["mc_se"])
+    return rows
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (problem, G): identity error, cross term, best shift / t, b* vs V.
+
+    Args:
+        df: the experiment's table (rows of :func:`cell`).
+    Returns:
+        A DataFrame with one row per (problem, G).
+    """
     out = []
     for (prob, G), d in df.groupby(["problem", "G"], sort=False):
-        pb = d[d.kind != "grpo"]
+        pb = d[d.baseline != "grpo"]
         ident = np.max(np.abs(pb.diff_exact - pb.quad - pb.cross) / pb.oracle_exact)
-        opt = d[d.kind == "optimal"].iloc[0]
-        line = d[d.kind == "line"].sort_values("param")
-        shift = d[d.kind == "shift"].sort_values("param")
+        opt = d[d.baseline == "optimal"].iloc[0]
+        line = d[d.baseline == "line"].sort_values("param")
+        shift = d[d.baseline == "shift"].sort_values("param")
         out.append(dict(
             problem=prob, G=int(G), oracle=float(opt.oracle_exact),
             identity_rel_err=float(ident), max_abs_cross=float(pb.cross.abs().max()),
@@ -159,32 +197,85 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
                          if np.ptp(line.exact.values) > 1e-14 else np.nan),  # b* = V: flat line
             opt_minus_oracle_exact=float(opt.diff_exact), opt_minus_oracle_mc=float(opt.diff_mc),
             opt_minus_oracle_lo=float(opt.diff_lo), opt_minus_oracle_hi=float(opt.diff_hi),
-            grpo_minus_oracle_exact=float(d[d.kind == "grpo"].diff_exact.iloc[0]),
+            grpo_minus_oracle_exact=float(d[d.baseline == "grpo"].diff_exact.iloc[0]),
             max_abs_z=float(d.z.abs().max())))
     return pd.DataFrame(out)
 
 
-def checks(s: pd.DataFrame) -> dict:
+def checks(s: pd.DataFrame) -> list[Check]:
+    """The PASS rule of the module docstring as checks on :func:`summary`'s table.
+
+    Args:
+        s: :func:`summary` of the table.
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
     h, f = s[s.problem == "a2_holds"], s[s.problem == "a2_fails"]
-    return dict(
-        identity=bool((s.identity_rel_err <= 1e-10).all()),
-        mc_agrees=bool((s.max_abs_z <= Z_TOL).all()),
-        holds_no_cross=bool((h.max_abs_cross <= 1e-12).all()),
-        holds_none_beats_oracle=bool(((h.min_diff_exact >= -1e-12)
-                                      & (h.min_diff_mc_4sigma >= -1e-12)).all()),
-        fails_cross_nonzero=bool((f.max_abs_cross > 1e-6).all()),
-        fails_bstar_beats_V=bool(((f.opt_minus_oracle_exact < 0)
-                                  & (f.opt_minus_oracle_hi < 0)).all()),
-        fails_line_min_at_bstar=bool((f.best_line_t == 1.0).all()),
-    )
+    # best_line_t is NaN by design when b* = V (a2_holds), so only a2_fails' values are used
+    return [
+        check("identity MSE(b) − MSE(V) = quadratic + cross term (1e-10)",
+              (s.identity_rel_err <= 1e-10).all(), s.identity_rel_err,
+              detail=f"largest {s.identity_rel_err.max():.1e}"),
+        check(f"every abs(MC − exact)/se <= {Z_TOL:g}", (s.max_abs_z <= Z_TOL).all(),
+              s.max_abs_z, detail=f"largest {s.max_abs_z.max():.2f}"),
+        check("Assumption 2 holds: cross term 0 (1e-12)", len(h) > 0 and
+              (h.max_abs_cross <= 1e-12).all(), h.max_abs_cross,
+              detail=f"largest {h.max_abs_cross.max():.1e}"),
+        check(f"Assumption 2 holds: no baseline below the oracle (exact, MC {Z_TOL:g}-sigma)",
+              len(h) > 0 and ((h.min_diff_exact >= -1e-12) & (h.min_diff_mc_4sigma >= -1e-12)
+                              ).all(), h.min_diff_exact, h.min_diff_mc_4sigma,
+              detail=f"min exact {h.min_diff_exact.min():.2e}, "
+                     f"min MC + {Z_TOL:g} se {h.min_diff_mc_4sigma.min():.2e}"),
+        check("Assumption 2 fails: cross term non-zero (> 1e-6)", len(f) > 0 and
+              (f.max_abs_cross > 1e-6).all(), f.max_abs_cross,
+              detail=f"smallest {f.max_abs_cross.min():.2e}"),
+        check("Assumption 2 fails: b* beats V exactly and in MC (paired CI below 0)",
+              len(f) > 0 and ((f.opt_minus_oracle_exact < 0) & (f.opt_minus_oracle_hi < 0)
+                              ).all(), f.opt_minus_oracle_exact, f.opt_minus_oracle_hi,
+              detail=f"largest exact {f.opt_minus_oracle_exact.max():.2e}, "
+                     f"largest CI high {f.opt_minus_oracle_hi.max():.2e}"),
+        check("Assumption 2 fails: t-sweep minimised at t = 1 (b*)",
+              len(f) > 0 and (f.best_line_t == 1.0).all(), f.best_line_t,
+              detail=", ".join(f"G={r.G}: t={r.best_line_t:g}" for r in f.itertuples())),
+    ]
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
+def report(tables, s: Settings) -> Section:
+    df = tables["table"]
+    sm = summary(df)
+    n_b = int(((df.problem == df.problem.iloc[0]) & (df.G == df.G.iloc[0])).sum()) - 1
+    lines = [f"Tabular softmax bandits, 3 prompts x 4 responses, B = 1, "
+             f"{int(df.n_reps.iloc[0])} paired Monte Carlo replicates per (problem, G); "
+             f"{n_b} prompt-only baselines per cell (shifts, line through b*, random, vanilla).",
+             "",
+             "| problem | G | MSE oracle | min exact MSE(b) − oracle | max abs cross term | "
+             "best shift δ | best t | MSE(b*) − MSE(V): exact / MC [95% CI] | grpo − oracle |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sm.itertuples():
+        lines.append(
+            f"| {r.problem} | {r.G} | {r.oracle:.5f} | {r.min_diff_exact:.2e} | "
+            f"{r.max_abs_cross:.2e} | {r.best_shift:+.2f} | "
+            f"{'— (b* = V)' if np.isnan(r.best_line_t) else f'{r.best_line_t:.2f}'} | "
+            f"{r.opt_minus_oracle_exact:.2e} / {r.opt_minus_oracle_mc:.2e} "
+            f"[{r.opt_minus_oracle_lo:.2e}, {r.opt_minus_oracle_hi:.2e}] | "
+            f"{r.grpo_minus_oracle_exact:.2e} |")
+    lines += ["", "Under Assumption 2 (uniform policy, equal score norms) every prompt-only "
+              "baseline has MSE >= the oracle's, exactly and in Monte Carlo (no paired difference "
+              f"is below 0 by more than {Z_TOL:g} se; 1e-12 allows for rounding when b = V "
+              "exactly). When rare responses carry the reward, the cross term "
+              "2 E[||s||² (V − b) ε]/G is non-zero and b* beats V(x): GRPO, which tends to the "
+              "oracle, is then not the best prompt-only baseline.", "",
+              "![](baseline_sweep.png)"]
+    return Section("Claim 2: the oracle is optimal among prompt-only baselines (Corollary 5)",
+                   "\n".join(lines), checks(sm))
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
     G0 = 4 if 4 in set(df.G) else int(df.G.iloc[0])
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     for prob, d in df[df.G == G0].groupby("problem"):
-        sh = d[d.kind == "shift"].sort_values("param")
+        sh = d[d.baseline == "shift"].sort_values("param")
         line, = axes[0].plot(sh.param, sh.diff_exact, label=f"{prob} (exact)")
         axes[0].errorbar(sh.param, sh.diff_mc, yerr=z_value() * sh.diff_se, fmt="o", ms=3,
                          capsize=2, color=line.get_color(), label=f"{prob} (paired MC, 95% CI)")
@@ -193,7 +284,7 @@ def plot(out_dir: Path) -> None:
                 title=f"Constant shifts of the oracle baseline (G = {G0}, B = 1)")
     axes[0].legend(fontsize=7)
     d = df[(df.G == G0) & (df.problem == "a2_fails")]
-    ln = d[d.kind == "line"].sort_values("param")
+    ln = d[d.baseline == "line"].sort_values("param")
     axes[1].plot(ln.param, ln.diff_exact, label="exact total")
     axes[1].plot(ln.param, ln.quad, "--", label="exact quadratic term")
     axes[1].plot(ln.param, ln.cross, ":", label="exact cross term")
@@ -204,39 +295,8 @@ def plot(out_dir: Path) -> None:
     axes[1].set(xlabel="t in b = V + t (b* − V)  (t = 1: MSE-optimal b*)",
                 ylabel="MSE(b) − MSE(oracle)", title="Assumption 2 fails: b* beats V(x)")
     axes[1].legend(fontsize=7)
-    save_figure(fig, Path(out_dir) / "baseline_sweep")
+    save_figure(fig, out_dir / "baseline_sweep")
 
 
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    s = summary(df)
-    ch = checks(s)
-    lines = [f"Tabular softmax bandits, 3 prompts x 4 responses, B = 1, "
-             f"{int(df.n_reps.iloc[0])} paired Monte Carlo replicates per (problem, G); "
-             f"{int((df[df.problem == 'a2_holds'].G == df.G.iloc[0]).sum()) - 1} prompt-only "
-             "baselines per cell (shifts, line through b*, random, vanilla).", "",
-             "| problem | G | MSE oracle | min exact MSE(b) − oracle | max abs cross term | "
-             "best shift δ | best t | MSE(b*) − MSE(V): exact / MC [95% CI] | grpo − oracle |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in s.itertuples():
-        lines.append(
-            f"| {r.problem} | {r.G} | {r.oracle:.5f} | {r.min_diff_exact:.2e} | "
-            f"{r.max_abs_cross:.2e} | {r.best_shift:+.2f} | "
-            f"{'— (b* = V)' if np.isnan(r.best_line_t) else f'{r.best_line_t:.2f}'} | "
-            f"{r.opt_minus_oracle_exact:.2e} / {r.opt_minus_oracle_mc:.2e} "
-            f"[{r.opt_minus_oracle_lo:.2e}, {r.opt_minus_oracle_hi:.2e}] | "
-            f"{r.grpo_minus_oracle_exact:.2e} |")
-    lines += ["", "Checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in ch.items()),
-              "", "Under Assumption 2 (uniform policy, equal score norms) every prompt-only "
-              "baseline has MSE >= the oracle's, exactly and in Monte Carlo (no paired difference "
-              f"is below 0 by more than {Z_TOL} se; 1e-12 allows for rounding when b = V exactly). When rare responses carry the reward, the "
-              "cross term 2 E[||s||² (V − b) ε]/G is non-zero and b* beats V(x): GRPO, which "
-              "tends to the oracle, is then not the best prompt-only baseline.", "",
-              "![](baseline_sweep.png)"]
-    return finish(df, dict(
-        title="Claim 2: the oracle is optimal among prompt-only baselines (Corollary 5)",
-        markdown="\n".join(lines), passed=all(ch.values())))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=21)

@@ -1,57 +1,73 @@
 r"""Claim 1 — oracle equivalence of GRPO's gradient (Theorem 2, Proposition 3, Corollary 4).
 
 For three problems (tabular softmax bandit, prompt-sharing linear softmax bandit, enumerable
-sequence policy; :mod:`grpo_theory.problems`) and G in a grid, B = 1:
+sequence policy; :mod:`grpo_theory.problems`) and G in a grid, B = 1, one cell per (problem, G)
+computes:
 
-* exact MSE of vanilla / grpo / oracle (closed forms) and a Monte Carlo estimate with a 95% CI;
+* the exact MSE of vanilla / grpo / oracle (closed forms) and a Monte Carlo estimate with a 95% CI;
   all three estimators are evaluated on the *same* draws, so the gap GRPO - oracle is estimated
   from paired differences (its variance is then O(G^-3) instead of O(G^-1));
+* the scaling constants c1, c2, c3 of the problem.
+
+The report checks
+
 * the exact identity ``(MSE_grpo - MSE_oracle) G (G - 1) = c3`` (from Theorem 2 and Proposition 3);
 * the ratio ``MSE_grpo / MSE_oracle -> 1``;
 * a log-log fit ``log gap = a + b log G`` (statsmodels WLS, weights from the Monte Carlo standard
   errors, taken as known variances) over the four largest G (8-64 quick, 32-256 full) with a
-  95% CI for the slope b;
-  the check is that -2 lies within 4 standard errors of b (several fits are judged at once). The exact form c3 / (G (G - 1)) has a local log-log slope
+  95% CI for the slope b; the check is that -2 lies within 4 standard errors of b (several fits
+  are judged at once). The exact form c3 / (G (G - 1)) has a local log-log slope
   -2 - 1/(G - 1), so the fit uses the largest G, where the correction is small; the slope of the
   exact values over the same G is reported alongside.
 
 PASS when every Monte Carlo MSE is within 4 standard errors of the exact value, the identity holds
 to 1e-9 relative error, the exact ratio decreases to within 2% of 1 at the largest G, and every
 problem's slope is within 4 standard errors of -2.
+
+    grpo-theory oracle-equivalence [--full] [--workers N]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
-from simulations._tables import finish, load_table
-from grpo_theory import problems
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from simulations._paired import mean_ci, paired_squared_errors
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
+           "slope_fit", "summary", "report", "plot", "EXPERIMENT"]
 
 NAME = "oracle-equivalence"
 CLAIM = "GRPO's gradient MSE -> oracle's; gap = c3/(G(G-1)) ~ G^-2 (Thm 2, Prop 3, Cor 4)"
-ORDER = 20
 ESTIMATORS = ("vanilla", "grpo", "oracle")
-PROBLEMS = {
-    "softmax": ("default_bandit()", problems.default_bandit),
-    "linear": ("linear_bandit()", problems.linear_bandit),
-    "sequence": ("sequence_policy()", problems.sequence_policy),
-}
+PROBLEMS = {"softmax": problems.default_bandit, "linear": problems.linear_bandit,
+            "sequence": problems.sequence_policy}
 Z_TOL = 4.0
+IDENTITY_TOL = 1e-9
+RATIO_TOL = 1.02
 N_FIT = 4  # the slope is fitted over the N_FIT largest group sizes
 
 
-def settings(quick: bool):
-    if quick:
-        return dict(group_sizes=(2, 8, 16, 32, 64), base_reps=10_000)
-    return dict(group_sizes=(2, 4, 8, 16, 32, 64, 128, 256), base_reps=100_000)
+@dataclass(frozen=True)
+class Settings:
+    group_sizes: tuple
+    base_reps: int
+    problems: tuple = ("softmax", "linear", "sequence")
+
+
+SETTINGS = {"quick": Settings(group_sizes=(2, 8, 16, 32, 64), base_reps=10_000),
+            "full": Settings(group_sizes=(2, 4, 8, 16, 32, 64, 128, 256), base_reps=100_000)}
+
+SCHEMA = {"table": dict(problem="str", G="int", quantity="str", exact="float", mc="float",
+                        mc_se="float", ci_low="float", ci_high="float", B="int", n_reps="int",
+                        c1="float", c2="float", c3="float", z="float")}
 
 
 def n_reps_for(G: int, base: int) -> int:
@@ -60,50 +76,42 @@ def n_reps_for(G: int, base: int) -> int:
     return int(base * min(8, max(1, G // 16)))
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    cfg = settings(quick)
-    store = CellStore(out_dir, NAME, seed=seed, setting="quick" if quick else "full")
-    cells = [(p, G) for p in PROBLEMS for G in cfg["group_sizes"]]
-    prog = Progress(NAME, len(cells))
-    for prob, G in cells:
-        cid = f"{prob}_G{G}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        desc, make = PROBLEMS[prob]
-        bandit = make()
-        c = gt.scaling_constants(bandit)
-        R = n_reps_for(G, cfg["base_reps"])
-        err2 = paired_squared_errors(bandit, ESTIMATORS, group_size=G, n_reps=R,
-                                     seed=seed * 1000 + G)
-        m, se, lo, hi = mean_ci(err2)
-        rows = []
-        exact = {}
-        for j, est in enumerate(ESTIMATORS):
-            exact[est] = gt.exact_mse(bandit, est, G)
-            rows.append(dict(problem=prob, G=G, quantity=est, exact=exact[est], mc=m[j],
-                             mc_se=se[j], ci_low=lo[j], ci_high=hi[j]))
-        d = err2[:, 1] - err2[:, 2]
-        dm, dse, dlo, dhi = mean_ci(d)
-        rows.append(dict(problem=prob, G=G, quantity="gap_grpo_oracle",
-                         exact=exact["grpo"] - exact["oracle"], mc=dm, mc_se=dse, ci_low=dlo,
-                         ci_high=dhi))
-        for r in rows:
-            r.update(B=1, n_reps=R, c1=c.c1, c2=c.c2, c3=c.c3,
-                     z=(r["mc"] - r["exact"]) / r["mc_se"])
-        store.write(cid, rows, config=dict(problem=desc, G=G, B=1, n_reps=R))
-        prog.step(cid)
-    df = store.save_table("table.csv")
-    print(summary(df).to_string(index=False))
+def cells(s: Settings) -> list[Cell]:
+    return [Cell(f"{p}_G{G}", dict(problem=p, G=G, n_reps=n_reps_for(G, s.base_reps),
+                                   estimators=ESTIMATORS))
+            for p in s.problems for G in s.group_sizes]
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    return load_table(out_dir)
+def cell(config: dict, key) -> list[dict]:
+    """Exact and paired Monte Carlo MSE of vanilla/grpo/oracle and the gap grpo - oracle."""
+    prob, G, R, ests = config["problem"], config["G"], config["n_reps"], config["estimators"]
+    bandit = PROBLEMS[prob]()
+    c = gt.scaling_constants(bandit)
+    err2 = paired_squared_errors(bandit, tuple(ests), group_size=G, n_reps=R,
+                                 seed=key_seed(key))
+    m, se, lo, hi = mean_ci(err2)
+    exact = {e: gt.exact_mse(bandit, e, G) for e in ests}
+    rows = [dict(quantity=e, exact=exact[e], mc=m[j], mc_se=se[j], ci_low=lo[j], ci_high=hi[j])
+            for j, e in enumerate(ests)]
+    d = err2[:, ests.index("grpo")] - err2[:, ests.index("oracle")]  # paired differences
+    dm, dse, dlo, dhi = mean_ci(d)
+    rows.append(dict(quantity="gap_grpo_oracle", exact=exact["grpo"] - exact["oracle"], mc=dm,
+                     mc_se=dse, ci_low=dlo, ci_high=dhi))
+    for r in rows:
+        r.update(problem=prob, G=G, B=1, n_reps=R, c1=c.c1, c2=c.c2, c3=c.c3,
+                 z=(r["mc"] - r["exact"]) / r["mc_se"])
+    return rows
 
 
 def slope_fit(G, gap, se):
-    """WLS of log gap on log G (weights 1/se(log gap)^2, known variances); returns
-    (slope, se, lo95, hi95)."""
+    """WLS of log gap on log G (weights 1/se(log gap)^2, known variances).
+
+    Args:
+        G, gap, se: group sizes, Monte Carlo gaps and their standard errors (non-positive gaps
+            are left out).
+    Returns:
+        (slope, se, lo95, hi95).
+    """
     import statsmodels.api as sm
 
     G, gap, se = map(np.asarray, (G, gap, se))
@@ -119,7 +127,13 @@ def slope_fit(G, gap, se):
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per problem: identity error, ratios, slope fits."""
+    """One row per problem: identity error, ratios, slope fits.
+
+    Args:
+        df: the experiment's table (rows of :func:`cell`).
+    Returns:
+        A DataFrame with one row per problem.
+    """
     out = []
     for prob, d in df.groupby("problem", sort=False):
         gap = d[d.quantity == "gap_grpo_oracle"].sort_values("G")
@@ -142,8 +156,50 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
+def report(tables, s: Settings) -> Section:
+    df = tables["table"]
+    sm = summary(df)
+    checks = [
+        check(f"every abs(MC − exact)/se <= {Z_TOL:g}", (sm.max_abs_z <= Z_TOL).all(),
+              sm.max_abs_z, detail=f"largest {sm.max_abs_z.max():.2f}"),
+        check(f"gap·G(G−1) = c3 to {IDENTITY_TOL:g} relative error",
+              (sm.identity_rel_err <= IDENTITY_TOL).all(), sm.identity_rel_err,
+              detail=f"largest {sm.identity_rel_err.max():.1e}"),
+        check(f"exact grpo/oracle decreasing in G and <= {RATIO_TOL} at the largest G",
+              (sm.ratio_decreasing & (sm.ratio_Gmax <= RATIO_TOL)).all(), sm.ratio_Gmax,
+              detail=", ".join(f"{r.problem} {r.ratio_Gmax:.4f}" for r in sm.itertuples())),
+        check(f"slope of the MC gap within {Z_TOL:g} se of −2",
+              (sm.z_slope_minus2.abs() <= Z_TOL).all(), sm.z_slope_minus2,
+              detail=", ".join(f"{r.problem} {r.z_slope_minus2:+.2f}" for r in sm.itertuples())),
+    ]
+    n_reps = int(df.n_reps.min())
+    lines = [f"B = 1; problems: {', '.join(sm.problem)}; G = "
+             f"{', '.join(str(g) for g in sorted(df.G.unique()))}; >= {n_reps} paired Monte Carlo "
+             "replicates per cell (vanilla, grpo and oracle on the same draws).", "",
+             "| problem | c3 | max rel. err of gap·G(G−1) = c3 | grpo/oracle at G=2 → G max | "
+             "vanilla/oracle at G max | slope (MC, WLS) [95% CI] | (slope + 2)/se | exact slope | "
+             "fit G | max abs(MC−exact)/se |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sm.itertuples():
+        lines.append(
+            f"| {r.problem} | {r.c3:.4f} | {r.identity_rel_err:.1e} | {r.ratio_G2:.3f} → "
+            f"{r.ratio_Gmax:.4f} | {r.vanilla_over_oracle_Gmax:.3f} | {r.slope:.3f} "
+            f"[{r.slope_lo:.3f}, {r.slope_hi:.3f}] | {r.z_slope_minus2:+.2f} | "
+            f"{r.exact_slope:.3f} | {r.fit_G} | "
+            f"{r.max_abs_z:.2f} |")
+    lines += ["", f"MC within {Z_TOL:g} se of exact; identity to {IDENTITY_TOL:g}; exact ratio "
+              f"decreasing and <= {RATIO_TOL} at the largest G; slope within {Z_TOL:g} se of −2, "
+              f"a {Z_TOL:g}-sigma band because several fits are judged at once. The 95% CI "
+              f"contains −2 for {int(sm.ci95_contains_minus2.sum())} of {len(sm)} problems. The "
+              "exact slope over the fitted G differs slightly from −2 because the gap is "
+              "c3/(G(G−1)), whose local log-log slope is −2 − 1/(G−1); −2 is the large-G limit.",
+              "", "![](mse_vs_G.png)", "", "![](gap_and_ratio.png)"]
+    return Section("Claim 1: oracle equivalence (Theorem 2, Proposition 3, Corollary 4)",
+                   "\n".join(lines), checks)
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
     probs = list(dict.fromkeys(df.problem))
     fig, axes = plt.subplots(1, len(probs), figsize=(4.2 * len(probs), 3.6), squeeze=False)
     for ax, prob in zip(axes[0], probs):
@@ -156,7 +212,7 @@ def plot(out_dir: Path) -> None:
         ax.set(xscale="log", yscale="log", xlabel="group size G", ylabel="MSE  E||ĝ − ∇J||²",
                title=f"{prob}: exact (lines), MC ±95% CI")
         ax.legend(fontsize=7)
-    save_figure(fig, Path(out_dir) / "mse_vs_G")
+    save_figure(fig, out_dir / "mse_vs_G")
 
     summ = summary(df).set_index("problem")
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -164,14 +220,14 @@ def plot(out_dir: Path) -> None:
         g = df[(df.problem == prob) & (df.quantity == "gap_grpo_oracle")].sort_values("G")
         line, = ax1.plot(g.G, g.exact, label=f"{prob}: exact c3/(G(G−1))")
         pos = g.mc > 0
-        ax1.errorbar(g.G[pos], g.mc[pos], yerr=z_value() * g.mc_se[pos], fmt="o", ms=3, capsize=2,
-                     color=line.get_color(),
+        ax1.errorbar(g.G[pos], g.mc[pos], yerr=z_value() * g.mc_se[pos], fmt="o", ms=3,
+                     capsize=2, color=line.get_color(),
                      label=f"{prob}: MC, slope {summ.loc[prob, 'slope']:.2f} "
                            f"[{summ.loc[prob, 'slope_lo']:.2f}, {summ.loc[prob, 'slope_hi']:.2f}]")
         w = df[df.problem == prob].pivot(index="G", columns="quantity", values="exact")
         ax2.plot(w.index, w["grpo"] / w["oracle"], "o-", ms=3, label=f"{prob}: grpo/oracle")
-        ax2.plot(w.index, w["vanilla"] / w["oracle"], "s--", ms=3, color=ax2.lines[-1].get_color(),
-                 label=f"{prob}: vanilla/oracle")
+        ax2.plot(w.index, w["vanilla"] / w["oracle"], "s--", ms=3,
+                 color=ax2.lines[-1].get_color(), label=f"{prob}: vanilla/oracle")
     ax1.set(xscale="log", yscale="log", xlabel="group size G", ylabel="MSE_grpo − MSE_oracle",
             title="Gap (paired MC ±95% CI) vs exact")
     ax1.legend(fontsize=6)
@@ -179,45 +235,8 @@ def plot(out_dir: Path) -> None:
     ax2.set(xscale="log", xlabel="group size G", ylabel="exact MSE ratio",
             title="Ratio to the oracle (exact)")
     ax2.legend(fontsize=6)
-    save_figure(fig, Path(out_dir) / "gap_and_ratio")
+    save_figure(fig, out_dir / "gap_and_ratio")
 
 
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    s = summary(df)
-    checks = dict(
-        mc_agrees=bool((s.max_abs_z <= Z_TOL).all()),
-        identity=bool((s.identity_rel_err <= 1e-9).all()),
-        ratio=bool((s.ratio_decreasing & (s.ratio_Gmax <= 1.02)).all()),
-        slope=bool((s.z_slope_minus2.abs() <= Z_TOL).all()),
-    )
-    n_reps = int(df.n_reps.min())
-    lines = [f"B = 1; problems: {', '.join(s.problem)}; G = "
-             f"{', '.join(str(g) for g in sorted(df.G.unique()))}; >= {n_reps} paired Monte Carlo "
-             "replicates per cell (vanilla, grpo and oracle on the same draws).", "",
-             "| problem | c3 | max rel. err of gap·G(G−1) = c3 | grpo/oracle at G=2 → G max | "
-             "vanilla/oracle at G max | slope (MC, WLS) [95% CI] | (slope + 2)/se | exact slope | "
-             "fit G | max abs(MC−exact)/se |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in s.itertuples():
-        lines.append(
-            f"| {r.problem} | {r.c3:.4f} | {r.identity_rel_err:.1e} | {r.ratio_G2:.3f} → "
-            f"{r.ratio_Gmax:.4f} | {r.vanilla_over_oracle_Gmax:.3f} | {r.slope:.3f} "
-            f"[{r.slope_lo:.3f}, {r.slope_hi:.3f}] | {r.z_slope_minus2:+.2f} | "
-            f"{r.exact_slope:.3f} | {r.fit_G} | "
-            f"{r.max_abs_z:.2f} |")
-    lines += ["", "Checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in checks.items())
-              + f". (MC within {Z_TOL} se of exact; identity to 1e-9; exact ratio decreasing and "
-              f"<= 1.02 at the largest G; slope within {Z_TOL} se of −2, a {Z_TOL}-sigma band "
-              "because several fits are judged at once.) The 95% CI contains −2 for "
-              f"{int(s.ci95_contains_minus2.sum())} of {len(s)} problems. The exact slope over "
-              "the fitted G differs slightly from −2 because the gap is c3/(G(G−1)), whose local "
-              "log-log slope is −2 − 1/(G−1); −2 is the large-G limit.", "",
-              "![](mse_vs_G.png)", "", "![](gap_and_ratio.png)"]
-    return finish(df, dict(
-        title="Claim 1: oracle equivalence (Theorem 2, Proposition 3, Corollary 4)",
-        markdown="\n".join(lines), passed=all(checks.values())))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=20)

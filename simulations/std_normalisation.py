@@ -31,11 +31,17 @@ theta_G (within 4 se) and excludes theta_V (more than 4 se away) for G >= 16; th
 monotonically toward theta_arcsin as G grows (exact); and at the largest trained G, grpo_std's
 average is closer to theta_arcsin than to theta_V with E[2 arcsin sqrt V] higher and E[V] lower
 than at theta_V.
+
+Cells: ``exact`` (the two maximisers and the fixed points theta_G) and one ``train`` cell per
+(estimator, G); each training run's seed is drawn from the cell's key.
+
+    grpo-theory std-normalisation [--full] [--workers N]
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -45,17 +51,20 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
-from simulations._tables import finish, load_table
+from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
 from grpo_theory.optim.train import exact_objective, maximise, train
 from grpo_theory.problems import scaling_bandit
 
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "std_bandit", "arcsin_objective",
+           "mean_update", "fixed_point", "cells", "cell", "summary", "checks", "report", "plot",
+           "EXPERIMENT"]
+
 NAME = "std-normalisation"
 CLAIM = "grpo_std ascends E[2 arcsin sqrt V(X)], not E[V(X)]: different limits with shared params (Prop 13)"
-ORDER = 25
 BATCH = 8  # prompts per step (B); N = BG = 8G
 BETA, OFFSET = 4.0, 100.0
 Z_TOL = 4.0
+PROBLEM = "scaling_bandit(delta=0.5)"
 EXACT_G_FULL = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024)
 
 
@@ -100,67 +109,85 @@ def fixed_point(policy, estimator: str, G: int, start) -> np.ndarray:
     return res.x
 
 
-def settings(quick: bool):
-    if quick:
-        return dict(group_sizes=(4, 16, 64), n_steps=2000, n_seeds=64,
-                    exact_G=(2, 3, 4, 16, 64, 256, 1024))
-    return dict(group_sizes=(4, 16, 64), n_steps=8000, n_seeds=256, exact_G=EXACT_G_FULL)
+@dataclass(frozen=True)
+class Settings:
+    group_sizes: tuple
+    n_steps: int
+    n_seeds: int
+    exact_G: tuple
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    cfg = settings(quick)
-    store = CellStore(out_dir, NAME, seed=seed, setting="quick" if quick else "full")
+SETTINGS = {"quick": Settings(group_sizes=(4, 16, 64), n_steps=2000, n_seeds=64,
+                              exact_G=(2, 3, 4, 16, 64, 256, 1024)),
+            "full": Settings(group_sizes=(4, 16, 64), n_steps=8000, n_seeds=256,
+                             exact_G=EXACT_G_FULL)}
+
+_OBJ = dict(theta1="float", theta2="float", J="float", arcsin_obj="float")
+SCHEMA = {
+    # point: max_J (theta_V), max_arcsin (theta_arcsin) or fixed_point (theta_G of estimator)
+    "exact": dict(point="str", estimator="str?", G="int?", **_OBJ),
+    # theta1, theta2 (and J, arcsin_obj there): the Polyak average of the 2nd half of the run
+    "train": dict(estimator="str", G="int", B="int", n_steps="int", eta="float",
+                  offset="float", run_seed="int", final_theta1="float", final_theta2="float",
+                  **_OBJ),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _maximisers():
+    """``(theta_V, J(theta_V), theta_arcsin)`` of :func:`std_bandit` (cached per process)."""
     pol = std_bandit()
-    cells = [("exact", None)] + [(e, G) for e in ("grpo_std", "grpo") for G in cfg["group_sizes"]]
-    prog = Progress(NAME, len(cells))
     theta_v, j_v = maximise(lambda th: exact_objective(pol, th), pol.params)
     theta_a, _ = maximise(lambda th: arcsin_objective(pol, th), pol.params)
-
-    def obj_row(th):
-        return dict(theta1=float(th[0]), theta2=float(th[1]),
-                    J=float(exact_objective(pol, jnp.asarray(th))),
-                    arcsin_obj=float(arcsin_objective(pol, jnp.asarray(th))))
-
-    if not store.done("exact"):
-        rows = [dict(kind="max_J", estimator="", G=np.nan, **obj_row(theta_v)),
-                dict(kind="max_arcsin", estimator="", G=np.nan, **obj_row(theta_a))]
-        for G in sorted(set(cfg["exact_G"]) | set(cfg["group_sizes"])):
-            rows.append(dict(kind="fixed_point", estimator="grpo_std", G=G,
-                             **obj_row(fixed_point(pol, "grpo_std", G, theta_a))))
-        for G in cfg["group_sizes"]:
-            rows.append(dict(kind="fixed_point", estimator="grpo", G=G,
-                             **obj_row(fixed_point(pol, "grpo", G, theta_v))))
-        store.write("exact", rows, config=dict(problem="scaling_bandit(delta=0.5)"))
-    prog.step("exact")
-
-    seeds = np.arange(cfg["n_seeds"]) + seed * 100_000
-    n = cfg["n_steps"]
-    for est, G in cells[1:]:
-        cid = f"train_{est}_G{G}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        r = train(pol, est, BATCH, G, n, eta=BETA, schedule="inverse", offset=OFFSET,
-                  seeds=seeds, log_every=n // 100, max_objective=j_v, log_params=True)
-        half = r.params[:, r.params.shape[1] // 2:, :].mean(axis=1)  # Polyak average, 2nd half
-        rows = []
-        for s, th, thn in zip(r.seeds, half, r.theta_final):
-            rows.append(dict(kind="train", estimator=est, G=G, B=BATCH, n_steps=n,
-                             eta=BETA, offset=OFFSET, run_seed=int(s), final_theta1=float(thn[0]),
-                             final_theta2=float(thn[1]), **obj_row(th)))
-        store.write(cid, rows, config=dict(problem="scaling_bandit(delta=0.5)", schedule="inverse",
-                                           theta0=[0.0, 0.0]))
-        prog.step(cid)
-    df = store.save_table("table.csv")
-    print(summary(df).to_string(index=False))
+    return theta_v, float(j_v), theta_a
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    return load_table(out_dir)
+def _obj_row(pol, th) -> dict:
+    return dict(theta1=float(th[0]), theta2=float(th[1]),
+                J=float(exact_objective(pol, jnp.asarray(th))),
+                arcsin_obj=float(arcsin_objective(pol, jnp.asarray(th))))
 
 
-def _point(df, kind, est="", G=None):
-    d = df[(df.kind == kind)]
+def cells(s: Settings) -> list[Cell]:
+    out = [Cell("exact", dict(problem=PROBLEM, part="exact",
+                              std_G=tuple(sorted(set(s.exact_G) | set(s.group_sizes))),
+                              grpo_G=s.group_sizes), kind="exact")]
+    out += [Cell(f"train_{e}_G{G}", dict(problem=PROBLEM, part="train", estimator=e, G=G,
+                                         B=BATCH, n_steps=s.n_steps, n_seeds=s.n_seeds,
+                                         eta=BETA, offset=OFFSET), kind="train")
+            for e in ("grpo_std", "grpo") for G in s.group_sizes]
+    return out
+
+
+def cell(config: dict, key) -> list[dict]:
+    """The exact points (maximisers, fixed points) or one (estimator, G) training sweep."""
+    pol = std_bandit()
+    theta_v, j_v, theta_a = _maximisers()
+    if config["part"] == "exact":
+        rows = [dict(point="max_J", estimator=None, G=None, **_obj_row(pol, theta_v)),
+                dict(point="max_arcsin", estimator=None, G=None, **_obj_row(pol, theta_a))]
+        rows += [dict(point="fixed_point", estimator="grpo_std", G=G,
+                      **_obj_row(pol, fixed_point(pol, "grpo_std", G, theta_a)))
+                 for G in config["std_G"]]
+        rows += [dict(point="fixed_point", estimator="grpo", G=G,
+                      **_obj_row(pol, fixed_point(pol, "grpo", G, theta_v)))
+                 for G in config["grpo_G"]]
+        return rows
+    est, G, n = config["estimator"], config["G"], config["n_steps"]
+    seeds = np.random.default_rng(key_seed(key)).choice(2**31, size=config["n_seeds"],
+                                                        replace=False)  # distinct runs
+    r = train(pol, est, config["B"], G, n, eta=config["eta"], schedule="inverse",
+              offset=config["offset"], seeds=seeds, log_every=n // 100, max_objective=j_v,
+              log_params=True)
+    half = r.params[:, r.params.shape[1] // 2:, :].mean(axis=1)  # Polyak average, 2nd half
+    return [dict(estimator=est, G=G, B=config["B"], n_steps=n, eta=config["eta"],
+                 offset=config["offset"], run_seed=int(s), final_theta1=float(thn[0]),
+                 final_theta2=float(thn[1]), **_obj_row(pol, th))
+            for s, th, thn in zip(r.seeds, half, r.theta_final)]
+
+
+def _point(exact, point, est="", G=None):
+    d = exact[exact.point == point]
     if est:
         d = d[d.estimator == est]
     if G is not None:
@@ -169,16 +196,23 @@ def _point(df, kind, est="", G=None):
     return np.array([r.theta1, r.theta2]), r
 
 
-def summary(df: pd.DataFrame) -> pd.DataFrame:
-    tv, rv = _point(df, "max_J")
-    ta, ra = _point(df, "max_arcsin")
+def summary(tables) -> pd.DataFrame:
+    """One row per trained (estimator, G): mean theta, CI, distances and z to theta_G / theta_V.
+
+    Args:
+        tables: ``{"exact", "train"}`` DataFrames (the experiment's tables).
+    Returns:
+        A DataFrame with one row per (estimator, G).
+    """
+    exact, tr = tables["exact"], tables["train"]
+    tv, rv = _point(exact, "max_J")
+    ta, ra = _point(exact, "max_arcsin")
     rows = []
-    tr = df[df.kind == "train"]
     for (est, G), d in tr.groupby(["estimator", "G"]):
         th = d[["theta1", "theta2"]].values
         m = th.mean(axis=0)
         se = th.std(axis=0, ddof=1) / np.sqrt(len(th))
-        tg, _ = _point(df, "fixed_point", est, G)
+        tg, _ = _point(exact, "fixed_point", est, G)
         rows.append(dict(
             estimator=est, G=int(G), n_seeds=len(th), theta1=m[0], theta2=m[1],
             ci1=z_value() * se[0], ci2=z_value() * se[1], theta_G1=tg[0], theta_G2=tg[1],
@@ -191,69 +225,56 @@ def summary(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def checks(df: pd.DataFrame) -> dict:
-    s = summary(df)
-    tv, _ = _point(df, "max_J")
-    ta, _ = _point(df, "max_arcsin")
-    fp = df[(df.kind == "fixed_point") & (df.estimator == "grpo_std")].sort_values("G")
+def checks(tables) -> list[Check]:
+    """The PASS rule of the module docstring as checks.
+
+    Args:
+        tables: ``{"exact", "train"}`` DataFrames.
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
+    exact = tables["exact"]
+    s = summary(tables)
+    tv, _ = _point(exact, "max_J")
+    ta, _ = _point(exact, "max_arcsin")
+    fp = exact[(exact.point == "fixed_point") & (exact.estimator == "grpo_std")].sort_values("G")
     dist = np.linalg.norm(fp[["theta1", "theta2"]].values - ta, axis=1)
+    tail = dist[fp.G.values >= 3]
     std, ctl = s[s.estimator == "grpo_std"], s[s.estimator == "grpo"]
     top = std[std.G == std.G.max()].iloc[0]
-    return dict(
-        grpo_reaches_theta_V=bool((ctl.z_to_theta_V <= Z_TOL).all()),
-        grpo_std_reaches_theta_G=bool((std.z_to_fixed_point <= Z_TOL).all()),
-        grpo_std_excludes_theta_V=bool((std[std.G >= 16].z_to_theta_V > Z_TOL).all()),
-        theta_G_tends_to_arcsin=bool(np.all(np.diff(dist[fp.G.values >= 3]) < 0)
-                                     and dist[-1] < 0.05 * np.linalg.norm(ta - tv)),
-        largest_G_closer_to_arcsin=bool(top.dist_arcsin < top.dist_V
-                                        and top.arcsin_obj > top.arcsin_at_theta_V
-                                        and top.J < top.J_at_theta_V),
-    )
+    span = np.linalg.norm(ta - tv)
+    big = std[std.G >= 16]
+    return [
+        check(f"grpo reaches θ_V (within {Z_TOL:g} se) at every G",
+              len(ctl) > 0 and (ctl.z_to_theta_V <= Z_TOL).all(), ctl.z_to_theta_V,
+              detail=", ".join(f"G={r.G}: {r.z_to_theta_V:.2f}" for r in ctl.itertuples())),
+        check(f"grpo_std reaches θ_G (within {Z_TOL:g} se) at every G",
+              len(std) > 0 and (std.z_to_fixed_point <= Z_TOL).all(), std.z_to_fixed_point,
+              detail=", ".join(f"G={r.G}: {r.z_to_fixed_point:.2f}" for r in std.itertuples())),
+        check(f"grpo_std excludes θ_V (more than {Z_TOL:g} se) for G >= 16",
+              len(big) > 0 and (big.z_to_theta_V > Z_TOL).all(), big.z_to_theta_V,
+              detail=", ".join(f"G={r.G}: {r.z_to_theta_V:.1f}" for r in big.itertuples())),
+        check("exact θ_G moves monotonically to θ_arcsin (last within 5% of ‖θ_V − θ_arcsin‖)",
+              len(tail) > 1 and np.all(np.diff(tail) < 0) and dist[-1] < 0.05 * span, dist,
+              span, detail=f"last distance / span {dist[-1] / span:.3g}"),
+        check("largest G: grpo_std closer to θ_arcsin, higher E[2 arcsin √V], lower E[V] than θ_V",
+              top.dist_arcsin < top.dist_V and top.arcsin_obj > top.arcsin_at_theta_V
+              and top.J < top.J_at_theta_V, top.dist_arcsin, top.dist_V, top.arcsin_obj,
+              top.J, detail=f"G={top.G}: distance {top.dist_arcsin:.3f} vs {top.dist_V:.3f}"),
+    ]
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
-    tv, _ = _point(df, "max_J")
-    ta, _ = _point(df, "max_arcsin")
-    fp = df[(df.kind == "fixed_point") & (df.estimator == "grpo_std")].sort_values("G")
-    s = summary(df)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    ax1.plot(fp.theta1, fp.theta2, "-", color="grey", lw=1, label="θ_G of grpo_std (exact, G=2…1024)")
-    for G in (4, 16, 64):
-        r = fp[fp.G == G]
-        if len(r):
-            ax1.annotate(f"G={G}", (r.theta1.iloc[0], r.theta2.iloc[0]), fontsize=7,
-                         textcoords="offset points", xytext=(4, -8))
-    ax1.plot(*tv, "k*", ms=12, label="argmax E[V]")
-    ax1.plot(*ta, "r*", ms=12, label="argmax E[2 arcsin √V]")
-    for est, mk in (("grpo_std", "o"), ("grpo", "s")):
-        d = s[s.estimator == est]
-        ax1.errorbar(d.theta1, d.theta2, xerr=d.ci1, yerr=d.ci2, fmt=mk, ms=4, capsize=2,
-                     label=f"{est} trained (mean ± 95% CI)")
-    ax1.set(xlabel="θ₁", ylabel="θ₂", title="Where training converges")
-    ax1.legend(fontsize=7)
-    d = np.linalg.norm(fp[["theta1", "theta2"]].values - ta, axis=1) / np.linalg.norm(ta - tv)
-    ax2.plot(fp.G, d, "o-", ms=3, label="exact θ_G of grpo_std")
-    st = s[s.estimator == "grpo_std"]
-    ax2.plot(st.G, st.dist_arcsin / np.linalg.norm(ta - tv), "s", label="trained grpo_std")
-    ax2.axhline(1.0, color="k", lw=0.8, ls="--", label="argmax E[V]")
-    ax2.set(xscale="log", xlabel="group size G",
-            ylabel="‖θ − θ_arcsin‖ / ‖θ_V − θ_arcsin‖", title="Finite-G limit → arcsin maximiser")
-    ax2.legend(fontsize=7)
-    save_figure(fig, Path(out_dir) / "std_normalisation")
-
-
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    s = summary(df)
-    ch = checks(df)
-    tv, rv = _point(df, "max_J")
-    ta, ra = _point(df, "max_arcsin")
-    fp = df[(df.kind == "fixed_point") & (df.estimator == "grpo_std")].set_index("G")
+def report(tables, s: Settings) -> Section:
+    exact = tables["exact"]
+    sm = summary(tables)
+    tv, rv = _point(exact, "max_J")
+    ta, ra = _point(exact, "max_arcsin")
+    fp = exact[(exact.point == "fixed_point") & (exact.estimator == "grpo_std")].set_index("G")
     lines = ["`scaling_bandit(delta=0.5)`: 4 prompts x 2 responses, shared θ ∈ R², deterministic "
-             f"binary rewards; B = {BATCH} prompts x G responses per step, η_t = {BETA:g}/(t + {OFFSET:g}), "
-             f"{int(s.n_seeds.iloc[0])} seeds x {int(df[df.kind == 'train'].n_steps.iloc[0])} "
-             "steps; each seed's θ is the Polyak average of the second half.", "",
+             f"binary rewards; B = {BATCH} prompts x G responses per step, η_t = {BETA:g}/(t + "
+             f"{OFFSET:g}), {int(sm.n_seeds.iloc[0])} seeds x "
+             f"{int(tables['train'].n_steps.iloc[0])} steps; each seed's θ is the Polyak average "
+             "of the second half.", "",
              f"- argmax E[V]: θ_V = ({tv[0]:.4f}, {tv[1]:.4f}), E[V] = {rv.J:.4f}, "
              f"E[2 arcsin √V] = {rv.arcsin_obj:.4f}",
              f"- argmax E[2 arcsin √V]: θ_arcsin = ({ta[0]:.4f}, {ta[1]:.4f}), E[V] = {ra.J:.4f}, "
@@ -263,23 +284,54 @@ def report(out_dir: Path) -> dict:
                  for G in (4, 16, 64, 1024) if G in fp.index), "",
              "| estimator | G | trained θ ± 95% CI | exact limit θ_G | max z to θ_G | max z to θ_V | "
              "E[V] | E[2 arcsin √V] |", "|---|---|---|---|---|---|---|---|"]
-    for r in s.itertuples():
+    for r in sm.itertuples():
         lines.append(f"| {r.estimator} | {r.G} | ({r.theta1:.4f} ± {r.ci1:.4f}, {r.theta2:.4f} ± "
                      f"{r.ci2:.4f}) | ({r.theta_G1:.4f}, {r.theta_G2:.4f}) | "
                      f"{r.z_to_fixed_point:.2f} | {r.z_to_theta_V:.1f} | {r.J:.4f} | "
                      f"{r.arcsin_obj:.4f} |")
-    lines += ["", "Checks: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in ch.items()),
-              "", "Std-normalised GRPO does not maximise E[V]: it settles at θ_G, the zero of its "
+    lines += ["", "Std-normalised GRPO does not maximise E[V]: it settles at θ_G, the zero of its "
               "exact mean update, which tends to the maximiser of E[2 arcsin √V] as G grows "
               "(Proposition 13 is the large-G statement; at small G all-equal groups, which get "
               "advantage 0, pull θ_G back toward θ_V, and for G = 2, 3 the std-normalised mean "
               "update is exactly proportional to ∇J, so θ_2 = θ_3 = θ_V). Plain GRPO converges "
               "to θ_V.", "",
               "![](std_normalisation.png)"]
-    return finish(df, dict(
-        title="Claim 6: std normalisation ascends E[2 arcsin √V] (Proposition 13)",
-        markdown="\n".join(lines), passed=all(ch.values())))
+    return Section("Claim 6: std normalisation ascends E[2 arcsin √V] (Proposition 13)",
+                   "\n".join(lines), checks(tables))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+def plot(tables, s: Settings, out_dir) -> None:
+    exact = tables["exact"]
+    tv, _ = _point(exact, "max_J")
+    ta, _ = _point(exact, "max_arcsin")
+    fp = exact[(exact.point == "fixed_point") & (exact.estimator == "grpo_std")].sort_values("G")
+    sm = summary(tables)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(fp.theta1, fp.theta2, "-", color="grey", lw=1,
+             label=f"θ_G of grpo_std (exact, G={int(fp.G.min())}…{int(fp.G.max())})")
+    for G in (4, 16, 64):
+        r = fp[fp.G == G]
+        if len(r):
+            ax1.annotate(f"G={G}", (r.theta1.iloc[0], r.theta2.iloc[0]), fontsize=7,
+                         textcoords="offset points", xytext=(4, -8))
+    ax1.plot(*tv, "k*", ms=12, label="argmax E[V]")
+    ax1.plot(*ta, "r*", ms=12, label="argmax E[2 arcsin √V]")
+    for est, mk in (("grpo_std", "o"), ("grpo", "s")):
+        d = sm[sm.estimator == est]
+        ax1.errorbar(d.theta1, d.theta2, xerr=d.ci1, yerr=d.ci2, fmt=mk, ms=4, capsize=2,
+                     label=f"{est} trained (mean ± 95% CI)")
+    ax1.set(xlabel="θ₁", ylabel="θ₂", title="Where training converges")
+    ax1.legend(fontsize=7)
+    d = np.linalg.norm(fp[["theta1", "theta2"]].values - ta, axis=1) / np.linalg.norm(ta - tv)
+    ax2.plot(fp.G, d, "o-", ms=3, label="exact θ_G of grpo_std")
+    st = sm[sm.estimator == "grpo_std"]
+    ax2.plot(st.G, st.dist_arcsin / np.linalg.norm(ta - tv), "s", label="trained grpo_std")
+    ax2.axhline(1.0, color="k", lw=0.8, ls="--", label="argmax E[V]")
+    ax2.set(xscale="log", xlabel="group size G",
+            ylabel="‖θ − θ_arcsin‖ / ‖θ_V − θ_arcsin‖", title="Finite-G limit → arcsin maximiser")
+    ax2.legend(fontsize=7)
+    save_figure(fig, out_dir / "std_normalisation")
+
+
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=25)
