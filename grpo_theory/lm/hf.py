@@ -91,7 +91,7 @@ def _checkpoint_dir(path) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"path must be a checkpoint directory (str or os.PathLike), got "
                          f"{type(path).__name__}")
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
     if not os.path.isdir(path):
         raise ValueError(f"path {path!r} is not a directory: from_pretrained needs a local "
                          f"Hugging Face checkpoint directory (config.json, tokenizer.json, "
