@@ -315,7 +315,8 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 def markdown(result: dict) -> str:
     """The markdown summary of a result dict (as written by :func:`main`)."""
     info = result["device_info"]
-    lines = [f"# Device check: {result['device']} ({'quick' if result['quick'] else 'full'})",
+    kind = info["devices"][0]["kind"] if info["devices"] else info["backend"]
+    lines = [f"# Device check: {kind} ({'quick' if result['quick'] else 'full'} run)",
              "", f"Command: `{result['command']}`  ", f"Date: {result['date']}  ",
              f"JAX {info['jax']} (jaxlib {info['jaxlib']}), backend `{info['backend']}`, "
              f"default matmul precision `{info['matmul_precision']}`, grpo-theory "
