@@ -179,7 +179,8 @@ def exact_vs_mc(s: Settings, seed: int = 0, log=_say) -> list[dict]:
             rows.append(row)
             log(f"  {est:>6} G={G:<3} B={s.batch_size}: exact {exact:.6g}  MC {r.mse:.6g} "
                 f"+- {r.se:.2g}  z={z:+.2f}  {row['verdict']}  "
-                f"({row['reps_per_s']:,.0f} reps/s; first call {t_first:.1f}s, exact {t_exact:.2f}s)")
+                f"({row['reps_per_s']:,.0f} reps/s; first call {t_first:.1f}s, "
+                f"exact {t_exact:.2f}s)")
     return rows
 
 
