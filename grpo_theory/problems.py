@@ -12,6 +12,7 @@ from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from .optim.theory import GaussianBandit, gaussian_bandit
 
 __all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
+           "scaling_family_bandit",
            "difficulty_policy", "difficulty_problem", "default_gaussian_bandit",
            "scalar_gaussian_bandit", "length_reward_policy",
            "length_policy", "stop_or_run_policy"]
@@ -70,6 +71,43 @@ def scaling_bandit(delta: float = 0.1) -> LinearSoftmaxBandit:
     mu = np.full((4, 2), 0.5 - delta)
     mu[:, 0] = 0.5 + delta
     return LinearSoftmaxBandit(feats, np.zeros(2), mu)
+
+
+@lru_cache(maxsize=1)
+def _scaling_optimum() -> tuple:
+    """theta* of :func:`scaling_bandit` (the same for every delta; L-BFGS at delta = 0.5)."""
+    from .optim.train import exact_objective, maximise
+
+    b = scaling_bandit(0.5)
+    th, _ = maximise(lambda t: exact_objective(b, t), b.params)
+    return tuple(float(x) for x in np.ravel(th))
+
+
+def scaling_family_bandit(delta: float, at_optimum: bool = True) -> LinearSoftmaxBandit:
+    r"""A one-parameter family for the scaling law: :func:`scaling_bandit` with reward gap delta.
+
+    Rewards are Bernoulli(0.5 + delta) for response 0 and Bernoulli(0.5 - delta) for response 1,
+    so ``J(theta) = 0.5 - delta + 2 delta E_X[p_X(theta)]`` is affine in delta and the
+    maximiser theta* does not move with delta. Why delta moves c3/c1 (Theorem 7): every
+    per-prompt gradient ``g(x) = 2 delta grad p_x`` scales with delta, so
+    ``c1 = E_X||g(X) - g||^2`` scales as delta^2, while the first term of
+    ``c3 = E_X[E[||s||^2|X] sigma^2(X) + ||g(X)||^2]`` keeps the reward variance
+    ``sigma^2(x) = 1/4 - delta^2 (2 p_x - 1)^2`` near 1/4 whatever delta. Hence
+    c3/c1 grows like 1/delta^2 and ``G* = 1 + sqrt(c3/c1)`` like 1/delta: at theta*,
+    delta = 0.5 (deterministic rewards, c3 = 2 E||g(X)||^2 = 2 c1) gives G* = 1 + sqrt(2) and
+    delta -> 0 sends G* to infinity (about 1 + 0.70/delta for small delta).
+
+    Args:
+        delta: reward gap in (0, 0.5].
+        at_optimum: parameters theta* (default) or theta0 = 0.
+    Returns:
+        A :class:`LinearSoftmaxBandit` (4 prompts x 2 responses, theta in R^2).
+    """
+    delta = float(delta)
+    if not (np.isfinite(delta) and 0.0 < delta <= 0.5):
+        raise ValueError(f"delta must lie in (0, 0.5], got {delta!r}")
+    b = scaling_bandit(delta)
+    return b.with_params(np.asarray(_scaling_optimum())) if at_optimum else b
 
 
 def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):

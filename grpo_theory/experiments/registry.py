@@ -19,6 +19,7 @@ MODULES = (
     "simulations.oracle_equivalence",
     "simulations.baseline_optimality",
     "simulations.scaling_law",
+    "simulations.scaling_family",
     "simulations.finite_sample_bounds",
     "simulations.asymptotic_distribution",
     "simulations.std_normalisation",

@@ -1,0 +1,365 @@
+r"""The scaling law across a problem family: predicted G* against the best group size.
+
+Theorem 7: under a fixed budget N = BG the GRPO gradient MSE, ``N MSE = c1 G + c2 + c3/(G-1)``,
+is minimised at G* = 1 + sqrt(c3/c1) (paper's leading-order form sqrt(c3/c1)) whatever N.
+
+Family (:func:`grpo_theory.problems.scaling_family_bandit`): the scaling-law bandit (4 prompts x
+2 responses, theta in R^2) with reward gap delta, at its maximiser theta* (which does not move
+with delta because J is affine in delta). Per-prompt gradients scale with delta, so
+c1 ∝ delta^2, while c3 keeps the reward variance (about 1/4): G* - 1 grows like 1/delta. The
+members' delta are chosen (from exact c1, c3) so that the exact G* is about 2, 4, 8, ..., 128.
+
+Kinds of cells (one table each):
+
+1. ``constants`` (one cell per member): exact c1, c2, c3 at theta* and theta0 = 0, G* in both
+   forms, the exact integer argmin of ``G exact_mse(G, B=1)`` (= N MSE at budget N, B = N/G)
+   over {G*-1, G*, G*+1} (the fixed-budget MSE is convex in G, so a local integer minimum is
+   global), and the grid argmin of the scaling law (the prediction on the G grid).
+2. ``mse`` (one cell per member x budget N): for every G of the grid dividing N, the exact MSE
+   (``gt.exact_mse``, B = N/G) and a Monte Carlo estimate from per-replicate squared errors
+   (``gt.mc_estimates``); the bootstrap over replicates (resampled independently per G) gives
+   the distribution of the MC argmin (``boot_freq``: how often G is the argmin).
+3. ``train`` (one cell per member x mode x G): Algorithm 1
+   (:func:`grpo_theory.optim.train.train_schedules`, GRPO, constant step eta = ETA0/delta so
+   that the deterministic part of the dynamics is the same for every member) from theta0 = 0;
+   exact final gap Delta_n per seed, under (a) a per-step budget N = BG and (b) a total budget
+   T = n B G with B fixed. The report's best G has a bootstrap 95% CI over seeds.
+4. ``lm`` (optional; no cell here): rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
+   language-model settings from another study; when present they enter the figure (own marker)
+   and the statistics. No numbers are invented: the kind stays empty until such cells exist.
+
+PASS (what Theorem 7 guarantees): for every member, the exact integer argmin equals the exact
+form's prediction; for every member and budget, the exact argmin over the grid equals the
+grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it. Training
+agreement (and Spearman's rank correlation between predicted and best G) is reported, not gated.
+
+Cost: compilation dominates (one per distinct (B, G) shape, about 10-20 s each on the shared
+2-core machine); the quick setting has 6 shapes. Full-setting estimate: see ``FULL_ESTIMATE``.
+
+    grpo-theory scaling-family [--full] [--workers N]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+import pandas as pd
+
+import grpo_theory as gt
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.optim.train import exact_objective, train_schedules
+from grpo_theory.problems import scaling_family_bandit
+
+__all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "Settings", "SETTINGS", "SCHEMA", "cells",
+           "cell", "grid_argmin", "ci_from_freq", "bootstrap_best", "spearman", "summaries",
+           "checks", "report", "plot", "EXPERIMENT"]
+
+NAME = "scaling-family"
+CLAIM = ("across a bandit family with G* from 2 to 128, the fixed-budget MSE argmin is "
+         "1 + sqrt(c3/c1) (Thm 7); training's best G reported against it")
+ETA0 = 0.05  # constant step eta = ETA0 / delta (0.5 at delta = 0.1, as in scaling-law)
+MC_CHUNK = 500  # replicates per mc_estimates call (one compiled shape per (B, G))
+FULL_ESTIMATE = ("not measured: extrapolated from the quick setting's cell times, about 45 "
+                 "shapes to compile at 10-20 s each plus the Monte Carlo and training work")
+
+
+@dataclass(frozen=True)
+class Settings:
+    deltas: tuple  # the members' reward gaps
+    grid: tuple  # group sizes (powers of a base, so the grid argmin is well separated)
+    budgets: tuple  # N for the MSE cells
+    mc_reps: int  # Monte Carlo replicates per (member, N, G), a multiple of MC_CHUNK
+    train_N: int  # per-step budget N = BG
+    train_steps: int  # steps under the per-step budget
+    train_B_total: int  # B under the total budget (0: no total-budget runs)
+    total_steps_at_Gmax: int  # steps at the largest G under the total budget
+    n_seeds: int
+    n_boot: int
+    train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per member x G)
+
+
+SETTINGS = {
+    "quick": Settings(deltas=(0.5, 0.1, 0.0226), grid=(2, 8, 32), budgets=(64,), mc_reps=2000,
+                      train_N=64, train_steps=100, train_B_total=0, total_steps_at_Gmax=0,
+                      n_seeds=32, n_boot=1000, train_deltas=(0.1,)),
+    "full": Settings(deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
+                     grid=(2, 4, 8, 16, 32, 64, 128, 256), budgets=(256, 1024), mc_reps=20_000,
+                     train_N=256, train_steps=400, train_B_total=2, total_steps_at_Gmax=200,
+                     n_seeds=128, n_boot=2000,
+                     train_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055)),
+}
+
+SCHEMA = {
+    "constants": dict(delta="float", c1="float", c2="float", c3="float", c1_initial="float",
+                      c3_initial="float", G_paper="float?", G_continuous="float?",
+                      G_exact="int", G_exact_initial="int", int_argmin="int", G_grid="int",
+                      J_star="float"),
+    "mse": dict(delta="float", N="int", G="int", B="int", exact="float", mc="float",
+                mc_se="float", boot_freq="float", n_reps="int"),
+    "train": dict(delta="float", mode="str", budget="int", G="int", B="int", n_steps="int",
+                  eta="float", run_seed="int", final_gap="float", gap0="float"),
+    "lm": dict(source="str", label="str", G_pred="float", best_G="int", ci_low="int",
+               ci_high="int"),
+}
+
+
+def grid_argmin(constants, grid) -> int:
+    """The G of ``grid`` minimising ``N MSE = c1 G + c2 + c3/(G-1)`` (Theorem 7, exact form)."""
+    vals = [float(gt.budget_mse(constants, G)) for G in grid]
+    return int(grid[int(np.argmin(vals))])
+
+
+def cells(s: Settings) -> list[Cell]:
+    out = [Cell(f"constants_d{d}", dict(part="constants", delta=d, grid=s.grid), kind="constants")
+           for d in s.deltas]
+    out += [Cell(f"mse_d{d}_N{N}", dict(part="mse", delta=d, N=N,
+                                        grid=tuple(G for G in s.grid if G <= N),
+                                        n_reps=s.mc_reps, n_boot=s.n_boot), kind="mse")
+            for d in s.deltas for N in s.budgets]
+    runs = [("per_step", s.train_N, G, s.train_N // G, s.train_steps)
+            for G in s.grid if G <= s.train_N]
+    if s.train_B_total:
+        T = s.train_B_total * max(s.grid) * s.total_steps_at_Gmax
+        runs += [("total", T, G, s.train_B_total, T // (s.train_B_total * G)) for G in s.grid]
+    out += [Cell(f"train_d{d}_{mode}_G{G}", dict(part="train", delta=d, mode=mode, budget=N,
+                                                 G=G, B=B, n_steps=n, n_seeds=s.n_seeds),
+                 kind="train")
+            for d in s.train_deltas for mode, N, G, B, n in runs]
+    return out
+
+
+def _constants(config: dict) -> dict:
+    d = config["delta"]
+    pol = scaling_family_bandit(d)
+    o = gt.optimal_group_size(pol)
+    oi = gt.optimal_group_size(scaling_family_bandit(d, at_optimum=False))
+    cand = [G for G in (o.exact - 1, o.exact, o.exact + 1) if G >= 2]
+    nmse = [G * float(gt.exact_mse(pol, "grpo", G, 1)) for G in cand]  # N MSE at B = N/G
+    c = o.constants
+    return dict(delta=d, c1=c.c1, c2=c.c2, c3=c.c3, c1_initial=oi.constants.c1,
+                c3_initial=oi.constants.c3, G_paper=o.paper, G_continuous=o.continuous,
+                G_exact=o.exact, G_exact_initial=oi.exact, int_argmin=cand[int(np.argmin(nmse))],
+                G_grid=grid_argmin(c, config["grid"]), J_star=float(exact_objective(pol)))
+
+
+def _mse(config: dict, key) -> list[dict]:
+    d, N, n_reps = config["delta"], config["N"], config["n_reps"]
+    pol = scaling_family_bandit(d)
+    grad = np.asarray(gt.exact_gradient(pol))
+    grid = config["grid"]
+    n_chunks = max(1, -(-n_reps // MC_CHUNK))
+    err = {}
+    for G, kG in zip(grid, jax.random.split(key, len(grid))):
+        parts = [np.sum((np.asarray(gt.mc_estimates(pol, "grpo", G, N // G, n_reps=MC_CHUNK,
+                                                    key=k)) - grad) ** 2, axis=1)
+                 for k in jax.random.split(kG, n_chunks)]
+        err[G] = np.concatenate(parts)
+    rng = np.random.default_rng(key_seed(key))
+    boot = np.empty((config["n_boot"], len(grid)))
+    for j, G in enumerate(grid):
+        x = err[G]
+        boot[:, j] = x[rng.integers(0, x.size, size=(config["n_boot"], x.size))].mean(axis=1)
+    arg = np.argmin(boot, axis=1)
+    return [dict(delta=d, N=N, G=G, B=N // G, exact=float(gt.exact_mse(pol, "grpo", G, N // G)),
+                 mc=float(err[G].mean()), mc_se=float(err[G].std(ddof=1) / np.sqrt(err[G].size)),
+                 boot_freq=float(np.mean(arg == j)), n_reps=int(err[G].size))
+            for j, G in enumerate(grid)]
+
+
+def _train(config: dict, key) -> list[dict]:
+    d, G, B, n = config["delta"], config["G"], config["B"], config["n_steps"]
+    start = scaling_family_bandit(d, at_optimum=False)
+    jstar = float(exact_objective(scaling_family_bandit(d)))
+    eta = ETA0 / d
+    seeds = np.random.default_rng(key_seed(key)).choice(2**31, size=config["n_seeds"],
+                                                        replace=False)
+    r, = train_schedules(start, "grpo", B, G, n, [("constant", eta, 0.0)], seeds=seeds,
+                         log_every=n, max_objective=jstar)
+    return [dict(delta=d, mode=config["mode"], budget=config["budget"], G=G, B=B, n_steps=n,
+                 eta=eta, run_seed=int(sd), final_gap=float(gap), gap0=float(g0))
+            for sd, gap, g0 in zip(r.seeds, r.final_gap, r.gap[:, 0])]
+
+
+def cell(config: dict, key):
+    """One cell: a member's constants, its fixed-budget MSE over G at one N, or one training G."""
+    part = config["part"]
+    if part == "constants":
+        return _constants(config)
+    if part == "mse":
+        return _mse(config, key)
+    return _train(config, key)
+
+
+def ci_from_freq(grid, freq, level: float = 0.95) -> tuple[int, int]:
+    """Percentile interval on the ordered ``grid`` from the bootstrap argmin frequencies."""
+    cdf = np.cumsum(np.asarray(freq, dtype=np.float64))
+    a = (1 - level) / 2
+    lo = int(np.searchsorted(cdf, a - 1e-12, side="right"))
+    hi = int(np.searchsorted(cdf, 1 - a - 1e-12, side="left"))
+    return int(grid[min(lo, len(grid) - 1)]), int(grid[min(hi, len(grid) - 1)])
+
+
+def bootstrap_best(gaps_by_G: dict, n_boot: int = 2000, seed: int = 0):
+    """Bootstrap over seeds (independently per G) of argmin_G mean final gap.
+
+    Args:
+        gaps_by_G: ``{G: final gaps of the runs at G}``.
+        n_boot: resamples; seed: the resampling's NumPy seed (the report is deterministic).
+    Returns:
+        ``(best G, CI low, CI high)``, a percentile 95% CI on the ordered grid.
+    """
+    grid = sorted(gaps_by_G)
+    rng = np.random.default_rng(seed)
+    means = np.empty((n_boot, len(grid)))
+    for j, G in enumerate(grid):
+        x = np.asarray(gaps_by_G[G], dtype=np.float64)
+        means[:, j] = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    arg = np.argmin(means, axis=1)
+    freq = [float(np.mean(arg == j)) for j in range(len(grid))]
+    best = grid[int(np.argmin([np.mean(gaps_by_G[G]) for G in grid]))]
+    return (int(best), *ci_from_freq(grid, freq))
+
+
+def spearman(x, y) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN with < 3 points or no spread."""
+    x, y = pd.Series(np.asarray(x, float)), pd.Series(np.asarray(y, float))
+    if len(x) < 3 or x.nunique() < 2 or y.nunique() < 2:
+        return float("nan")
+    return float(np.corrcoef(x.rank(), y.rank())[0, 1])
+
+
+def summaries(tables, n_boot: int = 2000) -> dict:
+    """One row per (member, source[, N]): predicted and empirical best G with its CI.
+
+    Args:
+        tables: the experiment's tables (``constants``, ``mse``, ``train``, optional ``lm``).
+        n_boot: bootstrap resamples for the training CI.
+    Returns:
+        ``{"constants": ..., "points": DataFrame(delta, source, N, G_pred, G_grid, best_G,
+        ci_low, ci_high, in_ci)}`` (sources: exact, mc, train_per_step, train_total, lm).
+    """
+    const = tables["constants"].set_index("delta")
+    rows = []
+    for (d, N), e in tables["mse"].groupby(["delta", "N"]):
+        e = e.sort_values("G")
+        grid = [int(g) for g in e.G]
+        c = gt.ScalingConstants(*(float(const.loc[d, k]) for k in ("c1", "c2", "c3")))
+        pred = grid_argmin(c, grid)
+        ex = grid[int(np.argmin(e.exact.values))]
+        rows.append(dict(delta=d, source="exact", N=int(N), G_pred=float(const.loc[d,
+                         "G_continuous"]), G_grid=pred, best_G=ex, ci_low=ex, ci_high=ex))
+        lo, hi = ci_from_freq(grid, e.boot_freq.values)
+        rows.append(dict(delta=d, source="mc", N=int(N), G_pred=float(const.loc[d,
+                         "G_continuous"]), G_grid=pred, best_G=grid[int(np.argmin(e.mc.values))],
+                         ci_low=lo, ci_high=hi))
+    for (d, mode, N), e in tables["train"].groupby(["delta", "mode", "budget"]):
+        by = {int(G): g.final_gap.values for G, g in e.groupby("G")}
+        best, lo, hi = bootstrap_best(by, n_boot=n_boot, seed=int(N))
+        c = gt.ScalingConstants(*(float(const.loc[d, k]) for k in ("c1", "c2", "c3")))
+        rows.append(dict(delta=d, source=f"train_{mode}", N=int(N),
+                         G_pred=float(const.loc[d, "G_continuous"]),
+                         G_grid=grid_argmin(c, sorted(by)), best_G=best, ci_low=lo, ci_high=hi))
+    lm = tables.get("lm")
+    if lm is not None and len(lm):
+        for r in lm.itertuples():
+            rows.append(dict(delta=float("nan"), source=f"lm:{r.source}:{r.label}", N=0,
+                             G_pred=float(r.G_pred), G_grid=-1,
+                             best_G=int(r.best_G), ci_low=int(r.ci_low), ci_high=int(r.ci_high)))
+    pts = pd.DataFrame(rows, columns=["delta", "source", "N", "G_pred", "G_grid", "best_G",
+                                      "ci_low", "ci_high"])
+    # the grid prediction (training, MSE) or, for LM rows without a grid, the real G* itself
+    target = np.where(pts.G_grid > 0, pts.G_grid, pts.G_pred)
+    pts["in_ci"] = (pts.ci_low <= target) & (target <= pts.ci_high)
+    return {"constants": tables["constants"], "points": pts}
+
+
+def checks(sm: dict) -> list:
+    """The PASS rule (module docstring) as checks on :func:`summaries`."""
+    c, p = sm["constants"], sm["points"]
+    ex, mc = p[p.source == "exact"], p[p.source == "mc"]
+    return [
+        check("exact integer argmin of the fixed-budget MSE = exact-form G* (every member)",
+              len(c) > 0 and bool((c.int_argmin == c.G_exact).all()), c.int_argmin, c.G_exact,
+              detail=", ".join(f"δ={r.delta}: {r.int_argmin} vs {r.G_exact}"
+                               for r in c.itertuples())),
+        check("exact argmin over the grid = grid argmin of the law (every member and N)",
+              len(ex) > 0 and bool((ex.best_G == ex.G_grid).all()), ex.best_G, ex.G_grid,
+              detail=", ".join(f"δ={r.delta} N={r.N}: {r.best_G} vs {r.G_grid}"
+                               for r in ex.itertuples())),
+        check("Monte Carlo argmin's bootstrap 95% CI contains the prediction (every member and N)",
+              len(mc) > 0 and bool(mc.in_ci.all()), mc.ci_low, mc.ci_high,
+              detail=", ".join(f"δ={r.delta} N={r.N}: [{r.ci_low}, {r.ci_high}] ∋ {r.G_grid}?"
+                               for r in mc.itertuples())),
+    ]
+
+
+def report(tables, s: Settings) -> Section:
+    sm = summaries(tables, n_boot=s.n_boot)
+    c, p = sm["constants"], sm["points"]
+    lines = ["Scaling-law bandit with reward gap δ (`scaling_family_bandit(δ)`, at θ*; "
+             "c1 ∝ δ², c3 ≈ const, so G* − 1 ∝ 1/δ).", "",
+             "| δ | c1 | c2 | c3 | √(c3/c1) | 1+√(c3/c1) | exact G* | integer argmin of N·MSE "
+             "| grid prediction | G* at θ0 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in c.itertuples():
+        lines.append(f"| {r.delta} | {r.c1:.4g} | {r.c2:.4g} | {r.c3:.4g} | {r.G_paper:.2f} | "
+                     f"{r.G_continuous:.2f} | {r.G_exact} | {r.int_argmin} | {r.G_grid} | "
+                     f"{r.G_exact_initial} |")
+    lines += ["", "**Best G by source** (exact: argmin of the exact MSE on the grid; mc: Monte "
+              "Carlo argmin with a bootstrap 95% CI over replicates; train: Algorithm 1's best "
+              "mean final gap with a bootstrap 95% CI over seeds):", "",
+              "| δ | source | N | 1+√(c3/c1) | grid prediction | best G [95% CI] | prediction "
+              "in CI |", "|---|---|---|---|---|---|---|"]
+    for r in p.itertuples():
+        lines.append(f"| {r.delta} | {r.source} | {r.N} | {r.G_pred:.2f} | {r.G_grid} | "
+                     f"{r.best_G} [{r.ci_low}, {r.ci_high}] | {'PASS' if r.in_ci else 'FAIL'} |")
+    lines += ["", "| source | members | Spearman ρ (predicted, best G) | share of CIs containing "
+              "the prediction |", "|---|---|---|---|"]
+    for src, e in p.groupby("source", sort=False):
+        rho = spearman(e.G_pred, e.best_G)
+        lines.append(f"| {src} | {len(e)} | {rho:.3f} | {e.in_ci.mean():.0%} |")
+    if not len(tables["lm"]):
+        lines += ["", "No language-model settings in this run (the optional `lm` kind is empty)."]
+    tr = p[p.source.str.startswith("train")]
+    lines += ["", f"Training agrees with the prediction (prediction inside the CI) in "
+              f"{int(tr.in_ci.sum())} of {len(tr)} member/mode rows; this is measured, not "
+              "gated. Where it fails, the reasons are the ones Theorem 7 does not cover: under a "
+              "per-step budget the final gap is a noise floor ∝ η·MSE(B, G) only once θ is near "
+              "θ*, and for small δ the N·MSE curve is nearly flat around G* (c2 dominates), so "
+              "the seeds cannot resolve neighbouring G; under a total budget with B fixed, larger "
+              "G means fewer, less noisy steps and the stationary floor keeps falling with G, so "
+              "the best G there need not be G*.", "", "![](predicted_vs_best_G.png)"]
+    return Section("The scaling law across a problem family (Theorem 7)", "\n".join(lines),
+                   checks(sm))
+
+
+MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin"),
+           "train_per_step": ("^", "training, per-step budget"),
+           "train_total": ("v", "training, total budget")}
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    p = summaries(tables, n_boot=s.n_boot)["points"]
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    src = list(dict.fromkeys(p.source))
+    n = max(1, len(src))
+    for i, name in enumerate(src):
+        e = p[p.source == name]
+        mk, lab = MARKERS.get(name, ("D", f"language model ({name[3:]})"))
+        jit = 1.0 + 0.04 * (i - (n - 1) / 2)  # small horizontal offset so markers do not overlap
+        ax.errorbar(e.G_pred * jit, e.best_G, yerr=[e.best_G - e.ci_low, e.ci_high - e.best_G],
+                    fmt=mk, ms=5, capsize=2, label=lab, alpha=0.85)
+    lo = max(1.5, 0.7 * float(np.nanmin(p[["G_pred", "ci_low"]].values)))
+    hi = 1.4 * float(np.nanmax(p[["G_pred", "ci_high"]].values))
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="y = x")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel="predicted G* = 1 + √(c3/c1)", ylabel="empirical best G (95% CI)",
+           title="Scaling law across the δ family")
+    ax.legend(fontsize=7)
+    save_figure(fig, out_dir / "predicted_vs_best_G")
+
+
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=23)
