@@ -343,6 +343,13 @@ def test_errors_name_what_is_missing(qwen, tmp_path):
         lm.from_pretrained(variant("qwen3", model_type="qwen3"))
     with pytest.raises(ValueError, match="rope_scaling"):
         lm.from_pretrained(variant("yarn", rope_scaling={"type": "yarn", "factor": 4.0}))
+    # transformers >= 5 writes the rotary settings under rope_parameters
+    d = variant("ropeparams", drop=("rope_theta", "rope_scaling"),
+                rope_parameters={"rope_type": "default", "rope_theta": 123.0})
+    assert hf.read_config(d)["rope_theta"] == 123.0
+    with pytest.raises(ValueError, match="rope_scaling"):
+        hf.read_config(variant("ropeyarn", rope_parameters={"rope_type": "yarn",
+                                                            "rope_theta": 1e6}))
     with pytest.raises(ValueError, match="use_sliding_window"):
         lm.from_pretrained(variant("swa", use_sliding_window=True))
     with pytest.raises(ValueError, match="lacks num_hidden_layers"):
