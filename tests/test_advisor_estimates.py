@@ -12,10 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import grpo_theory as gt
+from jax.flatten_util import ravel_pytree
 from grpo_theory.advisor import estimate as E
 from grpo_theory.advisor import intervals as I
 from grpo_theory.advisor.coverage import enumerated_expectation, group_outcomes, interval_coverage
 from grpo_theory.core.ustat import prompt_moments
+from grpo_theory.lm.policy import seq_log_probs
 
 
 # --- identities ---------------------------------------------------------------------------------
@@ -221,32 +223,30 @@ def test_language_model_estimates_agree_with_exact_enumeration():
         assert lo <= val <= hi, (name, lo, val, hi)
     lo, hi = est.g_star_ci
     assert 1 < lo <= 1 + math.sqrt(exact[2] / exact[0]) <= hi < np.inf
+    # the streamed statistics behind it (same key, same rollouts) against dense per-sample scores
+    kp, ks = jax.random.split(jax.random.PRNGKey(0))
+    rows = np.asarray(jax.random.randint(kp, (96,), 0, len(pool)))
+    st = E.lm_rollout_statistics(pol, pool[rows], lambda r, y: reward(rows[r], y), 16, ks, 2)
+    np.testing.assert_array_equal(st["rewards"], est.rewards)
+    flat, unravel = ravel_pytree(pol.params)
+    y = st["responses"]
+    xs, ys, zs = np.repeat(pool[rows[:2]], 16, axis=0), y[:2].reshape(32, 2), st["rewards"][:2]
+    s = np.asarray(jax.jacrev(lambda t: seq_log_probs(pol.apply_fn, unravel(t), xs, ys))(flat),
+                   np.float64).reshape(2, 16, -1)
+    ghat = np.einsum("ai,aid->ad", zs, s) / 16
+    total, _ = pol.score_contractions(np.repeat(pool[rows], 16, axis=0), y.reshape(-1, 2),
+                                      st["rewards"].reshape(1, -1) / 16, chunk=64)
+    total = total[0]  # sum_a ghat_a
+    np.testing.assert_allclose(st["sq_norms"][:2], np.sum(s * s, 2), rtol=1e-4)
+    np.testing.assert_allclose(st["mean_sq"][:2], np.sum(ghat**2, 1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(st["mean_dot"][:2], ghat @ total, rtol=1e-4,
+                               atol=1e-5 * np.abs(st["mean_dot"]).max())
     # the same model given as (params, apply_fn) (sampled without the KV cache)
     est2 = gt.estimate_scaling_constants((pol.params, pol.apply_fn), n_prompts=96, n_samples=16,
                                          seed=0, prompts=pool, reward=reward, response_len=2)
     for name, val in zip(("c1", "c2", "c3"), exact):
         lo, hi = getattr(est2, f"{name}_ci")
         assert lo <= val <= hi, (name, lo, val, hi)
-
-
-def test_streamed_language_model_statistics_equal_the_dense_scores():
-    from jax.flatten_util import ravel_pytree
-
-    from grpo_theory.lm.policy import seq_log_probs
-
-    pol, pool, reward = _tiny_lm()
-    x = pool[:4]
-    st = E.lm_rollout_statistics(pol, x, reward, 3, 7, response_len=2, chunk=5)
-    flat, unravel = ravel_pytree(pol.params)
-    xs, ys = np.repeat(x, 3, axis=0), st["responses"].reshape(12, 2)
-    jac = jax.jacrev(lambda t: seq_log_probs(pol.apply_fn, unravel(t), xs, ys))(flat)
-    s = np.asarray(jac, np.float64).reshape(4, 3, -1)
-    np.testing.assert_array_equal(st["rewards"].reshape(-1), reward(np.repeat(np.arange(4), 3), ys))
-    dense = gt.estimate_from_rollouts(st["rewards"], s)
-    streamed = gt.estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"],
-                                         mean_sq=st["mean_sq"], mean_dot=st["mean_dot"])
-    np.testing.assert_allclose(streamed.theta, dense.theta, rtol=1e-4,
-                               atol=1e-5 * np.abs(dense.theta).max())
 
 
 # --- Fieller ------------------------------------------------------------------------------------

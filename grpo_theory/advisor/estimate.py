@@ -184,7 +184,7 @@ def _interval(lo, hi):
     return (float(lo), float(hi))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ScalingEstimate:
     """Sample-based c1, c2, c3, G* with 95% intervals (statsmodels-like result).
 
