@@ -4,9 +4,11 @@ From the instruct policy (answer-only format, :mod:`grpo_theory.lm.grpo`), Algor
 at budgets N and group sizes G, several seeds; held-out accuracy (exact expected reward on the
 evaluation questions) at several checkpoints; the best G per checkpoint and N with a bootstrap
 CI over seeds; next to it G* = 1 + sqrt(c3/c1) predicted from c1, c3 measured at the starting
-policy (Theorem 7). The report states where the prediction holds (G* inside the bootstrap CI of
-the best G) and where it does not; PASS means every cell ran and the constants are valid
-(c1 > 0), never that the curve has a particular shape.
+policy (Theorem 7). A ``train`` cell is one training run (N, G, replicate): its accuracy at every
+checkpoint; a ``prediction`` cell is c1, c2, c3 and G* at the starting policy for one set of
+questions. The report states where the prediction holds (G* inside the bootstrap CI of the best
+G) and where it does not; PASS means every cell ran, the constants are valid (c1 > 0) and the
+accuracies are probabilities, never that the curve has a particular shape.
 
 Difficulty spread knob: ``TaskConfig.hard_fraction`` (share of two-digit questions; see
 :mod:`grpo_theory.lm.task`). The main sweep uses the task's default; a smaller sweep (one budget,
@@ -14,122 +16,174 @@ fewer seeds) repeats the study with the *same* starting policy on training and e
 questions drawn at other hard fractions, and reports how the pass-rate spread, the predicted G*
 and the empirical best G move with it. A third sweep runs the practical variant (``PRACTICAL``:
 std-normalised advantages, clipped multi-epoch updates) at one budget next to Algorithm 1.
+The starting policy is lm-mse's instruct checkpoint (same warm-up, same ``cache_dir()/lm``).
+
+    grpo-theory lm-groupsize [--full]
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from grpo_theory.core.stats import z_value
-from grpo_theory.lm.grpo import predicted_group_size, train_grpo
-from grpo_theory.lm.task import eval_set, train_pool
-from grpo_theory.lm.warmup import WarmupConfig, three_policies
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.lm.grpo import predicted_group_size, train_grpo
+from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
+from grpo_theory.lm.warmup import WarmupConfig
 
 from .lm_mse import SETTINGS as MSE_SETTINGS
-from .lm_mse import cache_dir
+from .lm_mse import policies
+
+__all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
+           "cells", "cell", "bootstrap_best_g", "summary", "prediction", "report", "plot",
+           "EXPERIMENT"]
 
 NAME = "lm-groupsize"
 CLAIM = ("GRPO training of the small transformer at fixed budget N = BG: best G per checkpoint "
          "with bootstrap CIs vs G* = 1 + sqrt(c3/c1) (Figure 5 / Table 2 analogue)")
-ORDER = 61
 N_BOOT = 2000
 
 #: the practical variant: std-normalised advantages, two clipped epochs per batch
 PRACTICAL = dict(estimator="grpo_std", epochs=2, clip_eps=0.2)
+#: Algorithm 1: leave-one-out advantages, one plain gradient step per batch
+ALGORITHM_1 = dict(estimator="grpo", epochs=1, clip_eps=None)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A secondary sweep: budgets x group sizes x ``seeds`` replicates (``hard_fractions``: the
+    difficulty knob's values; unused by the practical sweep)."""
+
+    budgets: tuple
+    group_sizes: tuple
+    seeds: int
+    hard_fractions: tuple = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The main sweep (budgets x group sizes x ``seeds``, ``steps`` Adam steps at rate ``lr``,
+    accuracy on ``n_eval`` questions at ``checkpoints``; training prompts from a pool of
+    ``n_pool``; G* from ``gstar_samples`` responses per question) and the two extra sweeps."""
+
+    warmup: WarmupConfig
+    budgets: tuple
+    group_sizes: tuple
+    seeds: int
+    steps: int
+    checkpoints: tuple
+    lr: float
+    n_eval: int
+    n_pool: int
+    gstar_samples: int
+    knob: Sweep
+    practical: Sweep
+
 
 SETTINGS = {
-    "quick": dict(warmup=MSE_SETTINGS["quick"]["warmup"], budgets=(128,), group_sizes=(4, 16, 64),
-                  seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3, n_eval=100, n_pool=2000,
-                  gstar_samples=16,
-                  knob=dict(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64), seeds=1),
-                  practical=dict(budgets=(128,), group_sizes=(4, 64), seeds=1, **PRACTICAL)),
-    "full": dict(warmup=MSE_SETTINGS["full"]["warmup"], budgets=(256, 512, 1024),
-                 group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=5, steps=100,
-                 checkpoints=(25, 50, 75, 100), lr=1e-3, n_eval=500, n_pool=20000,
-                 gstar_samples=64,
-                 knob=dict(hard_fractions=(0.0, 0.75), budgets=(512,),
-                           group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3),
-                 practical=dict(budgets=(512,), group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3,
-                                **PRACTICAL)),
+    "quick": Settings(warmup=MSE_SETTINGS["quick"].warmup, budgets=(128,),
+                      group_sizes=(4, 16, 64), seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3,
+                      n_eval=100, n_pool=2000, gstar_samples=16,
+                      knob=Sweep(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64),
+                                 seeds=1),
+                      practical=Sweep(budgets=(128,), group_sizes=(4, 64), seeds=1)),
+    "full": Settings(warmup=MSE_SETTINGS["full"].warmup, budgets=(256, 512, 1024),
+                     group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=5, steps=100,
+                     checkpoints=(25, 50, 75, 100), lr=1e-3, n_eval=500, n_pool=20000,
+                     gstar_samples=64,
+                     knob=Sweep(hard_fractions=(0.0, 0.75), budgets=(512,),
+                                group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=3),
+                     practical=Sweep(budgets=(512,), group_sizes=(2, 4, 8, 16, 32, 64, 128),
+                                     seeds=3)),
+}
+
+_TAG = dict(sweep="str", hard_fraction="float")
+SCHEMA = {
+    "train": dict(_TAG, N="int", G="int", B="int", run_seed="int", step="int", accuracy="float",
+                  train_reward="float?", estimator="str", epochs="int", clip_eps="float?",
+                  steps_per_s="float"),
+    "prediction": dict(_TAG, c1="float", c2="float", c3="float", G_paper="float?",
+                       G_continuous="float?", G_exact="int", J="float", V_q10="float",
+                       V_median="float", V_q90="float", frac_V_below_5pct="float",
+                       frac_V_above_95pct="float"),
 }
 
 
-def _cells(cfg):
-    """(sweep, kind, hard_fraction or None for the task default, N, G, seed), in this order:
-    the main sweep seed-major (an interrupted run holds complete G sweeps for the first seeds),
-    the difficulty-knob sweep, the practical-variant sweep."""
-    cells = [("main", "pred", None, None, None, None)] + [
-        ("main", "train", None, n, g, s) for s in range(cfg["seeds"]) for n in cfg["budgets"]
-        for g in cfg["group_sizes"] if g <= n]
-    k = cfg["knob"]
-    for h in k["hard_fractions"]:
-        cells += [("knob", "pred", h, None, None, None)] + [
-            ("knob", "train", h, n, g, s) for s in range(k["seeds"]) for n in k["budgets"]
-            for g in k["group_sizes"] if g <= n]
-    k = cfg["practical"]
-    cells += [("practical", "train", None, n, g, s) for s in range(k["seeds"])
-              for n in k["budgets"] for g in k["group_sizes"] if g <= n]
-    return cells
+def cells(s: Settings) -> list[Cell]:
+    """The main sweep (G* prediction, then the runs seed-major, so an interrupted run holds
+    complete G sweeps for the first seeds), the difficulty-knob sweep, the practical sweep."""
+    data = dict(warmup=s.warmup, n_eval=s.n_eval)
+    run = dict(data, n_pool=s.n_pool, steps=s.steps, checkpoints=tuple(s.checkpoints), lr=s.lr)
+
+    def pred(sweep, h, prefix):
+        return Cell(prefix + "predicted_gstar", dict(data, measure="prediction", sweep=sweep,
+                                                     hard_fraction=h,
+                                                     gstar_samples=s.gstar_samples),
+                    kind="prediction")
+
+    def runs(sweep, h, prefix, sw, variant):
+        return [Cell(f"{prefix}N{n}_G{g}_seed{r}", dict(run, measure="train", sweep=sweep,
+                                                        hard_fraction=h, N=n, G=g, run_seed=r,
+                                                        **variant), kind="train")
+                for r in range(sw.seeds) for n in sw.budgets for g in sw.group_sizes if g <= n]
+
+    h0 = float(s.warmup.task.hard_fraction)
+    main = Sweep(budgets=tuple(s.budgets), group_sizes=tuple(s.group_sizes), seeds=s.seeds)
+    out = [pred("main", h0, "")] + runs("main", h0, "", main, ALGORITHM_1)
+    for h in s.knob.hard_fractions:
+        out += [pred("knob", float(h), f"hard{h:g}_")]
+        out += runs("knob", float(h), f"hard{h:g}_", s.knob, ALGORITHM_1)
+    out += runs("practical", h0, "practical_", s.practical, PRACTICAL)
+    return out
 
 
-def _cell_id(sweep, kind, h, n, g, s):
-    pre = f"hard{h:g}_" if sweep == "knob" else ("practical_" if sweep == "practical" else "")
-    return pre + ("predicted_gstar" if kind == "pred" else f"N{n}_G{g}_seed{s}")
+@lru_cache(maxsize=4)
+def _questions(task: TaskConfig, n_eval: int, n_pool: int | None):
+    """Evaluation questions (the first ``n_eval``) and, if ``n_pool``, the training pool."""
+    ev = eval_set(task).subset(np.arange(n_eval))
+    return ev, (train_pool(task, n=n_pool) if n_pool else None)
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    setting = "quick" if quick else "full"
-    cfg = SETTINGS[setting]
-    store = CellStore(out_dir, NAME, seed=seed, setting=setting)
-    pols, _ = three_policies(cache_dir(out_dir), cfg["warmup"])
-    start = pols["instruct"][0]
-    config = {k: (v.tag() if k == "warmup" else v) for k, v in cfg.items()}
-    cells = _cells(cfg)
-    prog = Progress(NAME, len(cells))
-    data = {}
-    for sweep, kind, h, n, g, s in cells:
-        cid = _cell_id(sweep, kind, h, n, g, s)
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        task_cfg = cfg["warmup"].task
-        hard = task_cfg.hard_fraction if h is None else h
-        if hard not in data:
-            tc = dataclasses.replace(task_cfg, hard_fraction=hard)
-            data[hard] = (eval_set(tc).subset(np.arange(cfg["n_eval"])),
-                          train_pool(tc, n=cfg["n_pool"]))
-        questions, pool = data[hard]
-        tag = dict(hard_fraction=hard, sweep=sweep)
-        variant = ({k: cfg["practical"][k] for k in PRACTICAL} if sweep == "practical"
-                   else dict(estimator="grpo", epochs=1, clip_eps=None))
-        t0 = time.time()
-        if kind == "pred":
-            p = predicted_group_size(start, questions, cfg["gstar_samples"], seed=seed + 7)
-            store.write(cid, dict(p, kind="prediction", seconds=time.time() - t0, **tag),
-                        config=config)
-            prog.step(f"{cid} G*={p['G_continuous']:.1f}")
-            continue
-        rows = train_grpo(start, pool, questions, n, g, cfg["steps"], cfg["checkpoints"],
-                          cfg["lr"], seed=seed + 1000 * s + g, **variant,
-                          log=lambda m: print(f"[{NAME}] {m}", flush=True))
-        dt = time.time() - t0
-        rows = [dict(r, kind="train", N=n, G=g, B=n // g, run_seed=s, seconds=dt,
-                     steps_per_s=cfg["steps"] / dt, **tag, **variant) for r in rows]
-        store.write(cid, rows, config=config)
-        store.save_table("table.csv")  # after every cell: an interrupted run still has a table
-        prog.step(f"{cid} acc={rows[-1]['accuracy']:.3f}")
-    store.save_table("table.csv")
+def cell(config: dict, key) -> dict | list[dict]:
+    """G* predicted at the instruct policy, or one training run from it (rows per checkpoint)."""
+    wcfg = config["warmup"]
+    start = policies(wcfg)["instruct"][0]
+    task = dataclasses.replace(wcfg.task, hard_fraction=config["hard_fraction"])
+    tag = dict(sweep=config["sweep"], hard_fraction=config["hard_fraction"])
+    if config["measure"] == "prediction":
+        questions, _ = _questions(task, config["n_eval"], None)
+        p = predicted_group_size(start, questions, config["gstar_samples"], seed=key_seed(key))
+        return dict(p, **tag)
+    questions, pool = _questions(task, config["n_eval"], config["n_pool"])
+    variant = {k: config[k] for k in ("estimator", "epochs", "clip_eps")}
+    n, g = config["N"], config["G"]
+    t0 = time.perf_counter()
+    rows = train_grpo(start, pool, questions, n, g, config["steps"], config["checkpoints"],
+                      config["lr"], seed=key_seed(key), **variant)
+    dt = time.perf_counter() - t0
+    return [dict(r, N=n, G=g, B=n // g, run_seed=config["run_seed"],
+                 steps_per_s=config["steps"] / dt, **tag, **variant) for r in rows]
 
 
 def bootstrap_best_g(acc: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """``acc``: rows G, columns seeds. Resample seeds within each G; the best G's distribution."""
+    """The best G's distribution when seeds are resampled within each G.
+
+    Args:
+        acc: accuracies, rows G, columns seeds.
+        n_boot: bootstrap resamples.
+        seed: the resampling's NumPy seed.
+
+    Returns:
+        ``best`` (argmax of the mean), ``lo``/``hi`` (2.5% / 97.5% quantiles of the resampled
+        argmax), ``p_best`` (share of the most frequent argmax) and ``support``.
+    """
     rng = np.random.default_rng(seed)
     a = acc.to_numpy()
     gs = np.asarray(acc.index)
@@ -144,9 +198,10 @@ def bootstrap_best_g(acc: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> 
                 support={int(v): float(c / n_boot) for v, c in zip(vals, counts)})
 
 
-def summary(df: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:
-    """Best G per (hard fraction, N, checkpoint) with a bootstrap CI over seeds."""
-    tr = df[(df.kind == "train") & (df.step > 0) & (df.sweep == sweep)]  # step 0: start policy
+def summary(train: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:
+    """Best G per (hard fraction, N, checkpoint) of one sweep of the ``train`` table, with a
+    bootstrap CI over seeds (step 0, the starting policy, is left out)."""
+    tr = train[(train.step > 0) & (train.sweep == sweep)]
     out = []
     for (h, n, step), d in tr.groupby(["hard_fraction", "N", "step"]):
         acc = d.pivot_table(index="G", columns="run_seed", values="accuracy")
@@ -161,89 +216,26 @@ def summary(df: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def _load(out_dir: Path) -> pd.DataFrame:
-    """The table; rows written before the knob sweep existed belong to the main sweep at the
-    task's default hard fraction (read from the warm-up tag in their config)."""
-    df = pd.read_csv(Path(out_dir) / "table.csv")
-    if "sweep" not in df:
-        df["sweep"] = np.nan
-    if "hard_fraction" not in df:
-        df["hard_fraction"] = np.nan
-    df["sweep"] = df["sweep"].fillna("main")
-    tag_h = df.config.str.extract(r"_hard([0-9.]+)_", expand=False).astype(float)
-    df["hard_fraction"] = df["hard_fraction"].fillna(tag_h)
-    return df
-
-
-def _prediction(df: pd.DataFrame, sweep: str = "main", hard=None) -> pd.Series:
-    p = df[(df.kind == "prediction") & (df.sweep == sweep)]
+def prediction(pred: pd.DataFrame, sweep: str = "main", hard=None) -> pd.Series:
+    """The G* prediction row of ``sweep`` (and of hard fraction ``hard`` when given)."""
+    p = pred[pred.sweep == sweep]
     if hard is not None:
         p = p[np.isclose(p.hard_fraction, hard)]
     return p.iloc[0]
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
-    tr = df[(df.kind == "train") & (df.sweep == "main")]
-    budgets = sorted(tr.N.unique())
-    knob = df[(df.kind == "train") & (df.sweep == "knob")]
-    prac = df[(df.kind == "train") & (df.sweep == "practical")]
-    extra = not (knob.empty and prac.empty)
-    fig, axes = plt.subplots(1, len(budgets) + extra, figsize=(4.2 * (len(budgets) + extra), 3.6),
-                             squeeze=False)
-    pred = _prediction(df)
-    for ax, n in zip(axes[0], budgets):
-        d = tr[tr.N == n]
-        for step, s in d[d.step > 0].groupby("step"):
-            m = s.groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
-                        capsize=2, label=f"step {int(step)}")
-        ax.axvline(pred.G_continuous, color="k", ls="--", lw=1, label="predicted G*")
-        ax.set(xscale="log", xlabel="G", ylabel="held-out accuracy", title=f"N = {int(n)}")
-        gs = sorted(d.G.unique())
-        ax.xaxis.set_minor_locator(plt.NullLocator())
-        ax.set_xticks(gs, [str(int(g)) for g in gs])
-        ax.legend(fontsize=7)
-    if extra:
-        ax = axes[0, -1]
-        last = int(df[df.kind == "train"].step.max())
-        n_x = int(pd.concat([knob, prac]).N.iloc[0])
-        both = pd.concat([knob, tr[tr.N == n_x]])
-        for i, (h, d) in enumerate(both[both.step == last].groupby("hard_fraction")):
-            m = d.groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
-                        capsize=2, color=f"C{i}", label=f"hard fraction {h:g}")
-            sw = "main" if d.sweep.iloc[0] == "main" else "knob"
-            ax.axvline(_prediction(df, sw, h if sw == "knob" else None).G_continuous,
-                       color=f"C{i}", ls="--", lw=1)
-        if not prac.empty:
-            m = prac[prac.step == last].groupby("G").accuracy.agg(["mean", "sem"])
-            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="s:", ms=3,
-                        capsize=2, color="k", label=f"practical ({prac.estimator.iloc[0]}, "
-                        f"{int(prac.epochs.iloc[0])} clipped epochs), hard "
-                        f"{prac.hard_fraction.iloc[0]:g}")
-        ax.set(xscale="log", xlabel="G", ylabel=f"held-out accuracy, step {last}",
-               title=f"difficulty knob and practical variant, N = {n_x} (dashed: G*)")
-        gs = sorted(both.G.unique())
-        ax.xaxis.set_minor_locator(plt.NullLocator())
-        ax.set_xticks(gs, [str(int(g)) for g in gs])
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, Path(out_dir) / "lm_groupsize")
-
-
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    pred = _prediction(df)
-    sm = summary(df)
-    tr = df[(df.kind == "train") & (df.sweep == "main")]
+def report(tables, s: Settings) -> Section:
+    tr_all, pr = tables["train"], tables["prediction"]
+    pred = prediction(pr)
+    sm = summary(tr_all)
+    tr = tr_all[tr_all.sweep == "main"]
     gs = sorted(int(g) for g in tr.G.unique())
-    lines = [f"Setting `{df.setting.iloc[0]}`. Start: instruct policy, exact held-out accuracy "
-             f"{pred.J:.3f} (hard fraction {pred.hard_fraction:g}). Measured there: "
+    lines = [f"Setting `{tr_all.setting.iloc[0]}`. Start: instruct policy, exact held-out "
+             f"accuracy {pred.J:.3f} (hard fraction {pred.hard_fraction:g}). Measured there: "
              f"c1 = {pred.c1:.4g}, c2 = {pred.c2:.4g}, "
              f"c3 = {pred.c3:.4g}; predicted G* = 1 + sqrt(c3/c1) = {pred.G_continuous:.1f} "
-             f"(paper's form sqrt(c3/c1) = {pred.G_paper:.1f}; integer argmin {int(pred.G_exact)}).",
+             f"(paper's form sqrt(c3/c1) = {pred.G_paper:.1f}; integer argmin "
+             f"{int(pred.G_exact)}).",
              "", "| N | step | seeds | mean accuracy by G (" + ", ".join(map(str, gs)) + ") | "
              "best G | 95% bootstrap CI | P(best) | G* (integer) inside CI |",
              "|---|---|---|---|---|---|---|---|"]
@@ -264,18 +256,31 @@ def report(out_dir: Path) -> dict:
                "measured)." if (sm.seeds == 1).any() else "") +
               f" The grid starts at G = {gs[0]}: a predicted G* at or below it can only be "
               "checked from one side."]
-    lines += _knob_lines(df, sm)
-    lines += _practical_lines(df, sm, pred)
+    lines += _knob_lines(tr_all, pr, sm)
+    lines += _practical_lines(tr_all, sm)
     lines += ["", "![](lm_groupsize.png)"]
-    ok = (pred.c1 > 0 and np.isfinite(pred.G_continuous) and df[df.kind == "train"]
-          .accuracy.between(0, 1).all() and len(sm) > 0)
-    return dict(title="Small-LM optimal group size (Figure 5 / Table 2 analogue)",
-                markdown="\n".join(lines), passed=bool(ok))
+    ckpts = sorted({int(c) for c in s.checkpoints if 0 < c <= s.steps} | {s.steps})
+    want = {(int(n), c) for n in s.budgets if min(s.group_sizes) <= n for c in ckpts}
+    got = set(zip(sm.N, sm.step)) if len(sm) else set()
+    checks = [
+        check("c1 > 0 at the starting policy, so G* = 1 + sqrt(c3/c1) is finite",
+              pred.c1 > 0 and np.isfinite(pred.G_continuous), pred.c1, pred.c3,
+              detail=f"c1 = {pred.c1:.4g}, c3 = {pred.c3:.4g}, G* = {pred.G_continuous:.1f}"),
+        check("every held-out accuracy is a probability (in [0, 1])",
+              tr_all.accuracy.between(0, 1).all(), tr_all.accuracy.to_numpy(),
+              detail=f"{len(tr_all)} accuracies in [{tr_all.accuracy.min():.3f}, "
+              f"{tr_all.accuracy.max():.3f}]"),
+        check("a best G with its bootstrap CI for every (N, checkpoint) of the main sweep",
+              len(sm) > 0 and got == want, len(sm),
+              detail=f"{len(got & want)} of {len(want)}"),
+    ]
+    return Section("Small-LM optimal group size (Figure 5 / Table 2 analogue)",
+                   "\n".join(lines), checks)
 
 
-def _knob_lines(df: pd.DataFrame, main: pd.DataFrame) -> list:
+def _knob_lines(train: pd.DataFrame, pred: pd.DataFrame, main: pd.DataFrame) -> list:
     """The difficulty-knob table: pass-rate spread, predicted G* and best G per hard fraction."""
-    kn = summary(df, "knob")
+    kn = summary(train, "knob")
     if kn.empty:
         return []
     n = int(kn.N.iloc[0])
@@ -289,21 +294,21 @@ def _knob_lines(df: pd.DataFrame, main: pd.DataFrame) -> list:
              "(continuous / integer) | mean accuracy by G | best G | 95% bootstrap CI | "
              "G* inside CI |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows.itertuples():
-        p = _prediction(df, r.sweep, r.hard_fraction if r.sweep == "knob" else None)
+        p = prediction(pred, r.sweep, r.hard_fraction if r.sweep == "knob" else None)
         accs = ", ".join(f"{g}: {a:.3f}" for g, a in sorted(r.mean_by_G.items()))
         lines.append(f"| {r.hard_fraction:g} | {r.seeds} | {p.J:.3f} | "
-                     f"{_get(p, 'frac_V_below_5pct'):.2f} | {_get(p, 'V_median'):.3f} | "
+                     f"{p.frac_V_below_5pct:.2f} | {p.V_median:.3f} | "
                      f"{p.G_continuous:.1f} / {int(p.G_exact)} | {accs} | {r.best} | "
                      f"[{r.lo}, {r.hi}] | {'yes' if r.lo <= p.G_exact <= r.hi else 'no'} |")
     return lines
 
 
-def _practical_lines(df: pd.DataFrame, main: pd.DataFrame, pred) -> list:
+def _practical_lines(train: pd.DataFrame, main: pd.DataFrame) -> list:
     """Practical variant vs Algorithm 1 at the same budget, per checkpoint."""
-    pr = summary(df, "practical")
+    pr = summary(train, "practical")
     if pr.empty:
         return []
-    r0 = df[(df.sweep == "practical") & (df.kind == "train")].iloc[0]
+    r0 = train[train.sweep == "practical"].iloc[0]
     n = int(pr.N.iloc[0])
     lines = ["", f"**Practical variant** ({r0.estimator} advantages, {int(r0.epochs)} clipped "
              f"epochs per batch, clip 1 +/- {r0.clip_eps:g}) against Algorithm 1 at N = {n}; "
@@ -322,9 +327,56 @@ def _practical_lines(df: pd.DataFrame, main: pd.DataFrame, pred) -> list:
     return lines
 
 
-def _get(row, col):
-    return float(row[col]) if col in row and pd.notna(row[col]) else float("nan")
+def plot(tables, s: Settings, out_dir) -> None:
+    train, preds = tables["train"], tables["prediction"]
+    tr = train[train.sweep == "main"]
+    budgets = sorted(tr.N.unique())
+    knob = train[train.sweep == "knob"]
+    prac = train[train.sweep == "practical"]
+    extra = not (knob.empty and prac.empty)
+    fig, axes = plt.subplots(1, len(budgets) + extra, figsize=(4.2 * (len(budgets) + extra), 3.6),
+                             squeeze=False)
+    pred = prediction(preds)
+    for ax, n in zip(axes[0], budgets):
+        d = tr[tr.N == n]
+        for step, e in d[d.step > 0].groupby("step"):
+            m = e.groupby("G").accuracy.agg(["mean", "sem"])
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
+                        capsize=2, label=f"step {int(step)}")
+        ax.axvline(pred.G_continuous, color="k", ls="--", lw=1, label="predicted G*")
+        ax.set(xscale="log", xlabel="G", ylabel="held-out accuracy", title=f"N = {int(n)}")
+        gs = sorted(d.G.unique())
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(int(g)) for g in gs])
+        ax.legend(fontsize=7)
+    if extra:
+        ax = axes[0, -1]
+        last = int(train.step.max())
+        n_x = int(pd.concat([knob, prac]).N.iloc[0])
+        both = pd.concat([knob, tr[tr.N == n_x]])
+        for i, (h, d) in enumerate(both[both.step == last].groupby("hard_fraction")):
+            m = d.groupby("G").accuracy.agg(["mean", "sem"])
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="o-", ms=3,
+                        capsize=2, color=f"C{i}", label=f"hard fraction {h:g}")
+            sw = "main" if d.sweep.iloc[0] == "main" else "knob"
+            ax.axvline(prediction(preds, sw, h if sw == "knob" else None).G_continuous,
+                       color=f"C{i}", ls="--", lw=1)
+        if not prac.empty:
+            m = prac[prac.step == last].groupby("G").accuracy.agg(["mean", "sem"])
+            ax.errorbar(m.index, m["mean"], yerr=z_value() * m["sem"].fillna(0), fmt="s:", ms=3,
+                        capsize=2, color="k", label=f"practical ({prac.estimator.iloc[0]}, "
+                        f"{int(prac.epochs.iloc[0])} clipped epochs), hard "
+                        f"{prac.hard_fraction.iloc[0]:g}")
+        ax.set(xscale="log", xlabel="G", ylabel=f"held-out accuracy, step {last}",
+               title=f"difficulty knob and practical variant, N = {n_x} (dashed: G*)")
+        gs = sorted(both.G.unique())
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(int(g)) for g in gs])
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
+    fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_dir / "lm_groupsize")
 
 
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=61)

@@ -3,117 +3,188 @@
 Three policies (base < instruct < in-context; :mod:`grpo_theory.lm.warmup`), two response
 formats (answer-only, with exact V and grad J by teacher forcing; reasoning trace, with a large
 reference sample), every question of the evaluation set with G responses each
-(:mod:`grpo_theory.lm.gradmse`). PASS when, in every cell, (i) the measured vanilla - oracle
-MSE difference agrees with its prediction ``-sum_x (V^2 S2 - 2 V S2Z) / (B^2 G)`` (for a unique
-correct answer ``V^2 (M - (2 - V)||s*||^2)``) within 4 combined standard errors, (ii) in the
-answer-only format the vanilla and oracle MSEs agree with their exact-form predictions within
-4 se or 15% (grpo's excess over the oracle, ``(E||s||^2 V(1-V) + ||g(x)||^2) / (G(G-1))`` per prompt, is
-compared too and reported, not gated: it is driven by rare pairs of correct answers at low V,
-whose heavy tail makes a 5-8 replicate standard error unreliable),
-(iii) ``G * MSE_oracle`` is constant in G (MSE ~ 1/G) within 4 se and (iv) grpo / oracle moves
-toward 1 from the smallest to the largest G. 4-sigma bands: many comparisons, fixed seeds.
+(:mod:`grpo_theory.lm.gradmse`). A ``gradient`` cell is one (policy, format): measured and
+predicted MSEs of every estimator at every G (kind ``table``); the ``accuracy`` cell holds every
+policy's accuracy on the whole evaluation set (kind ``accuracy``). The warm-up checkpoints live
+under ``cache_dir()/lm`` and are trained once per configuration.
+
+PASS when, in every cell, (i) the measured vanilla - oracle MSE difference agrees with its
+prediction ``-sum_x (V^2 S2 - 2 V S2Z) / (B^2 G)`` (for a unique correct answer
+``V^2 (M - (2 - V)||s*||^2)``) within 4 combined standard errors, (ii) in the answer-only format
+the vanilla and oracle MSEs agree with their exact-form predictions within 4 se or 15% (grpo's
+excess over the oracle, ``(E||s||^2 V(1-V) + ||g(x)||^2) / (G(G-1))`` per prompt, is compared too
+and reported, not gated: it is driven by rare pairs of correct answers at low V, whose heavy
+tail makes a 5-8 replicate standard error unreliable), (iii) ``G * MSE_oracle`` is constant in G
+(MSE ~ 1/G) within 4 se and (iv) grpo / oracle moves toward 1 from the smallest to the largest
+G; in the full setting also (v) base < instruct < in-context accuracy in both formats, base
+> 0.05 and in-context < 0.95. 4-sigma bands: many comparisons, fixed seeds.
+
+    grpo-theory lm-mse [--full]
 """
 
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
+from dataclasses import dataclass
 
+import jax
 import numpy as np
 import pandas as pd
 
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
+                                            key_seed)
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy
 from grpo_theory.lm.task import TaskConfig, encode_prompts, eval_set, target_responses
-from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, three_policies
-from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.results import CellStore, Progress
+from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, cached_policies
+
+__all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
+           "cells", "cell", "policies", "policy_accuracies", "accuracy_order", "checks",
+           "report", "plot", "EXPERIMENT"]
 
 NAME = "lm-mse"
 CLAIM = ("small transformer, 500 arithmetic questions: MSE ~ 1/G, grpo -> oracle, and the "
          "vanilla-oracle gap equals its formula V^2(M-(2-V)||s*||^2) (Figure 4 analogue)")
-ORDER = 60
 FORMATS = ("answer", "trace")
 Z_TOL = 4.0
 #: per-estimator MSE vs exact-form prediction: within Z_TOL se *or* within 15% (the se of a mean
 #: of 5-8 right-skewed squared errors is itself uncertain; the mean tends to fall below the mean)
 REL_TOL = 0.15
+#: (policy, format) cells, cheapest first (answer-only, zero-shot) so an interrupted full run
+#: keeps the most cells
+CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("base", "trace"),
+              ("instruct", "trace"), ("icl", "answer"), ("icl", "trace"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``warmup``: the three policies' configuration; ``n_questions`` evaluation questions x G
+    responses per replicate; ``n_ref`` reference responses per question (trace format);
+    ``acc_samples`` sampled responses per question on the first ``acc_questions`` evaluation
+    questions in the accuracy cell (500: all of them);
+    ``pairs``: the (policy, format) gradient cells; ``gate_accuracy_order``: the accuracy
+    order (v) is a check (else only reported)."""
+
+    warmup: WarmupConfig
+    n_questions: int
+    group_sizes: tuple
+    n_reps: int
+    n_ref: int
+    chunk: int
+    pairs: tuple = CELL_ORDER
+    acc_samples: int = 4
+    acc_questions: int = 500
+    gate_accuracy_order: bool = False
+
+    def __post_init__(self):
+        for name in ("n_questions", "acc_questions"):
+            n = getattr(self, name)
+            if not 1 <= n <= 500:
+                raise ValueError(f"{name} must lie in [1, 500] (the evaluation set), got {n!r}")
+        if not self.group_sizes or min(self.group_sizes) < 2:
+            raise ValueError(f"group_sizes must be >= 2, got {self.group_sizes!r}")
+        if self.n_reps < 2:
+            raise ValueError(f"n_reps must be >= 2 (a standard error), got {self.n_reps!r}")
+        if self.n_ref < 4 or self.n_ref % 2:
+            raise ValueError(f"n_ref must be an even integer >= 4, got {self.n_ref!r}")
+        bad = [p for p in self.pairs if tuple(p) not in CELL_ORDER]
+        if bad or not self.pairs:
+            raise ValueError(f"pairs must be (policy, format) pairs among {CELL_ORDER}, "
+                             f"got {self.pairs!r}")
+
 
 SETTINGS = {
     # quick: a tiny model on the two one-operation categories with single-digit operands, so it
-    # learns something within seconds (rewards are not all zero); the checks hold for any policy
-    "quick": dict(warmup=WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
-                                      instruct_steps=150, icl_steps=200, batch_size=64, chunk=25,
-                                      lr=1e-2,
-                                      task=TaskConfig(hard_fraction=0.0,
-                                                      category_probs=(0, 0, 0.5, 0.5, 0))),
-                  n_questions=40, group_sizes=(4, 8, 16), n_reps=8, n_ref=32, chunk=128),
-    "full": dict(warmup=WarmupConfig(), n_questions=500, group_sizes=(4, 8, 16, 32, 64),
-                 n_reps=5, n_ref=256, chunk=256),
+    # learns something within seconds (rewards are not all zero); the checks hold for any policy.
+    # 32 replicates: with 8, check (ii) failed for 2 of 4 keys of the base/answer cell (a mean of
+    # 8 right-skewed squared errors 29-38% low with an underestimated se); with 32 it passed for
+    # all 4 keys of the base/answer and instruct/answer cells
+    "quick": Settings(warmup=WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
+                                          instruct_steps=150, icl_steps=200, batch_size=64,
+                                          chunk=25, lr=1e-2,
+                                          task=TaskConfig(hard_fraction=0.0,
+                                                          category_probs=(0, 0, 0.5, 0.5, 0))),
+                      n_questions=40, group_sizes=(4, 8, 16), n_reps=32, n_ref=32, chunk=128),
+    "full": Settings(warmup=WarmupConfig(), n_questions=500, group_sizes=(4, 8, 16, 32, 64),
+                     n_reps=5, n_ref=256, chunk=256, gate_accuracy_order=True),
+}
+
+SCHEMA = {
+    "table": dict(policy="str", fmt="str", estimator="str", G="int", mse="float", se="float",
+                  ci_low="float", ci_high="float", rel_mse="float?", n_reps="int",
+                  predicted="float?", predicted_se="float?", z="float?", J="float",
+                  sampled_accuracy="float", grad_norm2="float", eps_ref="float", dim="int",
+                  exact="bool", n_questions="int"),
+    "accuracy": dict(policy="str", shots="bool", n_questions="int", J_answer="float",
+                     acc_answer="float", acc_trace="float", n_samples="int", icl_steps="int"),
 }
 
 
-def cache_dir(out_dir: Path) -> Path:
-    """Checkpoints live next to the results, in ``<out>/.cache/lm`` (reused by every driver)."""
-    return Path(out_dir).parent / ".cache" / "lm"
+def cells(s: Settings) -> list[Cell]:
+    """The accuracy cell, then one gradient cell per (policy, format) of ``s.pairs``, in the
+    order of ``CELL_ORDER``."""
+    common = dict(warmup=s.warmup)
+    out = [Cell("accuracy", dict(common, measure="accuracy", n_samples=s.acc_samples,
+                                   n_questions=s.acc_questions),
+                kind="accuracy")]
+    for pname, fmt in CELL_ORDER:
+        if (pname, fmt) in {tuple(p) for p in s.pairs}:
+            out.append(Cell(f"{pname}_{fmt}", dict(
+                common, measure="gradient_mse", policy=pname, fmt=fmt,
+                n_questions=s.n_questions, group_sizes=tuple(s.group_sizes), n_reps=s.n_reps,
+                n_ref=s.n_ref, chunk=s.chunk)))
+    return out
 
 
-def run(out_dir: Path, quick: bool = True, seed: int = 0) -> None:
-    setting = "quick" if quick else "full"
-    cfg = SETTINGS[setting]
-    store = CellStore(out_dir, NAME, seed=seed, setting=setting)
-    pols, meta = three_policies(cache_dir(out_dir), cfg["warmup"])
-    questions = eval_set(cfg["warmup"].task).subset(np.arange(cfg["n_questions"]))
-    # cheapest first (answer-only, zero-shot), so an interrupted full run keeps the most cells
-    cells = [("base", "answer"), ("instruct", "answer"), ("base", "trace"),
-             ("instruct", "trace"), ("icl", "answer"), ("icl", "trace")]
-    prog = Progress(NAME, len(cells) + 1)
-    config = dict(warmup=cfg["warmup"].tag(), n_questions=cfg["n_questions"],
-                  group_sizes=cfg["group_sizes"], n_reps=cfg["n_reps"], n_ref=cfg["n_ref"])
-    if store.done("accuracy"):
-        prog.step("accuracy", skipped=True)
-    else:
-        t0 = time.time()
-        rows = policy_accuracies(pols, eval_set(cfg["warmup"].task), seed)
-        icl_steps = cfg["warmup"].icl_steps
-        store.write("accuracy", [dict(r, seconds=time.time() - t0, icl_steps=icl_steps)
-                                 for r in rows], config=config)
-        prog.step("accuracy " + " ".join(f"{r['policy']}={r['J_answer']:.3f}" for r in rows))
-    for k, (pname, fmt) in enumerate(cells):
-        cid = f"{pname}_{fmt}"
-        if store.done(cid):
-            prog.step(cid, skipped=True)
-            continue
-        pol, icl = pols[pname]
-        t0 = time.time()
-        out = gradient_mse_study(
-            pol, questions, fmt, icl, cfg["group_sizes"], cfg["n_reps"], seed=seed + 101 * k,
-            n_ref=cfg["n_ref"], chunk=cfg["chunk"],
-            progress=lambda r, n, zm: print(f"[{NAME}] {cid} replicate {r}/{n} mean reward "
-                                            f"{zm:.3f}", flush=True))
-        acc = accuracy(pol, questions, fmt, icl, _key(seed + k))
-        rows = [dict(r, policy=pname, fmt=fmt, J=out["J"], sampled_accuracy=acc,
-                     grad_norm2=out["grad_norm2"], eps_ref=out["eps_ref"], dim=out["dim"],
-                     exact=out["exact"], n_questions=len(questions), seconds=time.time() - t0)
-                for r in out["rows"]]
-        store.write(cid, rows, config=config)
-        store.save_table("table.csv")  # after every cell: an interrupted run still has a table
-        prog.step(f"{cid} J={out['J']:.3f}")
-    df = store.save_table("table.csv")
-    _print(df)
+def policies(wcfg: WarmupConfig) -> dict:
+    """The warm-up policies of ``wcfg`` from ``cache_dir()/lm`` (trained there on first use,
+    then loaded once per process): ``{name: (LMPolicy, uses solved-example prompt)}``."""
+    return cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0]
 
 
-def policy_accuracies(pols, questions, seed: int, n_samples: int = 4) -> list[dict]:
-    """Accuracy of every policy on the evaluation set: exact ``mean_x pi(y*|x)`` (answer-only)
-    and sampled accuracy (``n_samples`` responses per question) in both formats."""
+def cell(config: dict, key) -> list[dict]:
+    """The accuracy table, or one (policy, format): gradient MSEs of every estimator and G."""
+    wcfg = config["warmup"]
+    pols = policies(wcfg)
+    if config["measure"] == "accuracy":
+        questions = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
+        rows = policy_accuracies(pols, questions, key, config["n_samples"])
+        return [dict(r, icl_steps=wcfg.icl_steps) for r in rows]
+    pname, fmt = config["policy"], config["fmt"]
+    pol, icl = pols[pname]
+    questions = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
+    k_study, k_acc = jax.random.split(key)
+    out = gradient_mse_study(pol, questions, fmt, icl, config["group_sizes"], config["n_reps"],
+                             seed=key_seed(k_study), n_ref=config["n_ref"],
+                             chunk=config["chunk"])
+    acc = accuracy(pol, questions, fmt, icl, k_acc)
+    return [dict(r, policy=pname, fmt=fmt, J=out["J"], sampled_accuracy=acc,
+                 grad_norm2=out["grad_norm2"], eps_ref=out["eps_ref"], dim=out["dim"],
+                 exact=out["exact"], n_questions=len(questions)) for r in out["rows"]]
+
+
+def policy_accuracies(pols, questions, key, n_samples: int = 4) -> list[dict]:
+    """Accuracy of every policy on ``questions``: exact ``mean_x pi(y*|x)`` (answer-only) and
+    sampled accuracy (``n_samples`` responses per question) in both formats.
+
+    Args:
+        pols: ``{name: (LMPolicy, icl)}`` as returned by :func:`policies`.
+        questions: the evaluation questions.
+        key: JAX PRNG key, split into one key per (policy, format).
+        n_samples: sampled responses per question.
+
+    Returns:
+        One dict per policy (``policy, shots, n_questions, J_answer, acc_answer, acc_trace,
+        n_samples``).
+    """
+    keys = jax.random.split(key, len(pols) * len(FORMATS))
     rows = []
     for i, (pname, (pol, icl)) in enumerate(pols.items()):
         x = encode_prompts(questions, "answer", icl)
-        r = dict(kind="accuracy", policy=pname, shots=icl, n_questions=len(questions),
+        r = dict(policy=pname, shots=icl, n_questions=len(questions),
                  J_answer=exact_accuracy(pol, x, target_responses(questions, "answer")))
         for j, fmt in enumerate(FORMATS):
-            r[f"acc_{fmt}"] = accuracy(pol, questions, fmt, icl, _key(seed + 500 + 10 * i + j),
+            r[f"acc_{fmt}"] = accuracy(pol, questions, fmt, icl, keys[i * len(FORMATS) + j],
                                        n_samples)
         r["n_samples"] = n_samples
         rows.append(r)
@@ -121,7 +192,8 @@ def policy_accuracies(pols, questions, seed: int, n_samples: int = 4) -> list[di
 
 
 def accuracy_order(acc: pd.DataFrame) -> dict:
-    """Issue 5's requirement: base < instruct < icl in both formats, base > 0.05, icl < 0.95."""
+    """Issue 5's requirement: base < instruct < icl in both formats, base > 0.05, icl < 0.95
+    (answer-only: exact J; trace: sampled accuracy). ``{format: bool}``."""
     a = acc.set_index("policy")
     out = {}
     for fmt in FORMATS:
@@ -131,31 +203,10 @@ def accuracy_order(acc: pd.DataFrame) -> dict:
     return out
 
 
-def _key(s):
-    import jax
-
-    return jax.random.PRNGKey(s)
-
-
-def _load(out_dir: Path, accuracies: bool = False) -> pd.DataFrame:
-    """The gradient-MSE rows of the table (or, with ``accuracies``, the policy accuracies)."""
-    df = pd.read_csv(Path(out_dir) / "table.csv")
-    is_acc = df["kind"].eq("accuracy") if "kind" in df else pd.Series(False, index=df.index)
-    return df[is_acc].reset_index(drop=True) if accuracies else df[~is_acc].reset_index(drop=True)
-
-
-def _print(df: pd.DataFrame) -> None:
-    est = df[df.estimator.isin(["vanilla", "grpo", "oracle"])]
-    wide = est.pivot_table(index=["policy", "fmt", "G"], columns="estimator", values="rel_mse")
-    with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
-        print(wide)
-
-
 def checks(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (policy, format) with the four PASS criteria of the module doc."""
+    """One row per (policy, format) of the gradient table with the four criteria of the module
+    doc (max |z| values, the grpo/oracle ratios at the smallest and largest G) and ``passed``."""
     out = []
-    if "kind" in df:
-        df = df[df["kind"].ne("accuracy")]
     for (pname, fmt), d in df.groupby(["policy", "fmt"], sort=False):
         e = {(r.estimator, r.G): r for r in d.itertuples()}
         gs = sorted(d.G.unique())
@@ -179,58 +230,31 @@ def checks(df: pd.DataFrame) -> pd.DataFrame:
         ok = (z_vo <= Z_TOL and est_ok and z_inv <= Z_TOL
               and abs(r1 - 1) < abs(r0 - 1))
         out.append(dict(policy=pname, fmt=fmt, J=d.J.iloc[0], acc=d.sampled_accuracy.iloc[0],
-                        z_vanilla_minus_oracle=z_vo, z_estimators=z_est, rel_err_estimators=rel_est,
-                        z_one_over_G=z_inv,
-                        z_grpo_minus_oracle=z_go,
-                        ratio_first=r0, ratio_last=r1,
+                        z_vanilla_minus_oracle=z_vo, z_estimators=z_est,
+                        rel_err_estimators=rel_est, z_one_over_G=z_inv,
+                        z_grpo_minus_oracle=z_go, ratio_first=r0, ratio_last=r1,
+                        est_ok=bool(est_ok),
                         regime="vanilla worse (paper)" if pred_vo > 0 else
                         "vanilla better (Assumption 2 fails)", passed=bool(ok)))
     return pd.DataFrame(out)
 
 
-def plot(out_dir: Path) -> None:
-    df = _load(out_dir)
-    pols = [p for p in POLICIES if p in set(df.policy)]
-    fig, axes = plt.subplots(len(FORMATS), len(pols), figsize=(3.6 * len(pols), 6.4),
-                             squeeze=False)
-    for i, fmt in enumerate(FORMATS):
-        for j, pname in enumerate(pols):
-            ax = axes[i, j]
-            d = df[(df.fmt == fmt) & (df.policy == pname)]
-            for est, c in (("vanilla", "C0"), ("grpo", "C1"), ("oracle", "C2")):
-                s = d[d.estimator == est].sort_values("G")
-                if s.empty:
-                    continue
-                ax.errorbar(s.G, s.mse, yerr=[s.mse - s.ci_low, s.ci_high - s.mse], fmt="o-",
-                            ms=3, capsize=2, color=c, label=est)
-            if not d.empty:
-                ax.set_title(f"{pname}, {fmt} (J={d.J.iloc[0]:.2f})", fontsize=9)
-            ax.set(xscale="log", yscale="log", xlabel="G")
-            gs = sorted(df.G.unique())
-            ax.xaxis.set_minor_locator(plt.NullLocator())
-            ax.set_xticks(gs, [str(int(g)) for g in gs])
-            if j == 0:
-                ax.set_ylabel("E||ĝ − ∇J||²")
-    axes[0, 0].legend(fontsize=7)
-    fig.suptitle("Gradient MSE with 95% CIs, all questions x G responses (Figure 4 analogue)",
-                 fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, Path(out_dir) / "lm_mse")
+def _verdict(ok) -> str:
+    return "PASS" if ok else "FAIL"
 
 
-def report(out_dir: Path) -> dict:
-    df = _load(out_dir)
-    ck = checks(df)
-    ck = ck.sort_values(["policy", "fmt"], key=lambda c: c.map(
-        {p: i for i, p in enumerate(POLICIES + FORMATS)}), kind="stable")
-    n_q = int(df.n_questions.iloc[0])
-    lines = [f"Cells run: {len(ck)} of {len(POLICIES) * len(FORMATS)} (policy x format). "
-             f"{n_q} evaluation questions x G responses, {int(df.n_reps.iloc[0])} replicates per "
+def report(tables, s: Settings) -> Section:
+    df, acc = tables["table"], tables["accuracy"]
+    order_key = {p: i for i, p in enumerate(POLICIES + FORMATS)}
+    ck = checks(df).sort_values(["policy", "fmt"], key=lambda c: c.map(order_key), kind="stable")
+    n_cells = len(s.pairs)
+    lines = [f"Cells run: {len(ck)} of {n_cells} (policy x format). "
+             f"{s.n_questions} evaluation questions x G responses, {s.n_reps} replicates per "
              f"cell, setting `{df.setting.iloc[0]}`; model of {int(df.dim.iloc[0])} parameters "
              "(all of them enter the MSE). J = mean reward (exact pi(y*|x) in the answer-only "
              "format, a reference sample in the trace format).", "",
              "| policy | format | J | sampled acc. | grpo/oracle by G | vanilla/oracle by G | "
-             "regime | max z (van-or) | max z (grpo-or) | PASS |",
+             "regime | max z (van-or) | max z (grpo-or) | verdict |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in ck.itertuples():
         d = df[(df.policy == r.policy) & (df.fmt == r.fmt)]
@@ -238,8 +262,8 @@ def report(out_dir: Path) -> dict:
         go = " ".join(f"{x:.2f}" for x in m.grpo / m.oracle)
         vo = " ".join(f"{x:.2f}" for x in m.vanilla / m.oracle)
         lines.append(f"| {r.policy} | {r.fmt} | {r.J:.3f} | {r.acc:.3f} | {go} | {vo} | "
-                     f"{r.regime} | {r.z_vanilla_minus_oracle:.2f} | {r.z_grpo_minus_oracle:.2f} | "
-                     f"{'yes' if r.passed else 'NO'} |")
+                     f"{r.regime} | {r.z_vanilla_minus_oracle:.2f} | "
+                     f"{r.z_grpo_minus_oracle:.2f} | {_verdict(r.passed)} |")
     gs = sorted(int(g) for g in df.G.unique())
     lines += ["", f"G = {', '.join(str(g) for g in gs)}. Paper (Figure 4, Qwen2.5-0.5B): vanilla "
               "worst everywhere, GRPO close to the oracle from G = 8, all MSEs fall with G. Here "
@@ -252,36 +276,99 @@ def report(out_dir: Path) -> dict:
         ref = ", ".join(f"{p}: {d.eps_ref.iloc[0]:.2g} ({d.eps_ref.iloc[0] / d.mse.min():.0%} of "
                         f"the smallest oracle MSE, {d.eps_ref.iloc[0] / d.grad_norm2.iloc[0]:.1%}"
                         " of ||grad J||^2)" for p, d in tr.groupby("policy", sort=False))
-        n_ref = json.loads(tr.config.iloc[0])["n_ref"]
-        lines += ["", f"Trace format: grad J from {n_ref} reference responses "
+        lines += ["", f"Trace format: grad J from {s.n_ref} reference responses "
                   "per question; its own squared error E||g_ref - grad J||^2 (estimated from two "
                   f"independent halves) is {ref}. It is subtracted from every measured squared "
                   "error, so the MSEs are unbiased for the error against the true grad J."]
-    acc = _load(out_dir, accuracies=True)
-    order = accuracy_order(acc) if len(acc) else {f: False for f in FORMATS}
-    if len(acc):
-        lines += ["", f"Policy accuracies on all {int(acc.n_questions.iloc[0])} evaluation "
-                  f"questions (exact pi(y*|x) for answer-only; {int(acc.n_samples.iloc[0])} "
-                  "sampled responses per question otherwise). Required: base < instruct < "
-                  "in-context, base > 0.05, in-context < 0.95.", "",
-                  "| policy | solved-example prompt | exact J (answer) | sampled acc. (answer) "
-                  "| sampled acc. (trace) |", "|---|---|---|---|---|"]
-        for r in acc.itertuples():
-            lines.append(f"| {r.policy} | {'yes' if r.shots else 'no'} | {r.J_answer:.3f} | "
-                         f"{r.acc_answer:.3f} | {r.acc_trace:.3f} |")
-        gate = ("" if df.setting.iloc[0] == "full" else
-                " (gated in the full setting only: the quick model is tiny)")
-        lines += ["", "Order holds: " + ", ".join(f"{f}: {'yes' if v else 'NO'}"
-                                                   for f, v in order.items()) + gate +
-                  ". `icl` is the instruct model tuned on solved-example prompts "
-                  f"({int(acc.icl_steps.iloc[0])} steps) and prompted with two solved examples; "
-                  "`instruct+shots` is the instruct weights given the same prompt (the small "
-                  "model needs that stage to use the examples)."]
+    order = accuracy_order(acc)
+    lines += ["", f"Policy accuracies on {int(acc.n_questions.iloc[0])} evaluation "
+              f"questions (exact pi(y*|x) for answer-only; {int(acc.n_samples.iloc[0])} "
+              "sampled responses per question otherwise). Required: base < instruct < "
+              "in-context, base > 0.05, in-context < 0.95.", "",
+              "| policy | solved-example prompt | exact J (answer) | sampled acc. (answer) "
+              "| sampled acc. (trace) |", "|---|---|---|---|---|"]
+    for r in acc.itertuples():
+        lines.append(f"| {r.policy} | {'yes' if r.shots else 'no'} | {r.J_answer:.3f} | "
+                     f"{r.acc_answer:.3f} | {r.acc_trace:.3f} |")
+    gate = ("" if s.gate_accuracy_order else
+            " (gated in the full setting only: the quick model is tiny)")
+    lines += ["", "Order holds: " + ", ".join(f"{f}: {_verdict(v)}" for f, v in order.items()) +
+              gate + ". `icl` is the instruct model tuned on solved-example prompts "
+              f"({int(acc.icl_steps.iloc[0])} steps) and prompted with two solved examples; "
+              "`instruct+shots` is the instruct weights given the same prompt (the small "
+              "model needs that stage to use the examples)."]
     lines += ["", "![](lm_mse.png)"]
-    return dict(title="Small-LM gradient MSE (Figure 4 analogue)", markdown="\n".join(lines),
-                passed=bool(ck.passed.all()) and len(ck) == len(POLICIES) * len(FORMATS)
-                and (all(order.values()) or df.setting.iloc[0] != "full"))
+    return Section("Small-LM gradient MSE (Figure 4 analogue)", "\n".join(lines),
+                   _checks(df, ck, acc, s, order))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    run(Path("results") / NAME)
+def _checks(df, ck, acc, s: Settings, order: dict) -> list:
+    """The PASS rules (i)-(v) of the module doc as checks over every cell."""
+    def rows(est, fmts=FORMATS):
+        return df[df.estimator.isin(est) & df.fmt.isin(fmts)]
+
+    vo = rows(["vanilla-oracle"])
+    out = [check(f"(i) vanilla - oracle gap equals its prediction within {Z_TOL:g} se, "
+                 "every cell", (ck.z_vanilla_minus_oracle <= Z_TOL).all(),
+                 vo[["mse", "se", "predicted", "predicted_se"]].to_numpy(),
+                 detail=f"largest |z| {ck.z_vanilla_minus_oracle.max():.2f} over {len(ck)} cells")]
+    a = ck[ck.fmt == "answer"]
+    if len(a):
+        ans = rows(["vanilla", "oracle"], ("answer",))
+        out.append(check(f"(ii) answer-only: vanilla and oracle MSEs equal their exact-form "
+                         f"predictions (|z| <= {Z_TOL:g} or within {REL_TOL:.0%})",
+                         a.est_ok.all(), ans[["mse", "se", "predicted"]].to_numpy(),
+                         detail=f"largest |z| {a.z_estimators.max():.2f}, largest relative "
+                         f"error {a.rel_err_estimators.max():.1%}"))
+    orc = rows(["oracle"])
+    out.append(check(f"(iii) G * MSE_oracle constant in G within {Z_TOL:g} se, every cell",
+                     (ck.z_one_over_G <= Z_TOL).all(), orc[["mse", "se"]].to_numpy(),
+                     detail=f"largest |z| {ck.z_one_over_G.max():.2f}"))
+    go = rows(["grpo", "oracle"])
+    out.append(check("(iv) grpo / oracle moves toward 1 from the smallest to the largest G",
+                     (abs(ck.ratio_last - 1) < abs(ck.ratio_first - 1)).all(),
+                     go["mse"].to_numpy(),
+                     detail=", ".join(f"{r.policy}/{r.fmt}: {r.ratio_first:.2f} -> "
+                                      f"{r.ratio_last:.2f}" for r in ck.itertuples())))
+    if s.gate_accuracy_order:
+        a3 = acc[acc.policy.isin(["base", "instruct", "icl"])]
+        out.append(check("(v) accuracy base < instruct < in-context in both formats, "
+                         "base > 0.05, in-context < 0.95", all(order.values()),
+                         a3[["J_answer", "acc_trace"]].to_numpy(),
+                         detail=", ".join(f"{f}: {_verdict(v)}" for f, v in order.items())))
+    return out
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
+    pols = [p for p in POLICIES if p in set(df.policy)]
+    fmts = [f for f in FORMATS if f in set(df.fmt)]
+    fig, axes = plt.subplots(len(fmts), len(pols), figsize=(3.6 * len(pols), 3.2 * len(fmts)),
+                             squeeze=False)
+    gs = sorted(df.G.unique())
+    for i, fmt in enumerate(fmts):
+        for j, pname in enumerate(pols):
+            ax = axes[i, j]
+            d = df[(df.fmt == fmt) & (df.policy == pname)]
+            for est, c in (("vanilla", "C0"), ("grpo", "C1"), ("oracle", "C2")):
+                e = d[d.estimator == est].sort_values("G")
+                if e.empty:
+                    continue
+                ax.errorbar(e.G, e.mse, yerr=[e.mse - e.ci_low, e.ci_high - e.mse], fmt="o-",
+                            ms=3, capsize=2, color=c, label=est)
+            if not d.empty:
+                ax.set_title(f"{pname}, {fmt} (J={d.J.iloc[0]:.2f})", fontsize=9)
+            ax.set(xscale="log", yscale="log", xlabel="G")
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set_xticks(gs, [str(int(g)) for g in gs])
+            if j == 0:
+                ax.set_ylabel("E||ĝ − ∇J||²")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle("Gradient MSE with 95% CIs, all questions x G responses (Figure 4 analogue)",
+                 fontsize=10)
+    fig.tight_layout()
+    save_figure(fig, out_dir / "lm_mse")
+
+
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=60)

@@ -1,52 +1,95 @@
-"""Quick settings of the small-LM drivers (issue 5), asserting what theory predicts."""
+"""The small-LM drivers (issue 5) on the runner, on small settings, asserting what theory predicts.
+
+Both drivers run once per test session into one output folder, so they share one checkpoint
+cache (``<out>/.cache/lm``, the quick warm-up) and every test reads the same tables. Under
+pytest-xdist the workers share that folder through a file lock: the first computes, the others
+read the finished cells.
+"""
+
+import dataclasses
+import fcntl
+import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from grpo_theory.experiments.runner import run_experiment
+from grpo_theory.experiments.store import cell_hash
+from grpo_theory.lm.warmup import cached_policies
 from simulations import lm_groupsize, lm_mse
+
+#: One policy per format (the checks hold cell by cell), two group sizes, fewer questions and
+#: replicates. The cost is mostly XLA compilation, one per array shape, so the sizes are chosen
+#: to share shapes: 24 x 16 = 384 sampled responses per replicate, per reference sample
+#: (n_ref = 16), per accuracy pass (96 x 4) and per G* estimate (24 x 16); 24 questions in both
+#: drivers' exact passes; the knob sweep repeats the main sweep's shapes.
+MSE_SMALL = dataclasses.replace(lm_mse.SETTINGS["quick"],
+                                pairs=(("instruct", "answer"), ("icl", "trace")),
+                                n_questions=24, group_sizes=(4, 16), n_reps=6, n_ref=16,
+                                acc_questions=96)
+#: every sweep of the quick setting, with fewer group sizes, steps and questions
+GS_SMALL = dataclasses.replace(
+    lm_groupsize.SETTINGS["quick"], group_sizes=(4, 32), steps=6, checkpoints=(3, 6), n_eval=24,
+    gstar_samples=16, knob=lm_groupsize.Sweep(hard_fractions=(0.5,), budgets=(128,),
+                                              group_sizes=(4, 32), seeds=1),
+    practical=lm_groupsize.Sweep(budgets=(128,), group_sizes=(4,), seeds=1))
+
+
+def _runs(root, figures=True):
+    return {mod.NAME: run_experiment(mod.EXPERIMENT, root, s, seed=0, figures=figures,
+                                     progress=False, verbose=False)
+            for mod, s in ((lm_mse, MSE_SMALL), (lm_groupsize, GS_SMALL))}
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lm")
-    lm_mse.run(root / lm_mse.NAME, quick=True, seed=0)
-    lm_groupsize.run(root / lm_groupsize.NAME, quick=True, seed=0)
-    return root
+def runs(tmp_path_factory):
+    """``(root, {name: RunResult})`` of both drivers, computed once per session."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one folder for all workers of this session
+        root = tmp_path_factory.getbasetemp().parent / "lm-drivers"
+        root.mkdir(exist_ok=True)
+    else:
+        root = tmp_path_factory.mktemp("lm-drivers")
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return root, _runs(root)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def test_lm_mse_quick_matches_theory(out):
-    d = out / lm_mse.NAME
-    df = lm_mse._load(d)
-    assert set(df.policy) == {"base", "instruct", "icl"} and set(df.fmt) == {"answer", "trace"}
+def test_lm_mse_matches_theory(runs):
+    root, res = runs
+    r = res[lm_mse.NAME]
+    df, s = r.tables["table"], MSE_SMALL
+    assert set(zip(df.policy, df.fmt)) == set(s.pairs) and set(df.fmt) == set(lm_mse.FORMATS)
+    for col in ("seed", "config", "cell_hash", "cell_seconds"):
+        assert col in df.columns
     ck = lm_mse.checks(df)
     # measured vanilla - oracle gap equals the predicted V^2 (M - (2 - V)||s*||^2) / (B^2 G)
     assert (ck.z_vanilla_minus_oracle <= lm_mse.Z_TOL).all(), ck
     # answer-only: vanilla and oracle MSEs equal their exact-form predictions; MSE ~ 1/G
     a = ck[ck.fmt == "answer"]
-    assert ((a.z_estimators <= lm_mse.Z_TOL) | (a.rel_err_estimators <= lm_mse.REL_TOL)).all(), ck
+    assert len(a) and ((a.z_estimators <= lm_mse.Z_TOL)
+                       | (a.rel_err_estimators <= lm_mse.REL_TOL)).all(), ck
     assert (ck.z_one_over_G <= lm_mse.Z_TOL).all(), ck
     # grpo / oracle moves toward 1 as G grows
     assert (abs(ck.ratio_last - 1) < abs(ck.ratio_first - 1)).all(), ck
-    rep = lm_mse.report(d)
     # the theory checks pass; the accuracy order is a property of the trained policies and is
     # gated by the full setting only (the quick model is tiny)
-    assert rep["passed"] and "Policy accuracies" in rep["markdown"]
-    full = df.assign(setting="full")
-    order = all(lm_mse.accuracy_order(lm_mse._load(d, accuracies=True)).values())
-    full_table = d.parent / "as_full"
-    full_table.mkdir(exist_ok=True)
-    pd.concat([full, lm_mse._load(d, accuracies=True).assign(setting="full")]).to_csv(
-        full_table / "table.csv", index=False)
-    assert lm_mse.report(full_table)["passed"] == order
-    lm_mse.plot(d)
-    assert (d / "lm_mse.png").exists()
+    assert r.verdict == "PASS", r.section.checks_markdown()
+    assert "Policy accuracies" in r.section.markdown and "| FAIL |" not in r.section.markdown
+    order = all(lm_mse.accuracy_order(r.tables["accuracy"]).values())
+    gated = lm_mse.report(r.tables, dataclasses.replace(s, gate_accuracy_order=True))
+    assert gated.verdict == ("PASS" if order else "FAIL")
+    assert (root / lm_mse.NAME / "lm_mse.png").exists()
 
 
-def test_lm_policy_accuracies(out):
-    acc = lm_mse._load(out / lm_mse.NAME, accuracies=True)
+def test_lm_policy_accuracies(runs):
+    acc = runs[1][lm_mse.NAME].tables["accuracy"]
     assert list(acc.policy) == ["base", "instruct", "icl", "instruct+shots"]
     assert list(acc.shots) == [False, False, True, True]
+    assert (acc.n_questions == MSE_SMALL.acc_questions).all()
     for c in ("J_answer", "acc_answer", "acc_trace"):
         assert acc[c].between(0, 1).all()
     # exact J and the sampled answer-only accuracy estimate the same number
@@ -66,55 +109,90 @@ def test_accuracy_order_rule():
     assert not any(lm_mse.accuracy_order(table(0.2, 0.3, 0.99)).values())  # icl degenerate
 
 
-def test_lm_mse_check_can_fail(out):
-    """A wrong prediction (twice the true gap) is caught by the same check."""
-    df = lm_mse._load(out / lm_mse.NAME)
-    bad = df.copy()
+def test_lm_mse_check_can_fail(runs):
+    """A wrong prediction (twice the true value) is caught by the same checks and the report."""
+    tables = runs[1][lm_mse.NAME].tables
+    bad = tables["table"].copy()
     m = bad.estimator.isin(["vanilla", "oracle"]) & (bad.fmt == "answer")
     bad.loc[m, "predicted"] = 2 * bad.loc[m, "predicted"]
     bad.loc[m, "z"] = (bad.loc[m, "mse"] - bad.loc[m, "predicted"]) / bad.loc[m, "se"]
     assert not lm_mse.checks(bad)[lambda c: c.fmt == "answer"].passed.any()
+    sec = lm_mse.report(dict(tables, table=bad), MSE_SMALL)
+    assert sec.verdict == "FAIL" and "| FAIL |" in sec.markdown
+    # a missing number is never a PASS
+    gap = tables["table"].copy()
+    gap.loc[gap.estimator == "oracle", "se"] = np.nan
+    assert lm_mse.report(dict(tables, table=gap), MSE_SMALL).verdict == "INCOMPLETE"
 
 
-def test_lm_mse_resumes_without_recomputing(out):
-    d = out / lm_mse.NAME
-    before = pd.read_csv(d / "table.csv")
-    lm_mse.run(d, quick=True, seed=0)  # every cell is done: nothing recomputed
-    after = pd.read_csv(d / "table.csv")
-    pd.testing.assert_frame_equal(before, after)
+def test_lm_drivers_resume_without_recomputing(runs):
+    """A rerun reads every cell (none recomputed) and leaves the cell files byte-identical;
+    both drivers trained one warm-up into one cache, loaded once per process."""
+    root, res = runs
+    files = sorted(root.rglob("cells/**/*.csv"))
+    before = {p: p.read_bytes() for p in files}
+    again = _runs(root, figures=False)
+    for name, r in again.items():
+        assert r.n_computed == 0 and r.n_reused == res[name].n_cells
+        for kind, df in r.tables.items():
+            pd.testing.assert_frame_equal(df, res[name].tables[kind])
+    assert {p: p.read_bytes() for p in sorted(root.rglob("cells/**/*.csv"))} == before
+    w = MSE_SMALL.warmup
+    assert w == GS_SMALL.warmup
+    assert [p.name for p in (root / ".cache" / "lm").iterdir()] == [w.tag()]
+    assert cached_policies(root / ".cache" / "lm", w) is cached_policies(root / ".cache" / "lm", w)
 
 
-def test_lm_groupsize_quick(out):
-    d = out / lm_groupsize.NAME
-    df = lm_groupsize._load(d)
-    cfg = lm_groupsize.SETTINGS["quick"]
+def test_cell_configs_hold_the_warmup():
+    """A cell of another warm-up configuration has another identity (never reused), and every
+    cell's key comes from its id: the configs hold no seeds."""
+    other = dataclasses.replace(MSE_SMALL.warmup, base_steps=MSE_SMALL.warmup.base_steps + 1)
+    for mod, s in ((lm_mse, MSE_SMALL), (lm_groupsize, GS_SMALL)):
+        cs = mod.cells(s)
+        cs2 = mod.cells(dataclasses.replace(s, warmup=other))
+        assert [c.id for c in cs] == [c.id for c in cs2]
+        for c, c2 in zip(cs, cs2):
+            assert c.config["warmup"] == s.warmup and "seed" not in c.config
+            assert (cell_hash(mod.NAME, "quick", c.id, c.config, 0)
+                    != cell_hash(mod.NAME, "quick", c2.id, c2.config, 0))
+
+
+def test_lm_groupsize(runs):
+    root, res = runs
+    r = res[lm_groupsize.NAME]
+    tr, preds = r.tables["train"], r.tables["prediction"]
+    s = GS_SMALL
+    n_ckpt = len(s.checkpoints) + 1
     for sweep, hards, n_runs in (
-            ("main", [cfg["warmup"].task.hard_fraction], len(cfg["group_sizes"]) * cfg["seeds"]),
-            ("knob", cfg["knob"]["hard_fractions"],
-             len(cfg["knob"]["group_sizes"]) * cfg["knob"]["seeds"])):
+            ("main", [s.warmup.task.hard_fraction], len(s.group_sizes) * s.seeds),
+            ("knob", s.knob.hard_fractions, len(s.knob.group_sizes) * s.knob.seeds)):
         for h in hards:
-            pred = lm_groupsize._prediction(df, sweep, h)
+            pred = lm_groupsize.prediction(preds, sweep, h)
             assert pred.c1 > 0 and pred.c3 > 0
             assert pred.G_continuous == pytest.approx(1 + np.sqrt(pred.c3 / pred.c1))
             assert 0 <= pred.frac_V_below_5pct <= 1 and pred.V_q10 <= pred.V_median <= pred.V_q90
-            tr = df[(df.kind == "train") & (df.sweep == sweep) & np.isclose(df.hard_fraction, h)]
-            assert len(tr) == n_runs * (len(cfg["checkpoints"]) + 1)
-            assert tr.accuracy.between(0, 1).all()
+            t = tr[(tr.sweep == sweep) & np.isclose(tr.hard_fraction, h)]
+            assert len(t) == n_runs * n_ckpt
+            assert t.accuracy.between(0, 1).all()
             # every run starts from the same policy and questions: exact accuracy at step 0
-            assert np.allclose(tr[tr.step == 0].accuracy, pred.J)
-    pr = df[(df.kind == "train") & (df.sweep == "practical")]
-    k = cfg["practical"]
-    assert len(pr) == len(k["group_sizes"]) * k["seeds"] * (len(cfg["checkpoints"]) + 1)
+            assert np.allclose(t[t.step == 0].accuracy, pred.J)
+    pr = tr[tr.sweep == "practical"]
+    assert len(pr) == len(s.practical.group_sizes) * s.practical.seeds * n_ckpt
     assert set(pr.estimator) == {"grpo_std"} and set(pr.epochs) == {2}
-    assert np.allclose(pr[pr.step == 0].accuracy, lm_groupsize._prediction(df, "main").J)
+    assert np.allclose(pr[pr.step == 0].accuracy, lm_groupsize.prediction(preds).J)
     assert pr.accuracy.between(0, 1).all()
+    # replicates of one (N, G) are different runs (keys from the cell id, not from G or seed)
+    main = tr[(tr.sweep == "main") & (tr.step == s.steps)]
+    assert main.groupby("G").accuracy.nunique().eq(s.seeds).all(), main
     # harder questions: the same starting policy has a lower pass rate
-    assert (lm_groupsize._prediction(df, "knob", 0.5).J
-            < lm_groupsize._prediction(df, "main").J)
-    rep = lm_groupsize.report(d)
-    assert rep["passed"] and "bootstrap" in rep["markdown"]
-    assert "Difficulty knob" in rep["markdown"] and "Practical variant" in rep["markdown"]
-    lm_groupsize.plot(d)
+    assert (lm_groupsize.prediction(preds, "knob", 0.5).J < lm_groupsize.prediction(preds).J)
+    assert r.verdict == "PASS", r.section.checks_markdown()
+    md = r.section.markdown
+    assert "bootstrap" in md and "Difficulty knob" in md and "Practical variant" in md
+    assert (root / lm_groupsize.NAME / "lm_groupsize.png").exists()
+    # a missing prediction is never a PASS
+    gap = dict(r.tables, prediction=preds.assign(c1=np.nan))
+    assert lm_groupsize.report(gap, s).verdict == "INCOMPLETE"
 
 
 def test_bootstrap_best_g():

@@ -23,6 +23,9 @@ with the configuration, saved under a cache folder and reused.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -41,7 +44,8 @@ from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eva
                    target_responses, train_pool)
 
 __all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
-           "save_checkpoint", "load_checkpoint", "three_policies", "accuracy", "POLICIES"]
+           "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
+           "POLICIES"]
 
 POLICIES = ("base", "instruct", "icl")
 #: (easy, hard) answer-corruption probabilities of each corpus
@@ -149,12 +153,20 @@ def train_supervised(params, apply_fn, pool, layouts, n_steps, batch, lr, seed, 
 
 
 def save_checkpoint(path, params, meta: dict) -> None:
+    """Write ``params`` (flattened) and ``meta`` to ``path`` atomically: through a temporary file
+    of its own (two processes saving the same checkpoint never write into one file)."""
     flat, _ = ravel_pytree(params)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, flat=np.asarray(flat), meta=json.dumps(meta, default=str))
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, flat=np.asarray(flat), meta=json.dumps(meta, default=str))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def load_checkpoint(path, cfg: ModelConfig):
@@ -211,3 +223,35 @@ def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
            for name, params, icl in (("base", base, False), ("instruct", inst, False),
                                      ("icl", iclp, True), ("instruct+shots", inst, True))}
     return out, dict(base=meta_b, instruct=meta_i, icl=meta_c, cache=str(cache))
+
+
+_MEMO: dict = {}
+_MEMO_LOCK = threading.Lock()
+_MEMO_SIZE = 4
+
+
+def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
+    """:func:`three_policies`, loaded once per process for each (cache folder, configuration).
+
+    The checkpoints are read (or trained and saved) on the first call; later calls return the
+    same policies while the checkpoint files are still on disk (a deleted file is trained
+    again). Locks make concurrent threads of one process, and processes sharing the folder
+    (a file lock), train a configuration only once.
+    """
+    import fcntl
+
+    folder = Path(cache_dir).resolve()
+    memo_key = (str(folder), wcfg)
+    files = [folder / wcfg.tag() / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+    with _MEMO_LOCK:
+        hit = _MEMO.get(memo_key)
+        if hit is None or not all(f.exists() for f in files):
+            files[0].parent.mkdir(parents=True, exist_ok=True)
+            with open(files[0].parent / ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+                hit = three_policies(folder, wcfg, log)
+            _MEMO.pop(memo_key, None)
+            while len(_MEMO) >= _MEMO_SIZE:
+                _MEMO.pop(next(iter(_MEMO)))
+            _MEMO[memo_key] = hit
+        return hit
