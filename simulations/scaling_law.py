@@ -127,9 +127,9 @@ def cells(s: Settings) -> list[Cell]:
     total = TRAIN_B_TOTAL * max(s.grid) * s.total_steps_at_Gmax
     runs = [("per_step", N, G, N // G, s.n_steps) for N in s.train_N for G in s.grid if G <= N]
     runs += [("total", total, G, TRAIN_B_TOTAL, total // (TRAIN_B_TOTAL * G)) for G in s.grid]
-    out += [Cell(f"train_{mode}_N{N}_G{G}", dict(part="train", problem=PROBLEM, mode=mode,
-                                                 budget=N, G=G, B=B, n_steps=n,
-                                                 n_seeds=s.n_seeds, schedules=SCHEDULES), kind="train")
+    out += [Cell(f"train_{mode}_N{N}_G{G}",
+                 dict(part="train", problem=PROBLEM, mode=mode, budget=N, G=G, B=B, n_steps=n,
+                      n_seeds=s.n_seeds, schedules=SCHEDULES), kind="train")
             for mode, N, G, B, n in runs]
     return out
 
