@@ -523,8 +523,8 @@ def _sample_scores(key, prob, m, n):
     return z, prob.scores[x[:, None], y]
 
 
-@partial(jax.jit, static_argnames=("apply_fn",))
-def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature):
+@partial(jax.jit, static_argnames=("apply_fn", "eos"))
+def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, eos):
     """``grad_theta sum_i w_i log pi(y_i | x_i)`` as a flat vector (one backward pass)."""
     from jax.flatten_util import ravel_pytree
 
@@ -533,7 +533,7 @@ def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature):
     flat, unravel = ravel_pytree(params)
 
     def obj(theta):
-        lp = seq_log_probs(apply_fn, unravel(theta), prompts, responses, temperature)
+        lp = seq_log_probs(apply_fn, unravel(theta), prompts, responses, temperature, eos)
         return jnp.dot(weights.astype(lp.dtype), lp)
 
     return jax.grad(obj)(flat)
@@ -584,7 +584,7 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         sl = slice(a * n, (a + 1) * n)
         g = np.asarray(_weighted_grad(policy.apply_fn, policy.params, jnp.asarray(xs[sl]),
                                       jnp.asarray(y[sl]), jnp.asarray(zz[a] / n),
-                                      policy.temperature), np.float64)
+                                      policy.temperature, tuple(policy.eos_ids)), np.float64)
         mean_sq[a], mean_dot[a] = g @ g, g @ s_total
         if progress is not None:
             progress(a + 1, m)

@@ -4,6 +4,7 @@
     grpo-theory NAME [--full] [--seed S]          one experiment (quick setting by default)
     grpo-theory reproduce [--full]                every experiment, figures and REPORT.md
     grpo-theory report [--figures]                REPORT.md from the cells on disk
+    grpo-theory advise --prompts FILE.jsonl       which group size G to use for a model
 
 ``--workers N`` runs the cells on a local Dask cluster of N processes; ``--scheduler ADDRESS``
 (or ``$GRPO_THEORY_SCHEDULER``) on an existing cluster. Tables are identical either way.
@@ -84,9 +85,56 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rewrite REPORT.md (and figures) from the saved cells")
     rep.add_argument("--out", default="results", type=Path)
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
+    _advise_parser(sub)
     for name, exp in exps.items():
         common(sub.add_parser(name, help=exp.claim))
     return parser
+
+
+def _int_list(text: str) -> tuple:
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _advise_parser(sub) -> None:
+    p = sub.add_parser("advise", help="estimate c1, c2, c3, G* of a model from its rollouts and "
+                       "recommend the group size G per budget (not an experiment)")
+    p.add_argument("--prompts", required=True, type=Path,
+                   help='JSONL file, one {"question": ..., "answer": ...} per line')
+    p.add_argument("--model", default="instruct",
+                   help="base | instruct | icl (the package's warm-up checkpoints), a package "
+                        ".npz checkpoint, or a Hugging Face checkpoint directory")
+    p.add_argument("--reward", default=None,
+                   help="module:function with reward(text, answer) -> float (default: the "
+                        "integer-answer reward of grpo_theory.lm.task)")
+    p.add_argument("--n-prompts", type=int, default=64)
+    p.add_argument("--n-samples", type=int, default=16)
+    p.add_argument("--budgets", type=_int_list, default=(256, 1024, 4096))
+    p.add_argument("--group-sizes", type=_int_list, default=(2, 4, 8, 16, 32, 64))
+    p.add_argument("--format", dest="fmt", choices=("answer", "trace"), default="answer",
+                   help="the package model's response format (ignored for Hugging Face models)")
+    p.add_argument("--response-len", type=int, default=None,
+                   help="tokens per response (default: 5 answer / 16 trace; 32 for Hugging Face)")
+    p.add_argument("--warmup", choices=("full", "quick"), default="full",
+                   help="warm-up configuration of base|instruct|icl (trained on first use)")
+    p.add_argument("--out", default="advice", type=Path, help="output folder")
+    p.add_argument("--seed", default=0, type=int)
+    p.add_argument("--no-figures", action="store_true", help="skip the figure")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+
+
+def _advise(args) -> int:
+    from ..advisor.advise import advise
+
+    res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
+                 n_samples=args.n_samples, budgets=args.budgets, group_sizes=args.group_sizes,
+                 out=args.out, seed=args.seed, fmt=args.fmt, response_len=args.response_len,
+                 progress=not args.no_progress, warmup=args.warmup,
+                 figure=not args.no_figures)
+    print(res.text())
+    return 0
 
 
 def _main(argv=None) -> int:
@@ -99,6 +147,8 @@ def _main(argv=None) -> int:
         return 0
     if args.cmd == "report":
         return _report(args.out, exps, args.figures)
+    if args.cmd == "advise":
+        return _advise(args)
 
     from .executors import open_executor
 

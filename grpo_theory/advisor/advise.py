@@ -1,0 +1,472 @@
+r"""``grpo-theory advise``: which group size G to use, from rollouts of a given policy.
+
+Prompts (JSONL, one ``{"question": ..., "answer": ...}`` per line), a model (a checkpoint of the
+package's small transformer, or a Hugging Face checkpoint directory, :func:`grpo_theory.lm.from_pretrained`)
+and a reward (``reward(text, answer) -> float``; default the integer-answer reward
+:func:`grpo_theory.lm.task.reward_text`) give ``n_samples`` responses for each of ``n_prompts``
+prompts drawn from the file, hence (:func:`.estimate.estimate_scaling_constants`):
+
+* the distribution of the per-prompt pass rates ``V-hat(x)``;
+* the share of zero-variance (all-equal) groups of size G, predicted from ``V-hat`` as
+  ``mean_x [V-hat^G + (1 - V-hat)^G]`` (binary rewards) and empirical: the share of all-equal
+  G-subsets of the sampled responses (the unbiased estimate of ``E[V^G + (1-V)^G]``, G <= n);
+* c1, c2, c3 with 95% jackknife intervals, ``G* = 1 + sqrt(c3/c1)`` with its Fieller interval;
+* the predicted GRPO / oracle MSE ratio per G,
+  ``(c1 + c2/G + c3/(G(G-1))) / (c1 + c2/G)`` (Theorem 7);
+* the recommended integer G for each budget N = BG: the minimiser of ``c1 G + c2 + c3/(G-1)``
+  on ``[2, N]``, with the range the G* interval allows.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import _validation as V
+from .estimate import MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants
+
+__all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward", "load_model",
+           "exact_answer_reward",
+           "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
+
+#: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)
+PACKAGE_MODELS = ("base", "instruct", "icl")
+DEFAULT_GROUP_SIZES = (2, 4, 8, 16, 32, 64)
+DEFAULT_BUDGETS = (256, 1024, 4096)
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+def read_prompts(path) -> list[dict]:
+    """Read a JSONL prompt file: one JSON object with ``question`` (str) and ``answer`` per line.
+
+    Blank lines are skipped.
+
+    Args:
+        path: the file.
+
+    Returns:
+        A list of ``{"question": str, "answer": ...}`` dicts.
+
+    Raises:
+        ValueError: a missing file, an empty file, or a bad line (its 1-based line number).
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ValueError(f"prompts file {str(p)!r} does not exist")
+    out = []
+    with open(p, encoding="utf-8") as fh:
+        for no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}:{no}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+                raise ValueError(f"{p}:{no}: each line must be a JSON object with keys "
+                                 f"'question' and 'answer'")
+            if not isinstance(row["question"], str) or not row["question"]:
+                raise ValueError(f"{p}:{no}: 'question' must be a non-empty string")
+            out.append({"question": row["question"], "answer": row["answer"]})
+    if not out:
+        raise ValueError(f"prompts file {str(p)!r} has no prompts")
+    return out
+
+
+def write_prompts(path, questions) -> Path:
+    """Write the arithmetic task's questions (:class:`grpo_theory.lm.task.Questions`) as a
+    JSONL prompt file (``{"question": text, "answer": int}`` per line); returns the path."""
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8") as fh:
+        for t, a in zip(questions.text, np.asarray(questions.answer).tolist()):
+            fh.write(json.dumps({"question": t, "answer": int(a)}) + "\n")
+    return p
+
+
+def exact_answer_reward(text, answer) -> float:
+    """The answer-only format's reward: 1 iff ``text`` is the canonical integer (no sign ``+``,
+    no leading zeros), so the correct response is unique and ``V(x) = pi(y*|x)``
+    (:func:`grpo_theory.lm.task.reward_exact_tokens` on text)."""
+    try:
+        return 1.0 if text == str(int(answer)) else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def load_reward(spec=None):
+    """The reward ``reward(text, answer) -> float``: the integer-answer reward by default, or
+    a function named ``"module:function"`` (the module importable from ``sys.path`` or the
+    current folder).
+
+    Raises:
+        ValueError: a malformed spec, a module that cannot be imported, a missing or
+            non-callable attribute.
+    """
+    if spec is None:
+        from ..lm.task import reward_text
+
+        return reward_text
+    if callable(spec):
+        return spec
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"reward must be 'module:function', got {spec!r}")
+    mod_name, fn_name = spec.split(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        mod = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ValueError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from None
+    fn = getattr(mod, fn_name, None)
+    if fn is None:
+        raise ValueError(f"reward {spec!r}: module {mod_name!r} has no attribute {fn_name!r}")
+    if not callable(fn):
+        raise ValueError(f"reward {spec!r}: {fn_name!r} is not callable")
+    return fn
+
+
+def load_model(spec, cache_dir=None, warmup=None):
+    """The policy named by ``spec``.
+
+    Args:
+        spec: ``"base"``, ``"instruct"`` or ``"icl"`` (the package's warm-up checkpoints under
+            ``cache_dir``, trained there on first use), a package checkpoint file (``.npz`` of
+            :func:`grpo_theory.lm.warmup.save_checkpoint` whose metadata holds the warm-up
+            configuration), a Hugging Face checkpoint directory, or an ``LMPolicy``.
+        cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
+        warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
+            setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
+
+    Returns:
+        ``(policy, kind)`` with ``kind`` ``"package"`` or ``"hf"``.
+    """
+    from ..lm.hf import HFPolicy
+    from ..lm.policy import LMPolicy
+
+    if isinstance(spec, HFPolicy):
+        return spec, "hf"
+    if isinstance(spec, LMPolicy):
+        return spec, "package"
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ValueError(f"model must be a name, a path or an LMPolicy, got {type(spec).__name__}")
+    if str(spec) in PACKAGE_MODELS:
+        from ..experiments.runner import cache_dir as _cache
+        from ..lm.warmup import WarmupConfig, cached_policies
+
+        folder = Path(cache_dir) if cache_dir is not None else _cache() / "lm"
+        if warmup in (None, "full"):
+            warmup = WarmupConfig()
+        elif warmup == "quick":
+            from simulations.lm_mse import SETTINGS
+
+            warmup = SETTINGS["quick"].warmup
+        elif not isinstance(warmup, WarmupConfig):
+            raise ValueError(f"warmup must be 'quick', 'full' or a WarmupConfig, got {warmup!r}")
+        pols = cached_policies(folder, warmup, log=lambda m: None)[0]
+        return pols[str(spec)][0], "package"
+    p = Path(spec).expanduser()
+    if p.is_file() and p.suffix == ".npz":
+        from ..lm.model import ModelConfig, make_apply, make_sampler
+        from ..lm.warmup import load_checkpoint
+
+        with np.load(p) as f:
+            meta = json.loads(str(f["meta"]))
+        c = meta.get("config", {})
+        try:
+            cfg = ModelConfig(d_model=int(c["d_model"]), n_layers=int(c["n_layers"]),
+                              n_heads=int(c["n_heads"]))
+        except (KeyError, TypeError):
+            raise ValueError(f"model {str(p)!r}: the checkpoint's metadata has no warm-up "
+                             f"config (d_model, n_layers, n_heads)") from None
+        params, _ = load_checkpoint(p, cfg)
+        return LMPolicy(params, make_apply(cfg), make_sampler(cfg)), "package"
+    if p.is_dir():
+        from ..lm.hf import from_pretrained
+
+        return from_pretrained(p), "hf"
+    raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
+                     f"package checkpoint (.npz) nor a Hugging Face checkpoint directory")
+
+
+def _package_prompts(questions, fmt):
+    from ..lm.task import PAD, PROMPT_LEN, encode
+
+    mark = "=" if fmt == "answer" else ":"
+    ids = [encode(q if q.endswith(("=", ":")) else q + mark) for q in questions]
+    width = max(PROMPT_LEN, max(len(i) for i in ids))
+    out = np.full((len(ids), width), PAD, np.int32)
+    for row, i in zip(out, ids):
+        row[width - len(i):] = i
+    return out
+
+
+def _hf_texts(policy, responses):
+    texts = []
+    for row in np.asarray(responses).tolist():
+        cut = next((j for j, t in enumerate(row) if t in policy.eos_ids), len(row))
+        texts.append(policy.tokenizer.decode(row[:cut], skip_special_tokens=True))
+    return texts
+
+
+# --- the result -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class AdviceResult:
+    """What :func:`advise` found.
+
+    Attributes:
+        estimate: the :class:`~.estimate.ScalingEstimate` (c1, c2, c3, G*, intervals).
+        constants: ``pandas.DataFrame`` (c1, c2, c3, g_star, ...) with estimate and interval.
+        by_group: ``pandas.DataFrame`` per G: zero-variance share (predicted, empirical) and the
+            GRPO / oracle MSE ratio.
+        budgets: ``pandas.DataFrame`` per budget N: recommended G and the range allowed by the
+            G* interval.
+        prompt_values: (m,) the per-prompt pass rates ``V-hat``.
+        files: paths written (CSV, figure).
+        seconds: wall time.
+    """
+
+    estimate: ScalingEstimate
+    constants: object
+    by_group: object
+    budgets: object
+    prompt_values: np.ndarray = field(repr=False)
+    files: tuple = ()
+    seconds: float = 0.0
+
+    def text(self) -> str:
+        """A plain-text report (what the command prints)."""
+        e, v = self.estimate, self.prompt_values
+        qs = np.quantile(v, [0.1, 0.5, 0.9])
+        lines = [f"advise: {e.n_prompts} prompts x {e.n_samples} responses "
+                 f"({self.seconds:.1f}s)",
+                 f"V-hat: mean {v.mean():.3f}, q10/median/q90 {qs[0]:.3f}/{qs[1]:.3f}/"
+                 f"{qs[2]:.3f}, share V-hat=0 {np.mean(v == 0):.3f}, V-hat=1 {np.mean(v == 1):.3f}",
+                 "constants (95% CI):"]
+        for name, r in self.constants.iterrows():
+            lines.append(f"  {name:<12} {r.estimate:.4g}  [{r.ci_low:.4g}, {r.ci_high:.4g}]")
+        lines.append("per G: zero-variance share (predicted | empirical), grpo/oracle MSE ratio")
+        for _, r in self.by_group.iterrows():
+            emp = "   -  " if np.isnan(r.zero_var_empirical) else f"{r.zero_var_empirical:.3f}"
+            lines.append(f"  G={int(r.G):<4} {r.zero_var_predicted:.3f} | {emp}   "
+                         f"{r.mse_ratio_grpo_oracle:.4g}")
+        lines.append("recommended G per budget N = B G:")
+        for _, r in self.budgets.iterrows():
+            lines.append(f"  N={int(r.N):<6} G={int(r.G)} (B={int(r.B)}); G* interval allows "
+                         f"G in [{int(r.G_low)}, {int(r.G_high)}]")
+        if self.files:
+            lines.append("wrote: " + ", ".join(str(f) for f in self.files))
+        return "\n".join(lines)
+
+
+def _range_for_budget(lo, hi, N):
+    """Integer G in [2, N] allowed by a G* interval (lo, hi): floor(lo) .. ceil(hi), clipped."""
+    g_lo = 2 if not math.isfinite(lo) else min(max(2, math.floor(lo)), N)
+    g_hi = N if not math.isfinite(hi) else min(max(2, math.ceil(hi)), N)
+    return g_lo, g_hi
+
+
+def _tables(est: ScalingEstimate, group_sizes, budgets):
+    import pandas as pd
+
+    v = est.prompt_values
+    z = np.asarray(est.rewards)
+    binary = bool(np.all((z == 0) | (z == 1)))
+    rows = []
+    for G in group_sizes:
+        pred = float(np.mean(v**G + (1 - v) ** G)) if binary else float("nan")
+        emp = est.zero_variance_share(G) if binary and G <= est.n_samples else float("nan")
+        orc = est.mse(1, G, "oracle")
+        ratio = est.mse(1, G, "grpo") / orc if orc > 0 else float("nan")
+        rows.append(dict(G=G, zero_var_predicted=pred, zero_var_empirical=emp,
+                         mse_ratio_grpo_oracle=ratio,
+                         budget_mse_N_times=est.c1 * G + est.c2 + est.c3 / (G - 1)))
+    lo, hi = est.g_star_ci
+    brows = []
+    for N in budgets:
+        G = est.recommended_group_size(N)
+        g_lo, g_hi = _range_for_budget(lo, hi, N)
+        brows.append(dict(N=N, G=G, B=N // G, G_low=g_lo, G_high=g_hi))
+    return pd.DataFrame(rows), pd.DataFrame(brows)
+
+
+def _figure(res: AdviceResult, stem):
+    from ..experiments.plotting import plt, save_figure
+
+    e = res.estimate
+    fig, ax = plt.subplots(1, 4, figsize=(17, 3.6))
+    ax[0].hist(res.prompt_values, bins=np.linspace(0, 1, 21), color="C0")
+    ax[0].set(xlabel="V-hat(x) (per-prompt pass rate)", ylabel="prompts",
+              title="prompt difficulty")
+    t = res.by_group
+    ax[1].plot(t.G, t.zero_var_predicted, "o-", label="predicted from V-hat")
+    ax[1].plot(t.G, t.zero_var_empirical, "s--", label="empirical")
+    ax[1].set(xscale="log", xlabel="G", ylabel="share", title="zero-variance groups")
+    ax[1].legend()
+    ax[2].plot(t.G, t.mse_ratio_grpo_oracle, "o-")
+    ax[2].axhline(1, color="k", lw=0.5)
+    ax[2].set(xscale="log", xlabel="G", title="predicted MSE ratio grpo / oracle")
+    grid = np.unique(np.geomspace(2, max(t.G.max(), 64), 200).astype(int))
+    ax[3].plot(grid, e.c1 * grid + e.c2 + e.c3 / (grid - 1), "-")
+    lo, hi = e.g_star_ci
+    if math.isfinite(e.g_star):
+        ax[3].axvline(e.g_star, color="C3", label=f"G* = {e.g_star:.1f}")
+    ax[3].axvspan(max(lo, 1) if math.isfinite(lo) else 1,
+                  hi if math.isfinite(hi) else grid[-1], color="C3", alpha=0.15,
+                  label="95% CI")
+    ax[3].set(xscale="log", xlabel="G", ylabel="N x MSE(N/G, G)",
+              title="GRPO MSE at a fixed budget N")
+    ax[3].legend()
+    fig.tight_layout()
+    return save_figure(fig, stem)
+
+
+def _write_csv(path, rows, header):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+class _Progress:
+    """tqdm bar on a terminal, plain lines otherwise (``enabled=False``: silent)."""
+
+    def __init__(self, enabled, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled, self.bar, self.last = enabled, None, -1
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def __call__(self, done, total):
+        if not self.enabled:
+            return
+        if self.tty:
+            if self.bar is None:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=total, desc="advise: prompts", file=self.stream)
+            self.bar.update(done - self.bar.n)
+            if done == total:
+                self.bar.close()
+            return
+        step = max(1, total // 10)
+        if done == total or done // step != self.last:
+            self.last = done // step
+            print(f"advise: gradients {done}/{total} prompts", file=self.stream, flush=True)
+
+
+# --- the command's logic --------------------------------------------------------------------------
+
+def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_samples: int = 16,
+           budgets=DEFAULT_BUDGETS, group_sizes=DEFAULT_GROUP_SIZES, out=None, seed: int = 0,
+           fmt: str = "answer", response_len: int | None = None, chunk: int = 64,
+           progress: bool = True, cache_dir=None, warmup=None, figure: bool = True
+           ) -> AdviceResult:
+    """Estimate c1, c2, c3 and G* of ``model`` on ``prompts`` and recommend G per budget.
+
+    Args:
+        prompts: a JSONL file (:func:`read_prompts`) or a list of ``{"question", "answer"}``.
+        model: see :func:`load_model` (package name, ``.npz`` checkpoint, Hugging Face
+            directory or an ``LMPolicy``).
+        reward: ``reward(text, answer) -> float``, ``"module:function"``, or None (the
+            integer-answer reward :func:`grpo_theory.lm.task.reward_text`).
+        n_prompts: m >= 3 prompts, drawn uniformly with replacement from the file.
+        n_samples: n >= 3 responses per prompt.
+        budgets: budgets N >= 2 (responses per step).
+        group_sizes: G >= 2 at which the tables are given.
+        out: folder for ``advice_constants.csv``, ``advice_groups.csv``, ``advice_budgets.csv``,
+            ``advice_prompts.csv`` and ``advice.png``/``.pdf`` (None: write nothing).
+        seed: integer seed.
+        fmt: ``"answer"`` or ``"trace"``: the package model's format marker (``=`` or ``:``),
+            appended to questions that do not end with one; ignored for Hugging Face models.
+        response_len: tokens sampled per response (default: the package format's length, 32
+            for a Hugging Face model).
+        chunk: per-sample scores held at once.
+        progress: a progress bar (terminal) or plain lines (stderr).
+        cache_dir, warmup: the package checkpoints' cache (:func:`load_model`).
+        figure: draw the figure when ``out`` is given.
+
+    Returns:
+        :class:`AdviceResult`.
+    """
+    t0 = time.time()
+    n = V.integer("n_samples", n_samples)
+    m = V.integer("n_prompts", n_prompts)
+    if n < MIN_SAMPLES:
+        raise ValueError(f"n_samples must be >= {MIN_SAMPLES}, got {n}")
+    if m < MIN_PROMPTS:
+        raise ValueError(f"n_prompts must be >= {MIN_PROMPTS}, got {m}")
+    budgets = tuple(V.integer("budgets", b, 2) for b in budgets)
+    group_sizes = tuple(V.integer("group_sizes", g, 2) for g in group_sizes)
+    if not budgets or not group_sizes:
+        raise ValueError("budgets and group_sizes must be non-empty")
+    if fmt not in ("answer", "trace"):
+        raise ValueError(f"fmt must be 'answer' or 'trace', got {fmt!r}")
+    rows = read_prompts(prompts) if isinstance(prompts, (str, os.PathLike)) else list(prompts)
+    if not rows:
+        raise ValueError("prompts must be non-empty")
+    reward_fn = load_reward(reward)
+    policy, kind = load_model(model, cache_dir, warmup)
+    questions = [r["question"] for r in rows]
+    answers = [r["answer"] for r in rows]
+    if kind == "hf":
+        pool = policy.encode(questions)
+        R = 32 if response_len is None else V.positive_int("response_len", response_len)
+        texts_of = lambda y: _hf_texts(policy, y)
+    else:
+        from ..lm.task import RESPONSE_LEN, decode
+
+        pool = _package_prompts(questions, fmt)
+        R = RESPONSE_LEN[fmt] if response_len is None else V.positive_int("response_len",
+                                                                          response_len)
+        texts_of = lambda y: [decode(row) for row in np.asarray(y)]
+
+    def tok_reward(rws, y):
+        out = np.empty(len(rws))
+        for i, (r, t) in enumerate(zip(np.asarray(rws).tolist(), texts_of(y))):
+            val = reward_fn(t, answers[r])
+            try:
+                out[i] = float(val)
+            except (TypeError, ValueError):
+                raise ValueError(f"reward must return a number, got {val!r}") from None
+        return out
+
+    bar = _Progress(progress)
+    if progress:
+        print(f"advise: sampling {m} x {n} responses of {R} tokens", file=sys.stderr,
+              flush=True)
+    est = estimate_scaling_constants(policy, m, n, seed, prompts=pool, reward=tok_reward,
+                                     response_len=R, chunk=chunk, progress=bar)
+    constants = est.summary()
+    by_group, by_budget = _tables(est, group_sizes, budgets)
+    res = AdviceResult(est, constants, by_group, by_budget, est.prompt_values, (),
+                       time.time() - t0)
+    if out is None:
+        return res
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    p = out / "advice_constants.csv"
+    constants.to_csv(p, index_label="parameter")
+    files.append(p)
+    for name, table in (("advice_groups.csv", by_group), ("advice_budgets.csv", by_budget)):
+        table.to_csv(out / name, index=False)
+        files.append(out / name)
+    p = out / "advice_prompts.csv"
+    _write_csv(p, [(i, float(v)) for i, v in enumerate(est.prompt_values)],
+               ["sampled_prompt", "V_hat"])
+    files.append(p)
+    if figure:
+        files += _figure(res, out / "advice")
+    return AdviceResult(est, constants, by_group, by_budget, est.prompt_values, tuple(files),
+                        time.time() - t0)
