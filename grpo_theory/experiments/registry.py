@@ -27,6 +27,7 @@ MODULES = (
     "simulations.dppo_pruning",
     "simulations.prompt_packing",
     "simulations.length_weighting",
+    "simulations.practical_grpo",
     "simulations.lm_mse",
     "simulations.lm_groupsize",
 )
