@@ -30,8 +30,9 @@ first-order (Hajek) term of ``g_hat`` has influence function
 ``psi = [(w - E w)(Z - V) - Cov(w, Z)] / sigma - Cov(w, Z) [(Z - V)^2 - sigma^2] / (2 sigma^3)
 + (q - E q)``; ``tr Sigma_1 = E||psi||^2`` gives Theorem 12's variance ``tr Sigma_1 / G``. The
 bias (the ``G -> inf`` mean minus the target ``grad V_theta(x) / sigma(x)``) has two parts: the
-token-level ratios ignore the change of the prefix distribution (``O(m eta)``, zero at
-``eta = 0``), and the K3 term (``O(kappa m eta)`` when the KL reference is ``theta_old``).
+token-level ratios ignore the change of the prefix distribution (first order in ``eta``, zero
+at ``eta = 0``), and the K3 term (``kappa`` times a first-order term in ``eta`` when the KL
+reference is ``theta_old``; of order ``kappa`` at ``eta = 0`` for a fixed ``theta_ref``).
 """
 
 from __future__ import annotations
