@@ -9,7 +9,9 @@ prompts drawn from the file, hence (:func:`.estimate.estimate_scaling_constants`
 * the distribution of the per-prompt pass rates ``V-hat(x)``;
 * the share of zero-variance (all-equal) groups of size G, predicted from ``V-hat`` as
   ``mean_x [V-hat^G + (1 - V-hat)^G]`` (binary rewards) and empirical: the share of all-equal
-  G-subsets of the sampled responses (the unbiased estimate of ``E[V^G + (1-V)^G]``, G <= n);
+  G-subsets of the sampled responses (the unbiased estimate of ``E[V^G + (1-V)^G]``, G <= n).
+  The plug-in prediction is biased upwards (``E[V-hat^G] >= V^G``, most for G near n), so
+  trust the empirical column where it exists;
 * c1, c2, c3 with 95% jackknife intervals, ``G* = 1 + sqrt(c3/c1)`` with its Fieller interval;
 * the predicted GRPO / oracle MSE ratio per G,
   ``(c1 + c2/G + c3/(G(G-1))) / (c1 + c2/G)`` (Theorem 7);
@@ -312,11 +314,11 @@ def _figure(res: AdviceResult, stem):
     t = res.by_group
     ax[1].plot(t.G, t.zero_var_predicted, "o-", label="predicted from V-hat")
     ax[1].plot(t.G, t.zero_var_empirical, "s--", label="empirical")
-    ax[1].set(xscale="log", xlabel="G", ylabel="share", title="zero-variance groups")
+    ax[1].set(xlabel="G", ylabel="share", title="zero-variance groups")
     ax[1].legend()
     ax[2].plot(t.G, t.mse_ratio_grpo_oracle, "o-")
     ax[2].axhline(1, color="k", lw=0.5)
-    ax[2].set(xscale="log", xlabel="G", title="predicted MSE ratio grpo / oracle")
+    ax[2].set(xlabel="G", title="predicted MSE ratio grpo / oracle")
     grid = np.unique(np.geomspace(2, max(t.G.max(), 64), 200).astype(int))
     ax[3].plot(grid, e.c1 * grid + e.c2 + e.c3 / (grid - 1), "-")
     lo, hi = e.g_star_ci
@@ -325,9 +327,15 @@ def _figure(res: AdviceResult, stem):
     ax[3].axvspan(max(lo, 1) if math.isfinite(lo) else 1,
                   hi if math.isfinite(hi) else grid[-1], color="C3", alpha=0.15,
                   label="95% CI")
-    ax[3].set(xscale="log", xlabel="G", ylabel="N x MSE(N/G, G)",
+    ax[3].set(xlabel="G", ylabel="N x MSE(N/G, G)",
               title="GRPO MSE at a fixed budget N")
     ax[3].legend()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for a in ax[1:]:
+        a.set_xscale("log", base=2)
+        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        a.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     return save_figure(fig, stem)
 
