@@ -35,12 +35,10 @@
 # ```
 
 # %%
-import math
 import tempfile
 from pathlib import Path
 
 import jax
-import numpy as np
 
 from grpo_theory.advisor.advise import advise, write_prompts
 from grpo_theory.lm import task

@@ -150,6 +150,12 @@ def test_reward_helpers():
         A.load_reward("math:pi")
 
 
+def test_reward_must_return_a_number(files):
+    with pytest.raises(ValueError, match="reward must return a number, got 'yes'"):
+        A.advise(files / "prompts.jsonl", files / "tiny.npz", lambda text, answer: "yes",
+                 n_prompts=6, n_samples=4, response_len=3, progress=False)
+
+
 def test_notebook_executes():
     import jupytext
     import nbclient

@@ -1,8 +1,8 @@
 r"""``grpo-theory advise``: which group size G to use, from rollouts of a given policy.
 
 Prompts (JSONL, one ``{"question": ..., "answer": ...}`` per line), a model (a checkpoint of the
-package's small transformer, or a Hugging Face checkpoint directory, :func:`grpo_theory.lm.from_pretrained`)
-and a reward (``reward(text, answer) -> float``; default the integer-answer reward
+package's small transformer, or a Hugging Face checkpoint directory,
+:func:`grpo_theory.lm.from_pretrained`) and a reward (``reward(text, answer) -> float``; default the integer-answer reward
 :func:`grpo_theory.lm.task.reward_text`) give ``n_samples`` responses for each of ``n_prompts``
 prompts drawn from the file, hence (:func:`.estimate.estimate_scaling_constants`):
 
