@@ -169,3 +169,23 @@ def test_notebook_executes():
     g = int(line.split(":", 1)[1].split()[0])
     assert 2 <= g <= 256
     assert "G* 95% CI" in text
+
+
+def test_progress_bar_on_a_terminal_and_lines_otherwise():
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, log = Tty(), io.StringIO()
+    for stream in (tty, log):
+        p = A._Progress(True, stream)
+        for i in range(1, 21):
+            p(i, 20)
+    assert "20/20" in tty.getvalue() and "advise: prompts" in tty.getvalue()  # tqdm's bar
+    lines = log.getvalue().splitlines()
+    assert lines[-1] == "advise: gradients 20/20 prompts" and len(lines) <= 11
+    silent = io.StringIO()
+    A._Progress(False, silent)(1, 2)
+    assert silent.getvalue() == ""
