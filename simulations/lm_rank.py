@@ -1,0 +1,236 @@
+"""Rank of the small transformer's group gradients (credit-assignment companion, issue 13 B).
+
+Claim (companion paper, Nemotron-4B, G = 2, 4, 8): the G x D matrix of per-response gradient
+contributions ``A_g s_g`` has effective rank about 2 whatever G. Here, for the small
+transformer's base, instruct and icl policies (:mod:`grpo_theory.lm.warmup`) in the answer-only
+and trace formats: a cell is one (policy, format); every evaluation question gets ``n_reps``
+groups of ``G_max`` sampled responses, the G-groups are their nested prefixes, advantages are
+std-normalised (``grpo_std``, the credit-assignment driver's convention), and every rank measure
+comes from the G x G score Gram (:mod:`grpo_theory.lm.rank`; all ~D parameters). Per G: entropy
+effective rank and #components for 90% of the energy (mean and 95% CI over groups with mixed
+rewards), next to the policy's sequence entropy ``-E log pi(y|x)`` (Monte Carlo); the share of
+zero-advantage groups against ``mean_x [V^G + (1 - V)^G]`` (answer-only: exact
+``V = pi(y*|x)``; trace: unbiased U-statistic from ``n_ref`` independent reference responses).
+
+PASS when in every cell and G (i) the binary identity ``(1/G) sum A_g s_g = c(k,G)(s+ - s-)``
+holds on the model's real scores (relative squared residual <= 1e-8), (ii) the class-aggregate
+matrix has numerical rank <= 2 and ``rank diag(A) S`` never exceeds the number of distinct
+responses, (iii) the observed zero-advantage share lies within 4 standard errors of its
+prediction. Where "rank about 2" (entropy rank <= 2.5) holds is reported, not gated: it is the
+measurement.
+
+    grpo-theory lm-rank [--full]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from grpo_theory.companions.credit import RANK_FIELDS
+from grpo_theory.core.stats import z_value
+from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.experiments.runner import Cell, Experiment, Section, cache_dir, check
+from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
+from grpo_theory.lm.task import (RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
+                                 target_responses)
+from grpo_theory.lm.warmup import POLICIES, WarmupConfig, cached_policies
+
+__all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
+           "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report", "plot", "EXPERIMENT"]
+
+NAME = "lm-rank"
+CLAIM = ("small transformer: effective rank of the G x D per-response gradient matrix vs G "
+         "(the 'rank about 2' claim), with the zero-advantage share vs V^G + (1-V)^G")
+FORMATS = ("answer", "trace")
+ESTIMATOR = "grpo_std"
+Z_TOL = 4.0
+IDENTITY_TOL = 1e-8
+#: "rank about 2": mean entropy effective rank at most this
+RANK2 = 2.5
+CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("icl", "answer"),
+              ("base", "trace"), ("instruct", "trace"), ("icl", "trace"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``n_questions`` evaluation questions x ``n_reps`` groups of ``max(group_sizes)``
+    responses per cell; ``n_ref`` reference responses per question (trace: V^G + (1-V)^G);
+    ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells."""
+
+    warmup: WarmupConfig
+    n_questions: int
+    group_sizes: tuple
+    n_reps: int
+    n_ref: int
+    chunk: int
+    pairs: tuple = CELL_ORDER
+
+    def __post_init__(self):
+        if not 1 <= self.n_questions <= 500:
+            raise ValueError(f"n_questions must lie in [1, 500], got {self.n_questions!r}")
+        if not self.group_sizes or min(self.group_sizes) < 2:
+            raise ValueError(f"group_sizes must be >= 2, got {self.group_sizes!r}")
+        if self.n_reps < 1:
+            raise ValueError(f"n_reps must be >= 1, got {self.n_reps!r}")
+        if self.n_ref < max(self.group_sizes):
+            raise ValueError(f"n_ref must be >= max(group_sizes), got {self.n_ref!r}")
+        bad = [p for p in self.pairs if tuple(p) not in CELL_ORDER]
+        if bad or not self.pairs:
+            raise ValueError(f"pairs must be (policy, format) pairs among {CELL_ORDER}, "
+                             f"got {self.pairs!r}")
+
+
+_QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
+                             instruct_steps=150, icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
+                             task=TaskConfig(hard_fraction=0.0,
+                                             category_probs=(0, 0, 0.5, 0.5, 0)))
+SETTINGS = {
+    # quick: lm-mse's tiny warm-up (shared checkpoint cache), G up to 16
+    "quick": Settings(warmup=_QUICK_WARMUP, n_questions=32, group_sizes=(2, 4, 8, 16),
+                      n_reps=4, n_ref=64, chunk=256),
+    "full": Settings(warmup=WarmupConfig(), n_questions=100,
+                     group_sizes=(2, 4, 8, 16, 32, 64), n_reps=2, n_ref=128, chunk=256),
+}
+
+_RANK = {f"{f}{se}": "float?" for f in RANK_FIELDS for se in ("", "_se")}
+SCHEMA = {
+    "table": dict(policy="str", fmt="str", G="int", n_groups="int", n_mixed="int",
+                  zero_obs="float", zero_pred="float", zero_se="float", zero_z="float",
+                  class_n="int?", excess="int?", distinct="float?", identity="float?",
+                  entropy="float", entropy_se="float", J="float", exact_V="bool", dim="int",
+                  **_RANK),
+}
+
+
+def cells(s: Settings) -> list[Cell]:
+    """One cell per (policy, format) of ``s.pairs``, in ``CELL_ORDER``."""
+    want = {tuple(p) for p in s.pairs}
+    return [Cell(f"{p}_{f}", dict(warmup=s.warmup, policy=p, fmt=f, n_questions=s.n_questions,
+                                  group_sizes=tuple(s.group_sizes), n_reps=s.n_reps,
+                                  n_ref=s.n_ref, chunk=s.chunk))
+            for p, f in CELL_ORDER if (p, f) in want]
+
+
+def cell(config: dict, key) -> list[dict]:
+    """One (policy, format): rank measures, zero-advantage share and entropy for every G."""
+    wcfg = config["warmup"]
+    pol, icl = cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0][config["policy"]]
+    fmt = config["fmt"]
+    q = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
+    b, gmax, reps = len(q), max(config["group_sizes"]), config["n_reps"]
+    x = encode_prompts(q, fmt, icl)
+    canon = target_responses(q, fmt) if fmt == "answer" else None
+    k_ref, k_smp = jax.random.split(key)
+    if fmt == "answer":  # exact V = pi(y*|x)
+        V = np.exp(np.asarray(pol.log_probs(x, canon), np.float64))
+        n_ref = None
+    else:  # independent reference sample: unbiased V^G + (1-V)^G
+        n_ref = config["n_ref"]
+        yr = pol.sample_blocked(k_ref, np.repeat(x, n_ref, 0), RESPONSE_LEN[fmt])
+        kref = np.asarray(reward(fmt, yr, np.repeat(q.answer, n_ref)), np.float64)
+        kref = kref.reshape(b, n_ref).sum(1)
+        V = kref / n_ref
+    xs = np.tile(x, (reps, 1))  # group (rep, question) -> row rep * b + question
+    y = pol.sample_blocked(k_smp, np.repeat(xs, gmax, 0), RESPONSE_LEN[fmt])
+    z = np.asarray(reward(fmt, y, np.repeat(np.tile(q.answer, reps), gmax),
+                          None if canon is None else np.repeat(np.tile(canon, (reps, 1)),
+                                                               gmax, 0)),
+                   np.float64).reshape(b * reps, gmax)
+    lp = np.asarray(pol.log_probs(np.repeat(xs, gmax, 0), y), np.float64)
+    K = group_score_grams(pol, xs, y.reshape(b * reps, gmax, -1), chunk=config["chunk"])
+    rows = group_rank_table(K, z, y.reshape(b * reps, gmax, -1), config["group_sizes"],
+                            ESTIMATOR)
+    out = []
+    for r in rows:
+        G = r["G"]
+        qx = (V**G + (1 - V) ** G) if n_ref is None else zero_share_unbiased(kref, n_ref, G)
+        pred = float(qx.mean())
+        zero = np.all(z[:, :G] == z[:, :1], axis=1).astype(float)
+        resid = zero - np.tile(qx, reps)  # per-group observed minus predicted
+        se = float(resid.std(ddof=1) / np.sqrt(resid.size))
+        out.append(dict(r, policy=config["policy"], fmt=fmt, zero_pred=pred, zero_se=se,
+                        zero_z=float((zero.mean() - pred) / se) if se > 0 else 0.0,
+                        entropy=float(-lp.mean()),
+                        entropy_se=float(lp.std(ddof=1) / np.sqrt(lp.size)),
+                        J=float(V.mean()), exact_V=n_ref is None, dim=pol.dim))
+    return out
+
+
+def _ci(m, se):
+    h = z_value() * se
+    return f"{m:.2f} [{m - h:.2f}, {m + h:.2f}]"
+
+
+def report(tables, s: Settings) -> Section:
+    df = tables["table"]
+    lines = [f"{s.n_questions} evaluation questions x {s.n_reps} groups of "
+             f"G_max = {max(s.group_sizes)} responses per (policy, format); G-groups are nested "
+             f"prefixes; advantages `{ESTIMATOR}` (std-normalised); model of "
+             f"{int(df.dim.iloc[0])} parameters (all enter the scores). Entropy: "
+             "-E log pi(y|x) in nats. Rank measures: mean [95% CI] over groups with mixed "
+             "rewards. Zero share: observed vs mean_x[V^G + (1-V)^G] (answer: exact V; "
+             "trace: unbiased from independent reference responses).", "",
+             "| policy | format | entropy | J | G | entropy rank | n90 | distinct | zero share "
+             "obs / pred (z) | rank ~2 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        ok = r.n_mixed > 0 and r.erank <= RANK2
+        lines.append(f"| {r.policy} | {r.fmt} | {r.entropy:.2f} | {r.J:.3f} | {r.G} | "
+                     + (f"{_ci(r.erank, r.erank_se)} | {_ci(r.n90, r.n90_se)} | "
+                        f"{r.distinct:.1f} | " if r.n_mixed > 0 else "no mixed group | - | - | ")
+                     + f"{r.zero_obs:.3f} / {r.zero_pred:.3f} ({r.zero_z:+.1f}) | "
+                     f"{'yes' if ok else 'no'} |")
+    holds = df[(df.n_mixed > 0) & (df.erank <= RANK2)]
+    fails = df[(df.n_mixed > 0) & (df.erank > RANK2)]
+    where = ", ".join(sorted({f"{p}/{f}" for p, f in zip(fails.policy, fails.fmt)}))
+    lines += ["", f"'Rank about 2' (mean entropy rank <= {RANK2}) holds in {len(holds)} of "
+              f"{int((df.n_mixed > 0).sum())} (policy, format, G) rows with mixed groups"
+              + (f"; it fails for {where}"
+                 f" (largest entropy rank {fails.erank.max():.2f} at G = "
+                 f"{int(fails.G[fails.erank.idxmax()])})" if len(fails) else "") + ".",
+              "", "![](lm_rank.png)"]
+    m = df[df.n_mixed > 0]
+    checks = [
+        check(f"(i) binary identity ghat = c(k,G)(s+ - s-) on real scores (relative squared "
+              f"residual <= {IDENTITY_TOL:g})", bool((m.identity <= IDENTITY_TOL).all()),
+              m.identity.to_numpy(), detail=f"largest {m.identity.max():.1e}"),
+        check("(ii) class aggregates of rank <= 2; rank diag(A)S <= #distinct responses",
+              bool((m.class_n <= 2).all() and (m.excess <= 0).all()),
+              m[["class_n", "excess"]].to_numpy(),
+              detail=f"max class rank {m.class_n.max()}, max rank - distinct {m.excess.max()}"),
+        check(f"(iii) zero-advantage share within {Z_TOL:g} se of mean V^G + (1-V)^G",
+              bool((df.zero_z.abs() <= Z_TOL).all()), df[["zero_obs", "zero_pred"]].to_numpy(),
+              detail=f"largest |z| {df.zero_z.abs().max():.2f}"),
+    ]
+    return Section("Rank of the small transformer's group gradients", "\n".join(lines), checks)
+
+
+def plot(tables, s: Settings, out_dir) -> None:
+    df = tables["table"]
+    fmts = [f for f in FORMATS if f in set(df.fmt)]
+    fig, axes = plt.subplots(1, len(fmts), figsize=(4.2 * len(fmts), 3.4), squeeze=False)
+    gs = sorted(int(g) for g in df.G.unique())
+    for ax, fmt in zip(axes[0], fmts):
+        for i, p in enumerate(POLICIES):
+            d = df[(df.fmt == fmt) & (df.policy == p) & (df.n_mixed > 0)].sort_values("G")
+            if d.empty:
+                continue
+            h = z_value() * d.erank_se
+            ax.errorbar(d.G, d.erank, yerr=h, fmt="o-", ms=3, capsize=2, color=f"C{i}",
+                        label=f"{p} (H={d.entropy.iloc[0]:.2f})")
+            ax.plot(d.G, d.n90, "s:", ms=3, color=f"C{i}", alpha=0.6)
+        ax.axhline(2, color="k", lw=0.8, ls="--")
+        ax.set(xscale="log", xlabel="G", ylabel="effective rank", title=f"{fmt} format")
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(g) for g in gs])
+        ax.legend(fontsize=7)
+    fig.suptitle("Entropy rank (solid, 95% CI) and components for 90% (dotted) of diag(A) S",
+                 fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, out_dir / "lm_rank")
+
+
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=62)

@@ -1,0 +1,119 @@
+"""Rank of the small transformer's group gradients (issue 13 B): the Gram route against dense
+scores, the exact identities on real scores, and the lm-rank driver on a small setting."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from grpo_theory.companions.credit import rank_measures, rank_measures_from_gram
+from grpo_theory.core.estimators import compute_advantages
+from grpo_theory.experiments.runner import run_experiment
+from grpo_theory.lm import model
+from grpo_theory.lm.policy import LMPolicy
+from grpo_theory.lm.rank import (binary_identity_residual, dense_scores, distinct_responses,
+                                 group_rank_table, group_score_grams, numerical_rank,
+                                 weighted_grams, zero_share_unbiased)
+from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
+from simulations import lm_rank
+
+CFG = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)
+
+
+@pytest.fixture(scope="module")
+def groups():
+    """A random tiny transformer, 3 prompts x 6 answer-only responses, dense scores."""
+    pol = LMPolicy(model.init_params(jax.random.PRNGKey(0), CFG), model.make_apply(CFG),
+                   model.make_sampler(CFG))
+    q = eval_set().subset(np.arange(3))
+    x = encode_prompts(q, "answer")
+    answers = np.random.default_rng(1).integers(-99, 100, size=18)  # 18 answer-only responses
+    y = target_responses(q.subset(np.repeat(np.arange(3), 6)), "answer", answers).reshape(3, 6, 5)
+    y[0, 3] = y[0, 1]  # a duplicate response: equal scores
+    S = dense_scores(pol, np.repeat(x, 6, 0), y.reshape(18, 5)).reshape(3, 6, -1)
+    return pol, x, y, S
+
+
+def test_gram_route_equals_dense(groups):
+    pol, x, y, S = groups
+    K = group_score_grams(pol, x, y, chunk=12)  # 2 groups per chunk, one padded group
+    np.testing.assert_allclose(K, np.einsum("bgd,bhd->bgh", S, S), rtol=1e-5, atol=1e-8)
+    z = np.array([[1, 0, 0, 1, 0, 0], [1, 1, 1, 0, 1, 0], [0, 1, 0, 0, 0, 0]], float)
+    adv = np.asarray(compute_advantages("grpo_std", z))
+    dense = rank_measures(adv[..., None] * S)
+    np.testing.assert_allclose(rank_measures_from_gram(weighted_grams(K, adv)), dense,
+                               rtol=1e-5)
+    assert np.all(numerical_rank(weighted_grams(K, adv)) <= distinct_responses(y))
+    assert distinct_responses(y)[0] <= 5
+
+
+def test_binary_identity_and_class_rank_on_real_scores(groups):
+    pol, x, y, S = groups
+    K = np.einsum("bgd,bhd->bgh", S, S)
+    z = np.array([[1, 0, 0, 1, 0, 0], [1, 1, 1, 0, 1, 0], [0, 0, 0, 0, 0, 0]], float)
+    for est in ("grpo_std", "grpo", "grpo_mean"):
+        adv = np.asarray(compute_advantages(est, z))
+        res = binary_identity_residual(K, z, adv)
+        assert np.isnan(res[2])  # equal rewards: no gradient
+        assert np.all(res[:2] <= 1e-10)
+        # dense check of the same identity: (1/G) A S = c (s+ - s-)
+        for b in range(2):
+            k = z[b].sum()
+            c = k * adv[b][z[b] == 1][0] / 6
+            g = adv[b] @ S[b] / 6
+            d = S[b][z[b] == 1].mean(0) - S[b][z[b] == 0].mean(0)
+            np.testing.assert_allclose(g, c * d, atol=1e-6 * np.abs(g).max())
+    # a non-zero-sum weighting breaks it (the check can fail)
+    bad = binary_identity_residual(K[:1], z[:1], np.array([[1.0, 0, 0, 2.0, 0, 0]]))
+    assert bad[0] > 1e-3
+    rows = group_rank_table(K[:2], z[:2], y[:2], (2, 4, 6))
+    assert all(r["class_n"] <= 2 and r["excess"] <= 0 and r["identity"] <= 1e-10
+               for r in rows if r["n_mixed"])
+
+
+def test_zero_share_unbiased():
+    rng = np.random.default_rng(0)
+    n, G, v = 12, 4, 0.3
+    k = rng.binomial(n, v, size=200_000)
+    est = zero_share_unbiased(k, n, G)
+    se = est.std() / np.sqrt(est.size)
+    assert abs(est.mean() - (v**G + (1 - v) ** G)) < 4 * se
+    assert zero_share_unbiased(0, n, G) == 1.0 and zero_share_unbiased(n, n, G) == 1.0
+    with pytest.raises(ValueError, match="G"):
+        zero_share_unbiased(3, 4, 5)
+
+
+def test_validation(groups):
+    pol, x, y, _ = groups
+    with pytest.raises(ValueError, match="responses"):
+        group_score_grams(pol, x, y[0])
+    with pytest.raises(ValueError, match="adv"):
+        weighted_grams(np.zeros((2, 3, 3)), np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="group_sizes"):
+        group_rank_table(np.zeros((1, 4, 4)), np.zeros((1, 4)), y[:1, :4], (8,))
+    with pytest.raises(ValueError, match="n_ref"):
+        dataclasses.replace(lm_rank.SETTINGS["quick"], n_ref=8)
+
+
+#: a tinier warm-up than the quick one (one scan chunk per stage; checks (i)-(iii) hold for
+#: any policy) and one cell: the cost is the warm-up's and the cell's XLA compilation
+SMALL = dataclasses.replace(
+    lm_rank.SETTINGS["quick"],
+    warmup=dataclasses.replace(lm_rank.SETTINGS["quick"].warmup, base_steps=25,
+                               instruct_steps=25, icl_steps=25),
+    pairs=(("instruct", "answer"),), n_questions=16, group_sizes=(2, 8), n_reps=8, n_ref=32)
+
+
+def test_driver_small_setting(tmp_path):
+    res = run_experiment(lm_rank.EXPERIMENT, tmp_path, SMALL, seed=0, figures=True,
+                         progress=False, verbose=False)
+    df = res.tables["table"]
+    assert res.verdict == "PASS", res.section.markdown
+    assert len(df) == 2 and set(df.G) == {2, 8}
+    m = df[df.n_mixed > 0]
+    assert len(m) and (m.identity <= 1e-8).all() and (m.class_n <= 2).all()
+    # G = 2: a mixed group's matrix has two rows, so its rank is at most 2
+    assert (m[m.G == 2].n90 <= 2).all() and (m[m.G == 2].erank <= 2 + 1e-9).all()
+    assert (df.zero_z.abs() <= lm_rank.Z_TOL).all()
+    assert any(p.name.startswith("lm_rank.") for p in tmp_path.rglob("*"))
