@@ -30,6 +30,7 @@ MODULES = (
     "simulations.practical_grpo",
     "simulations.lm_mse",
     "simulations.lm_groupsize",
+    "simulations.lm_rank",
 )
 EXTRA_ENV = "GRPO_THEORY_EXPERIMENTS"
 
