@@ -35,8 +35,8 @@ agreement (and Spearman's rank correlation between predicted and best G) is repo
 
 Cost: compilation dominates (Monte Carlo: one per (B, G) shape, shared by the members;
 training: one per member x G, since the problem is static in the compiled loop), 10-20 s each
-on the shared 2-core machine. Quick: 80 s measured (load 11). Full: about 45 min with one
-worker, from measured cell times (``FULL_ESTIMATE``); under the 2-hour target.
+on the shared 2-core machine. Quick: 22 s (load 3.5) to 81 s (load 11) measured. Full: 877 s
+measured with one worker (``FULL_ESTIMATE``), under the 2-hour target.
 
     grpo-theory scaling-family [--full] [--workers N]
 """
@@ -64,10 +64,9 @@ CLAIM = ("across a bandit family with G* from 2 to 128, the fixed-budget MSE arg
          "1 + sqrt(c3/c1) (Thm 7); training's best G reported against it")
 ETA0 = 0.05  # constant step eta = ETA0 / delta (0.5 at delta = 0.1, as in scaling-law)
 MC_CHUNK = 500  # replicates per mc_estimates call (one compiled shape per (B, G))
-FULL_ESTIMATE = ("about 45 min with one worker on the shared 2-core machine (load 12): "
-                 "mse cells at N = 1024 measured 172 s for the first member (8 compilations) "
-                 "and 45 s for the next, training cells 13-22 s each (one compilation per "
-                 "member x G: 112 cells); 7 x 45 + 7 x 11 + 2 x 127 + 112 x 17 s ~ 43 min")
+FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine, load 4-7 observed: "
+                 "`grpo-theory scaling-family --full --out results-full`); the estimate from "
+                 "cell times at load 12 was about 45 min")
 
 
 @dataclass(frozen=True)
