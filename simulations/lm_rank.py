@@ -184,12 +184,15 @@ def report(tables, s: Settings) -> Section:
                      f"{'yes' if ok else 'no'} |")
     holds = df[(df.n_mixed > 0) & (df.erank <= RANK2)]
     fails = df[(df.n_mixed > 0) & (df.erank > RANK2)]
+    m_ = df[df.n_mixed > 0]
     where = ", ".join(sorted({f"{p}/{f}" for p, f in zip(fails.policy, fails.fmt)}))
     lines += ["", f"'Rank about 2' (mean entropy rank <= {RANK2}) holds in {len(holds)} of "
               f"{int((df.n_mixed > 0).sum())} (policy, format, G) rows with mixed groups"
               + (f"; it fails for {where}"
                  f" (largest entropy rank {fails.erank.max():.2f} at G = "
                  f"{int(fails.G[fails.erank.idxmax()])})" if len(fails) else "") + ".",
+              "", f"Components for 90% of the energy: {m_.n90.min():.2f} to {m_.n90.max():.2f} "
+              f"(row means), <= {RANK2} in {int((m_.n90 <= RANK2).sum())} of {len(m_)} rows.",
               "", "![](lm_rank.png)"]
     m = df[df.n_mixed > 0]
     checks = [
