@@ -278,12 +278,12 @@ def test_failed_cell_write_is_rescued_and_accepted(tmp_path, monkeypatch, comput
 
 def test_cli_run_writes_a_passing_report(tmp_path, toy_cli, capsys):
     assert cli.main(["toy", "--out", str(tmp_path), "--no-progress", "--no-figures"]) == 0
-    assert "== toy: PASS (5 cells computed, 0 reused" in capsys.readouterr().err
+    assert "== toy: PASS (5 cells computed in " in capsys.readouterr().err
     row = [ln for ln in (tmp_path / "REPORT.md").read_text().splitlines()
            if ln.startswith("| [toy](#toy)")]
     assert len(row) == 1 and "| quick | 0 | PASS" in row[0]
     assert cli.main(["toy", "--out", str(tmp_path), "--no-progress", "--no-figures"]) == 0
-    assert "(0 cells computed, 5 reused" in capsys.readouterr().err
+    assert "(0 cells computed in 0.0 s of cell time, 5 reused" in capsys.readouterr().err
 
 
 def test_report_on_empty_folder_fails_clearly(tmp_path, toy_cli, capsys):

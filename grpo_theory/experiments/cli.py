@@ -33,7 +33,7 @@ def write_report(out: Path, sections: dict, timings: dict | None = None) -> Path
              "| experiment | claim | setting | seed | result |", "|---|---|---|---|---|"]
     body = []
     for name, (exp, sec, m) in sections.items():
-        t = f" ({timings[name]:.0f}s)" if timings and name in timings else ""
+        t = f" ({timings[name]:.0f} s of cells)" if timings and timings.get(name) else ""
         lines.append(f"| [{name}](#{name}) | {exp.claim} | {m.get('setting', '?')} | "
                      f"{m.get('seed', '?')} | {sec.verdict}{t} |")
         body += ["", f'<a id="{name}"></a>', f"## {sec.title} — {sec.verdict}", "",
@@ -162,9 +162,10 @@ def _main(argv=None) -> int:
                                    progress=not args.no_progress)
     timings = {}
     for name, res in sections.items():
-        timings[name] = res.seconds
-        print(f"== {name}: {res.verdict} ({res.n_computed} cells computed, {res.n_reused} "
-              f"reused)", file=sys.stderr, flush=True)
+        timings[name] = res.compute_seconds
+        print(f"== {name}: {res.verdict} ({res.n_computed} cells computed in "
+              f"{res.compute_seconds:.1f} s of cell time, {res.n_reused} reused)",
+              file=sys.stderr, flush=True)
     print(f"== wall clock {time.time() - t0:.1f}s", file=sys.stderr, flush=True)
     # the report covers every experiment with results in the folder, not only this run's
     code = _report(args.out, exps, figures=False, timings=timings, quiet=True)

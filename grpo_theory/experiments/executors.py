@@ -143,10 +143,13 @@ def open_executor(workers=None, scheduler: str | None = None, connect_timeout: f
         finally:
             client.close()
         return
-    env = {"OMP_NUM_THREADS": "1", "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+    # one thread per worker process: N workers use N cores (XLA's CPU backend would otherwise
+    # start a thread pool the size of the machine in every worker)
+    env = {"OMP_NUM_THREADS": "1",
            "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                         " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-                         ).strip()}
+                         " --xla_cpu_multi_thread_eigen=false").strip()}
+    if "JAX_PLATFORMS" in os.environ:  # the workers use the client's platform choice
+        env["JAX_PLATFORMS"] = os.environ["JAX_PLATFORMS"]
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                            dashboard_address=":0", env=env)
     client = Client(cluster, set_as_default=False)

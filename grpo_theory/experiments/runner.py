@@ -279,7 +279,11 @@ def _find(mod, name: str) -> Experiment:
 
 @dataclass
 class RunResult:
-    """What :func:`run_experiment` returns: tables, report section, verdict and counts."""
+    """What :func:`run_experiment` returns: tables, report section, verdict and counts.
+
+    ``seconds`` is the wall clock from start to finish (with several experiments in flight at
+    once it overlaps the others'); ``compute_seconds`` sums the computed cells' own times.
+    """
 
     experiment: str
     setting: str
@@ -290,6 +294,7 @@ class RunResult:
     n_computed: int
     n_reused: int
     seconds: float
+    compute_seconds: float = 0.0
 
     @property
     def verdict(self) -> str:
@@ -379,6 +384,7 @@ class _Run:
     manifest: dict
     bar: Any
     t0: float
+    compute_seconds: float = 0.0
 
 
 def _prepare(exp, out: Path, setting, seed: int, executor, progress: bool, verbose: bool) -> _Run:
@@ -420,6 +426,7 @@ def _store_cell(run: _Run, cell: Cell, rows: pd.DataFrame, dt: float) -> None:
     except OSError as e:
         raise OSError(_rescue(cell, df, run.store, e)) from e
     run.fresh[cell.id] = run.store.read(cell, warn=False)
+    run.compute_seconds += dt
     run.bar.update(cell.id, dt)
 
 
@@ -444,7 +451,8 @@ def _result(run: _Run, tables: Tables, figures: bool) -> RunResult:
             warnings.simplefilter("ignore")
             run.exp.plot(tables, run.settings, run.exp_dir)
     return RunResult(run.exp.name, run.name, run.seed, tables, section, len(run.cells),
-                     len(run.todo), len(run.cells) - len(run.todo), time.time() - run.t0)
+                     len(run.todo), len(run.cells) - len(run.todo), time.time() - run.t0,
+                     run.compute_seconds)
 
 
 def run_experiments(experiments, out, setting="quick", seed: int = 0, executor=None,
