@@ -310,6 +310,7 @@ def test_report_after_interrupted_run_is_incomplete(tmp_path, monkeypatch, toy_c
     assert "no results for: toy-slow" in err
     text = _assert_incomplete_report(tmp_path / "REPORT.md")
     assert "3 of 5 cells are missing" in text
+    assert "No results in this folder for: toy-slow." in text
 
 
 # --------------------------------------------------------------------------- permissions

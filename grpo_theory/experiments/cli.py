@@ -24,8 +24,10 @@ from .store import atomic_write_text, check_out_dir
 __all__ = ["main", "write_report"]
 
 
-def write_report(out: Path, sections: dict, timings: dict | None = None) -> Path:
-    """Write ``out/REPORT.md`` from ``{name: (experiment, Section, manifest)}``."""
+def write_report(out: Path, sections: dict, timings: dict | None = None,
+                 absent=()) -> Path:
+    """Write ``out/REPORT.md`` from ``{name: (experiment, Section, manifest)}``; ``absent``
+    names the experiments with no results in ``out``."""
     lines = ["# grpo-theory reproduction report", "",
              f"Package version {package_version()}. Each section is produced from the validated "
              "cells under this folder; PASS means every check of the section passed, FAIL that "
@@ -38,6 +40,8 @@ def write_report(out: Path, sections: dict, timings: dict | None = None) -> Path
                      f"{m.get('seed', '?')} | {sec.verdict}{t} |")
         body += ["", f'<a id="{name}"></a>', f"## {sec.title} — {sec.verdict}", "",
                  sec.markdown.rstrip(), "", sec.checks_markdown()]
+    if absent:
+        lines += ["", f"No results in this folder for: {', '.join(absent)}."]
     path = Path(out) / "REPORT.md"
     atomic_write_text(path, "\n".join(lines + body).rstrip() + "\n")
     return path
@@ -186,7 +190,7 @@ def _report(out: Path, exps: dict, figures: bool, timings=None, quiet: bool = Fa
     if not sections:
         return _error(f"no results under {str(out)!r} (none of: {', '.join(exps)}); run "
                       "`grpo-theory reproduce` or `grpo-theory NAME` first", 1)
-    path = write_report(out, sections, timings)
+    path = write_report(out, sections, timings, absent)
     if absent and not quiet:
         print(f"no results for: {', '.join(absent)}", file=sys.stderr)
     print(path)
