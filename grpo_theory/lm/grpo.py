@@ -31,7 +31,7 @@ from ..core.estimators import PromptContext, get_estimator
 from ..core.scaling import ScalingConstants, budget_mse
 from .gradmse import exact_answer_quantities
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from .task import RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
 __all__ = ["exact_accuracy", "predicted_group_size", "train_grpo", "clipped_objective"]
 
@@ -97,9 +97,9 @@ def _optimizer(lr: float):
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
-                                   "group", "n_steps", "epochs", "clip_eps"))
+                                   "group", "n_steps", "epochs", "clip_eps", "eos"))
 def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, pool_x, pool_canon,
-                batch, group, n_steps, epochs=1, clip_eps=None):
+                batch, group, n_steps, epochs=1, clip_eps=None, temperature=1.0, eos=(EOS,)):
     est = get_estimator(estimator)
     rlen = pool_canon.shape[1]
 
@@ -109,26 +109,26 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
         idx = jax.random.randint(kx, (batch,), 0, pool_x.shape[0])
         x = jnp.repeat(pool_x[idx], group, axis=0)
         canon = jnp.repeat(pool_canon[idx], group, axis=0)
-        y = jax.lax.stop_gradient(sample_fn(params, ky, x, rlen, 1.0))
+        y = jax.lax.stop_gradient(sample_fn(params, ky, x, rlen, temperature))
         # float64 under jax_enable_x64, else float32 (no truncation warning on accelerators)
         z = reward_exact_tokens(y, canon).astype(float).reshape(batch, group)
         adv = est.advantage(z, PromptContext()).reshape(-1).astype(jnp.float32)
 
         if clip_eps is None and epochs == 1:  # Algorithm 1
             def surrogate(p):
-                return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y))
+                return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y, temperature, eos))
 
             grads = jax.grad(surrogate)(params)
             upd, opt_state = opt.update(grads, opt_state, params)
             return (optax.apply_updates(params, upd), opt_state), jnp.mean(z)
-        old = jax.lax.stop_gradient(token_log_probs(apply_fn, params, x, y))
-        mask = response_mask(y)
+        old = jax.lax.stop_gradient(token_log_probs(apply_fn, params, x, y, temperature, eos))
+        mask = response_mask(y, eos)
         eps = jnp.inf if clip_eps is None else clip_eps
 
         def epoch(carry, _):
             p, s = carry
-            g = jax.grad(lambda q: -clipped_objective(token_log_probs(apply_fn, q, x, y), old,
-                                                      adv, mask, eps))(p)
+            g = jax.grad(lambda q: -clipped_objective(
+                token_log_probs(apply_fn, q, x, y, temperature, eos), old, adv, mask, eps))(p)
             u, s = opt.update(g, s, p)
             return (optax.apply_updates(p, u), s), None
 
@@ -142,13 +142,17 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
 
 def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
                n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
-               epochs: int = 1, clip_eps: float | None = None, log=None) -> list[dict]:
+               epochs: int = 1, clip_eps: float | None = None, log=None,
+               on_checkpoint=None) -> list[dict]:
     """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
     (step, exact held-out accuracy, mean training reward since the last checkpoint).
     ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant.
     Integers may be Python, NumPy or JAX integers; the seed becomes a key as everywhere else
     (:func:`grpo_theory._validation.seed_key`). Calls with equal shapes, estimator and
-    learning rate reuse the compiled steps."""
+    learning rate reuse the compiled steps. Sampling and log-probs use the policy's
+    ``temperature`` and ``eos_ids``. ``on_checkpoint(step, policy)``, when given, is called at
+    step 0 and at every checkpoint with the policy at that step (e.g. to measure the gradient's
+    rank along the run)."""
     budget = V.integer("budget", budget, 2)
     group_size = V.integer("group_size", group_size, 2)
     n_steps = V.integer("n_steps", n_steps, 1)
@@ -171,14 +175,20 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     opt_state = opt.init(params)
     key = V.seed_key(seed)
     rows = [dict(step=0, accuracy=exact_accuracy(policy, ex, ec), train_reward=float("nan"))]
+    if on_checkpoint is not None:
+        on_checkpoint(0, policy)
     done = 0
     for c in checkpoints:
         key, k = jax.random.split(key)
         params, opt_state, rew = _grpo_chunk(policy.apply_fn, policy.sample_fn, opt, estimator,
                                              params, opt_state, k, pool_x, pool_c, batch,
-                                             group_size, c - done, int(epochs), clip_eps)
+                                             group_size, c - done, int(epochs), clip_eps,
+                                             policy.temperature, policy.eos_ids)
         done = c
-        acc = exact_accuracy(policy.with_params(params), ex, ec)
+        now = policy.with_params(params)
+        acc = exact_accuracy(now, ex, ec)
+        if on_checkpoint is not None:
+            on_checkpoint(c, now)
         rows.append(dict(step=c, accuracy=acc, train_reward=float(np.mean(rew))))
         if log is not None:
             log(f"N={budget} G={group_size} step {c}/{n_steps} reward {np.mean(rew):.3f} "
