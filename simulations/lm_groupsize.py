@@ -18,7 +18,15 @@ and the empirical best G move with it. A third sweep runs the practical variant 
 std-normalised advantages, clipped multi-epoch updates) at one budget next to Algorithm 1.
 The starting policy is lm-mse's instruct checkpoint (same warm-up, same ``cache_dir()/lm``).
 
-    grpo-theory lm-groupsize [--full]
+With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory) the starting
+policy is that checkpoint: prompts are the questions as text in its tokenization (its chat
+template when it has one), canonical responses the tokenized answer followed by its EOS
+(:func:`grpo_theory.lm.grpo.task_tokens`); the reward inside the jitted loop is the exact-token
+match of that canonical tokenization and the held-out accuracy is still the exact
+``mean_x pi(y*|x)`` by teacher forcing. G* comes from the advisor's sample-based c1, c3 with
+95% intervals (:func:`grpo_theory.lm.grpo.advised_group_size`, kind ``prediction_model``).
+
+    grpo-theory lm-groupsize [--full] [--model PATH]
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,12 +43,12 @@ import pandas as pd
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
-from grpo_theory.lm.grpo import predicted_group_size, train_grpo
+from grpo_theory.lm.grpo import advised_group_size, predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig
 
 from .lm_mse import SETTINGS as MSE_SETTINGS
-from .lm_mse import policies
+from .lm_mse import _absolute, model_path, model_policy, policies
 
 __all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "bootstrap_best_g", "summary", "prediction", "report", "plot",
@@ -71,7 +80,9 @@ class Sweep:
 class Settings:
     """The main sweep (budgets x group sizes x ``seeds``, ``steps`` Adam steps at rate ``lr``,
     accuracy on ``n_eval`` questions at ``checkpoints``; training prompts from a pool of
-    ``n_pool``; G* from ``gstar_samples`` responses per question) and the two extra sweeps."""
+    ``n_pool``; G* from ``gstar_samples`` responses per question) and the two extra sweeps.
+    ``model``: a Hugging Face checkpoint directory to start from (absolute path; None: the
+    instruct warm-up policy), ``model_chunk`` its per-sample scores held at once."""
 
     warmup: WarmupConfig
     budgets: tuple
@@ -85,6 +96,14 @@ class Settings:
     gstar_samples: int
     knob: Sweep
     practical: Sweep
+    model: str | None = None
+    model_chunk: int = 8
+
+    def __post_init__(self):
+        if self.model is not None:
+            object.__setattr__(self, "model", _absolute(self.model))
+        if int(self.model_chunk) != self.model_chunk or self.model_chunk < 1:
+            raise ValueError(f"model_chunk must be an integer >= 1, got {self.model_chunk!r}")
 
 
 SETTINGS = {
@@ -114,19 +133,27 @@ SCHEMA = {
                        V_median="float", V_q90="float", frac_V_below_5pct="float",
                        frac_V_above_95pct="float"),
 }
+#: G* of a Hugging Face checkpoint: the advisor's estimates with 95% intervals
+SCHEMA["prediction_model"] = dict(
+    SCHEMA["prediction"], c1_low="float", c1_high="float", c2_low="float", c2_high="float",
+    c3_low="float", c3_high="float", G_low="float?", G_high="float?", n_samples="int")
 
 
 def cells(s: Settings) -> list[Cell]:
     """The main sweep (G* prediction, then the runs seed-major, so an interrupted run holds
-    complete G sweeps for the first seeds), the difficulty-knob sweep, the practical sweep."""
+    complete G sweeps for the first seeds), the difficulty-knob sweep, the practical sweep.
+    With ``s.model`` every configuration also holds the checkpoint's path (checked here)."""
     data = dict(warmup=s.warmup, n_eval=s.n_eval)
+    if s.model is not None:
+        data.update(model=model_path(s.model), model_chunk=s.model_chunk)
+    pkind = "prediction" if s.model is None else "prediction_model"
     run = dict(data, n_pool=s.n_pool, steps=s.steps, checkpoints=tuple(s.checkpoints), lr=s.lr)
 
     def pred(sweep, h, prefix):
         return Cell(prefix + "predicted_gstar", dict(data, measure="prediction", sweep=sweep,
                                                      hard_fraction=h,
                                                      gstar_samples=s.gstar_samples),
-                    kind="prediction")
+                    kind=pkind)
 
     def runs(sweep, h, prefix, sw, variant):
         return [Cell(f"{prefix}N{n}_G{g}_seed{r}", dict(run, measure="train", sweep=sweep,
@@ -152,14 +179,21 @@ def _questions(task: TaskConfig, n_eval: int, n_pool: int | None):
 
 
 def cell(config: dict, key) -> dict | list[dict]:
-    """G* predicted at the instruct policy, or one training run from it (rows per checkpoint)."""
+    """G* predicted at the starting policy (the instruct policy or ``config["model"]``), or one
+    training run from it (rows per checkpoint)."""
     wcfg = config["warmup"]
-    start = policies(wcfg)["instruct"][0]
+    model = config.get("model")
+    start = policies(wcfg)["instruct"][0] if model is None else model_policy(model)
     task = dataclasses.replace(wcfg.task, hard_fraction=config["hard_fraction"])
     tag = dict(sweep=config["sweep"], hard_fraction=config["hard_fraction"])
     if config["measure"] == "prediction":
         questions, _ = _questions(task, config["n_eval"], None)
-        p = predicted_group_size(start, questions, config["gstar_samples"], seed=key_seed(key))
+        if model is not None:
+            p = advised_group_size(start, questions, config["gstar_samples"], key,
+                                   chunk=config["model_chunk"])
+        else:
+            p = predicted_group_size(start, questions, config["gstar_samples"],
+                                     seed=key_seed(key))
         return dict(p, **tag)
     questions, pool = _questions(task, config["n_eval"], config["n_pool"])
     variant = {k: config[k] for k in ("estimator", "epochs", "clip_eps")}
@@ -224,18 +258,34 @@ def prediction(pred: pd.DataFrame, sweep: str = "main", hard=None) -> pd.Series:
     return p.iloc[0]
 
 
+def _start_lines(pred, s: Settings) -> str:
+    """The first paragraph: the starting policy and its constants (with intervals for a
+    model, whose constants are the advisor's estimates)."""
+    if s.model is None:
+        return (f"Start: instruct policy, exact held-out accuracy {pred.J:.3f} (hard fraction "
+                f"{pred.hard_fraction:g}). Measured there: c1 = {pred.c1:.4g}, c2 = "
+                f"{pred.c2:.4g}, c3 = {pred.c3:.4g}; predicted G* = 1 + sqrt(c3/c1) = "
+                f"{pred.G_continuous:.1f} (paper's form sqrt(c3/c1) = {pred.G_paper:.1f}; "
+                f"integer argmin {int(pred.G_exact)}).")
+    return (f"Start: the checkpoint `{s.model}`, exact held-out accuracy {pred.J:.3f} "
+            f"(hard fraction {pred.hard_fraction:g}; text prompts in its tokenization, reward "
+            "= exact-token match of the answer's canonical tokenization followed by EOS). "
+            f"Advisor's estimates there ({int(pred.n_samples)} responses per question, 95% "
+            f"intervals): c1 = {pred.c1:.4g} [{pred.c1_low:.4g}, {pred.c1_high:.4g}], c2 = "
+            f"{pred.c2:.4g} [{pred.c2_low:.4g}, {pred.c2_high:.4g}], c3 = {pred.c3:.4g} "
+            f"[{pred.c3_low:.4g}, {pred.c3_high:.4g}]; predicted G* = 1 + sqrt(c3/c1) = "
+            f"{pred.G_continuous:.1f} [{pred.G_low:.1f}, {pred.G_high:.1f}] (integer argmin "
+            f"{int(pred.G_exact)}).")
+
+
 def report(tables, s: Settings) -> Section:
-    tr_all, pr = tables["train"], tables["prediction"]
+    tr_all = tables["train"]
+    pr = tables["prediction" if s.model is None else "prediction_model"]
     pred = prediction(pr)
     sm = summary(tr_all)
     tr = tr_all[tr_all.sweep == "main"]
     gs = sorted(int(g) for g in tr.G.unique())
-    lines = [f"Setting `{tr_all.setting.iloc[0]}`. Start: instruct policy, exact held-out "
-             f"accuracy {pred.J:.3f} (hard fraction {pred.hard_fraction:g}). Measured there: "
-             f"c1 = {pred.c1:.4g}, c2 = {pred.c2:.4g}, "
-             f"c3 = {pred.c3:.4g}; predicted G* = 1 + sqrt(c3/c1) = {pred.G_continuous:.1f} "
-             f"(paper's form sqrt(c3/c1) = {pred.G_paper:.1f}; integer argmin "
-             f"{int(pred.G_exact)}).",
+    lines = [f"Setting `{tr_all.setting.iloc[0]}`. " + _start_lines(pred, s),
              "", "| N | step | seeds | mean accuracy by G (" + ", ".join(map(str, gs)) + ") | "
              "best G | 95% bootstrap CI | P(best) | G* (integer) inside CI |",
              "|---|---|---|---|---|---|---|---|"]
@@ -274,8 +324,9 @@ def report(tables, s: Settings) -> Section:
               len(sm) > 0 and got == want, len(sm),
               detail=f"{len(got & want)} of {len(want)}"),
     ]
-    return Section("Small-LM optimal group size (Figure 5 / Table 2 analogue)",
-                   "\n".join(lines), checks)
+    title = ("Small-LM optimal group size" if s.model is None else
+             f"Optimal group size of {Path(s.model).name}")
+    return Section(title + " (Figure 5 / Table 2 analogue)", "\n".join(lines), checks)
 
 
 def _knob_lines(train: pd.DataFrame, pred: pd.DataFrame, main: pd.DataFrame) -> list:
@@ -328,7 +379,8 @@ def _practical_lines(train: pd.DataFrame, main: pd.DataFrame) -> list:
 
 
 def plot(tables, s: Settings, out_dir) -> None:
-    train, preds = tables["train"], tables["prediction"]
+    train = tables["train"]
+    preds = tables["prediction" if s.model is None else "prediction_model"]
     tr = train[train.sweep == "main"]
     budgets = sorted(tr.N.unique())
     knob = train[train.sweep == "knob"]
@@ -373,7 +425,8 @@ def plot(tables, s: Settings, out_dir) -> None:
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(int(g)) for g in gs])
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
-    fig.suptitle("Fixed-budget GRPO from the instruct policy (Figure 5 analogue)", fontsize=10)
+    start = "the instruct policy" if s.model is None else Path(s.model).name
+    fig.suptitle(f"Fixed-budget GRPO from {start} (Figure 5 analogue)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, out_dir / "lm_groupsize")
 

@@ -19,12 +19,30 @@ tail makes a 5-8 replicate standard error unreliable), (iii) ``G * MSE_oracle`` 
 G; in the full setting also (v) base < instruct < in-context accuracy in both formats, base
 > 0.05 and in-context < 0.95. 4-sigma bands: many comparisons, fixed seeds.
 
-    grpo-theory lm-mse [--full]
+With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory,
+:func:`grpo_theory.lm.from_pretrained`) the study runs on that one policy instead: the
+evaluation questions become text prompts in the checkpoint's tokenization
+(:func:`grpo_theory.lm.grpo.task_tokens`: its chat template when it has one), ``model_samples``
+responses of ``model_response_len`` tokens per question, the integer-answer reward
+(:func:`grpo_theory.lm.task.reward_text` on the decoded response). There is no exact route for
+such a model, so the one ``model`` cell holds the gradient MSE of vanilla / oracle / grpo /
+grpo_mean per G from the advisor's unbiased sample-based estimators
+(:func:`grpo_theory.advisor.estimate.estimate_scaling_constants`, the finite-(B, G) formulas with
+B = the number of questions) with 95% intervals, and c1, c2, c3, G*: the paper's Figure 4 on a
+real model. Its checks are the ones that apply to a single model without an exact route: the
+rewards vary (some question has 0 < V-hat < 1) and c3 > 0 with its 95% interval above 0 (grpo's
+excess c3 / (BG(G-1)) over the oracle, so grpo / oracle falls to 1 as G grows); (i)-(v) need the
+exact teacher-forcing route, replicate gradients or three policies and are not run.
+
+    grpo-theory lm-mse [--full] [--model PATH]
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -34,12 +52,14 @@ from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
                                             key_seed)
 from grpo_theory.lm.gradmse import gradient_mse_study
-from grpo_theory.lm.grpo import exact_accuracy
-from grpo_theory.lm.task import TaskConfig, encode_prompts, eval_set, target_responses
+from grpo_theory.lm.grpo import exact_accuracy, task_tokens
+from grpo_theory.lm.task import (TaskConfig, encode_prompts, eval_set, reward_text,
+                                 target_responses)
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, cached_policies
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
-           "cells", "cell", "policies", "policy_accuracies", "accuracy_order", "checks",
+           "cells", "cell", "policies", "model_path", "model_policy", "response_texts",
+           "model_cell", "policy_accuracies", "accuracy_order", "checks",
            "report", "plot", "EXPERIMENT"]
 
 NAME = "lm-mse"
@@ -63,7 +83,12 @@ class Settings:
     ``acc_samples`` sampled responses per question on the first ``acc_questions`` evaluation
     questions in the accuracy cell (500: all of them);
     ``pairs``: the (policy, format) gradient cells; ``gate_accuracy_order``: the accuracy
-    order (v) is a check (else only reported)."""
+    order (v) is a check (else only reported).
+
+    ``model``: a Hugging Face checkpoint directory (stored as an absolute path; None: the
+    package's warm-up policies) and, for it, ``model_samples`` responses per question of
+    ``model_response_len`` tokens, ``model_chunk`` per-sample scores held at once (each is a
+    parameter-sized vector)."""
 
     warmup: WarmupConfig
     n_questions: int
@@ -75,8 +100,22 @@ class Settings:
     acc_samples: int = 4
     acc_questions: int = 500
     gate_accuracy_order: bool = False
+    model: str | None = None
+    model_samples: int = 16
+    model_response_len: int = 32
+    model_chunk: int = 8
 
     def __post_init__(self):
+        if self.model is not None:
+            object.__setattr__(self, "model", _absolute(self.model))
+            if self.n_questions < 3 or self.model_samples < 3:
+                raise ValueError(f"with a model, n_questions and model_samples must be >= 3 "
+                                 f"(the advisor's U-statistics), got {self.n_questions!r} and "
+                                 f"{self.model_samples!r}")
+        for name in ("model_response_len", "model_chunk"):
+            if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got "
+                                 f"{getattr(self, name)!r}")
         for name in ("n_questions", "acc_questions"):
             n = getattr(self, name)
             if not 1 <= n <= 500:
@@ -117,12 +156,70 @@ SCHEMA = {
                   exact="bool", n_questions="int"),
     "accuracy": dict(policy="str", shots="bool", n_questions="int", J_answer="float",
                      acc_answer="float", acc_trace="float", n_samples="int", icl_steps="int"),
+    # a Hugging Face checkpoint (Settings.model): the advisor's MSE predictions per G
+    "model": dict(model="str", estimator="str", G="int", B="int", mse="float", ci_low="float",
+                  ci_high="float", c1="float", c1_low="float", c1_high="float", c2="float",
+                  c2_low="float", c2_high="float", c3="float", c3_low="float", c3_high="float",
+                  g_star="float?", g_low="float?", g_high="float?", J="float",
+                  frac_varied="float", grad_norm2="float", dim="int", n_questions="int",
+                  n_samples="int", response_len="int"),
 }
+
+
+def _absolute(path) -> str:
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"model must be a checkpoint directory path (str), got {path!r}")
+    return str(Path(path).expanduser().resolve())
+
+
+def model_path(path) -> str:
+    """The absolute path of a Hugging Face checkpoint directory, checked (config.json of a
+    supported architecture; nothing is downloaded).
+
+    Raises:
+        ValueError: naming the path, when it is not such a directory.
+    """
+    from grpo_theory.lm.hf import read_config
+
+    p = _absolute(path)
+    if not os.path.isdir(p):
+        raise ValueError(f"model {p!r} is not a directory: --model needs a local Hugging Face "
+                         "checkpoint directory (config.json, tokenizer.json, *.safetensors); "
+                         "nothing is downloaded")
+    read_config(p)
+    return p
+
+
+@lru_cache(maxsize=2)
+def model_policy(path: str):
+    """The :class:`~grpo_theory.lm.hf.HFPolicy` of a checkpoint directory, loaded once per
+    process (its compiled functions are then shared by every cell)."""
+    from grpo_theory.lm.hf import from_pretrained
+
+    return from_pretrained(model_path(path))
+
+
+def response_texts(policy, responses) -> list[str]:
+    """Decoded responses of a Hugging Face policy, each cut before its first EOS (special
+    tokens dropped): what :func:`grpo_theory.lm.task.reward_text` reads."""
+    out = []
+    for row in np.asarray(responses).tolist():
+        cut = next((j for j, t in enumerate(row) if t in policy.eos_ids), len(row))
+        out.append(policy.tokenizer.decode(row[:cut], skip_special_tokens=True))
+    return out
 
 
 def cells(s: Settings) -> list[Cell]:
     """The accuracy cell, then one gradient cell per (policy, format) of ``s.pairs``, in the
-    order of ``CELL_ORDER``."""
+    order of ``CELL_ORDER``; with ``s.model``, the one ``model`` cell (the checkpoint is
+    checked here, before any cell runs)."""
+    if s.model is not None:
+        return [Cell("model", dict(measure="model_mse", model=model_path(s.model),
+                                   task=s.warmup.task, n_questions=s.n_questions,
+                                   group_sizes=tuple(s.group_sizes),
+                                   n_samples=s.model_samples,
+                                   response_len=s.model_response_len, chunk=s.model_chunk),
+                     kind="model")]
     common = dict(warmup=s.warmup)
     out = [Cell("accuracy", dict(common, measure="accuracy", n_samples=s.acc_samples,
                                    n_questions=s.acc_questions),
@@ -143,7 +240,10 @@ def policies(wcfg: WarmupConfig) -> dict:
 
 
 def cell(config: dict, key) -> list[dict]:
-    """The accuracy table, or one (policy, format): gradient MSEs of every estimator and G."""
+    """The accuracy table, one (policy, format): gradient MSEs of every estimator and G, or a
+    Hugging Face checkpoint's predicted MSEs (:func:`model_cell`)."""
+    if config["measure"] == "model_mse":
+        return model_cell(config, key)
     wcfg = config["warmup"]
     pols = policies(wcfg)
     if config["measure"] == "accuracy":
@@ -161,6 +261,55 @@ def cell(config: dict, key) -> list[dict]:
     return [dict(r, policy=pname, fmt=fmt, J=out["J"], sampled_accuracy=acc,
                  grad_norm2=out["grad_norm2"], eps_ref=out["eps_ref"], dim=out["dim"],
                  exact=out["exact"], n_questions=len(questions)) for r in out["rows"]]
+
+
+def model_cell(config: dict, key) -> list[dict]:
+    """One Hugging Face checkpoint: c1, c2, c3, G* and the MSE of every estimator at every G.
+
+    Every evaluation question once (B = ``n_questions`` prompts, the iid sample), ``n_samples``
+    sampled responses each, reward :func:`~grpo_theory.lm.task.reward_text` of the decoded
+    response; :func:`~grpo_theory.advisor.estimate.estimate_scaling_constants` gives the
+    unbiased finite-(B, G) MSE ``vanilla c1/B + c_v/(BG)``, ``oracle c1/B + c2/(BG)``, ``grpo
+    oracle + c3/(BG(G-1))``, ``grpo_mean ((G-1)/G)^2 grpo + ||grad J||^2/G^2`` with jackknife
+    95% intervals.
+
+    Returns:
+        One row per (G, estimator) of the ``model`` schema.
+    """
+    from grpo_theory.advisor.estimate import estimate_scaling_constants
+
+    pol = model_policy(config["model"])
+    questions = eval_set(config["task"]).subset(np.arange(config["n_questions"]))
+    x, _ = task_tokens(pol, questions)
+    answers = np.asarray(questions.answer).tolist()
+
+    def reward(rows, y):
+        return np.array([reward_text(t, answers[r])
+                         for r, t in zip(np.asarray(rows).tolist(), response_texts(pol, y))])
+
+    est = estimate_scaling_constants(pol, None, config["n_samples"], key, prompts=x,
+                                     reward=reward, response_len=config["response_len"],
+                                     chunk=config["chunk"])
+    ci = est.conf_int()
+    v = est.prompt_values
+    b = len(questions)
+    common = dict(model=config["model"], c1=est.c1, c2=est.c2, c3=est.c3, g_star=est.g_star,
+                  g_low=float(ci.loc["g_star", "lower"]),
+                  g_high=float(ci.loc["g_star", "upper"]), J=float(v.mean()),
+                  frac_varied=float(np.mean((v > 0) & (v < 1))),
+                  grad_norm2=est.grad_norm_sq,
+                  dim=int(sum(np.size(p) for p in jax.tree_util.tree_leaves(pol.params))),
+                  n_questions=b, n_samples=est.n_samples, response_len=config["response_len"])
+    for c in ("c1", "c2", "c3"):
+        common[f"{c}_low"], common[f"{c}_high"] = (float(ci.loc[c, "lower"]),
+                                                   float(ci.loc[c, "upper"]))
+    rows = []
+    for g in config["group_sizes"]:
+        for name in ("vanilla", "oracle", "grpo", "grpo_mean"):
+            lo, hi = est.mse_ci(b, g, name)
+            rows.append(dict(common, estimator=name, G=int(g), B=b, mse=est.mse(b, g, name),
+                             ci_low=lo, ci_high=hi))
+    return rows
 
 
 def policy_accuracies(pols, questions, key, n_samples: int = 4) -> list[dict]:
@@ -244,6 +393,8 @@ def _verdict(ok) -> str:
 
 
 def report(tables, s: Settings) -> Section:
+    if s.model is not None:
+        return model_report(tables["model"], s)
     df, acc = tables["table"], tables["accuracy"]
     order_key = {p: i for i, p in enumerate(POLICIES + FORMATS)}
     ck = checks(df).sort_values(["policy", "fmt"], key=lambda c: c.map(order_key), kind="stable")
@@ -302,6 +453,50 @@ def report(tables, s: Settings) -> Section:
                    _checks(df, ck, acc, s, order))
 
 
+def model_report(d: pd.DataFrame, s: Settings) -> Section:
+    """The section of a Hugging Face checkpoint run (module doc): MSE per G and estimator,
+    the constants, and the two checks that apply to a single model."""
+    r = d.iloc[0]
+    m = d.pivot_table(index="G", columns="estimator", values="mse")
+    lines = [f"Model `{r.model}` ({int(r.dim)} parameters), setting `{d.setting.iloc[0]}`: "
+             f"{int(r.n_questions)} evaluation questions as text prompts, {int(r.n_samples)} "
+             f"sampled responses of {int(r.response_len)} tokens each, reward = the final "
+             f"integer of the decoded response (`reward_text`). Mean pass rate J = {r.J:.3f}; "
+             f"share of questions with 0 < V-hat < 1: {r.frac_varied:.2f}.", "",
+             "Constants (unbiased, 95% jackknife intervals): "
+             f"c1 = {r.c1:.4g} [{r.c1_low:.4g}, {r.c1_high:.4g}], "
+             f"c2 = {r.c2:.4g} [{r.c2_low:.4g}, {r.c2_high:.4g}], "
+             f"c3 = {r.c3:.4g} [{r.c3_low:.4g}, {r.c3_high:.4g}]; "
+             f"G* = 1 + sqrt(c3/c1) = {r.g_star:.3g} (Fieller 95%: [{r.g_low:.3g}, "
+             f"{r.g_high:.3g}]).", "",
+             f"Gradient MSE E||g-hat - grad J||^2 with B = {int(r.n_questions)} prompts and G "
+             "responses each, predicted from the sampled rewards and score norms by the "
+             "advisor's unbiased finite-(B, G) formulas (Theorem 2, Proposition 3, Theorem 7); "
+             "these are estimates of the MSE, not replicate measurements.", "",
+             "| G | vanilla | oracle | grpo | grpo_mean | grpo/oracle | vanilla/oracle |",
+             "|---|---|---|---|---|---|---|"]
+    for g, e in m.iterrows():
+        lines.append(f"| {int(g)} | {e.vanilla:.4g} | {e.oracle:.4g} | {e.grpo:.4g} | "
+                     f"{e.grpo_mean:.4g} | {e.grpo / e.oracle:.3f} | "
+                     f"{e.vanilla / e.oracle:.3f} |")
+    lines += ["", "Not run for a model (they need the exact teacher-forcing route, replicate "
+              "gradients or the three package policies): (i) measured vanilla - oracle gap "
+              "against its prediction, (ii) exact-form MSE predictions, (iii) measured "
+              "G * MSE_oracle constant, (v) accuracy order.", "", "![](lm_mse.png)"]
+    checks = [
+        check("rewards vary: some question has 0 < V-hat < 1 (else every estimate is 0)",
+              r.frac_varied > 0, r.frac_varied,
+              detail=f"share {r.frac_varied:.2f} of {int(r.n_questions)} questions"),
+        check("c3 > 0 with its 95% interval above 0: grpo's MSE exceeds the oracle's by "
+              "c3/(BG(G-1)), so grpo / oracle falls to 1 as G grows", r.c3_low > 0, r.c3,
+              r.c3_low, detail=f"c3 = {r.c3:.4g} [{r.c3_low:.4g}, {r.c3_high:.4g}]; "
+              f"grpo/oracle {m.grpo.iloc[0] / m.oracle.iloc[0]:.3f} at G = {int(m.index[0])} "
+              f"-> {m.grpo.iloc[-1] / m.oracle.iloc[-1]:.3f} at G = {int(m.index[-1])}"),
+    ]
+    return Section(f"Gradient MSE of {Path(r.model).name} (Figure 4 analogue)",
+                   "\n".join(lines), checks)
+
+
 def _checks(df, ck, acc, s: Settings, order: dict) -> list:
     """The PASS rules (i)-(v) of the module doc as checks over every cell."""
     def rows(est, fmts=FORMATS):
@@ -339,7 +534,34 @@ def _checks(df, ck, acc, s: Settings, order: dict) -> list:
     return out
 
 
+def _model_plot(d: pd.DataFrame, out_dir) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.4))
+    gs = sorted(d.G.unique())
+    for est, c in (("vanilla", "C0"), ("grpo", "C1"), ("oracle", "C2"), ("grpo_mean", "C3")):
+        e = d[d.estimator == est].sort_values("G")
+        axes[0].errorbar(e.G, e.mse, yerr=[e.mse - e.ci_low, e.ci_high - e.mse], fmt="o-",
+                         ms=3, capsize=2, color=c, label=est)
+    m = d.pivot_table(index="G", columns="estimator", values="mse")
+    axes[1].plot(m.index, m.grpo / m.oracle, "o-", color="C1")
+    axes[1].axhline(1, color="k", lw=0.5)
+    axes[0].set(ylabel="E||ĝ − ∇J||² (predicted)")
+    axes[1].set(ylabel="grpo / oracle")
+    if (d.ci_low > 0).all():
+        axes[0].set_yscale("log")
+    for ax in axes:
+        ax.set(xscale="log", xlabel="G")
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xticks(gs, [str(int(g)) for g in gs])
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{Path(d.model.iloc[0]).name}: gradient MSE (B = {int(d.B.iloc[0])}) with "
+                 "95% CIs, advisor's estimates (Figure 4 analogue)", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, out_dir / "lm_mse")
+
+
 def plot(tables, s: Settings, out_dir) -> None:
+    if s.model is not None:
+        return _model_plot(tables["model"], out_dir)
     df = tables["table"]
     pols = [p for p in POLICIES if p in set(df.policy)]
     fmts = [f for f in FORMATS if f in set(df.fmt)]

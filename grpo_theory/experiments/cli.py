@@ -2,6 +2,7 @@
 
     grpo-theory list                              every experiment and the claim it checks
     grpo-theory NAME [--full] [--seed S]          one experiment (quick setting by default)
+    grpo-theory lm-mse --model PATH               lm-mse / lm-groupsize on a Hugging Face checkpoint
     grpo-theory reproduce [--full]                every experiment, figures and REPORT.md
     grpo-theory report [--figures]                REPORT.md from the cells on disk
     grpo-theory advise --prompts FILE.jsonl       which group size G to use for a model
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -91,8 +93,37 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
     _advise_parser(sub)
     for name, exp in exps.items():
-        common(sub.add_parser(name, help=exp.claim))
+        p = sub.add_parser(name, help=exp.claim)
+        common(p)
+        p.add_argument("--model", default=None, metavar="PATH",
+                       help="a Hugging Face checkpoint directory (experiments with a model "
+                            f"setting only: {', '.join(_model_experiments(exps)) or 'none'})")
     return parser
+
+
+def _takes_model(exp) -> bool:
+    """Whether the experiment's Settings have a ``model`` field (``--model`` applies)."""
+    s = next(iter(exp.settings.values()), None)
+    return dataclasses.is_dataclass(s) and "model" in {f.name for f in dataclasses.fields(s)}
+
+
+def _model_experiments(exps: dict) -> list:
+    return [n for n, e in exps.items() if _takes_model(e)]
+
+
+def _model_setting(exps: dict, name: str, setting: str, model: str):
+    """``dataclasses.replace(settings, model=<absolute path>)``; a ``ValueError`` when the
+    experiment has no model setting or the path is not a directory (before any cell runs)."""
+    exp = exps[name]
+    if not _takes_model(exp):
+        raise ValueError(f"--model is accepted only by experiments with a model setting "
+                         f"({', '.join(_model_experiments(exps)) or 'none'}); {name} has none")
+    path = Path(model).expanduser().resolve()
+    if not path.is_dir():
+        raise ValueError(f"--model {model!r}: {str(path)!r} is not a directory; give a local "
+                         "Hugging Face checkpoint directory (config.json, tokenizer.json, "
+                         "*.safetensors); nothing is downloaded")
+    return dataclasses.replace(exp.get_settings(setting), model=str(path))
 
 
 def _int_list(text: str) -> tuple:
@@ -156,9 +187,12 @@ def _main(argv=None) -> int:
 
     from .executors import open_executor
 
-    check_out_dir(args.out)
     chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
     setting = "quick" if args.quick else "full"
+    if getattr(args, "model", None) is not None:
+        setting = _model_setting(exps, args.cmd, setting, args.model)
+        chosen[args.cmd].cell_list(setting)  # the checkpoint's checks, before any cell runs
+    check_out_dir(args.out)
     t0 = time.time()
     with open_executor(workers=args.workers, scheduler=args.scheduler) as ex:
         sections = run_experiments(list(chosen.values()), args.out, setting, args.seed,

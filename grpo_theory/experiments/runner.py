@@ -179,13 +179,20 @@ class Experiment:
 
 
 def setting_name(exp: Experiment, setting) -> str:
-    """The name recorded for a setting: its key in ``exp.settings`` or ``custom-<hash>``."""
+    """The name recorded for a setting: its key in ``exp.settings``, ``<key>+model-<hash>`` for
+    a named setting on another model (``dataclasses.replace(named, model=path)``, ``--model``)
+    or ``custom-<hash>``."""
     if isinstance(setting, str):
         exp.get_settings(setting)
         return setting
     for k, v in exp.settings.items():
         if v == setting:
             return k
+    model = getattr(setting, "model", None)
+    if isinstance(model, str) and dataclasses.is_dataclass(setting):
+        for k, v in exp.settings.items():
+            if dataclasses.replace(setting, model=getattr(v, "model", None)) == v:
+                return f"{k}+model-{hashlib.sha256(model.encode()).hexdigest()[:10]}"
     blob = repr(dataclasses.asdict(setting) if dataclasses.is_dataclass(setting) else setting)
     return "custom-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -522,6 +529,19 @@ def report_section(exp: Experiment, out, figures: bool = False) -> tuple[Section
     if m is None:
         return None
     setting = m.get("setting", "quick")
+    base, sep, _ = setting.partition("+model-")
+    model = (m.get("settings") or {}).get("model") if sep else None
+    if base in exp.settings and isinstance(model, str):  # a named setting on another model
+        try:  # the checkpoint may have moved since: then the placeholder below
+            settings = dataclasses.replace(exp.settings[base], model=model)
+            ok = setting_name(exp, settings) == setting
+            tables = collect(exp, out, settings, int(m.get("seed", 0))) if ok else None
+        except ValueError:
+            tables = None
+        if tables is not None:
+            if figures and exp.plot is not None and tables.complete:
+                exp.plot(tables, settings, Path(out) / exp.name)
+            return _section(exp, tables, settings), m
     if setting not in exp.settings:
         return Section(exp.claim, f"Run with a custom setting {setting!r}; the report is "
                        "produced by the code that ran it.", []), m

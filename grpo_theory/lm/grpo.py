@@ -15,6 +15,12 @@ Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
+:func:`advised_group_size` gives the same constants for any policy, a Hugging Face checkpoint
+included, from the advisor's sample-based unbiased estimators, with 95% intervals.
+
+A Hugging Face checkpoint (:class:`~grpo_theory.lm.hf.HFPolicy`) trains on text prompts in its
+own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
+match of the canonical tokenization of the answer followed by the checkpoint's EOS.
 """
 
 from __future__ import annotations
@@ -33,7 +39,59 @@ from .gradmse import exact_answer_quantities
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["exact_accuracy", "predicted_group_size", "train_grpo", "clipped_objective"]
+__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy",
+           "predicted_group_size", "advised_group_size", "train_grpo", "clipped_objective"]
+
+#: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
+#: question's text, e.g. ``12+5-3``)
+CHAT_PROMPT = "Compute {question}. Reply with the integer only."
+#: the prompt text for a Hugging Face checkpoint without a chat template (the package's
+#: answer-only prompt)
+PLAIN_PROMPT = "{question}="
+#: rows per teacher-forced block of a Hugging Face model (its logits are (rows, T, vocab))
+_HF_BLOCK = 64
+
+
+def _is_hf(policy) -> bool:
+    from .hf import HFPolicy  # costs nothing: the optional dependencies load on first use
+
+    return isinstance(policy, HFPolicy)
+
+
+def task_tokens(policy: LMPolicy, questions) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts (N, P) and canonical answer-only responses (N, R) of ``questions`` for ``policy``.
+
+    The package's transformer: its character tokenizer (:func:`~.task.encode_prompts`,
+    :func:`~.task.target_responses`; ``R = RESPONSE_LEN["answer"]``). A Hugging Face checkpoint
+    (:class:`~.hf.HFPolicy`): the text :data:`CHAT_PROMPT` rendered by the checkpoint's chat
+    template when it has one (:meth:`~.hf.HFPolicy.chat`), else :data:`PLAIN_PROMPT`, tokenized
+    by :meth:`~.hf.HFPolicy.encode` (left-padded with ``pad_id``, masked out of attention); the
+    canonical response ``y*(x)`` is the tokenizer's ids of ``str(answer)`` (no special tokens)
+    followed by the first EOS id, right-padded with ``pad_id`` (what the sampler writes after
+    EOS) to the longest, so ``R = max len + 1``. The exact-token reward
+    (:func:`~.task.reward_exact_tokens`) is then a match of this canonical tokenization: the
+    correct response is unique and ``V(x) = pi(y*|x)``.
+
+    Args:
+        policy: an :class:`~.policy.LMPolicy` (the package's) or an :class:`~.hf.HFPolicy`.
+        questions: :class:`~.task.Questions`.
+
+    Returns:
+        ``(prompts, canonical)`` int32 arrays.
+    """
+    if not _is_hf(policy):
+        return encode_prompts(questions, "answer"), target_responses(questions, "answer")
+    if policy.chat_template is not None:
+        texts = policy.chat([CHAT_PROMPT.format(question=q) for q in questions.text])
+    else:
+        texts = [PLAIN_PROMPT.format(question=q) for q in questions.text]
+    x = policy.encode(texts)
+    ids = [policy.tokenizer.encode(str(int(a)), add_special_tokens=False).ids + [
+        policy.eos_ids[0]] for a in np.asarray(questions.answer).tolist()]
+    canon = np.full((len(ids), max(len(i) for i in ids)), policy.pad_id, np.int32)
+    for row, i in zip(canon, ids):
+        row[:len(i)] = i
+    return x, canon
 
 
 def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
@@ -52,9 +110,17 @@ def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
     return jnp.sum(obj * mask) / tok_lp.shape[0]
 
 
+def _pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
+    """``pi(y*|x)`` per prompt by teacher forcing (in blocks of rows for a Hugging Face model)."""
+    block = _HF_BLOCK if _is_hf(policy) else len(x)
+    lp = [np.asarray(policy.log_probs(x[i:i + block], canon[i:i + block]), np.float64)
+          for i in range(0, len(x), block)]
+    return np.exp(np.concatenate(lp))
+
+
 def exact_accuracy(policy: LMPolicy, x, canon) -> float:
     """``mean_x pi(y*|x)``: the exact expected reward on the questions (answer-only)."""
-    return float(np.mean(np.exp(np.asarray(policy.log_probs(x, canon), np.float64))))
+    return float(np.mean(_pass_rates(policy, x, canon)))
 
 
 def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
@@ -78,15 +144,66 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
     c1 = float(gx2.mean() - gj @ gj)
     c2 = float(tr_or.mean())
     c3 = float((s2 * v * (1 - v) + gx2).mean())
-    consts = ScalingConstants(c1, c2, c3)
     r = np.sqrt(c3 / c1) if c1 > 0 else np.inf
-    grid = np.arange(2, 4097)
-    g_int = int(grid[np.argmin(budget_mse(consts, grid))]) if c1 > 0 else int(grid[-1])
     return dict(c1=c1, c2=c2, c3=c3, G_paper=float(r), G_continuous=float(1 + r),
-                G_exact=g_int, J=float(v.mean()), V_q10=float(np.quantile(v, 0.1)),
+                G_exact=_g_exact(ScalingConstants(c1, c2, c3)), **_spread(v))
+
+
+def _g_exact(consts: ScalingConstants) -> int:
+    """Integer G in [2, 4096] minimising the budget MSE (4096 when c1 <= 0)."""
+    grid = np.arange(2, 4097)
+    return int(grid[np.argmin(budget_mse(consts, grid))]) if consts.c1 > 0 else int(grid[-1])
+
+
+def _spread(v) -> dict:
+    return dict(J=float(v.mean()), V_q10=float(np.quantile(v, 0.1)),
                 V_median=float(np.median(v)), V_q90=float(np.quantile(v, 0.9)),
                 frac_V_below_5pct=float(np.mean(v < 0.05)),
                 frac_V_above_95pct=float(np.mean(v > 0.95)))
+
+
+def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
+                       chunk: int = 8) -> dict:
+    r"""c1, c2, c3 and G* at ``policy`` from the advisor's sample-based unbiased estimators.
+
+    For any policy (a Hugging Face checkpoint included): prompts and canonical responses of
+    :func:`task_tokens`, ``n_samples`` sampled responses per question (every question once),
+    the exact-token reward of GRPO training (:func:`~.task.reward_exact_tokens`), and
+    :func:`grpo_theory.advisor.estimate.estimate_scaling_constants` (U-statistics, 95%
+    jackknife intervals, Fieller's interval for ``G* = 1 + sqrt(c3/c1)``). ``J`` and the
+    pass-rate spread are exact (``V(x) = pi(y*|x)`` by teacher forcing).
+
+    Args:
+        policy: an :class:`~.policy.LMPolicy` or :class:`~.hf.HFPolicy`.
+        questions: :class:`~.task.Questions` (at least 3).
+        n_samples: responses per question (>= 3).
+        key: JAX key or integer seed.
+        chunk: per-sample scores held at once (each is a parameter-sized vector).
+
+    Returns:
+        The columns of :func:`predicted_group_size` plus ``c1_low, c1_high, c2_low, c2_high,
+        c3_low, c3_high`` (95% intervals), ``G_low, G_high`` (interval of
+        ``G_continuous``; ``G_high = inf`` when c1 is not clearly positive) and ``n_samples``.
+    """
+    from ..advisor.estimate import estimate_scaling_constants
+
+    x, canon = task_tokens(policy, questions)
+
+    def reward(rows, y):
+        return np.asarray(reward_exact_tokens(y, canon[np.asarray(rows)]), np.float64)
+
+    est = estimate_scaling_constants(policy, None, n_samples, key, prompts=x, reward=reward,
+                                     response_len=canon.shape[1], chunk=chunk)
+    ci = est.conf_int()
+    g = est.g_star
+    out = dict(c1=est.c1, c2=est.c2, c3=est.c3, G_paper=g - 1, G_continuous=g,
+               G_exact=_g_exact(est.constants), **_spread(_pass_rates(policy, x, canon)),
+               n_samples=int(n_samples), G_low=float(ci.loc["g_star", "lower"]),
+               G_high=float(ci.loc["g_star", "upper"]))
+    for c in ("c1", "c2", "c3"):
+        out[f"{c}_low"], out[f"{c}_high"] = (float(ci.loc[c, "lower"]),
+                                             float(ci.loc[c, "upper"]))
+    return out
 
 
 @lru_cache(maxsize=None)
@@ -152,7 +269,9 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     learning rate reuse the compiled steps. Sampling and log-probs use the policy's
     ``temperature`` and ``eos_ids``. ``on_checkpoint(step, policy)``, when given, is called at
     step 0 and at every checkpoint with the policy at that step (e.g. to measure the gradient's
-    rank along the run)."""
+    rank along the run). Prompts and canonical responses come from :func:`task_tokens`, so a
+    Hugging Face checkpoint trains on its own tokenization (exact-token reward: a match of the
+    canonical tokenization of the answer followed by the checkpoint's EOS)."""
     budget = V.integer("budget", budget, 2)
     group_size = V.integer("group_size", group_size, 2)
     n_steps = V.integer("n_steps", n_steps, 1)
@@ -166,10 +285,9 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
         raise ValueError("policy needs a jit-able sample_fn for GRPO training")
     batch = budget // group_size
     checkpoints = sorted({int(c) for c in checkpoints if 0 < c <= n_steps} | {n_steps})
-    pool_x = jnp.asarray(encode_prompts(pool, "answer"))
-    pool_c = jnp.asarray(target_responses(pool, "answer"))
-    ex = encode_prompts(eval_questions, "answer")
-    ec = target_responses(eval_questions, "answer")
+    px, pc = task_tokens(policy, pool)
+    pool_x, pool_c = jnp.asarray(px), jnp.asarray(pc)
+    ex, ec = task_tokens(policy, eval_questions)
     opt = _optimizer(float(lr))
     params = policy.params
     opt_state = opt.init(params)

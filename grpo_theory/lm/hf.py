@@ -2,7 +2,8 @@ r"""Hugging Face checkpoints of the Qwen2 / Qwen2.5 / Llama family as the packag
 
 ``policy = from_pretrained(path)`` reads a checkpoint directory in the Hugging Face layout
 (``config.json``; ``model.safetensors`` or shards listed in ``model.safetensors.index.json``;
-``tokenizer.json``; optionally ``generation_config.json``), builds tunix's JAX implementation of
+``tokenizer.json``; optionally ``generation_config.json`` and a chat template in
+``tokenizer_config.json``, :meth:`HFPolicy.chat`), builds tunix's JAX implementation of
 the architecture (``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query
 attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns an
 :class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
@@ -363,13 +364,38 @@ class HFPolicy(LMPolicy):
     """:class:`~grpo_theory.lm.policy.LMPolicy` of a Hugging Face checkpoint (tunix's Qwen2).
 
     Extra fields: ``tokenizer`` (a ``tokenizers.Tokenizer`` from tokenizer.json), ``config``
-    (the checked architecture, :func:`read_config`) and ``path``. ``pad_id`` left-pads prompts
+    (the checked architecture, :func:`read_config`), ``path`` and ``chat_template`` (the Jinja
+    source of tokenizer_config.json's ``chat_template``, or None). ``pad_id`` left-pads prompts
     (masked) and fills responses after EOS.
     """
 
     tokenizer: Any = None
     config: dict = field(default_factory=dict)
     path: str = ""
+    chat_template: str | None = None
+
+    def chat(self, texts, system: str | None = None) -> list[str]:
+        """User messages rendered by the checkpoint's chat template (``chat_template`` of
+        tokenizer_config.json, Jinja, as Hugging Face renders it) with the assistant's turn
+        opened (``add_generation_prompt=True``), ready for :meth:`encode`.
+
+        Args:
+            texts: a string or a sequence of strings (one user message each).
+            system: an optional system message (default: the template's own).
+
+        Raises:
+            ValueError: the checkpoint has no chat template, or ``jinja2`` is not installed.
+        """
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise ValueError("texts must be a string or a non-empty sequence of strings")
+        if self.chat_template is None:
+            raise ValueError(f"checkpoint {self.path!r} has no chat_template in "
+                             f"tokenizer_config.json")
+        tmpl = _chat_renderer(self.chat_template)
+        head = [] if system is None else [{"role": "system", "content": system}]
+        return [tmpl.render(messages=head + [{"role": "user", "content": t}],
+                            add_generation_prompt=True, tools=None) for t in texts]
 
     def sample_with_log_probs(self, key, prompts, response_len: int):
         """Sampled responses (N, R) and the sampler's own ``log pi(y|x)`` (N,), KV-cached.
@@ -386,6 +412,15 @@ class HFPolicy(LMPolicy):
         response_len = V.positive_int("response_len", response_len)
         return self.apply_fn.sample_with_log_probs(self.params, key, prompts, response_len,
                                                    self.temperature)
+
+    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
+        """:meth:`LMPolicy.sample_blocked` in blocks that also keep the prefill's logits
+        (rows x prompt_len x vocab) under 2**31 elements (8 GiB in float32; Qwen2.5's
+        vocabulary has 151936 ids); for a small vocabulary the blocks are the base class's."""
+        p = max(1, int(np.shape(prompts)[1]))
+        rows = max(1, int(2**31 // (p * self.vocab_size)))
+        return super().sample_blocked(key, prompts, response_len,
+                                      min(float(max_elems), float(rows * p * p)))
 
     def cached_logits(self, prompts, responses):
         """Logits (N, R, V) of the response positions computed through the KV cache with the
@@ -424,6 +459,33 @@ class HFPolicy(LMPolicy):
             cut = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), len(row))
             out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=False))
         return out
+
+
+def _chat_renderer(template: str):
+    """A compiled Jinja chat template, in the environment Hugging Face renders it with
+    (sandboxed, ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``)."""
+    sandbox = _need("jinja2.sandbox")
+
+    def raise_exception(msg):
+        raise ValueError(f"chat template: {msg}")
+
+    env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template)
+
+
+def _read_chat_template(path: str) -> str | None:
+    """``chat_template`` of tokenizer_config.json (or chat_template.jinja), else None; a list
+    of named templates gives the one named ``default``."""
+    f = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(f):
+        with open(f) as fh:
+            return fh.read()
+    t = (_read_json(path, "tokenizer_config.json", required=False) or {}).get("chat_template")
+    if isinstance(t, list):
+        t = next((d.get("template") for d in t if isinstance(d, dict)
+                  and d.get("name") == "default"), None)
+    return t if isinstance(t, str) and t else None
 
 
 def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
@@ -491,4 +553,5 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
                  arch["n_kv_heads"], arch["head_dim"], dtype)
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
-                    pad_id, tokenizer=tokenizer, config=arch, path=path)
+                    pad_id, tokenizer=tokenizer, config=arch, path=path,
+                    chat_template=_read_chat_template(path))
