@@ -12,12 +12,18 @@ rewards), next to the policy's sequence entropy ``-E log pi(y|x)`` (Monte Carlo)
 zero-advantage groups against ``mean_x [V^G + (1 - V)^G]`` (answer-only: exact
 ``V = pi(y*|x)``; trace: unbiased U-statistic from ``n_ref`` independent reference responses).
 
+Along a GRPO run (kind ``run``): Algorithm 1 (Adam, ``grpo_std`` advantages) from the instruct
+policy in the answer-only format (the format :func:`grpo_theory.lm.grpo.train_grpo` trains); at
+step 0 and every checkpoint the same measurements, one row per (step, G), with the exact
+held-out accuracy ``J`` and the pass-rate spread ``mean_x V(1 - V)``: as the policy sharpens,
+its entropy falls, ``V(x)`` moves to 0 or 1 and the share of zero-advantage groups grows.
+
 PASS when in every cell and G (i) the binary identity ``(1/G) sum A_g s_g = c(k,G)(s+ - s-)``
 holds on the model's real scores (relative squared residual <= 1e-8), (ii) the class-aggregate
 matrix has numerical rank <= 2 and ``rank diag(A) S`` never exceeds the number of distinct
 responses, (iii) the observed zero-advantage share lies within 4 standard errors of its
-prediction. Where "rank about 2" (entropy rank <= 2.5) holds is reported, not gated: it is the
-measurement.
+prediction; the same three along the GRPO run. Where "rank about 2" (entropy rank <= 2.5)
+holds is reported, not gated: it is the measurement.
 
     grpo-theory lm-rank [--full]
 """
@@ -28,18 +34,22 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+import pandas as pd
 
 from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, cache_dir, check
+from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
+                                            key_seed)
+from grpo_theory.lm.grpo import train_grpo
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
 from grpo_theory.lm.task import (RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
-                                 target_responses)
+                                 target_responses, train_pool)
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, cached_policies
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
-           "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report", "plot", "EXPERIMENT"]
+           "RUN_POLICY", "Run", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report",
+           "plot", "EXPERIMENT"]
 
 NAME = "lm-rank"
 CLAIM = ("small transformer: effective rank of the G x D per-response gradient matrix vs G "
@@ -52,13 +62,44 @@ IDENTITY_TOL = 1e-8
 RANK2 = 2.5
 CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("icl", "answer"),
               ("base", "trace"), ("instruct", "trace"), ("icl", "trace"))
+#: the GRPO run starts from this policy (answer-only prompts without in-context shots)
+RUN_POLICY = "instruct"
+
+
+@dataclass(frozen=True)
+class Run:
+    """GRPO along which the ranks are measured: ``steps`` Adam steps at rate ``lr`` with
+    ``budget = B * group_size`` responses per step from a training pool of ``n_pool`` questions;
+    measurements at step 0 and at ``checkpoints`` (and ``steps``)."""
+
+    group_size: int
+    budget: int
+    steps: int
+    checkpoints: tuple
+    lr: float
+    n_pool: int
+
+    def __post_init__(self):
+        if self.group_size < 2 or self.budget % self.group_size:
+            raise ValueError(f"group_size must be >= 2 and divide budget={self.budget}, "
+                             f"got {self.group_size!r}")
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps!r}")
+        if not all(0 < c <= self.steps for c in self.checkpoints):
+            raise ValueError(f"checkpoints must lie in (0, steps={self.steps}], "
+                             f"got {self.checkpoints!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if self.n_pool < 1:
+            raise ValueError(f"n_pool must be >= 1, got {self.n_pool!r}")
 
 
 @dataclass(frozen=True)
 class Settings:
     """``n_questions`` evaluation questions x ``n_reps`` groups of ``max(group_sizes)``
     responses per cell; ``n_ref`` reference responses per question (trace: V^G + (1-V)^G);
-    ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells."""
+    ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells;
+    ``run``: the GRPO run measured at its checkpoints (None: no run)."""
 
     warmup: WarmupConfig
     n_questions: int
@@ -67,6 +108,7 @@ class Settings:
     n_ref: int
     chunk: int
     pairs: tuple = CELL_ORDER
+    run: Run | None = None
 
     def __post_init__(self):
         if not 1 <= self.n_questions <= 500:
@@ -81,6 +123,8 @@ class Settings:
         if bad or not self.pairs:
             raise ValueError(f"pairs must be (policy, format) pairs among {CELL_ORDER}, "
                              f"got {self.pairs!r}")
+        if self.run is not None and not isinstance(self.run, Run):
+            raise ValueError(f"run must be a Run or None, got {self.run!r}")
 
 
 _QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
@@ -88,11 +132,16 @@ _QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
                              task=TaskConfig(hard_fraction=0.0,
                                              category_probs=(0, 0, 0.5, 0.5, 0)))
 SETTINGS = {
-    # quick: lm-mse's tiny warm-up (shared checkpoint cache), G up to 16
+    # quick: lm-mse's tiny warm-up (shared checkpoint cache), G up to 16; a 120-step GRPO run
     "quick": Settings(warmup=_QUICK_WARMUP, n_questions=32, group_sizes=(2, 4, 8, 16),
-                      n_reps=4, n_ref=64, chunk=256),
+                      n_reps=4, n_ref=64, chunk=256,
+                      run=Run(group_size=8, budget=64, steps=120, checkpoints=(30, 60, 120),
+                              lr=5e-3, n_pool=2000)),
+    # full: GRPO at lm-groupsize's full rate (1e-3; 3e-3 collapsed the accuracy in a pilot)
     "full": Settings(warmup=WarmupConfig(), n_questions=100,
-                     group_sizes=(2, 4, 8, 16, 32, 64), n_reps=2, n_ref=128, chunk=256),
+                     group_sizes=(2, 4, 8, 16, 32, 64), n_reps=2, n_ref=128, chunk=256,
+                     run=Run(group_size=8, budget=256, steps=200, checkpoints=(25, 50, 100, 200),
+                             lr=1e-3, n_pool=20000)),
 }
 
 _RANK = {f"{f}{se}": "float?" for f in RANK_FIELDS for se in ("", "_se")}
@@ -103,23 +152,28 @@ SCHEMA = {
                   entropy="float", entropy_se="float", J="float", exact_V="bool", dim="int",
                   **_RANK),
 }
+#: the GRPO run: the table's columns at every checkpoint ``step`` (train_reward: mean training
+#: reward since the previous checkpoint, missing at step 0; V_var = mean_x V(1 - V))
+SCHEMA["run"] = dict(SCHEMA["table"], step="int", V_var="float", train_G="int", train_N="int",
+                     train_reward="float?")
 
 
 def cells(s: Settings) -> list[Cell]:
-    """One cell per (policy, format) of ``s.pairs``, in ``CELL_ORDER``."""
+    """One cell per (policy, format) of ``s.pairs``, in ``CELL_ORDER``; then the GRPO run."""
     want = {tuple(p) for p in s.pairs}
-    return [Cell(f"{p}_{f}", dict(warmup=s.warmup, policy=p, fmt=f, n_questions=s.n_questions,
-                                  group_sizes=tuple(s.group_sizes), n_reps=s.n_reps,
-                                  n_ref=s.n_ref, chunk=s.chunk))
-            for p, f in CELL_ORDER if (p, f) in want]
+    meas = dict(warmup=s.warmup, n_questions=s.n_questions, group_sizes=tuple(s.group_sizes),
+                n_reps=s.n_reps, n_ref=s.n_ref, chunk=s.chunk)
+    out = [Cell(f"{p}_{f}", dict(meas, policy=p, fmt=f)) for p, f in CELL_ORDER if (p, f) in want]
+    if s.run is not None:
+        out.append(Cell(f"run_{RUN_POLICY}_answer",
+                        dict(meas, policy=RUN_POLICY, fmt="answer", run=s.run), kind="run"))
+    return out
 
 
-def cell(config: dict, key) -> list[dict]:
-    """One (policy, format): rank measures, zero-advantage share and entropy for every G."""
-    wcfg = config["warmup"]
-    pol, icl = cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0][config["policy"]]
+def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarray]:
+    """Rank measures, zero-advantage share and entropy for every G at the policy ``pol`` on the
+    questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``."""
     fmt = config["fmt"]
-    q = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
     b, gmax, reps = len(q), max(config["group_sizes"]), config["n_reps"]
     x = encode_prompts(q, fmt, icl)
     canon = target_responses(q, fmt) if fmt == "answer" else None
@@ -156,7 +210,30 @@ def cell(config: dict, key) -> list[dict]:
                         entropy=float(-lp.mean()),
                         entropy_se=float(lp.std(ddof=1) / np.sqrt(lp.size)),
                         J=float(V.mean()), exact_V=n_ref is None, dim=pol.dim))
-    return out
+    return out, V
+
+
+def cell(config: dict, key) -> list[dict]:
+    """One (policy, format): rank measures, zero-advantage share and entropy for every G; or
+    (``config["run"]``) the same at step 0 and every checkpoint of a GRPO run."""
+    wcfg = config["warmup"]
+    pol, icl = cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0][config["policy"]]
+    q = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
+    if "run" not in config:
+        return _measure(pol, icl, q, config, key)[0]
+    run, out = config["run"], []
+    k_train, k_meas = jax.random.split(key)
+
+    def measure(step, policy):  # the same measurement key at every step (paired comparison)
+        rows, V = _measure(policy, icl, q, config, k_meas)
+        out.extend(dict(r, step=int(step), V_var=float(np.mean(V * (1 - V)))) for r in rows)
+
+    trained = train_grpo(pol, train_pool(wcfg.task, n=run.n_pool), q, run.budget,
+                         run.group_size, run.steps, run.checkpoints, run.lr,
+                         seed=key_seed(k_train), estimator=ESTIMATOR, on_checkpoint=measure)
+    reward_at = {r["step"]: r["train_reward"] for r in trained}
+    return [dict(r, train_G=run.group_size, train_N=run.budget,
+                 train_reward=reward_at[r["step"]]) for r in out]
 
 
 def _ci(m, se):
@@ -164,8 +241,42 @@ def _ci(m, se):
     return f"{m:.2f} [{m - h:.2f}, {m + h:.2f}]"
 
 
+def _rank_row(r) -> str:
+    """Markdown cells: entropy rank and n90 with CIs, distinct responses, zero share, verdict."""
+    ok = r.n_mixed > 0 and r.erank <= RANK2
+    return ((f"{_ci(r.erank, r.erank_se)} | {_ci(r.n90, r.n90_se)} | {r.distinct:.1f} | "
+             if r.n_mixed > 0 else "no mixed group | - | - | ")
+            + f"{r.zero_obs:.3f} / {r.zero_pred:.3f} ({r.zero_z:+.1f}) | "
+            f"{'yes' if ok else 'no'} |")
+
+
+def _where(d) -> str:
+    """The G values (of rows with mixed groups) where the mean entropy rank is <= RANK2."""
+    m = d[d.n_mixed > 0]
+    ok = [int(g) for g in m.G[m.erank <= RANK2]]
+    if not ok:
+        return "none"
+    return "all" if len(ok) == len(m) else ", ".join(str(g) for g in ok)
+
+
+def _summary_lines(df, key: str) -> list[str]:
+    """One line per ``key`` group (a (policy, format) or a training step): entropy, J, the G
+    where rank about 2 holds, the rank at the largest G with mixed groups, the zero share."""
+    out = []
+    for k, d in df.groupby(key, sort=False):
+        d = d.sort_values("G")
+        m = d[d.n_mixed > 0]
+        top = m.iloc[-1] if len(m) else None
+        out.append(f"| {k} | {d.entropy.iloc[0]:.2f} | {d.J.iloc[0]:.3f} | {_where(d)} | "
+                   + (f"{top.erank:.2f} / {top.n90:.2f} (G = {int(top.G)}) | "
+                      if top is not None else "- | ")
+                   + f"{d.zero_obs.iloc[0]:.2f} -> {d.zero_obs.iloc[-1]:.2f} |")
+    return out
+
+
 def report(tables, s: Settings) -> Section:
     df = tables["table"]
+    run = tables["run"]
     lines = [f"{s.n_questions} evaluation questions x {s.n_reps} groups of "
              f"G_max = {max(s.group_sizes)} responses per (policy, format); G-groups are nested "
              f"prefixes; advantages `{ESTIMATOR}` (std-normalised); model of "
@@ -176,16 +287,14 @@ def report(tables, s: Settings) -> Section:
              "| policy | format | entropy | J | G | entropy rank | n90 | distinct | zero share "
              "obs / pred (z) | rank ~2 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
-        ok = r.n_mixed > 0 and r.erank <= RANK2
         lines.append(f"| {r.policy} | {r.fmt} | {r.entropy:.2f} | {r.J:.3f} | {r.G} | "
-                     + (f"{_ci(r.erank, r.erank_se)} | {_ci(r.n90, r.n90_se)} | "
-                        f"{r.distinct:.1f} | " if r.n_mixed > 0 else "no mixed group | - | - | ")
-                     + f"{r.zero_obs:.3f} / {r.zero_pred:.3f} ({r.zero_z:+.1f}) | "
-                     f"{'yes' if ok else 'no'} |")
+                     + _rank_row(r))
     holds = df[(df.n_mixed > 0) & (df.erank <= RANK2)]
     fails = df[(df.n_mixed > 0) & (df.erank > RANK2)]
     m_ = df[df.n_mixed > 0]
     where = ", ".join(sorted({f"{p}/{f}" for p, f in zip(fails.policy, fails.fmt)}))
+    gs = sorted(int(g) for g in df.G.unique())
+    pair = df.assign(pair=df.policy + "/" + df.fmt)
     lines += ["", f"'Rank about 2' (mean entropy rank <= {RANK2}) holds in {len(holds)} of "
               f"{int((df.n_mixed > 0).sum())} (policy, format, G) rows with mixed groups"
               + (f"; it fails for {where}"
@@ -193,8 +302,39 @@ def report(tables, s: Settings) -> Section:
                  f"{int(fails.G[fails.erank.idxmax()])})" if len(fails) else "") + ".",
               "", f"Components for 90% of the energy: {m_.n90.min():.2f} to {m_.n90.max():.2f} "
               f"(row means), <= {RANK2} in {int((m_.n90 <= RANK2).sum())} of {len(m_)} rows.",
-              "", "![](lm_rank.png)"]
-    m = df[df.n_mixed > 0]
+              "", "Where it holds, with the sparsity (zero-advantage share at G = "
+              f"{gs[0]} -> {gs[-1]}):", "",
+              "| policy/format | entropy | J | rank about 2 at G | entropy rank / n90 at the "
+              "largest G | zero share |", "|---|---|---|---|---|---|"]
+    lines += _summary_lines(pair, "pair")
+    if len(run):
+        r0 = run.iloc[0]
+        first, last = run[run.step == run.step.min()], run[run.step == run.step.max()]
+        gtop = int(run.G.max())
+        f_, l_ = first[first.G == gtop].iloc[0], last[last.G == gtop].iloc[0]
+        lines += ["", f"**Along a GRPO run** from the {r0.policy} policy (answer-only format; "
+                  f"Algorithm 1 with `{ESTIMATOR}` advantages, Adam, G = {int(r0.train_G)}, "
+                  f"N = {int(r0.train_N)} responses per step; train reward: mean since the "
+                  "previous checkpoint), the same measurements at every checkpoint; V(1-V): "
+                  "mean_x V(x)(1 - V(x)), which falls as the pass rates move to 0 or 1.", "",
+                  "| step | entropy | J | V(1-V) | train reward | G | entropy rank | n90 | "
+                  "distinct | zero share obs / pred (z) | rank ~2 |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in run.itertuples():
+            lines.append(f"| {r.step} | {r.entropy:.2f} | {r.J:.3f} | {r.V_var:.3f} | "
+                         f"{r.train_reward:.3f} | {r.G} | " + _rank_row(r))
+        lines += ["", "| step | entropy | J | rank about 2 at G | entropy rank / n90 at the "
+                  "largest G | zero share |", "|---|---|---|---|---|---|"]
+        lines += _summary_lines(run, "step")
+        lines += ["", f"From step {int(f_.step)} to step {int(l_.step)}: entropy "
+                  f"{f_.entropy:.2f} -> {l_.entropy:.2f} nats, J {f_.J:.3f} -> {l_.J:.3f}, "
+                  f"mean V(1-V) {f_.V_var:.3f} -> {l_.V_var:.3f}, zero-advantage share at "
+                  f"G = {gtop} {f_.zero_obs:.2f} -> {l_.zero_obs:.2f} (predicted "
+                  f"{f_.zero_pred:.2f} -> {l_.zero_pred:.2f}), entropy rank at G = {gtop} "
+                  f"{f_.erank:.2f} -> {l_.erank:.2f}, n90 {f_.n90:.2f} -> {l_.n90:.2f}."]
+    lines += ["", "![](lm_rank.png)"]
+    both = df if run.empty else pd.concat([df, run[list(df.columns)]], ignore_index=True)
+    m = both[both.n_mixed > 0]
     checks = [
         check(f"(i) binary identity ghat = c(k,G)(s+ - s-) on real scores (relative squared "
               f"residual <= {IDENTITY_TOL:g})", bool((m.identity <= IDENTITY_TOL).all()),
@@ -204,16 +344,20 @@ def report(tables, s: Settings) -> Section:
               m[["class_n", "excess"]].to_numpy(),
               detail=f"max class rank {m.class_n.max()}, max rank - distinct {m.excess.max()}"),
         check(f"(iii) zero-advantage share within {Z_TOL:g} se of mean V^G + (1-V)^G",
-              bool((df.zero_z.abs() <= Z_TOL).all()), df[["zero_obs", "zero_pred"]].to_numpy(),
-              detail=f"largest |z| {df.zero_z.abs().max():.2f}"),
+              bool((both.zero_z.abs() <= Z_TOL).all()),
+              both[["zero_obs", "zero_pred"]].to_numpy(),
+              detail=f"largest |z| {both.zero_z.abs().max():.2f}"),
     ]
     return Section("Rank of the small transformer's group gradients", "\n".join(lines), checks)
 
 
 def plot(tables, s: Settings, out_dir) -> None:
-    df = tables["table"]
+    """Entropy rank and n90 vs G per (policy, format); along the GRPO run, entropy rank vs
+    step per G, and entropy and zero-advantage share vs step."""
+    df, run = tables["table"], tables["run"]
     fmts = [f for f in FORMATS if f in set(df.fmt)]
-    fig, axes = plt.subplots(1, len(fmts), figsize=(4.2 * len(fmts), 3.4), squeeze=False)
+    n = len(fmts) + (2 if len(run) else 0)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
     gs = sorted(int(g) for g in df.G.unique())
     for ax, fmt in zip(axes[0], fmts):
         for i, p in enumerate(POLICIES):
@@ -229,6 +373,28 @@ def plot(tables, s: Settings, out_dir) -> None:
         ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xticks(gs, [str(g) for g in gs])
         ax.legend(fontsize=7)
+    if len(run):
+        ax, ax2 = axes[0][len(fmts)], axes[0][len(fmts) + 1]
+        for i, g in enumerate(sorted(int(g) for g in run.G.unique())):
+            d = run[(run.G == g) & (run.n_mixed > 0)].sort_values("step")
+            ax.errorbar(d.step, d.erank, yerr=z_value() * d.erank_se, fmt="o-", ms=3,
+                        capsize=2, color=f"C{i}", label=f"G={g}")
+            ax.plot(d.step, d.n90, "s:", ms=3, color=f"C{i}", alpha=0.6)
+            d = run[run.G == g].sort_values("step")
+            ax2.plot(d.step, d.zero_obs, "o-", ms=3, color=f"C{i}", label=f"zero share G={g}")
+            ax2.plot(d.step, d.zero_pred, "x:", ms=4, color=f"C{i}", alpha=0.6)
+        ax.axhline(2, color="k", lw=0.8, ls="--")
+        ax.set(xlabel="GRPO step", ylabel="effective rank",
+               title=f"along GRPO ({run.policy.iloc[0]}, answer)")
+        ax.legend(fontsize=7)
+        h = run[run.G == run.G.min()].sort_values("step")
+        tw = ax2.twinx()
+        tw.plot(h.step, h.entropy, "k^--", ms=4, label="entropy (nats)")
+        tw.set_ylabel("entropy -E log pi (nats)")
+        tw.legend(fontsize=7, loc="center right")
+        ax2.set(xlabel="GRPO step", ylabel="zero-advantage share (x: predicted)",
+                ylim=(0, 1.02), title="sparsity and entropy along GRPO")
+        ax2.legend(fontsize=7, loc="lower left")
     fig.suptitle("Entropy rank (solid, 95% CI) and components for 90% (dotted) of diag(A) S",
                  fontsize=9)
     fig.tight_layout()

@@ -94,15 +94,23 @@ def test_validation(groups):
         group_rank_table(np.zeros((1, 4, 4)), np.zeros((1, 4)), y[:1, :4], (8,))
     with pytest.raises(ValueError, match="n_ref"):
         dataclasses.replace(lm_rank.SETTINGS["quick"], n_ref=8)
+    with pytest.raises(ValueError, match="group_size"):
+        lm_rank.Run(group_size=3, budget=32, steps=4, checkpoints=(2,), lr=1e-2, n_pool=10)
+    with pytest.raises(ValueError, match="checkpoints"):
+        lm_rank.Run(group_size=4, budget=32, steps=4, checkpoints=(5,), lr=1e-2, n_pool=10)
+    with pytest.raises(ValueError, match="run"):
+        dataclasses.replace(lm_rank.SETTINGS["quick"], run=(4, 32))
 
 
 #: a tinier warm-up than the quick one (one scan chunk per stage; checks (i)-(iii) hold for
-#: any policy) and one cell: the cost is the warm-up's and the cell's XLA compilation
+#: any policy), one (policy, format) cell and a 2-step GRPO run measured with the same shapes
+#: (compiled once): the cost is the warm-up's, the GRPO steps' and the XLA compilations
 SMALL = dataclasses.replace(
     lm_rank.SETTINGS["quick"],
     warmup=dataclasses.replace(lm_rank.SETTINGS["quick"].warmup, base_steps=25,
                                instruct_steps=25, icl_steps=25),
-    pairs=(("instruct", "answer"),), n_questions=16, group_sizes=(2, 8), n_reps=8, n_ref=32)
+    pairs=(("instruct", "answer"),), n_questions=16, group_sizes=(2, 8), n_reps=8, n_ref=32,
+    run=lm_rank.Run(group_size=4, budget=32, steps=2, checkpoints=(1,), lr=1e-2, n_pool=200))
 
 
 def test_driver_small_setting(tmp_path):
@@ -117,3 +125,14 @@ def test_driver_small_setting(tmp_path):
     assert (m[m.G == 2].n90 <= 2).all() and (m[m.G == 2].erank <= 2 + 1e-9).all()
     assert (df.zero_z.abs() <= lm_rank.Z_TOL).all()
     assert any(p.name.startswith("lm_rank.") for p in tmp_path.rglob("*"))
+    # along GRPO: steps 0, 1, 2 x G = 2, 8; checks (i)-(iii) (in the PASS) cover these rows
+    run = res.tables["run"]
+    assert sorted(set(run.step)) == [0, 1, 2] and len(run) == 6
+    assert run[run.step == 0].train_reward.isna().all()
+    assert run[run.step > 0].train_reward.between(0, 1).all()
+    # step 0 is the instruct policy: J = mean_x pi(y*|x) is exact, equal to the table's
+    np.testing.assert_allclose(run[run.step == 0].J, df.J.iloc[0], rtol=1e-12)
+    assert run.J.nunique() == 3  # the policy moves
+    # Jensen: mean_x V(1 - V) <= J (1 - J)
+    assert (run.V_var >= 0).all() and (run.V_var <= run.J * (1 - run.J) + 1e-12).all()
+    assert "Along a GRPO run" in res.section.markdown
