@@ -198,3 +198,30 @@ def test_model_setting_name_and_report(tmp_path):
     assert res.verdict == "PASS" and res.setting == name
     sec, manifest = report_section(TOY, tmp_path)
     assert manifest["setting"] == name and sec.verdict == "PASS" and "/m/one" in sec.markdown
+
+
+def test_chat_template_prompts(ckpt, tmp_path):
+    """A checkpoint with a chat template: task_tokens renders the user message through it."""
+    import shutil
+
+    from grpo_theory.lm import from_pretrained
+    from grpo_theory.lm.grpo import CHAT_PROMPT, PLAIN_PROMPT
+
+    tmpl = ("{% for m in messages %}<|eot|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
+            "{% endfor %}{% if add_generation_prompt %}<|eot|>assistant {% endif %}")
+    path = tmp_path / "chat"
+    shutil.copytree(ckpt, path)
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": tmpl}))
+    pol, plain = from_pretrained(path), from_pretrained(ckpt)
+    q = eval_set(TASK).subset(np.arange(3))
+    want = [f"<|eot|>user {CHAT_PROMPT.format(question=t)}<|im_end|><|eot|>assistant "
+            for t in q.text]
+    assert pol.chat([CHAT_PROMPT.format(question=t) for t in q.text]) == want
+    assert pol.chat("x", system="s")[0].startswith("<|eot|>system s<|im_end|><|eot|>user x")
+    x, canon = task_tokens(pol, q)
+    np.testing.assert_array_equal(x, pol.encode(want))
+    np.testing.assert_array_equal(task_tokens(plain, q)[0], plain.encode(
+        [PLAIN_PROMPT.format(question=t) for t in q.text]))
+    np.testing.assert_array_equal(canon, task_tokens(plain, q)[1])
+    with pytest.raises(ValueError, match="no chat_template"):
+        plain.chat("x")
