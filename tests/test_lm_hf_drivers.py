@@ -3,8 +3,8 @@
 A tiny random checkpoint in the Hugging Face layout (``write_checkpoint`` of test_lm_hf.py) is
 biased so that the arithmetic task's rewards are neither all 0 nor all 1: a constant direction
 in the embeddings makes digits the likely first token and a digit marker makes EOS the likely
-second one, so ``[digit, EOS]`` responses are common and each question's pass rate depends on
-which digit the random weights favour. Both drivers run once on it (module fixture, shared
+second one, so ``[digit, EOS]`` responses are common; the first token favours 1, 2 and 3, so
+questions with those answers have pass rates near 0.25 and the others near 0.05. Both drivers run once on it (module fixture, shared
 compiled shapes: 32 questions x 16 responses of 2 tokens in both), then the CLI's error cases
 and the cell identities of the package runs (model=None) are checked.
 """
