@@ -25,13 +25,38 @@ Kinds of cells (one table each):
    exact final gap Delta_n per seed, under (a) a per-step budget N = BG and (b) a total budget
    T = n B G with B fixed. The report's best G has a bootstrap 95% CI over seeds.
 4. ``lm`` (optional; no cell here): rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
-   language-model settings from another study; when present they enter the figure (own marker)
-   and the statistics. No numbers are invented: the kind stays empty until such cells exist.
+   language-model settings from another study; when present they enter the figure and the
+   statistics. The LM part below does not write it (its rows come from its own cells).
+
+Language model (``Settings.lm``, :class:`LMPart`; full setting only): the small transformer's
+instruct policy (lm-mse's warm-up, shared through ``cache_dir()/lm``). Knob candidates are
+measured first (``lm_knob``, one cell per knob, a row per value): the difficulty spread
+``hard_fraction``, the sampling ``temperature`` (exact answer-only route,
+:func:`grpo_theory.lm.grpo.predicted_group_size`), the response ``format`` (answer vs
+reasoning trace, the advisor's sample-based route with a 95% CI) and the prompt
+``concentration`` p (:mod:`grpo_theory.lm.mixture`): the training distribution puts mass p on
+one fixed question (the candidate whose pass rate at the instruct policy is closest to 1/2)
+and 1 − p on the held-out questions. c1 is the between-prompt variance of g(x) = V s*, which
+vanishes like (1 − p) as p → 1 while c3 (within-group noise) stays, so G* − 1 grows like
+(1 − p)^(−1/2); the difficulty knob does not move G* because unsolvable questions add to
+neither c1 nor c3. Concentration is the knob trained (``lm_train``, one cell per p x G x seed):
+Algorithm 1 (Adam, :func:`grpo_theory.lm.grpo.train_grpo`) at budget N on a pool of fixed size
+holding the fixed question p·n_pool times (uniform draws realise the mixture exactly; one
+compiled shape per G for every p), with the mixture's exact objective
+J_p = p V(x_F) + (1 − p) mean_R V at every checkpoint. The report's LM rows (source
+``lm:train``) are computed from these two kinds (:func:`lm_points`): the best G maximises the
+mean final J_p, its 95% CI resamples seeds within each G (lm-groupsize's
+``bootstrap_best_g``), the prediction is the concentration row at the same p. Cells are kept
+in this driver (not a separate one) so that the figure and Spearman's statistics read one set
+of tables. The quick setting has no LM cells (the LM code is tested at a tiny config in
+``tests/test_scaling_family.py``).
 
 PASS (what Theorem 7 guarantees): for every member, the exact integer argmin equals the exact
 form's prediction; for every member and budget, the exact argmin over the grid equals the
-grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it. Training
-agreement (and Spearman's rank correlation between predicted and best G) is reported, not gated.
+grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it. With the LM
+part: c1 > 0 at every trained concentration, their predicted G* span a factor >= 4, and every
+J_p is a probability. Training agreement (and Spearman's rank correlation between predicted and
+best G) is reported, not gated.
 
 Cost: compilation dominates (Monte Carlo: one per (B, G) shape, shared by the members;
 training: one per member x G, since the problem is static in the compiled loop), 10-20 s each
@@ -43,6 +68,8 @@ measured with one worker (``FULL_ESTIMATE``), under the 2-hour target.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 
 import jax
@@ -52,11 +79,15 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.optim.train import exact_objective, train_schedules
 from grpo_theory.problems import scaling_family_bandit
 
-__all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "Settings", "SETTINGS", "SCHEMA", "cells",
-           "cell", "grid_argmin", "ci_from_freq", "bootstrap_best", "spearman", "summaries",
+from .lm_groupsize import bootstrap_best_g
+
+__all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "LMPart", "Settings", "SETTINGS", "SCHEMA",
+           "cells", "cell", "lm_cells", "grid_argmin", "lm_points", "ci_from_freq",
+           "bootstrap_best", "spearman", "summaries",
            "checks", "report", "plot", "EXPERIMENT"]
 
 NAME = "scaling-family"
@@ -64,9 +95,42 @@ CLAIM = ("across a bandit family with G* from 2 to 128, the fixed-budget MSE arg
          "1 + sqrt(c3/c1) (Thm 7); training's best G reported against it")
 ETA0 = 0.05  # constant step eta = ETA0 / delta (0.5 at delta = 0.1, as in scaling-law)
 MC_CHUNK = 500  # replicates per mc_estimates call (one compiled shape per (B, G))
+LM_KNOBS = ("hard_fraction", "temperature", "format", "concentration")
+FIXED_SEED = 4242  # seed of the candidate questions the fixed (concentrated) one is picked from
 FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine, load 4-7 observed: "
                  "`grpo-theory scaling-family --full --out results-full`); the estimate from "
                  "cell times at load 12 was about 45 min")
+
+
+@dataclass(frozen=True)
+class LMPart:
+    """The language-model part (module docstring, "Language model").
+
+    ``warmup``: the starting checkpoints (lm-mse's, shared through ``cache_dir()/lm``);
+    ``knobs``: candidate knobs measured at the instruct policy, ``(name, values)`` with name
+    in ``hard_fraction``, ``temperature``, ``format`` (advisor route, ``fmt_questions``
+    questions), ``concentration``;
+    ``ps``: the concentrations trained (each also measured as a knob); ``grid``: G values
+    dividing ``N``; ``steps`` Adam steps at rate ``lr`` per run, ``seeds`` runs per (p, G);
+    ``n_eval`` held-out questions (the mixture's other component R), ``n_pool`` training
+    prompts (the fixed one ``p n_pool`` times, the rest from the training pool),
+    ``n_candidates`` questions the fixed one is picked from,
+    ``gstar_samples`` responses per question for c2, c3 (``fmt_samples`` for the advisor)."""
+
+    warmup: object
+    knobs: tuple
+    ps: tuple
+    grid: tuple
+    N: int
+    steps: int
+    seeds: int
+    lr: float = 1e-3
+    n_eval: int = 500
+    n_pool: int = 10000
+    n_candidates: int = 256
+    gstar_samples: int = 32
+    fmt_samples: int = 8
+    fmt_questions: int = 200
 
 
 @dataclass(frozen=True)
@@ -82,6 +146,7 @@ class Settings:
     n_seeds: int
     n_boot: int
     train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per member x G)
+    lm: LMPart | None = None  # the language-model part (None: no LM cells)
 
 
 SETTINGS = {
@@ -92,7 +157,15 @@ SETTINGS = {
                      grid=(2, 4, 8, 16, 32, 64, 128, 256), budgets=(256, 1024), mc_reps=20_000,
                      train_N=256, train_steps=400, train_B_total=2, total_steps_at_Gmax=200,
                      n_seeds=128, n_boot=2000,
-                     train_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055)),
+                     train_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
+                     lm=LMPart(warmup=WarmupConfig(),
+                               knobs=(("concentration", (0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99,
+                                                         0.995)),
+                                      ("hard_fraction", (0.0, 0.25, 0.75)),
+                                      ("temperature", (0.5, 0.7, 1.0, 1.5)),
+                                      ("format", ("answer", "trace"))),
+                               ps=(0.0, 0.95, 0.99), grid=(2, 4, 8, 16, 32, 64, 128), N=256,
+                               steps=80, seeds=3)),
 }
 
 SCHEMA = {
@@ -106,6 +179,12 @@ SCHEMA = {
                   eta="float", run_seed="int", final_gap="float", gap0="float"),
     "lm": dict(source="str", label="str", G_pred="float", best_G="int", ci_low="int",
                ci_high="int"),
+    "lm_knob": dict(knob="str", value="str", method="str", c1="float", c2="float?", c3="float",
+                    G_continuous="float?", G_ci_low="float?", G_ci_high="float?", J="float",
+                    p_exact="float?", fixed="str?", V_fixed="float?", n_questions="int"),
+    "lm_train": dict(p="float", G="int", B="int", N="int", run_seed="int", step="int",
+                     J_mix="float", acc_rest="float", V_fixed="float", train_reward="float?",
+                     steps_per_s="float"),
 }
 
 
@@ -131,7 +210,30 @@ def cells(s: Settings) -> list[Cell]:
                                                  G=G, B=B, n_steps=n, n_seeds=s.n_seeds),
                  kind="train")
             for d in s.train_deltas for mode, N, G, B, n in runs]
+    if s.lm is not None:
+        out += lm_cells(s.lm)
     return out
+
+
+def lm_cells(m: LMPart) -> list[Cell]:
+    """The LM part's cells: one ``lm_knob`` per candidate knob (all its values; the trained
+    concentrations join the concentration knob's values), then the runs seed-major (an
+    interrupted run holds whole G sweeps for the first seeds)."""
+    data = dict(warmup=m.warmup, n_eval=m.n_eval, n_pool=m.n_pool, n_candidates=m.n_candidates)
+    knobs = dict(m.knobs)
+    knobs["concentration"] = tuple(sorted(set(knobs.get("concentration", ())) | set(m.ps)))
+    knob_cells = {k: Cell(f"lm_knob_{k}", dict(data, part="lm_knob", knob=k, values=tuple(v),
+                                               gstar_samples=m.gstar_samples,
+                                               fmt_samples=m.fmt_samples,
+                                               fmt_questions=min(m.fmt_questions, m.n_eval)),
+                          kind="lm_knob")
+                  for k, v in knobs.items()}
+    out = [knob_cells.pop("concentration")]  # the prediction of the runs first
+    out += [Cell(f"lm_train_p{p}_G{G}_seed{r}", dict(data, part="lm_train", p=p, G=G, N=m.N,
+                                                      steps=m.steps, lr=m.lr, run_seed=r),
+                 kind="lm_train")
+            for r in range(m.seeds) for p in m.ps for G in m.grid if m.N % G == 0]
+    return out + list(knob_cells.values())  # the other candidate knobs last
 
 
 def _constants(config: dict) -> dict:
@@ -186,13 +288,123 @@ def _train(config: dict, key) -> list[dict]:
             for sd, gap, g0 in zip(r.seeds, r.final_gap, r.gap[:, 0])]
 
 
+def _lm_setup(config: dict):
+    """Instruct policy, held-out questions R, training questions and the fixed question (the
+    candidate whose pass rate at the instruct policy is closest to 1/2)."""
+    from grpo_theory.lm.mixture import pick_fixed_question
+    from grpo_theory.lm.task import eval_set, train_pool
+
+    from .lm_mse import policies
+
+    w = config["warmup"]
+    pol = policies(w)["instruct"][0]
+    rest = eval_set(w.task).subset(np.arange(config["n_eval"]))
+    cand = train_pool(w.task, n=config["n_candidates"], seed=FIXED_SEED)
+    fixed = cand.subset([pick_fixed_question(pol, cand)])
+    return pol, rest, fixed
+
+
+def _lm_knob(config: dict, key) -> list[dict]:
+    """G* at the instruct policy for every value of one candidate knob (module docstring)."""
+    from grpo_theory.lm import mixture as mx
+    from grpo_theory.lm.grpo import predicted_group_size
+    from grpo_theory.lm.task import eval_set
+
+    pol, rest, fixed = _lm_setup(config)
+    knob, values = config["knob"], config["values"]
+    if knob not in LM_KNOBS:
+        raise ValueError(f"knob must be one of {LM_KNOBS}, got {knob!r}")
+    base = dict(knob=knob, method="exact (answer-only)", G_ci_low=np.nan, G_ci_high=np.nan,
+                p_exact=np.nan, fixed="", V_fixed=np.nan, n_questions=len(rest))
+    if knob == "concentration":  # one set of per-question pieces serves every p
+        parts = mx.mixture_parts(pol, fixed, rest, config["gstar_samples"], key)
+        v0 = float(mx.pass_rates(pol, fixed)[0])
+        rows = []
+        for value in values:
+            _, _, pe = mx.pool_counts(float(value), 1, config["n_pool"])
+            c = mx.mixture_constants(parts, pe)
+            rows.append(dict(base, value=str(value), c1=c["c1"], c2=c["c2"], c3=c["c3"],
+                             G_continuous=c["G_continuous"], J=c["J"], p_exact=pe,
+                             fixed=fixed.text[0], V_fixed=v0))
+        return rows
+    rows = []
+    for value, k in zip(values, jax.random.split(key, len(values))):
+        if knob == "hard_fraction":
+            task = dataclasses.replace(config["warmup"].task, hard_fraction=float(value))
+            q = eval_set(task).subset(np.arange(config["n_eval"]))
+            c = predicted_group_size(pol, q, config["gstar_samples"], seed=key_seed(k))
+        elif knob == "temperature":
+            c = predicted_group_size(dataclasses.replace(pol, temperature=float(value)), rest,
+                                     config["gstar_samples"], seed=key_seed(k))
+        else:  # format: the advisor's sample-based route (the trace reward is not enumerable)
+            rows.append(dict(base, value=str(value), **_format_constants(
+                pol, rest.subset(np.arange(config["fmt_questions"])), value,
+                config["fmt_samples"], k)))
+            continue
+        rows.append(dict(base, value=str(value), c1=c["c1"], c2=c["c2"], c3=c["c3"],
+                         G_continuous=c["G_continuous"], J=c["J"]))
+    return rows
+
+
+def _format_constants(pol, questions, fmt: str, n_samples: int, key) -> dict:
+    """c1, c2, c3 and G* with its 95% CI from the advisor (``n_samples`` responses per
+    question, every question once) in response format ``fmt``."""
+    from grpo_theory.advisor.estimate import estimate_scaling_constants
+    from grpo_theory.lm.task import RESPONSE_LEN, encode_prompts, reward, target_responses
+
+    ans = np.asarray(questions.answer)
+    canon = target_responses(questions, "answer") if fmt == "answer" else None
+
+    def rew(rows, y):
+        return np.asarray(reward(fmt, y, ans[rows], None if canon is None else canon[rows]),
+                          np.float64)
+
+    e = estimate_scaling_constants(pol, None, n_samples, key,
+                                   prompts=encode_prompts(questions, fmt), reward=rew,
+                                   response_len=RESPONSE_LEN[fmt])
+    lo, hi = e.g_star_ci
+    return dict(method=f"advisor ({n_samples} samples, {len(questions)} questions, 95% CI)",
+                c1=e.c1, c2=e.c2, c3=e.c3, G_continuous=e.g_star, G_ci_low=lo, G_ci_high=hi,
+                J=float(np.mean(e.prompt_values)), n_questions=len(questions))
+
+
+def _lm_train(config: dict, key) -> list[dict]:
+    """One GRPO run (Algorithm 1, Adam) on the concentrated pool; the mixture's exact objective
+    ``J_p = p V(x_F) + (1 - p) mean_R V`` at every checkpoint."""
+    from grpo_theory.lm import mixture as mx
+    from grpo_theory.lm.grpo import train_grpo
+    from grpo_theory.lm.task import train_pool
+
+    pol, rest, fixed = _lm_setup(config)
+    pool, pe = mx.concentrated_pool(fixed, train_pool(config["warmup"].task,
+                                                      n=config["n_pool"]), config["p"],
+                                    config["n_pool"])
+    v_fixed = {}
+    n, g, steps = config["N"], config["G"], config["steps"]
+    t0 = time.perf_counter()
+    rows = train_grpo(pol, pool, rest, n, g, steps, (steps // 2, steps), config["lr"],
+                      seed=key_seed(key),
+                      on_checkpoint=lambda k, p: v_fixed.__setitem__(
+                          k, float(mx.pass_rates(p, fixed)[0])))
+    dt = time.perf_counter() - t0
+    return [dict(p=config["p"], G=g, B=n // g, N=n, run_seed=config["run_seed"], step=r["step"],
+                 J_mix=pe * v_fixed[r["step"]] + (1 - pe) * r["accuracy"],
+                 acc_rest=r["accuracy"], V_fixed=v_fixed[r["step"]],
+                 train_reward=r["train_reward"], steps_per_s=steps / dt) for r in rows]
+
+
 def cell(config: dict, key):
-    """One cell: a member's constants, its fixed-budget MSE over G at one N, or one training G."""
+    """One cell: a member's constants, its fixed-budget MSE over G at one N, one training G, an
+    LM knob's G*, or one LM training run."""
     part = config["part"]
     if part == "constants":
         return _constants(config)
     if part == "mse":
         return _mse(config, key)
+    if part == "lm_knob":
+        return _lm_knob(config, key)
+    if part == "lm_train":
+        return _lm_train(config, key)
     return _train(config, key)
 
 
@@ -268,15 +480,58 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     lm = tables.get("lm")
     if lm is not None and len(lm):
         for r in lm.itertuples():
-            rows.append(dict(delta=float("nan"), source=f"lm:{r.source}:{r.label}", N=0,
-                             G_pred=float(r.G_pred), G_grid=-1,
-                             best_G=int(r.best_G), ci_low=int(r.ci_low), ci_high=int(r.ci_high)))
-    pts = pd.DataFrame(rows, columns=["delta", "source", "N", "G_pred", "G_grid", "best_G",
-                                      "ci_low", "ci_high"])
+            rows.append(dict(delta=float("nan"), source=f"lm:{r.source}", label=str(r.label),
+                             N=0, G_pred=float(r.G_pred), G_grid=-1, best_G=int(r.best_G),
+                             ci_low=int(r.ci_low), ci_high=int(r.ci_high)))
+    if len(tables.get("lm_train", ())):
+        for r in lm_points(tables, n_boot).itertuples():
+            rows.append(dict(delta=float("nan"), source="lm:train", label=f"p={r.p:g}", N=r.N,
+                             G_pred=r.G_pred, G_grid=r.G_grid, best_G=r.best_G,
+                             ci_low=r.ci_low, ci_high=r.ci_high))
+    pts = pd.DataFrame(rows, columns=["delta", "source", "label", "N", "G_pred", "G_grid",
+                                      "best_G", "ci_low", "ci_high"])
+    pts["label"] = pts.label.astype(object).where(pts.label.notna(), "")
     # the grid prediction (training, MSE) or, for LM rows without a grid, the real G* itself
     target = np.where(pts.G_grid > 0, pts.G_grid, pts.G_pred)
     pts["in_ci"] = (pts.ci_low <= target) & (target <= pts.ci_high)
     return {"constants": tables["constants"], "points": pts}
+
+
+def lm_points(tables, n_boot: int = 2000) -> pd.DataFrame:
+    """Predicted and best G of every trained LM concentration (final checkpoint).
+
+    The best G maximises the mean of the mixture's exact objective ``J_p`` over seeds; its 95%
+    CI resamples seeds within each G (:func:`simulations.lm_groupsize.bootstrap_best_g`).
+    The prediction is the ``concentration`` knob row at the same p (c1, c2, c3 at the instruct
+    policy): ``G_pred = 1 + sqrt(c3/c1)`` and ``G_grid``, the law's argmin on the trained grid.
+
+    Returns:
+        DataFrame ``p, N, G_pred, G_grid, best_G, ci_low, ci_high, seeds, p_best, step``
+        (empty when there is no run).
+    """
+    cols = ["p", "N", "G_pred", "G_grid", "best_G", "ci_low", "ci_high", "seeds", "p_best",
+            "step"]
+    tr, kn = tables["lm_train"], tables["lm_knob"]
+    if not len(tr):
+        return pd.DataFrame(columns=cols)
+    kn = kn[kn.knob == "concentration"]
+    out = []
+    for (p, N), e in tr.groupby(["p", "N"]):
+        last = int(e.step.max())
+        acc = e[e.step == last].pivot_table(index="G", columns="run_seed",
+                                            values="J_mix").dropna(axis=1)
+        k = kn[np.isclose(kn.value.astype(float), p)]
+        if acc.shape[1] == 0 or acc.shape[0] < 2 or not len(k):
+            continue
+        k = k.iloc[0]
+        bs = bootstrap_best_g(acc, n_boot=n_boot, seed=int(N) + int(round(1000 * p)))
+        grid = [int(g) for g in acc.index]
+        c = gt.ScalingConstants(float(k.c1), float(k.c2), float(k.c3))
+        out.append(dict(p=float(p), N=int(N), G_pred=float(k.G_continuous),
+                        G_grid=grid_argmin(c, grid), best_G=bs["best"], ci_low=bs["lo"],
+                        ci_high=bs["hi"], seeds=int(acc.shape[1]), p_best=bs["p_best"],
+                        step=last))
+    return pd.DataFrame(out, columns=cols)
 
 
 def checks(sm: dict) -> list:
@@ -316,7 +571,7 @@ def report(tables, s: Settings) -> Section:
               "| δ | source | N | 1+√(c3/c1) | grid prediction | best G [95% CI] | prediction "
               "in CI |", "|---|---|---|---|---|---|---|"]
     for r in p.itertuples():
-        lines.append(f"| {r.delta} | {r.source} | {r.N} | {r.G_pred:.2f} | {r.G_grid} | "
+        lines.append(f"| {r.delta} | {r.source} {r.label} | {r.N} | {r.G_pred:.2f} | {r.G_grid} | "
                      f"{r.best_G} [{r.ci_low}, {r.ci_high}] | {'PASS' if r.in_ci else 'FAIL'} |")
     lines += ["", "| source | members | Spearman ρ (predicted, best G) | share of CIs containing "
               "the prediction |", "|---|---|---|---|"]
@@ -324,12 +579,19 @@ def report(tables, s: Settings) -> Section:
         rho = spearman(e.G_pred, e.best_G)
         rho_s = "n/a (< 3 members)" if np.isnan(rho) else f"{rho:.3f}"
         lines.append(f"| {src} | {len(e)} | {rho_s} | {e.in_ci.mean():.0%} |")
-    if not len(tables["lm"]):
-        lines += ["", "No language-model settings in this run (the optional `lm` kind is empty)."]
+    both = p[(p.source == "train_per_step") | p.source.str.startswith("lm:")]
+    if both.source.str.startswith("lm:").any() and (both.source == "train_per_step").any():
+        rho = spearman(both.G_pred, both.best_G)
+        rho_s = "n/a (< 3 members)" if np.isnan(rho) else f"{rho:.3f}"
+        lines.append(f"| training at a fixed per-step budget: bandit members + LM settings | "
+                     f"{len(both)} | {rho_s} | {both.in_ci.mean():.0%} |")
+    lm_lines, lm_checks = _lm_report(tables, s, p)
+    lines += lm_lines
     tr = p[p.source.str.startswith("train")]
     miss = p[~p.in_ci]
     lines += ["", "Rows whose CI misses the prediction: " + (", ".join(
-        f"{r.source} δ={r.delta} (best {r.best_G} [{r.ci_low}, {r.ci_high}] vs {r.G_grid})"
+        f"{r.source} {r.label or f'δ={r.delta}'} (best {r.best_G} [{r.ci_low}, {r.ci_high}] "
+        f"vs {r.G_grid if r.G_grid > 0 else round(r.G_pred, 1)})"
         for r in miss.itertuples()) or "none") + "."]
     lines += ["", f"Training agrees with the prediction (prediction inside the CI) in "
               f"{int(tr.in_ci.sum())} of {len(tr)} member/mode rows; this is measured, not "
@@ -340,12 +602,66 @@ def report(tables, s: Settings) -> Section:
               "G means fewer, less noisy steps and the stationary floor keeps falling with G, so "
               "the best G there need not be G*.", "", "![](predicted_vs_best_G.png)"]
     return Section("The scaling law across a problem family (Theorem 7)", "\n".join(lines),
-                   checks(sm))
+                   checks(sm) + lm_checks)
+
+
+def _lm_report(tables, s: Settings, points: pd.DataFrame) -> tuple[list, list]:
+    """The LM part's markdown (knob table, training table) and its checks."""
+    kn, tr = tables["lm_knob"], tables["lm_train"]
+    if s.lm is None and not len(kn) and not len(tr):
+        if not len(tables["lm"]):
+            return ["", "No language-model settings in this run (no LM cells in this "
+                    "setting)."], []
+        return [], []
+    lines = ["", "**Language model** (the small transformer's instruct policy, lm-mse's warm-up; "
+             "knob candidates measured there, the concentration p trained):", "",
+             "| knob | value | method | c1 | c3 | G* = 1+√(c3/c1) [95% CI] | J |",
+             "|---|---|---|---|---|---|---|"]
+    for r in kn.itertuples():
+        ci = (f" [{r.G_ci_low:.1f}, {r.G_ci_high:.1f}]" if np.isfinite(r.G_ci_low) else "")
+        lines.append(f"| {r.knob} | {r.value} | {r.method} | {r.c1:.4g} | {r.c3:.4g} | "
+                     f"{r.G_continuous:.1f}{ci} | {r.J:.3f} |")
+    conc = kn[kn.knob == "concentration"]
+    if len(conc):
+        r0 = conc.iloc[0]
+        lines += ["", f"Concentration: mass p on the fixed question `{r0.fixed}` (pass rate "
+                  f"{r0.V_fixed:.3f} at the instruct policy, the closest to 1/2 of "
+                  f"{s.lm.n_candidates if s.lm else 'the'} candidates), 1 − p on "
+                  f"{int(r0.n_questions)} held-out questions; J is the mixture's objective."]
+    pts = lm_points(tables, s.n_boot)
+    ok_ps = [float(p) for p in (s.lm.ps if s.lm else ())]
+    if len(tr):
+        last = int(tr.step.max())
+        gs = sorted(int(g) for g in tr.G.unique())
+        lines += ["", f"GRPO training (Algorithm 1, Adam) at N = {int(tr.N.iloc[0])}, step "
+                  f"{last}: mean J_p over seeds by G ({', '.join(map(str, gs))}), best G with a "
+                  "bootstrap 95% CI over seeds.", "",
+                  "| p | seeds | mean J_p by G | predicted G* | grid prediction | best G [95% CI] "
+                  "| prediction in CI |", "|---|---|---|---|---|---|---|"]
+        for r in pts.itertuples():
+            e = tr[(tr.p == r.p) & (tr.step == r.step)].groupby("G").J_mix.mean()
+            accs = " ".join(f"{e.get(g, float('nan')):.3f}" for g in gs)
+            inside = r.ci_low <= r.G_grid <= r.ci_high
+            lines.append(f"| {r.p:g} | {r.seeds} | {accs} | {r.G_pred:.1f} | {r.G_grid} | "
+                         f"{r.best_G} [{r.ci_low}, {r.ci_high}] | {'PASS' if inside else 'FAIL'} |")
+    pr = conc[np.isin(np.round(conc.value.astype(float), 9), np.round(ok_ps, 9))]
+    span = (float(pr.G_continuous.max() / pr.G_continuous.min()) if len(pr) else float("nan"))
+    ch = [check("LM: c1 > 0 (finite G*) at every trained concentration",
+                len(pr) > 0 and bool((pr.c1 > 0).all()), pr.c1,
+                detail=", ".join(f"p={r.value}: c1={r.c1:.3g}" for r in pr.itertuples())),
+          check("LM: the trained concentrations' predicted G* span a factor >= 4",
+                len(pr) > 0 and span >= 4, span,
+                detail=f"G* {pr.G_continuous.min():.1f} to {pr.G_continuous.max():.1f} "
+                       f"(x{span:.1f})" if len(pr) else "no prediction"),
+          check("LM: every J_p is a probability", len(tr) > 0 and bool(tr.J_mix.between(0,
+                1).all()), tr.J_mix.to_numpy(), detail=f"{len(tr)} values")]
+    return lines, ch
 
 
 MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin"),
            "train_per_step": ("^", "training, per-step budget"),
-           "train_total": ("v", "training, total budget")}
+           "train_total": ("v", "training, total budget"),
+           "lm:train": ("D", "language model, training (concentration p)")}
 
 
 def plot(tables, s: Settings, out_dir) -> None:
@@ -358,7 +674,12 @@ def plot(tables, s: Settings, out_dir) -> None:
         mk, lab = MARKERS.get(name, ("D", f"language model ({name[3:]})"))
         jit = 1.0 + 0.04 * (i - (n - 1) / 2)  # small horizontal offset so markers do not overlap
         ax.errorbar(e.G_pred * jit, e.best_G, yerr=[e.best_G - e.ci_low, e.ci_high - e.best_G],
-                    fmt=mk, ms=5, capsize=2, label=lab, alpha=0.85)
+                    fmt=mk, ms=6 if name.startswith("lm:") else 5, capsize=2, label=lab,
+                    alpha=0.85)
+        if name.startswith("lm:"):
+            for r in e.itertuples():
+                ax.annotate(r.label, (r.G_pred * jit, r.best_G), fontsize=6,
+                            xytext=(4, -8), textcoords="offset points")
     lo = max(1.5, 0.7 * float(np.nanmin(p[["G_pred", "ci_low"]].values)))
     hi = 1.4 * float(np.nanmax(p[["G_pred", "ci_high"]].values))
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="y = x")
@@ -367,7 +688,8 @@ def plot(tables, s: Settings, out_dir) -> None:
     ticks = [2**k for k in range(1, 11) if lo <= 2**k <= hi]
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
            xlabel="predicted G* = 1 + √(c3/c1)", ylabel="empirical best G (95% CI)",
-           title="Scaling law across the δ family")
+           title="Scaling law across the δ family" + (" and LM concentrations" if any(
+               x.startswith("lm:") for x in src) else ""))
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_minor_locator(NullLocator())
     ax.set_xticks(ticks, [str(t) for t in ticks])

@@ -92,3 +92,128 @@ def test_spearman_and_ci_helpers():
     assert np.isnan(sf.spearman([1, 2], [1, 2]))
     assert sf.ci_from_freq([2, 4, 8], [0.0, 1.0, 0.0]) == (4, 4)
     assert sf.ci_from_freq([2, 4, 8], [0.5, 0.0, 0.5]) == (2, 8)
+
+
+# --- the language-model part: prompt concentration (grpo_theory.lm.mixture) ---
+
+def _synthetic_parts(seed=0, n=7, d=5):
+    """Per-question pieces with known per-prompt gradients g(x) = V s*: one fixed question F
+    and n others R (||s*||^2 = ||g||^2 / V^2, g_mean the set's mean gradient)."""
+    rng = np.random.default_rng(seed)
+
+    def part(k):
+        g = rng.normal(size=(k, d))
+        v = rng.uniform(0.2, 0.8, size=k)
+        return dict(v=v, s_star_sq=np.sum(g**2, 1) / v**2, s2=rng.uniform(5, 10, size=k),
+                    g_mean=g.mean(0)), g
+
+    (f, gf), (r, gr) = part(1), part(n)
+    return dict(F=f, R=r), gf, gr
+
+
+def test_mixture_c1_is_the_between_prompt_variance():
+    from grpo_theory.lm.mixture import mixture_constants
+
+    parts, gf, gr = _synthetic_parts()
+    for p in (0.0, 0.3, 0.5, 0.9, 0.99):
+        # direct: weighted variance of g(x), mass p on F and (1 - p)/n on each question of R
+        w = np.r_[p, np.full(len(gr), (1 - p) / len(gr))]
+        g = np.vstack([gf, gr])
+        mean = w @ g
+        direct = float(w @ np.sum((g - mean) ** 2, 1))
+        c = mixture_constants(parts, p)
+        assert c["c1"] == pytest.approx(direct, rel=1e-10, abs=1e-12)
+        # one fixed question: c1 = (1 - p) [p ||g_F - mean_R g||^2 + Var_R g]
+        var_r = float(np.mean(np.sum((gr - gr.mean(0)) ** 2, 1)))
+        a = float(np.sum((gf[0] - gr.mean(0)) ** 2))
+        assert c["c1"] == pytest.approx((1 - p) * (p * a + var_r), rel=1e-10)
+    assert mixture_constants(parts, 1.0)["c1"] == pytest.approx(0.0, abs=1e-12)
+    ps = np.linspace(0.5, 0.999, 30)
+    c1 = [mixture_constants(parts, p)["c1"] for p in ps]
+    gs = [mixture_constants(parts, p)["G_continuous"] for p in ps]
+    assert np.all(np.diff(c1) < 0) and np.all(np.diff(gs) > 0)  # c1 -> 0, G* grows for p >= 1/2
+    # c3 is affine in p (within-group noise is a per-prompt mean)
+    c3 = [mixture_constants(parts, p)["c3"] for p in (0.0, 0.5, 1.0)]
+    assert c3[1] == pytest.approx((c3[0] + c3[2]) / 2, rel=1e-12)
+
+
+def test_concentrated_pool_and_errors():
+    from grpo_theory.lm.mixture import concentrated_pool, mixture_constants, pool_counts
+    from grpo_theory.lm.task import train_pool
+
+    q = train_pool(n=60, seed=1)
+    fixed, rest = q.subset([0]), q.subset(np.arange(1, 60))
+    pool, pe = concentrated_pool(fixed, rest, 0.9, 50)
+    assert len(pool) == 50 and pe == pytest.approx(0.9)
+    assert sum(t == fixed.text[0] for t in pool.text) >= 45
+    assert pool_counts(0.0, 1, 50) == (0, 50, 0.0)
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="p must"):
+            pool_counts(bad, 1, 50)
+    with pytest.raises(ValueError, match="n_pool"):
+        pool_counts(0.99, 1, 10)
+    with pytest.raises(ValueError, match="p must"):
+        mixture_constants(_synthetic_parts()[0], 1.5)
+
+
+@pytest.mark.slow  # about 35 s of CPU (8 XLA compilations of a tiny model), 85 s at load 10
+def test_mixture_c1_matches_the_duplicated_question_list():
+    """On a tiny random transformer: the mixture's exact c1 at p = m / (m + n) equals the
+    uniform c1 = mean_x ||g(x)||^2 - ||grad J||^2 (the formula of predicted_group_size) on the
+    list with the fixed question repeated m times."""
+    import jax
+
+    from grpo_theory.lm import model, policy
+    from grpo_theory.lm.gradmse import exact_answer_quantities
+    from grpo_theory.lm.mixture import (concat_questions, mixture_constants, mixture_parts,
+                                        pick_fixed_question)
+    from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
+
+    cfg = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)
+    pol = policy.LMPolicy(model.init_params(jax.random.PRNGKey(0), cfg), model.make_apply(cfg),
+                          model.make_sampler(cfg))
+    q = eval_set(n=4, seed=3)
+    i = pick_fixed_question(pol, q)
+    fixed, rest = q.subset([i]), q.subset([j for j in range(4) if j != i])
+    parts = mixture_parts(pol, fixed, rest, 1, seed=0)
+    m = 5
+    dup = concat_questions(fixed.subset([0] * m), rest)
+    v, ss, gj = exact_answer_quantities(pol, encode_prompts(dup), target_responses(dup, "answer"))
+    c = mixture_constants(parts, m / (m + len(rest)))
+    assert c["c1"] == pytest.approx(float(np.mean(v**2 * ss) - gj @ gj), rel=1e-5)
+    assert c["J"] == pytest.approx(float(v.mean()), rel=1e-5)
+    assert mixture_constants(parts, 0.9)["c1"] > mixture_constants(parts, 0.99)["c1"] > 0
+
+
+def _lm_tables(res, ps=(0.0, 0.9), seeds=3):
+    """The small run's tables plus synthetic LM knob rows and runs (best G = 2 at p = 0, 16 at
+    p = 0.9 by construction)."""
+    kn, tr = [], []
+    for p, (c1, c3) in zip(ps, ((1.0, 9.0), (0.01, 2.25))):
+        kn.append(dict(knob="concentration", value=str(p), method="exact", c1=c1, c2=1.0, c3=c3,
+                       G_continuous=1 + np.sqrt(c3 / c1), G_ci_low=np.nan, G_ci_high=np.nan,
+                       J=0.5, p_exact=p, fixed="2*5", V_fixed=0.5, n_questions=10))
+        best = 2 if p == 0.0 else 16
+        for G in (2, 4, 16):
+            for r in range(seeds):
+                tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=10,
+                               J_mix=0.6 - 0.01 * abs(np.log2(G / best)) + 0.001 * r,
+                               acc_rest=0.5, V_fixed=0.5, train_reward=0.5, steps_per_s=1.0))
+    return dict(res.tables, lm_knob=pd.DataFrame(kn), lm_train=pd.DataFrame(tr))
+
+
+def test_lm_runs_enter_points_and_report(small_run):
+    _, res = small_run
+    t = _lm_tables(res)
+    lp = sf.lm_points(t, n_boot=200)
+    assert list(lp.best_G) == [2, 16] and list(lp.G_grid) == [4, 16]
+    pts = sf.summaries(t, n_boot=200)["points"]
+    lm = pts[pts.source == "lm:train"]
+    assert list(lm.label) == ["p=0", "p=0.9"] and list(lm.in_ci) == [False, True]
+    s = dataclasses.replace(SMALL, lm=sf.LMPart(warmup=None, knobs=(), ps=(0.0, 0.9),
+                                                grid=(2, 4, 16), N=64, steps=10, seeds=3))
+    sec = sf.report(t, s)
+    by = {c.name: c.passed for c in sec.checks}
+    assert by["LM: the trained concentrations' predicted G* span a factor >= 4"] is True
+    assert "bandit members + LM settings" in sec.markdown
+    assert len(sf.cells(s)) == len(sf.cells(SMALL)) + 1 + 2 * 3 * 3  # concentration knob + runs
