@@ -31,6 +31,7 @@ MODULES = (
     "simulations.lm_mse",
     "simulations.lm_groupsize",
     "simulations.lm_rank",
+    "simulations.lm_dppo",
 )
 EXTRA_ENV = "GRPO_THEORY_EXPERIMENTS"
 

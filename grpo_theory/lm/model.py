@@ -154,13 +154,17 @@ def _positions(t_len, prompt_len, max_prompt):
     return jnp.arange(t_len) - prompt_len + max_prompt
 
 
-def _forward(params, cfg, tokens, prompt_len, return_kv=False):
+def _forward(params, cfg, tokens, prompt_len, return_kv=False, segment_ids=None,
+             positions=None):
     n, t = tokens.shape
-    x = _embed(params, tokens, _positions(t, prompt_len, cfg.max_prompt))
+    pos = _positions(t, prompt_len, cfg.max_prompt) if positions is None else positions
+    x = _embed(params, tokens, pos)
     idx = jnp.arange(t)
     valid = tokens != PAD
     mask = (idx[None, :] <= idx[:, None])[None, None] & (
         valid[:, None, None, :] | (idx[None, :] == idx[:, None])[None, None])
+    if segment_ids is not None:  # packed rows: attend within one's own sequence only
+        mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
     kvs = []
     for b in params["blocks"]:
         h = _ln(b["ln1"], x)
@@ -194,21 +198,44 @@ def _check_lengths(cfg, n_prompt, n_response):
                          f"{cfg.max_response}")
 
 
-def apply(params, tokens, prompt_len: int, cfg: ModelConfig):
+def apply(params, tokens, prompt_len: int, cfg: ModelConfig, segment_ids=None, positions=None):
     """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32 (matrix products
     in ``cfg.dtype``, module docstring).
+
+    Packed rows (several sequences per row, :mod:`grpo_theory.companions.packing`): give
+    ``positions`` (N, T), each token's embedding index (for a sequence laid out as in the
+    unpacked model, ``offset - prompt tokens + cfg.max_prompt``), and ``segment_ids`` (N, T),
+    so that a token attends only to earlier tokens of its own segment; ``prompt_len`` is then
+    ignored. With both None (default) the result is the unpacked model's.
 
     Args:
         params: from :func:`init_params`.
         tokens: (N, T) integer ids in ``[0, cfg.vocab_size)`` (range checked when concrete).
         prompt_len: 1 <= prompt_len <= min(T, cfg.max_prompt); T - prompt_len <= max_response.
         cfg: the :class:`ModelConfig`.
+        segment_ids: None or (N, T) integers (equal ids = one sequence).
+        positions: None or (N, T) integers in ``[0, max_prompt + max_response)``.
 
     Returns:
         (N, T, vocab_size) float32 logits.
     """
     _config(cfg)
     tokens = V.token_array("tokens", tokens, 2, cfg.vocab_size)
+    if positions is not None or segment_ids is not None:
+        if positions is None or segment_ids is None:
+            raise ValueError("segment_ids and positions must be given together")
+        positions, segment_ids = jnp.asarray(positions), jnp.asarray(segment_ids)
+        for name, a in (("positions", positions), ("segment_ids", segment_ids)):
+            if a.shape != tokens.shape:
+                raise ValueError(f"{name} must have the tokens' shape {tokens.shape}, "
+                                 f"got {a.shape}")
+        if V.is_concrete(positions) and (
+                int(positions.min()) < 0
+                or int(positions.max()) >= cfg.max_prompt + cfg.max_response):
+            raise ValueError(f"positions must lie in [0, {cfg.max_prompt + cfg.max_response}),"
+                             f" got [{int(positions.min())}, {int(positions.max())}]")
+        return _forward(params, cfg, jnp.asarray(tokens), 0, segment_ids=segment_ids,
+                        positions=positions)
     if V.is_concrete(prompt_len):
         t = tokens.shape[1]
         prompt_len = V.integer("prompt_len", prompt_len, 1, t)
