@@ -131,6 +131,10 @@ def test_unbiased_over_all_masks_and_controls_biased(pol):
     scale = np.abs(g_full).max()
     np.testing.assert_allclose(means["dppo"], g_full, atol=1e-5 * scale)
     np.testing.assert_allclose(means["no_rescale"], qp * qc * g_full, atol=1e-5 * scale)
+    # leave-one-out advantages of the kept subset: unbiased given >= 2 kept, 0 otherwise, so
+    # E = (1 - (1 - qc)^(G-1)) x the full estimate
+    np.testing.assert_allclose(means["recompute"], (1 - (1 - qc) ** (G - 1)) * g_full,
+                               atol=1e-5 * scale)
     for meth in ("no_rescale", "recompute"):
         assert np.abs(means[meth] - g_full).max() > 0.05 * scale
 

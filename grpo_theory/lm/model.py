@@ -198,7 +198,8 @@ def _check_lengths(cfg, n_prompt, n_response):
                          f"{cfg.max_response}")
 
 
-def apply(params, tokens, prompt_len: int, cfg: ModelConfig, segment_ids=None, positions=None):
+def apply(params, tokens, prompt_len: int, cfg: ModelConfig, segment_ids=None,
+          positions=None):
     """Next-token logits (N, T, V) for token array ``tokens`` (N, T); float32 (matrix products
     in ``cfg.dtype``, module docstring).
 
