@@ -45,8 +45,8 @@ from .lm_mse import SETTINGS as MSE_SETTINGS
 from .lm_mse import policies
 
 __all__ = ["NAME", "CLAIM", "Z_TOL", "N_BOOT", "VARIANTS", "Settings", "SETTINGS", "SCHEMA",
-           "cells", "cell", "bootstrap_ci", "run_summary", "rate_summary", "report", "plot",
-           "EXPERIMENT"]
+           "CLOCKS", "cells", "cell", "bootstrap_ci", "run_summary", "rate_summary", "report",
+           "plot", "EXPERIMENT"]
 
 NAME = "lm-dppo"
 CLAIM = ("DPPO (prompt/completion pruning with 1/q, full-group advantages, packed kept "
@@ -107,7 +107,7 @@ SETTINGS = {
     "quick": Settings(warmup=MSE_SETTINGS["quick"].warmup, batch=16, group=8, steps=6, every=3,
                       max_factor=2.0, lr=1e-3, n_eval=24, n_pool=2000,
                       rates=((0.0, 0.0), (0.5, 0.5)), practical_rates=((0.0, 0.0),), seeds=1,
-                      capacity=51, n_masks=24, n_buckets=4),
+                      capacity=51, n_masks=24, n_buckets=4, practical_seeds=1),
     # full: sized for about 40 min on the shared 2-core machine (load about 10)
     "full": Settings(warmup=MSE_SETTINGS["full"].warmup, batch=64, group=8, steps=40, every=10,
                      max_factor=3.0, lr=1e-3, n_eval=500, n_pool=20000,
@@ -286,10 +286,16 @@ def bootstrap_ci(values, n_boot: int = N_BOOT, seed: int = 0, stat=np.mean):
     return float(np.quantile(s, 0.025)), float(np.quantile(s, 0.975))
 
 
-def _acc_at_time(d: pd.DataFrame, t_ref: float) -> float:
-    """Accuracy at cumulative (sampling + update) time ``t_ref``, linear between checkpoints;
-    NaN when the run stopped before ``t_ref``."""
-    t = (d.sample_seconds + d.update_seconds).to_numpy()
+#: the clocks of the equal-time comparison: (sampling column, update column)
+CLOCKS = {"cpu": ("sample_cpu_seconds", "update_cpu_seconds"),
+          "wall": ("sample_seconds", "update_seconds")}
+
+
+def _acc_at_time(d: pd.DataFrame, t_ref: float, clock: str) -> float:
+    """Accuracy at cumulative (sampling + update) time ``t_ref`` on ``clock``, linear between
+    checkpoints; NaN when the run stopped before ``t_ref``."""
+    cs, cu = CLOCKS[clock]
+    t = (d[cs] + d[cu]).to_numpy()
     a = d.accuracy.to_numpy()
     if t_ref > t[-1] + 1e-12:
         return float("nan")
@@ -297,8 +303,9 @@ def _acc_at_time(d: pd.DataFrame, t_ref: float) -> float:
 
 
 def run_summary(train: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """One row per run: seconds per step (sampling, update, total) over the first ``steps``,
-    accuracy at ``steps`` and at the full run's mean time (same variant) at ``steps``."""
+    """One row per run: wall and CPU seconds per step (sampling, update, total) over the first
+    ``steps``, accuracy at ``steps`` and, per clock, at the full run's mean time (same
+    variant) of ``steps`` steps (``acc_time_cpu``, ``acc_time_wall``)."""
     out = []
     for (variant, rq, ro, seed), d in train.groupby(["variant", "r_q", "r_o", "run_seed"],
                                                      sort=False):
@@ -307,53 +314,68 @@ def run_summary(train: pd.DataFrame, steps: int) -> pd.DataFrame:
         out.append(dict(variant=variant, r_q=rq, r_o=ro, run_seed=seed,
                         sample_per_step=at.sample_seconds / steps,
                         update_per_step=at.update_seconds / steps,
-                        total_per_step=(at.sample_seconds + at.update_seconds) / steps,
+                        wall_per_step=(at.sample_seconds + at.update_seconds) / steps,
+                        sample_cpu_per_step=at.sample_cpu_seconds / steps,
+                        update_cpu_per_step=at.update_cpu_seconds / steps,
                         cpu_per_step=(at.sample_cpu_seconds + at.update_cpu_seconds) / steps,
                         acc_steps=at.accuracy, acc0=d.accuracy.iloc[0],
                         kept_share=d.kept_share[d.step > 0].mean(),
                         token_share=d.token_share[d.step > 0].mean(),
                         row_share=d.row_share[d.step > 0].mean(), load1=d.load1.iloc[0]))
     runs = pd.DataFrame(out)
-    accs = []
-    for r in runs.itertuples():
-        full = runs[(runs.variant == r.variant) & (runs.r_q == 0) & (runs.r_o == 0)]
-        t_ref = float(full.total_per_step.mean() * steps)
-        d = train[(train.variant == r.variant) & (train.r_q == r.r_q) & (train.r_o == r.r_o)
-                  & (train.run_seed == r.run_seed)].sort_values("step")
-        accs.append(_acc_at_time(d, t_ref) if len(full) else float("nan"))
-    runs["acc_time"] = accs
+    for clock in CLOCKS:
+        accs = []
+        for r in runs.itertuples():
+            full = runs[(runs.variant == r.variant) & (runs.r_q == 0) & (runs.r_o == 0)]
+            t_ref = float(full[f"{clock}_per_step"].mean() * steps)
+            d = train[(train.variant == r.variant) & (train.r_q == r.r_q)
+                      & (train.r_o == r.r_o) & (train.run_seed == r.run_seed)]
+            if r.r_q == 0 and r.r_o == 0:  # full GRPO: its own time of `steps` steps
+                accs.append(r.acc_steps)
+            else:
+                accs.append(_acc_at_time(d.sort_values("step"), t_ref, clock) if len(full)
+                            else float("nan"))
+        runs[f"acc_time_{clock}"] = accs
     return runs
 
 
+def _ratio_ci(full, pruned, seed=0):
+    """Bootstrap 95% CI of mean(full) / mean(pruned), resampling the seeds of both."""
+    f, p = np.asarray(full, float), np.asarray(pruned, float)
+    rng = np.random.default_rng(seed)
+    b = (f[rng.integers(0, f.size, (N_BOOT, f.size))].mean(1)
+         / p[rng.integers(0, p.size, (N_BOOT, p.size))].mean(1))
+    return float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))
+
+
 def rate_summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per (variant, r_q, r_o): means over seeds with bootstrap CIs, speed-up over full GRPO
-    (ratio of mean seconds per step; CI resampling seeds of both), accuracy at fixed steps and
-    at equal wall clock, and whether each mean lies inside the full run's CI."""
+    """Per (variant, r_q, r_o): means over seeds; speed-ups over full GRPO (ratio of mean
+    seconds per step, CPU and wall, with bootstrap CIs resampling the seeds of both; update
+    only); accuracy at the fixed step count and at equal CPU / wall time with bootstrap CIs;
+    full GRPO's accuracy CI (``full_lo``, ``full_hi``)."""
     out = []
     for (variant, rq, ro), d in runs.groupby(["variant", "r_q", "r_o"], sort=False):
         full = runs[(runs.variant == variant) & (runs.r_q == 0) & (runs.r_o == 0)]
-        rng = np.random.default_rng(0)
-        ft, pt = full.total_per_step.to_numpy(), d.total_per_step.to_numpy()
-        boots = (ft[rng.integers(0, ft.size, (N_BOOT, ft.size))].mean(1)
-                 / pt[rng.integers(0, pt.size, (N_BOOT, pt.size))].mean(1))
-        fa_lo, fa_hi = bootstrap_ci(full.acc_steps)
-        a_lo, a_hi = bootstrap_ci(d.acc_steps)
-        at = d.acc_time.dropna()
-        t_lo, t_hi = bootstrap_ci(at)
-        out.append(dict(variant=variant, r_q=rq, r_o=ro, q=(1 - rq) * (1 - ro), n=len(d),
-                        kept_share=d.kept_share.mean(), token_share=d.token_share.mean(),
-                        row_share=d.row_share.mean(),
-                        sample_per_step=d.sample_per_step.mean(),
-                        update_per_step=d.update_per_step.mean(),
-                        total_per_step=d.total_per_step.mean(),
-                        speedup=ft.mean() / pt.mean(), speedup_lo=np.quantile(boots, 0.025),
-                        speedup_hi=np.quantile(boots, 0.975),
-                        update_speedup=full.update_per_step.mean() / d.update_per_step.mean(),
-                        cpu_speedup=full.cpu_per_step.mean() / d.cpu_per_step.mean(),
-                        acc_steps=d.acc_steps.mean(), acc_steps_lo=a_lo, acc_steps_hi=a_hi,
-                        acc_time=at.mean() if len(at) else float("nan"), acc_time_lo=t_lo,
-                        acc_time_hi=t_hi, n_time=len(at), full_lo=fa_lo, full_hi=fa_hi,
-                        load1=d.load1.mean()))
+        row = dict(variant=variant, r_q=rq, r_o=ro, q=(1 - rq) * (1 - ro), n=len(d),
+                   kept_share=d.kept_share.mean(), token_share=d.token_share.mean(),
+                   row_share=d.row_share.mean(), load1=d.load1.mean())
+        for c in ("sample_per_step", "update_per_step", "wall_per_step", "sample_cpu_per_step",
+                  "update_cpu_per_step", "cpu_per_step"):
+            row[c] = d[c].mean()
+        for clock in CLOCKS:
+            col = f"{clock}_per_step"
+            row[f"speedup_{clock}"] = full[col].mean() / d[col].mean()
+            row[f"speedup_{clock}_lo"], row[f"speedup_{clock}_hi"] = _ratio_ci(full[col], d[col])
+            at = d[f"acc_time_{clock}"].dropna()
+            row[f"acc_time_{clock}"] = at.mean() if len(at) else float("nan")
+            row[f"acc_time_{clock}_lo"], row[f"acc_time_{clock}_hi"] = bootstrap_ci(at)
+            row[f"n_time_{clock}"] = len(at)
+        row["update_speedup_cpu"] = (full.update_cpu_per_step.mean()
+                                     / d.update_cpu_per_step.mean())
+        row["acc_steps"] = d.acc_steps.mean()
+        row["acc_steps_lo"], row["acc_steps_hi"] = bootstrap_ci(d.acc_steps)
+        row["full_lo"], row["full_hi"] = bootstrap_ci(full.acc_steps)
+        out.append(row)
     return pd.DataFrame(out)
 
 
@@ -369,30 +391,33 @@ def report(tables, s: Settings) -> Section:
     rs = rate_summary(runs)
     lines = [f"B = {s.batch} prompts x G = {s.group} responses per step, Adam lr {s.lr:g}, "
              f"{s.steps} steps (pruned runs up to {s.max_factor:g}x longer for the equal-time "
-             f"comparison), accuracy = exact mean pi(y*|x) on {s.n_eval} held-out questions; "
-             f"kept sequences packed into rows of {s.capacity} tokens, row counts in "
-             f"{s.n_buckets} buckets. Seconds are wall clock on a shared machine (load1 = the "
-             "1-minute load average during the run), compilation excluded. Speed-up = full "
-             "GRPO's seconds per step / the pruned run's (95% bootstrap CI over seeds; the "
-             "CPU-time column uses the process's CPU seconds, less sensitive to other processes); "
-             "'equal time' = accuracy when the pruned run has used the full run's mean time of "
-             f"{s.steps} steps (linear between checkpoints). 'vs full' = where the pruned mean "
-             "lies relative to full GRPO's 95% CI at the fixed step count.", "",
-             "| variant | r_q | r_o | q = qp qc | kept share | token share | slot share | "
-             "sample s/step | update s/step | speed-up [CI] | update speed-up | "
-             f"CPU-time speed-up | acc @{s.steps} [CI] | vs full | acc @ equal time [CI] | "
-             "vs full | seeds | load1 |", "|" + "---|" * 18]
+             f"comparison), accuracy = exact mean pi(y*|x) on {s.n_eval} held-out questions "
+             f"(starting policy: {runs.acc0.mean():.3f}); kept sequences packed into rows of "
+             f"{s.capacity} tokens, row counts in {s.n_buckets} buckets; compilation excluded. "
+             "Clocks: CPU = the process's CPU seconds (all threads), the main clock, because "
+             "the machine is shared and wall-clock seconds of one configuration vary up to 3x "
+             "with the other processes' load (load1 = 1-minute load average during the run); "
+             "wall = elapsed seconds. Speed-up = full GRPO's seconds per step / the pruned "
+             "run's (95% bootstrap CI over seeds). Equal time = the accuracy when the pruned "
+             f"run has used full GRPO's mean time of {s.steps} steps (linear between "
+             "checkpoints; n/a when the run stopped earlier). 'vs full' = where the mean lies "
+             f"relative to full GRPO's 95% CI at {s.steps} steps.", "",
+             "| variant | r_q | r_o | q = qp qc | kept share | slot share | CPU ms/step "
+             "(sample + update) | speed-up CPU [CI] | update speed-up CPU | speed-up wall [CI] "
+             f"| acc @{s.steps} steps [CI] | vs full | acc @ equal CPU time [CI] | vs full | "
+             "acc @ equal wall time | seeds | load1 |", "|" + "---|" * 17]
     for r in rs.itertuples():
         lines.append(
             f"| {r.variant} | {r.r_q:g} | {r.r_o:g} | {r.q:.2f} | {r.kept_share:.3f} | "
-            f"{r.token_share:.3f} | {r.row_share:.3f} | {r.sample_per_step * 1e3:.1f} ms | "
-            f"{r.update_per_step * 1e3:.1f} ms | {r.speedup:.2f} [{r.speedup_lo:.2f}, "
-            f"{r.speedup_hi:.2f}] | {r.update_speedup:.2f} | {r.cpu_speedup:.2f} | "
-            f"{r.acc_steps:.3f} "
+            f"{r.row_share:.3f} | {r.sample_cpu_per_step * 1e3:.0f} + "
+            f"{r.update_cpu_per_step * 1e3:.0f} | {r.speedup_cpu:.2f} [{r.speedup_cpu_lo:.2f}, "
+            f"{r.speedup_cpu_hi:.2f}] | {r.update_speedup_cpu:.2f} | {r.speedup_wall:.2f} "
+            f"[{r.speedup_wall_lo:.2f}, {r.speedup_wall_hi:.2f}] | {r.acc_steps:.3f} "
             f"[{r.acc_steps_lo:.3f}, {r.acc_steps_hi:.3f}] | "
-            f"{_where(r.acc_steps, r.full_lo, r.full_hi)} | {r.acc_time:.3f} "
-            f"[{r.acc_time_lo:.3f}, {r.acc_time_hi:.3f}] (n={r.n_time}) | "
-            f"{_where(r.acc_time, r.full_lo, r.full_hi)} | {r.n} | {r.load1:.1f} |")
+            f"{_where(r.acc_steps, r.full_lo, r.full_hi)} | {r.acc_time_cpu:.3f} "
+            f"[{r.acc_time_cpu_lo:.3f}, {r.acc_time_cpu_hi:.3f}] (n={r.n_time_cpu}) | "
+            f"{_where(r.acc_time_cpu, r.full_lo, r.full_hi)} | {r.acc_time_wall:.3f} "
+            f"(n={r.n_time_wall}) | {r.n} | {r.load1:.1f} |")
     lines += ["", "Kept share = kept responses / BG (expected q); token share = kept real "
               "tokens / all real tokens (what the backward pass must process); slot share = "
               "token slots of the packed, bucketed array / the unpacked full batch's (what it "
@@ -459,15 +484,16 @@ def plot(tables, s: Settings, out_dir) -> None:
     rs = rate_summary(run_summary(train, s.steps))
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     a = rs[rs.variant == "alg1"]
-    axes[0].errorbar(a.q, a.speedup, yerr=[a.speedup - a.speedup_lo, a.speedup_hi - a.speedup],
-                     fmt="o", label="total step", capsize=2)
-    axes[0].plot(a.q, a.update_speedup, "s", label="update only")
+    axes[0].errorbar(a.q, a.speedup_cpu, yerr=[a.speedup_cpu - a.speedup_cpu_lo,
+                                               a.speedup_cpu_hi - a.speedup_cpu],
+                     fmt="o", label="total step (CPU time)", capsize=2)
+    axes[0].plot(a.q, a.update_speedup_cpu, "s", label="update only (CPU time)")
     qq = np.linspace(max(0.05, a.q.min()), 1, 50)
     axes[0].plot(qq, 1 / qq, "k:", lw=1, label="1/q (kept-token proxy)")
     axes[0].set(xlabel="q = qp qc", ylabel="speed-up over full GRPO", yscale="log")
     axes[0].legend(fontsize=7)
     for ax, col, title in ((axes[1], "acc_steps", f"accuracy at {s.steps} steps"),
-                           (axes[2], "acc_time", "accuracy at equal wall clock")):
+                           (axes[2], "acc_time_cpu", "accuracy at equal CPU time")):
         ax.errorbar(a.q, a[col], yerr=[a[col] - a[f"{col}_lo"], a[f"{col}_hi"] - a[col]],
                     fmt="o", capsize=2)
         f = a[(a.r_q == 0) & (a.r_o == 0)]

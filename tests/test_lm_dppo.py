@@ -208,26 +208,27 @@ TINY = dataclasses.replace(
 
 def test_summaries_equal_time_interpolation():
     """Speed-up = ratio of seconds per step; accuracy at equal time = linear interpolation
-    in the pruned run's cumulative time at the full run's time of ``steps`` steps."""
+    in the pruned run's cumulative time at the full run's time of ``steps`` steps, on the CPU
+    and on the wall clock."""
     rows = []
     for rq, sec, acc in ((0.0, 0.9, (0.2, 0.3, 0.4)), (0.5, 0.5, (0.2, 0.25, 0.3, 0.35, 0.5))):
-        for i, a in enumerate(acc):  # checkpoints every step; sec per step, half sampling
+        for i, a in enumerate(acc):  # checkpoints every step; wall = 2 x CPU
             rows.append(dict(variant="alg1", r_q=rq, r_o=0.0, run_seed=0, step=i, accuracy=a,
-                             sample_seconds=i * sec / 2, update_seconds=i * sec / 2,
-                             sample_cpu_seconds=i * sec, update_cpu_seconds=0.0,
+                             sample_seconds=i * sec, update_seconds=i * sec,
+                             sample_cpu_seconds=i * sec / 2, update_cpu_seconds=i * sec / 2,
                              kept_share=1 - rq, token_share=1 - rq, row_share=1 - rq,
                              load1=1.0))
     runs = lm_dppo.run_summary(pd.DataFrame(rows), steps=2)
     pr = runs[runs.r_q == 0.5].iloc[0]
-    assert pr.total_per_step == pytest.approx(0.5) and pr.acc_steps == pytest.approx(0.3)
-    # the full run's 1.8 s = the pruned run's step 3.6: 0.35 + 0.6 (0.5 - 0.35)
-    assert pr.acc_time == pytest.approx(0.44)
+    assert pr.cpu_per_step == pytest.approx(0.5) and pr.acc_steps == pytest.approx(0.3)
+    # the full run's 1.8 s = the pruned run's step 3.6: 0.35 + 0.6 (0.5 - 0.35), both clocks
+    assert pr.acc_time_cpu == pytest.approx(0.44) and pr.acc_time_wall == pytest.approx(0.44)
     rs = lm_dppo.rate_summary(runs).set_index("r_q")
-    assert rs.loc[0.5, "speedup"] == pytest.approx(1.8)
-    assert rs.loc[0.5, "cpu_speedup"] == pytest.approx(1.8)
-    assert rs.loc[0.0, "acc_time"] == pytest.approx(0.4)  # its own step 2
+    assert rs.loc[0.5, "speedup_cpu"] == pytest.approx(1.8)
+    assert rs.loc[0.5, "speedup_wall"] == pytest.approx(1.8)
+    assert rs.loc[0.0, "acc_time_cpu"] == pytest.approx(0.4)  # its own step 2
     short = pd.DataFrame([r for r in rows if not (r["r_q"] == 0.5 and r["step"] > 3)])
-    assert np.isnan(lm_dppo.run_summary(short, 2).set_index("r_q").loc[0.5, "acc_time"])
+    assert np.isnan(lm_dppo.run_summary(short, 2).set_index("r_q").loc[0.5, "acc_time_cpu"])
 
 
 @pytest.mark.slow
