@@ -321,8 +321,9 @@ def report(tables, s: Settings) -> Section:
                   "distinct | zero share obs / pred (z) | rank ~2 |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in run.itertuples():
-            lines.append(f"| {r.step} | {r.entropy:.2f} | {r.J:.3f} | {r.V_var:.3f} | "
-                         f"{r.train_reward:.3f} | {r.G} | " + _rank_row(r))
+            tr = f"{r.train_reward:.3f}" if np.isfinite(r.train_reward) else "-"
+            lines.append(f"| {r.step} | {r.entropy:.2f} | {r.J:.3f} | {r.V_var:.3f} | {tr} | "
+                         f"{r.G} | " + _rank_row(r))
         lines += ["", "| step | entropy | J | rank about 2 at G | entropy rank / n90 at the "
                   "largest G | zero share |", "|---|---|---|---|---|---|"]
         lines += _summary_lines(run, "step")
