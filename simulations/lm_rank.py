@@ -391,11 +391,12 @@ def plot(tables, s: Settings, out_dir) -> None:
         h = run[run.G == run.G.min()].sort_values("step")
         tw = ax2.twinx()
         tw.plot(h.step, h.entropy, "k^--", ms=4, label="entropy (nats)")
-        tw.set_ylabel("entropy -E log pi (nats)")
-        tw.legend(fontsize=7, loc="center right")
+        tw.set(ylabel="entropy -E log pi (nats)", ylim=(0, 1.05 * h.entropy.max()))
         ax2.set(xlabel="GRPO step", ylabel="zero-advantage share (x: predicted)",
                 ylim=(0, 1.02), title="sparsity and entropy along GRPO")
-        ax2.legend(fontsize=7, loc="lower left")
+        hs, ls = ax2.get_legend_handles_labels()
+        ht, lt = tw.get_legend_handles_labels()
+        tw.legend(hs + ht, ls + lt, fontsize=6, ncol=2, loc="lower right")
     fig.suptitle("Entropy rank (solid, 95% CI) and components for 90% (dotted) of diag(A) S",
                  fontsize=9)
     fig.tight_layout()
