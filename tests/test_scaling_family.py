@@ -196,6 +196,8 @@ def _lm_tables(res, ps=(0.0, 0.9), seeds=3):
         best = 2 if p == 0.0 else 16
         for G in (2, 4, 16):
             for r in range(seeds):
+                tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=0, J_mix=0.5,
+                               acc_rest=0.5, V_fixed=0.5, train_reward=np.nan, steps_per_s=1.0))
                 tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=10,
                                J_mix=0.6 - 0.01 * abs(np.log2(G / best)) + 0.001 * r,
                                acc_rest=0.5, V_fixed=0.5, train_reward=0.5, steps_per_s=1.0))
@@ -216,4 +218,5 @@ def test_lm_runs_enter_points_and_report(small_run):
     by = {c.name: c.passed for c in sec.checks}
     assert by["LM: the trained concentrations' predicted G* span a factor >= 4"] is True
     assert "bandit members + LM settings" in sec.markdown
+    assert "Reading the concentrated rows" in sec.markdown  # the saturation paragraph
     assert len(sf.cells(s)) == len(sf.cells(SMALL)) + 1 + 2 * 3 * 3  # concentration knob + runs
