@@ -113,7 +113,7 @@ SETTINGS = {
                      max_factor=3.0, lr=1e-3, n_eval=500, n_pool=20000,
                      rates=_axes_and_diagonal((0.3, 0.5, 0.7)),
                      practical_rates=((0.0, 0.0), (0.5, 0.5)), seeds=3, capacity=51,
-                     n_masks=100, practical_seeds=2),
+                     n_masks=100, practical_seeds=3),
 }
 
 _RATE = dict(variant="str", r_q="float", r_o="float")
