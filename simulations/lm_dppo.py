@@ -5,10 +5,12 @@ From lm-mse's instruct checkpoint (answer-only format), GRPO steps of B prompts 
 completions with ``qc = 1 - r_o``, kept terms rescaled by ``1/(qp qc)``, and the backward pass
 run only on the kept sequences, densely packed into rows of ``capacity`` tokens (row counts in
 static buckets). A ``train`` cell is one run (variant, r_q, r_o, seed): exact held-out accuracy
-at checkpoints with the cumulative seconds of sampling and of the update (compilation
-excluded, ``block_until_ready``) and the machine's load; pruned runs run longer than the full
-run (up to ``max_factor`` times its steps) so that their accuracy at the full run's wall clock
-can be read off by linear interpolation between checkpoints in time. The ``grad`` cell takes one
+at checkpoints with the cumulative seconds of sampling and of the update, wall clock and the
+process's CPU time (compilation excluded, ``block_until_ready``), and the machine's load;
+pruned runs run longer than the full run (up to ``max_factor`` times its steps) so that their
+accuracy at the full run's time can be read off by linear interpolation between checkpoints in
+time (CPU time is the main clock: on a shared machine wall-clock seconds of one configuration
+vary with the other processes' load). The ``grad`` cell takes one
 sampled batch at the starting policy and draws ``n_masks`` keep masks per rate: the DPPO
 estimate through the real pruned/packed path against the full-batch estimate (bias projected on
 ``n_dirs`` directions, mean squared error = the added variance), the controls ``no_rescale``
@@ -18,8 +20,9 @@ against ``qp qc``, and the seconds of one gradient next to the kept-token proxy.
 PASS when (i) DPPO is unbiased within 4 standard errors on every direction at every rate,
 (ii) the ``no_rescale`` control is biased (|z| > 4 along the full gradient) at every pruned rate,
 (iii) the kept share matches ``qp qc`` within 4 se at every rate. Speed-ups and accuracies
-(fixed steps and equal wall clock, bootstrap CIs over seeds) are reported, not gated; timings
-are wall-clock on a shared machine (the load column).
+(fixed steps and equal CPU / wall time, bootstrap CIs over seeds) are reported, not gated.
+Measured: the full setting took 2040 s of cell time on the shared 2-core machine (load 3-10),
+the quick setting 75 s from scratch (quick warm-up cached).
 
     grpo-theory lm-dppo [--full]
 """
@@ -51,7 +54,7 @@ __all__ = ["NAME", "CLAIM", "Z_TOL", "N_BOOT", "VARIANTS", "Settings", "SETTINGS
 NAME = "lm-dppo"
 CLAIM = ("DPPO (prompt/completion pruning with 1/q, full-group advantages, packed kept "
          "sequences) in the small transformer's GRPO loop: unbiased, measured speed-up and "
-         "accuracy at fixed steps and equal wall clock")
+         "accuracy at fixed steps and equal time")
 Z_TOL = 4.0
 N_BOOT = 2000
 #: Algorithm 1 and the practical clipped multi-epoch variant
@@ -108,7 +111,7 @@ SETTINGS = {
                       max_factor=2.0, lr=1e-3, n_eval=24, n_pool=2000,
                       rates=((0.0, 0.0), (0.5, 0.5)), practical_rates=((0.0, 0.0),), seeds=1,
                       capacity=51, n_masks=24, n_buckets=4, practical_seeds=1),
-    # full: sized for about 40 min on the shared 2-core machine (load about 10)
+    # full: 2040 s of cell time on the shared 2-core machine (load 3-10)
     "full": Settings(warmup=MSE_SETTINGS["full"].warmup, batch=64, group=8, steps=40, every=10,
                      max_factor=3.0, lr=1e-3, n_eval=500, n_pool=20000,
                      rates=_axes_and_diagonal((0.3, 0.5, 0.7)),

@@ -123,8 +123,16 @@ def response_weights(b: dict, method: str = "dppo", estimator: str = "grpo", m=N
     r"""Per-response weights ``w`` (BG,) and the kept mask (BG,) of a sampled batch.
 
     ``dppo``: ``w = m c / (qp qc) A / BG``; ``no_rescale``: ``m c A / BG``; ``recompute``:
-    advantages recomputed on the kept completions, then ``1/(qp qc)``. ``m``, ``c`` override
-    the batch's masks (to draw many masks for one batch).
+    advantages recomputed on the kept completions, then ``1/(qp qc)``.
+
+    Args:
+        b: a :func:`sample_batch` dict (host or device arrays).
+        method: one of :data:`METHODS`.
+        estimator: the advantage estimator (``recompute`` only).
+        m, c: (B,) and (B, G) masks overriding the batch's (to draw many masks for one batch).
+
+    Returns:
+        ``(w, keep)``: float64 weights (BG,) and booleans (BG,).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -248,7 +256,17 @@ def _update(apply_fn, opt, params, opt_state, tokens, seg, pos, tw, prompt_len, 
 def update(policy: LMPolicy, opt, params, opt_state, lay: dict, epochs: int = 1,
            clip_eps=None):
     """The Adam step(s) on a :func:`layout` (Algorithm 1 for ``epochs == 1``, else the clipped
-    multi-epoch surrogate). Returns ``(params, opt_state)``."""
+    multi-epoch surrogate of the module docstring).
+
+    Args:
+        policy: the :class:`LMPolicy` (its ``apply_fn`` and temperature).
+        opt: an optax optimiser; params, opt_state: the current state.
+        lay: from :func:`layout`.
+        epochs: >= 1; clip_eps: None (no clipping) or in (0, 1).
+
+    Returns:
+        ``(params, opt_state)`` after the step(s).
+    """
     eps = jnp.inf if clip_eps is None else float(clip_eps)
     return _update(policy.apply_fn, opt, params, opt_state, lay["tokens"], lay["segment_ids"],
                    lay["positions"], lay["tw"], lay["prompt_len"], policy.temperature,
