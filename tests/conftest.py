@@ -9,7 +9,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # subprocess the tests start (CLI runs, notebook kernels, Dask workers) inherit these variables,
 # so a program compiled once in the run is loaded from disk elsewhere instead of recompiled.
 # The folder is new for each run (the controller names it before the workers start and removes
-# it at the end), so no test can depend on a cache left by an earlier run. Only the tests
+# it at the end), so no test can depend on a cache left by an earlier run; a folder named in
+# GRPO_TEST_JAX_CACHE beforehand is used and kept instead (for local reruns). Only the tests
 # configure this; the package never changes JAX's configuration on import.
 _CACHE_ROOT = Path(__file__).resolve().parent.parent / ".pytest_jax_cache"
 _OWN_CACHE = "GRPO_TEST_JAX_CACHE" not in os.environ  # True in the controller (or a plain run)
