@@ -186,8 +186,10 @@ def test_mixture_c1_matches_the_duplicated_question_list():
 
 
 def _lm_tables(res, ps=(0.0, 0.9), seeds=3):
-    """The small run's tables plus synthetic LM knob rows and runs (best G = 2 at p = 0, 16 at
-    p = 0.9 by construction)."""
+    """The small run's tables plus synthetic LM knob rows and runs at steps 0, 2, ..., 10. At
+    p = 0 J_p rises linearly, fastest at G = 2; at p = 0.9 it rises as V(x_F) does, fastest at
+    G = 16, and every G saturates (V(x_F) = 1) by step 6, so the read step (half of the mean
+    gain, step 2) separates G = 16 and the last step does not (J_p ties at every G)."""
     kn, tr = [], []
     for p, (c1, c3) in zip(ps, ((1.0, 9.0), (0.01, 2.25))):
         kn.append(dict(knob="concentration", value=str(p), method="exact", c1=c1, c2=1.0, c3=c3,
@@ -195,13 +197,53 @@ def _lm_tables(res, ps=(0.0, 0.9), seeds=3):
                        J=0.5, p_exact=p, fixed="2*5", V_fixed=0.5, n_questions=10))
         best = 2 if p == 0.0 else 16
         for G in (2, 4, 16):
+            rate = 0.25 - 0.05 * abs(np.log2(G / best))  # per step, largest at the best G
             for r in range(seeds):
-                tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=0, J_mix=0.5,
-                               acc_rest=0.5, V_fixed=0.5, train_reward=np.nan, steps_per_s=1.0))
-                tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=10,
-                               J_mix=0.6 - 0.01 * abs(np.log2(G / best)) + 0.001 * r,
-                               acc_rest=0.5, V_fixed=0.5, train_reward=0.5, steps_per_s=1.0))
+                for t in range(0, 12, 2):
+                    if p == 0.0:
+                        j, v = 0.5 + 0.01 * rate * t + 0.0001 * r * (t > 0), 0.5
+                    else:
+                        v = min(1.0, 0.5 + rate * t + 0.001 * r * (t > 0))
+                        j = p * v + (1 - p) * 0.5
+                    tr.append(dict(p=p, G=G, B=64 // G, N=64, run_seed=r, step=t, J_mix=j,
+                                   acc_rest=0.5, V_fixed=v,
+                                   train_reward=np.nan if t == 0 else 0.5, steps_per_s=1.0))
     return dict(res.tables, lm_knob=pd.DataFrame(kn), lm_train=pd.DataFrame(tr))
+
+
+def test_read_step_rule_is_independent_of_G():
+    # mean gains 0, 0.1, 0.3, 0.4 at steps 0, 2, 4, 6: half of 0.4 is first reached at step 4
+    base = pd.DataFrame(dict(step=[0, 2, 4, 6], J_mix=[0.5, 0.6, 0.8, 0.9]))
+    assert sf.read_step(base) == 4
+    # two G whose differences cancel in the mean: the same read step
+    a = base.assign(J_mix=base.J_mix + [0, 0.05, -0.1, 0.02], G=2)
+    b = base.assign(J_mix=base.J_mix - [0, 0.05, -0.1, 0.02], G=64)
+    assert sf.read_step(pd.concat([a, b])) == 4
+    # no mean gain at the last checkpoint: read at the last one
+    assert sf.read_step(base.assign(J_mix=[0.5, 0.55, 0.5, 0.45])) == 6
+    with pytest.raises(ValueError, match="step 0"):
+        sf.read_step(base[base.step > 0])
+
+
+def test_steps_to_reach_interpolates():
+    assert sf.steps_to_reach([0, 2, 4], [0.5, 0.8, 1.0], 0.9) == pytest.approx(3.0)
+    assert sf.steps_to_reach([0, 2, 4], [0.95, 0.8, 1.0], 0.9) == 0.0
+    assert sf.steps_to_reach([0, 2, 4], [0.5, 0.6, 0.7], 0.9) == float("inf")
+    with pytest.raises(ValueError, match="increasing"):
+        sf.steps_to_reach([0, 2, 2], [0.5, 0.6, 0.7])
+    with pytest.raises(ValueError, match="length"):
+        sf.steps_to_reach([0, 2], [0.5, 0.6, 0.7])
+
+
+def test_lm_checkpoints_of_the_cells():
+    m = sf.LMPart(warmup=None, knobs=(), ps=(0.0, 0.9), grid=(2, 4), N=8, steps=10, seeds=1,
+                  steps_concentrated=6, checkpoint_every=2)
+    runs = {c.config["p"]: c.config for c in sf.lm_cells(m) if c.kind == "lm_train"}
+    assert runs[0.0]["steps"] == 10 and runs[0.0]["checkpoints"] == (2, 4, 6, 8, 10)
+    assert runs[0.9]["steps"] == 6 and runs[0.9]["checkpoints"] == (2, 4, 6)
+    plain = dataclasses.replace(m, steps_concentrated=0, checkpoint_every=0)
+    assert {c.config["checkpoints"] for c in sf.lm_cells(plain) if c.kind == "lm_train"} == {
+        (5, 10)}
 
 
 def test_lm_runs_enter_points_and_report(small_run):
@@ -209,6 +251,15 @@ def test_lm_runs_enter_points_and_report(small_run):
     t = _lm_tables(res)
     lp = sf.lm_points(t, n_boot=200)
     assert list(lp.best_G) == [2, 16] and list(lp.G_grid) == [4, 16]
+    # p = 0 gains linearly: half of the final gain at step 6; p = 0.9 saturates: step 2
+    assert list(lp.step) == [6, 2] and list(lp.last_step) == [10, 10]
+    assert list(lp.ci_low) == [2, 16] and list(lp.ci_high) == [2, 16]
+    assert lp.last_best_G.iloc[1] == 2  # saturated: every G ties, the grid's first wins
+    ck = sf.lm_checkpoint_table(t, n_boot=200)
+    assert len(ck) == 2 * 5 and (ck.gain > 0).all()
+    reach = sf.lm_reach(t, 0.9, n_boot=200)
+    assert list(reach.p) == [0.9] and reach.best_G.iloc[0] == 16
+    assert reach.mean_by_G.iloc[0][16] < reach.mean_by_G.iloc[0][4] < reach.mean_by_G.iloc[0][2]
     pts = sf.summaries(t, n_boot=200)["points"]
     lm = pts[pts.source == "lm:train"]
     assert list(lm.label) == ["p=0", "p=0.9"] and list(lm.in_ci) == [False, True]
@@ -218,5 +269,5 @@ def test_lm_runs_enter_points_and_report(small_run):
     by = {c.name: c.passed for c in sec.checks}
     assert by["LM: the trained concentrations' predicted G* span a factor >= 4"] is True
     assert "bandit members + LM settings" in sec.markdown
-    assert "Reading the concentrated rows" in sec.markdown  # the saturation paragraph
+    assert "Reading the LM rows" in sec.markdown and "| 0.9 | **2** |" in sec.markdown
     assert len(sf.cells(s)) == len(sf.cells(SMALL)) + 1 + 2 * 3 * 3  # concentration knob + runs
