@@ -118,9 +118,10 @@ LM_KNOBS = ("hard_fraction", "temperature", "format", "concentration")
 FIXED_SEED = 4242  # seed of the candidate questions the fixed (concentrated) one is picked from
 FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine, load 4-7 observed: "
                  "`grpo-theory scaling-family --full --out results-full`); the estimate from "
-                 "cell times at load 12 was about 45 min. The LM training cells (63, checkpoints every 2 "
-                 "steps, 80 steps at p = 0 and 40 at p > 0; knob cells and full warm-up "
-                 "cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 observed")
+                 "cell times at load 12 was about 45 min. The LM training cells (63, "
+                 "checkpoints every 2 steps, 80 steps at p = 0 and 40 at p > 0; knob cells and "
+                 "full warm-up cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 "
+                 "observed")
 
 
 @dataclass(frozen=True)
