@@ -873,7 +873,7 @@ MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin")
 
 def plot(tables, s: Settings, out_dir) -> None:
     p = summaries(tables, n_boot=s.n_boot)["points"]
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = plt.subplots(figsize=(7.5, 5))
     src = list(dict.fromkeys(p.source))
     n = max(1, len(src))
     for i, name in enumerate(src):
@@ -901,7 +901,7 @@ def plot(tables, s: Settings, out_dir) -> None:
         axis.set_minor_locator(NullLocator())
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_yticks(ticks, [str(t) for t in ticks])
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # off the points
     save_figure(fig, out_dir / "predicted_vs_best_G")
 
 
