@@ -25,12 +25,22 @@ responses, (iii) the observed zero-advantage share lies within 4 standard errors
 prediction; the same three along the GRPO run. Where "rank about 2" (entropy rank <= 2.5)
 holds is reported, not gated: it is the measurement.
 
-    grpo-theory lm-rank [--full]
+With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory, stored as an
+absolute path) the one policy is the checkpoint (``policy = "model"``) in the answer-only format
+only: prompts and canonical exact-token answers ``y*(x)`` from
+:func:`grpo_theory.lm.grpo.task_tokens` (its chat template when it has one), responses of
+``len y*`` tokens, reward 1 iff the response is ``y*`` (so ``V = pi(y*|x)`` exactly, by teacher
+forcing), the same Gram measurements over all the checkpoint's parameters and the same three
+checks. The trace format needs the package's character tokenizer and is not run for a model.
+The GRPO run (``Settings.run``) starts from the checkpoint.
+
+    grpo-theory lm-rank [--full] [--model PATH]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -41,11 +51,13 @@ from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
                                             key_seed)
-from grpo_theory.lm.grpo import train_grpo
+from grpo_theory.lm.grpo import task_tokens, train_grpo
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
 from grpo_theory.lm.task import (RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
                                  target_responses, train_pool)
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, cached_policies
+
+from .lm_mse import _absolute, model_path, model_policy
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
            "RUN_POLICY", "Run", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report",
@@ -99,7 +111,9 @@ class Settings:
     """``n_questions`` evaluation questions x ``n_reps`` groups of ``max(group_sizes)``
     responses per cell; ``n_ref`` reference responses per question (trace: V^G + (1-V)^G);
     ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells;
-    ``run``: the GRPO run measured at its checkpoints (None: no run)."""
+    ``run``: the GRPO run measured at its checkpoints (None: no run); ``model``: a Hugging Face
+    checkpoint directory (absolute path; None: the package's warm-up policies and ``pairs``;
+    else the checkpoint in the answer-only format, ``pairs`` unused)."""
 
     warmup: WarmupConfig
     n_questions: int
@@ -109,8 +123,11 @@ class Settings:
     chunk: int
     pairs: tuple = CELL_ORDER
     run: Run | None = None
+    model: str | None = None
 
     def __post_init__(self):
+        if self.model is not None:
+            object.__setattr__(self, "model", _absolute(self.model))
         if not 1 <= self.n_questions <= 500:
             raise ValueError(f"n_questions must lie in [1, 500], got {self.n_questions!r}")
         if not self.group_sizes or min(self.group_sizes) < 2:
@@ -159,10 +176,17 @@ SCHEMA["run"] = dict(SCHEMA["table"], step="int", V_var="float", train_G="int", 
 
 
 def cells(s: Settings) -> list[Cell]:
-    """One cell per (policy, format) of ``s.pairs``, in ``CELL_ORDER``; then the GRPO run."""
-    want = {tuple(p) for p in s.pairs}
+    """One cell per (policy, format) of ``s.pairs``, in ``CELL_ORDER``; then the GRPO run.
+    With ``s.model``: the checkpoint's answer-only cell ``model_answer``, then the GRPO run
+    from it (the checkpoint is checked here, before any cell runs)."""
     meas = dict(warmup=s.warmup, n_questions=s.n_questions, group_sizes=tuple(s.group_sizes),
                 n_reps=s.n_reps, n_ref=s.n_ref, chunk=s.chunk)
+    if s.model is not None:
+        meas = dict(meas, model=model_path(s.model), policy="model", fmt="answer")
+        return [Cell("model_answer", meas)] + (
+            [] if s.run is None else [Cell("run_model_answer", dict(meas, run=s.run),
+                                           kind="run")])
+    want = {tuple(p) for p in s.pairs}
     out = [Cell(f"{p}_{f}", dict(meas, policy=p, fmt=f)) for p, f in CELL_ORDER if (p, f) in want]
     if s.run is not None:
         out.append(Cell(f"run_{RUN_POLICY}_answer",
@@ -172,23 +196,30 @@ def cells(s: Settings) -> list[Cell]:
 
 def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarray]:
     """Rank measures, zero-advantage share and entropy for every G at the policy ``pol`` on the
-    questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``."""
+    questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``.
+    A Hugging Face checkpoint (``config["model"]``): prompts and canonical answers from
+    :func:`~grpo_theory.lm.grpo.task_tokens`, responses of the canonical answers' length."""
     fmt = config["fmt"]
     b, gmax, reps = len(q), max(config["group_sizes"]), config["n_reps"]
-    x = encode_prompts(q, fmt, icl)
-    canon = target_responses(q, fmt) if fmt == "answer" else None
+    if "model" in config:
+        x, canon = task_tokens(pol, q)
+        rlen = canon.shape[1]
+    else:
+        x = encode_prompts(q, fmt, icl)
+        canon = target_responses(q, fmt) if fmt == "answer" else None
+        rlen = RESPONSE_LEN[fmt]
     k_ref, k_smp = jax.random.split(key)
     if fmt == "answer":  # exact V = pi(y*|x)
         V = np.exp(np.asarray(pol.log_probs(x, canon), np.float64))
         n_ref = None
     else:  # independent reference sample: unbiased V^G + (1-V)^G
         n_ref = config["n_ref"]
-        yr = pol.sample_blocked(k_ref, np.repeat(x, n_ref, 0), RESPONSE_LEN[fmt])
+        yr = pol.sample_blocked(k_ref, np.repeat(x, n_ref, 0), rlen)
         kref = np.asarray(reward(fmt, yr, np.repeat(q.answer, n_ref)), np.float64)
         kref = kref.reshape(b, n_ref).sum(1)
         V = kref / n_ref
     xs = np.tile(x, (reps, 1))  # group (rep, question) -> row rep * b + question
-    y = pol.sample_blocked(k_smp, np.repeat(xs, gmax, 0), RESPONSE_LEN[fmt])
+    y = pol.sample_blocked(k_smp, np.repeat(xs, gmax, 0), rlen)
     z = np.asarray(reward(fmt, y, np.repeat(np.tile(q.answer, reps), gmax),
                           None if canon is None else np.repeat(np.tile(canon, (reps, 1)),
                                                                gmax, 0)),
@@ -215,9 +246,14 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
 
 def cell(config: dict, key) -> list[dict]:
     """One (policy, format): rank measures, zero-advantage share and entropy for every G; or
-    (``config["run"]``) the same at step 0 and every checkpoint of a GRPO run."""
+    (``config["run"]``) the same at step 0 and every checkpoint of a GRPO run; the policy is
+    a warm-up policy or (``config["model"]``) a Hugging Face checkpoint."""
     wcfg = config["warmup"]
-    pol, icl = cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0][config["policy"]]
+    if "model" in config:
+        pol, icl = model_policy(config["model"]), False
+    else:
+        pol, icl = cached_policies(cache_dir() / "lm", wcfg,
+                                   log=lambda m: None)[0][config["policy"]]
     q = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
     if "run" not in config:
         return _measure(pol, icl, q, config, key)[0]
@@ -277,15 +313,20 @@ def _summary_lines(df, key: str) -> list[str]:
 def report(tables, s: Settings) -> Section:
     df = tables["table"]
     run = tables["run"]
-    lines = [f"{s.n_questions} evaluation questions x {s.n_reps} groups of "
-             f"G_max = {max(s.group_sizes)} responses per (policy, format); G-groups are nested "
-             f"prefixes; advantages `{ESTIMATOR}` (std-normalised); model of "
-             f"{int(df.dim.iloc[0])} parameters (all enter the scores). Entropy: "
-             "-E log pi(y|x) in nats. Rank measures: mean [95% CI] over groups with mixed "
-             "rewards. Zero share: observed vs mean_x[V^G + (1-V)^G] (answer: exact V; "
-             "trace: unbiased from independent reference responses).", "",
-             "| policy | format | entropy | J | G | entropy rank | n90 | distinct | zero share "
-             "obs / pred (z) | rank ~2 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [] if s.model is None else [
+        f"Model `{s.model}` (a Hugging Face checkpoint), policy `model`, answer-only format: "
+        "prompts and canonical exact-token answers from its tokenizer (`task_tokens`), exact "
+        "V = pi(y*|x) by teacher forcing. The trace format is not run for a model (it needs "
+        "the package's character tokenizer).", ""]
+    lines += [f"{s.n_questions} evaluation questions x {s.n_reps} groups of "
+              f"G_max = {max(s.group_sizes)} responses per (policy, format); G-groups are nested "
+              f"prefixes; advantages `{ESTIMATOR}` (std-normalised); model of "
+              f"{int(df.dim.iloc[0])} parameters (all enter the scores). Entropy: "
+              "-E log pi(y|x) in nats. Rank measures: mean [95% CI] over groups with mixed "
+              "rewards. Zero share: observed vs mean_x[V^G + (1-V)^G] (answer: exact V; "
+              "trace: unbiased from independent reference responses).", "",
+              "| policy | format | entropy | J | G | entropy rank | n90 | distinct | zero share "
+              "obs / pred (z) | rank ~2 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         lines.append(f"| {r.policy} | {r.fmt} | {r.entropy:.2f} | {r.J:.3f} | {r.G} | "
                      + _rank_row(r))
@@ -349,7 +390,8 @@ def report(tables, s: Settings) -> Section:
               both[["zero_obs", "zero_pred"]].to_numpy(),
               detail=f"largest |z| {both.zero_z.abs().max():.2f}"),
     ]
-    return Section("Rank of the small transformer's group gradients", "\n".join(lines), checks)
+    title = ("the small transformer's" if s.model is None else f"{Path(s.model).name}'s")
+    return Section(f"Rank of {title} group gradients", "\n".join(lines), checks)
 
 
 def plot(tables, s: Settings, out_dir) -> None:
@@ -361,7 +403,7 @@ def plot(tables, s: Settings, out_dir) -> None:
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
     gs = sorted(int(g) for g in df.G.unique())
     for ax, fmt in zip(axes[0], fmts):
-        for i, p in enumerate(POLICIES):
+        for i, p in enumerate([*POLICIES, *sorted(set(df.policy) - set(POLICIES))]):
             d = df[(df.fmt == fmt) & (df.policy == p) & (df.n_mixed > 0)].sort_values("G")
             if d.empty:
                 continue

@@ -6,7 +6,9 @@ in the embeddings makes digits the likely first token and a digit marker makes E
 second one, so ``[digit, EOS]`` responses are common; the first token favours 1, 2 and 3, so
 questions with those answers have pass rates near 0.25 and the others near 0.05. Both drivers run once on it (module fixture, shared
 compiled shapes: 32 questions x 16 responses of 2 tokens in both), then the CLI's error cases
-and the cell identities of the package runs (model=None) are checked.
+and the cell identities of the package runs (model=None) are checked. lm-rank runs on it too
+(32 questions, G up to 4, a 2-step GRPO run with lm-groupsize's shapes), and its package cells
+keep their identities.
 """
 
 import dataclasses
@@ -28,7 +30,7 @@ from grpo_theory.experiments.runner import (Cell, Experiment, Section, check,  #
 from grpo_theory.experiments.store import cell_hash  # noqa: E402
 from grpo_theory.lm.grpo import task_tokens  # noqa: E402
 from grpo_theory.lm.task import TaskConfig, eval_set  # noqa: E402
-from simulations import lm_groupsize, lm_mse  # noqa: E402
+from simulations import lm_groupsize, lm_mse, lm_rank  # noqa: E402
 
 DIGITS = slice(30, 40)  # token ids of "0".."9" in test_lm_hf's tokenizer
 FAVOURED = slice(31, 34)  # "1", "2", "3": the likely first tokens
@@ -38,6 +40,8 @@ TASK = TaskConfig(hard_fraction=0.0, category_probs=(0, 0, 0, 1, 0))
 #: sha256 over (driver, setting, cell id, kind, cell hash) of every cell of both drivers'
 #: quick and full settings, computed with the drivers before Settings.model existed
 PACKAGE_CELLS_DIGEST = "39d008bad283c3cd6b4f65e081bd8909724749164423ffee57e60ae63704c3f1"
+#: the same digest over lm-rank's quick and full settings, before its Settings.model existed
+RANK_CELLS_DIGEST = "fb19947b1721cc606bdce2122870b9e773eebc74f0d589ba434f1d3164d4f85e"
 
 
 def biased_checkpoint(path):
@@ -147,6 +151,74 @@ def test_package_cells_keep_their_identity():
     assert h.hexdigest() == PACKAGE_CELLS_DIGEST
 
 
+def _rank_checks(r, ckpt, s):
+    """lm-rank's result ``r`` on the checkpoint: PASS, the model's answer-only rows, the gated
+    quantities, ranks <= G, exact J; returns the (table, run) tables."""
+    assert r.verdict == "PASS", r.section.checks_markdown()
+    assert r.setting.startswith("custom-")
+    d, run = r.tables["table"], r.tables["run"]
+    for t in (d, run) if len(run) else (d,):
+        assert set(zip(t.policy, t.fmt)) == {("model", "answer")} and t.exact_V.all()
+        assert sorted(t.G.unique()) == sorted(s.group_sizes)
+        m = t[t.n_mixed > 0]
+        assert len(m) == len(t)  # pass rates near 0.05-0.25: mixed groups at every G
+        assert (m.identity <= 1e-12).all() and (m.class_n <= 2).all() and (m.excess <= 0).all()
+        assert ((m.erank >= 1) & (m.erank <= m.G) & (m.n90 <= m.G)).all()
+        assert ((m.distinct >= 2) & (m.distinct <= m.G)).all()
+    # J is the exact mean pi(y*|x) of the checkpoint's canonical tokenization
+    pol = lm_mse.model_policy(str(ckpt.resolve()))
+    x, canon = task_tokens(pol, eval_set(TASK).subset(np.arange(s.n_questions)))
+    exact = float(np.mean(np.exp(np.asarray(pol.log_probs(x, canon), np.float64))))
+    np.testing.assert_allclose(d.J, exact, rtol=1e-5)
+    assert int(d.dim.iloc[0]) == pol.dim
+    assert str(ckpt.resolve()) in r.section.markdown
+    assert "trace format is not run for a model" in r.section.markdown
+    assert r.section.title == f"Rank of {ckpt.name}'s group gradients"
+    return d, run, exact
+
+
+def test_lm_rank_on_a_checkpoint(ckpt, tmp_path):
+    """lm-rank on the checkpoint, one answer-only cell: 32 questions x one group of 16 (G = 2,
+    4, 16 are its prefixes), lm-mse's sampled shapes (compiled sampler reused)."""
+    s = _small(lm_rank, ckpt, n_questions=32, group_sizes=(2, 4, 16), n_reps=1, n_ref=16,
+               chunk=64, run=None)
+    assert [(c.id, c.kind, c.config["model"]) for c in lm_rank.EXPERIMENT.cell_list(s)] == [
+        ("model_answer", "table", str(ckpt.resolve()))]
+    r = run_experiment(lm_rank.EXPERIMENT, tmp_path, s, seed=0, figures=False, progress=False,
+                       verbose=False)
+    d, run, _ = _rank_checks(r, ckpt, s)
+    assert len(run) == 0 and len(d) == 3
+
+
+@pytest.mark.slow
+def test_lm_rank_run_on_a_checkpoint(ckpt, tmp_path):
+    """lm-rank's GRPO run cell from the checkpoint (2 steps; ~20 s of compilation)."""
+    s = _small(lm_rank, ckpt, n_questions=32, group_sizes=(2, 4), n_reps=1, n_ref=4, chunk=64,
+               run=lm_rank.Run(group_size=4, budget=8, steps=2, checkpoints=(1, 2), lr=3e-2,
+                               n_pool=64))
+    assert [(c.id, c.kind) for c in lm_rank.EXPERIMENT.cell_list(s)] == [
+        ("model_answer", "table"), ("run_model_answer", "run")]
+    r = run_experiment(lm_rank.EXPERIMENT, tmp_path, s, seed=0, figures=True, progress=False,
+                       verbose=False)
+    d, run, exact = _rank_checks(r, ckpt, s)
+    assert sorted(run.step.unique()) == [0, 1, 2] and (run.train_G == 4).all()
+    np.testing.assert_allclose(run[run.step == 0].J, exact, rtol=1e-5)
+    assert not np.allclose(run[run.step == 2].J, exact)  # training moved the policy
+    assert (tmp_path / lm_rank.NAME / "lm_rank.png").exists()
+
+
+def test_rank_package_cells_keep_their_identity():
+    """lm-rank, model=None: the cells, ids and hashes of the quick and full settings."""
+    h = hashlib.sha256()
+    for name, s in lm_rank.SETTINGS.items():
+        assert s.model is None and setting_name(lm_rank.EXPERIMENT, s) == name
+        for c in lm_rank.EXPERIMENT.cell_list(s):
+            assert "model" not in c.config
+            h.update(f"{lm_rank.NAME}/{name}/{c.id}/{c.kind}/"
+                     f"{cell_hash(lm_rank.NAME, name, c.id, c.config, 0)}\n".encode())
+    assert h.hexdigest() == RANK_CELLS_DIGEST
+
+
 def test_cli_model_errors(tmp_path, ckpt, capsys):
     out = tmp_path / "out"
     assert cli.main(["lm-mse", "--model", str(tmp_path / "absent"), "--out", str(out)]) == 2
@@ -154,6 +226,7 @@ def test_cli_model_errors(tmp_path, ckpt, capsys):
     assert cli.main(["mse-table", "--model", str(ckpt), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "accepted only by" in err and "lm-mse" in err and "lm-groupsize" in err
+    assert "lm-rank" in err
     (tmp_path / "empty").mkdir()  # a directory that is not a checkpoint
     assert cli.main(["lm-groupsize", "--model", str(tmp_path / "empty"), "--out",
                      str(out)]) == 2

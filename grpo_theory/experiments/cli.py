@@ -2,7 +2,8 @@
 
     grpo-theory list                              every experiment and the claim it checks
     grpo-theory NAME [--full] [--seed S]          one experiment (quick setting by default)
-    grpo-theory lm-mse --model PATH               lm-mse / lm-groupsize on a Hugging Face checkpoint
+    grpo-theory lm-mse --model PATH               lm-mse / lm-groupsize / lm-rank on a Hugging Face
+                                                  checkpoint
     grpo-theory reproduce [--full]                every experiment, figures and REPORT.md
     grpo-theory report [--figures]                REPORT.md from the cells on disk
     grpo-theory advise --prompts FILE.jsonl       which group size G to use for a model
