@@ -1,14 +1,16 @@
-"""lm-mse and lm-groupsize on a Hugging Face checkpoint (``Settings.model``, ``--model PATH``).
+"""lm-mse, lm-groupsize and lm-rank on a Hugging Face checkpoint (``Settings.model``,
+``--model PATH``).
 
 A tiny random checkpoint in the Hugging Face layout (``write_checkpoint`` of test_lm_hf.py) is
 biased so that the arithmetic task's rewards are neither all 0 nor all 1: a constant direction
 in the embeddings makes digits the likely first token and a digit marker makes EOS the likely
 second one, so ``[digit, EOS]`` responses are common; the first token favours 1, 2 and 3, so
-questions with those answers have pass rates near 0.25 and the others near 0.05. Both drivers run once on it (module fixture, shared
-compiled shapes: 32 questions x 16 responses of 2 tokens in both), then the CLI's error cases
+questions with those answers have pass rates near 0.25 and the others near 0.05. Both drivers
+run once on it (module fixture, shared compiled shapes: 32 questions x 16 responses of 2 tokens
+in both), then the CLI's error cases
 and the cell identities of the package runs (model=None) are checked. lm-rank runs on it too
-(32 questions, G up to 4, a 2-step GRPO run with lm-groupsize's shapes), and its package cells
-keep their identities.
+(32 questions x one group of 16, lm-mse's sampled shape; its 2-step GRPO run cell is a slow
+test), and its package cells keep their identities.
 """
 
 import dataclasses
