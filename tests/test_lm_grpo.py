@@ -31,9 +31,11 @@ def test_clipped_gradient_at_ratio_one_is_algorithm_1(setup):
     f = pol.apply_fn
     old = policy.token_log_probs(f, pol.params, x, y)
     mask = policy.response_mask(y)
-    g_clip = jax.grad(lambda p: grpo.clipped_objective(
-        policy.token_log_probs(f, p, x, y), jax.lax.stop_gradient(old), adv, mask, 0.2))(pol.params)
-    g_alg1 = jax.grad(lambda p: jnp.mean(adv * policy.seq_log_probs(f, p, x, y)))(pol.params)
+    # both gradients in one jitted program: one compilation instead of op-by-op dispatch
+    g_clip, g_alg1 = jax.jit(lambda p: (
+        jax.grad(lambda q: grpo.clipped_objective(
+            policy.token_log_probs(f, q, x, y), jax.lax.stop_gradient(old), adv, mask, 0.2))(p),
+        jax.grad(lambda q: jnp.mean(adv * policy.seq_log_probs(f, q, x, y)))(p)))(pol.params)
     a, b = _flat(g_clip), _flat(g_alg1)
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(b).max())
 
@@ -58,18 +60,21 @@ def test_one_epoch_clipped_step_equals_algorithm_1(setup):
     params = dict(pol.params, out=pol.params["out"] * 0.0)
     px = jnp.asarray(x)
     pc = jnp.zeros((len(x), task.RESPONSE_LEN["answer"]), jnp.int32).at[:, 0].set(task.EOS)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    # the optimiser, shapes and static arguments of train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3)
+    # below, so the Algorithm 1 chunk compiles once for this file
+    opt = grpo._optimizer(1e-3)
     s0 = opt.init(params)
     key = jax.random.PRNGKey(3)
     args = (pol.apply_fn, pol.sample_fn, opt, "grpo", params, s0, key, px, pc, 8, 8, 2)
-    p1, _, r1 = grpo._grpo_chunk(*args)
+    tail = dict(temperature=pol.temperature, eos=pol.eos_ids)
+    p1, _, r1 = grpo._grpo_chunk(*args, 1, None, **tail)
     assert 0 < float(np.mean(r1)) < 0.5
-    p2, _, r2 = grpo._grpo_chunk(*args, 1, 0.2)
+    p2, _, r2 = grpo._grpo_chunk(*args, 1, 0.2, **tail)
     np.testing.assert_array_equal(np.asarray(r1), np.asarray(r2))
     moved = np.abs(_flat(p1) - _flat(params)).sum()
     assert moved > 0
     np.testing.assert_allclose(_flat(p1), _flat(p2), rtol=0, atol=1e-6)
-    p3, _, _ = grpo._grpo_chunk(*args, 3, 0.2)  # more epochs per batch move further
+    p3, _, _ = grpo._grpo_chunk(*args, 2, 0.2, **tail)  # more epochs per batch move further
     assert np.abs(_flat(p3) - _flat(params)).sum() > moved
 
 
@@ -91,7 +96,7 @@ def test_runs_of_the_same_shape_reuse_the_compiled_step(setup):
     """A sweep calls train_grpo once per (N, G, seed): same shapes must not recompile (a new
     executable per run grew memory until a long full sweep ran out of it)."""
     pol, q, _, _, _ = setup
-    grpo.train_grpo(pol, q, q, 32, 8, 4, (2,), 1e-3, seed=0)
+    grpo.train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3, seed=0)
     n = grpo._grpo_chunk._cache_size()
-    grpo.train_grpo(pol, q, q, 32, 8, 4, (2,), 1e-3, seed=1)
+    grpo.train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3, seed=1)
     assert grpo._grpo_chunk._cache_size() == n
