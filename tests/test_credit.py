@@ -243,14 +243,17 @@ def test_training_optimal_uses_b_star_not_v(mlp):
 @pytest.fixture(scope="module")
 def driver_run(tmp_path_factory):
     """The driver on a setting smaller than "quick" (fewer groups, seeds, steps and G values;
-    compilation dominates), run once through the experiment runner."""
+    compilation dominates), run once through the experiment runner. Rank at G in {4, 16} (the
+    checks compare the largest G with G = 4), the identities at G = 4 only (every G in 2..8 is
+    covered exactly by the hypothesis tests above) and the baseline at G = 64 only (the checks
+    read the largest G)."""
     import dataclasses
 
     from grpo_theory.experiments.runner import run_experiment
     from simulations import credit_assignment as drv
 
-    s = dataclasses.replace(drv.SETTINGS["quick"], n_groups=300, G=(2, 4, 16), seeds=2,
-                            steps=60, sparsity_reps=5000, id_G=(2, 4))
+    s = dataclasses.replace(drv.SETTINGS["quick"], n_groups=300, G=(4, 16), seeds=2,
+                            steps=60, sparsity_reps=5000, id_G=(4,), baseline_G=(64,))
     out = tmp_path_factory.mktemp("credit")
     res = run_experiment(drv.EXPERIMENT, out, s, seed=0, progress=False, verbose=False)
     return drv, s, res, out / drv.NAME
@@ -268,7 +271,7 @@ def test_driver_quick_claims(driver_run):
         tbl = pd.read_csv(out / f"{kind}.csv")
         assert len(tbl) > 0 and {"seed", "version", "config", "cell_hash"} <= set(tbl.columns)
     rk = res.tables["rank"]
-    assert sorted(set(rk.G)) == [2, 4, 16] and len(rk) == 3 * (len(s.betas_tab) + len(s.betas_mlp))
+    assert sorted(set(rk.G)) == [4, 16] and len(rk) == 2 * (len(s.betas_tab) + len(s.betas_mlp))
     assert rk[rk.policy == "tabular"].weight_erank.isna().all()
     assert rk[rk.policy == "mlp"].weight_erank.notna().all()
 
