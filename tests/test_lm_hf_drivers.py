@@ -140,17 +140,23 @@ def test_lm_groupsize_on_a_checkpoint(runs, ckpt):
     assert "Advisor's estimates there" in r.section.markdown
 
 
-def test_package_cells_keep_their_identity():
-    """model=None: the cells, ids and hashes of the quick and full settings are unchanged."""
+def _cells_digest(*mods) -> str:
+    """sha256 over (driver, setting, cell id, kind, cell hash) of every cell of the drivers'
+    named settings, asserting on the way that none of them has a model."""
     h = hashlib.sha256()
-    for mod in (lm_mse, lm_groupsize):
+    for mod in mods:
         for name, s in mod.SETTINGS.items():
             assert s.model is None and setting_name(mod.EXPERIMENT, s) == name
             for c in mod.EXPERIMENT.cell_list(s):
                 assert "model" not in c.config
                 h.update(f"{mod.NAME}/{name}/{c.id}/{c.kind}/"
                          f"{cell_hash(mod.NAME, name, c.id, c.config, 0)}\n".encode())
-    assert h.hexdigest() == PACKAGE_CELLS_DIGEST
+    return h.hexdigest()
+
+
+def test_package_cells_keep_their_identity():
+    """model=None: the cells, ids and hashes of the quick and full settings are unchanged."""
+    assert _cells_digest(lm_mse, lm_groupsize) == PACKAGE_CELLS_DIGEST
 
 
 def _rank_checks(r, ckpt, s):
@@ -226,14 +232,7 @@ def test_lm_rank_run_on_a_checkpoint(ckpt, tmp_path):
 
 def test_rank_package_cells_keep_their_identity():
     """lm-rank, model=None: the cells, ids and hashes of the quick and full settings."""
-    h = hashlib.sha256()
-    for name, s in lm_rank.SETTINGS.items():
-        assert s.model is None and setting_name(lm_rank.EXPERIMENT, s) == name
-        for c in lm_rank.EXPERIMENT.cell_list(s):
-            assert "model" not in c.config
-            h.update(f"{lm_rank.NAME}/{name}/{c.id}/{c.kind}/"
-                     f"{cell_hash(lm_rank.NAME, name, c.id, c.config, 0)}\n".encode())
-    assert h.hexdigest() == RANK_CELLS_DIGEST
+    assert _cells_digest(lm_rank) == RANK_CELLS_DIGEST
 
 
 def test_cli_model_errors(tmp_path, ckpt, capsys):
