@@ -22,8 +22,11 @@ PASS when in every cell and G (i) the binary identity ``(1/G) sum A_g s_g = c(k,
 holds on the model's real scores (relative squared residual <= 1e-8), (ii) the class-aggregate
 matrix has numerical rank <= 2 and ``rank diag(A) S`` never exceeds the number of distinct
 responses, (iii) the observed zero-advantage share lies within 4 standard errors of its
-prediction; the same three along the GRPO run. Where "rank about 2" (entropy rank <= 2.5)
-holds is reported, not gated: it is the measurement.
+prediction (answer-only: the exact Bernoulli standard error under the claim; trace: the
+standard error over questions of observed minus predicted share, which carries the noise of the
+reference responses that estimate the prediction as well as the groups'); the same three along
+the GRPO run. Where "rank about 2" (entropy rank <= 2.5) holds is reported, not gated: it is the
+measurement.
 
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory, stored as an
 absolute path) the one policy is the checkpoint (``policy = "model"``) in the answer-only format
@@ -47,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.companions.credit import RANK_FIELDS
-from grpo_theory.core.stats import z_value
+from grpo_theory.core.stats import Estimate, estimate_mean, z_value
 from grpo_theory.experiments.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
                                             key_seed)
@@ -194,6 +197,31 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+def _zero_share_diff(zero, qx, exact: bool) -> Estimate:
+    """Observed minus predicted zero-advantage share, with the standard error of check (iii).
+
+    Args:
+        zero: (reps, b) indicators that a group (rep, question) has equal rewards.
+        qx: (b,) predicted ``V^G + (1 - V)^G`` per question.
+        exact: whether ``qx`` is exact (answer-only, ``V = pi(y*|x)``); else it is the unbiased
+            estimate from the question's reference responses (trace format).
+
+    Returns:
+        :class:`~grpo_theory.core.stats.Estimate` of ``mean(zero) - mean(qx)`` over ``b``
+        questions. Exact ``qx``: under the claim each indicator is Bernoulli(qx), so
+        ``se^2 = sum_x qx (1 - qx) / (reps b^2)`` exactly (no variance estimated from the few
+        questions whose groups can be mixed, which made the se itself noisy). Estimated ``qx``:
+        a question's groups share its estimate, so the question is the unit and
+        ``se = sd_x(mean_rep zero - qx) / sqrt(b)`` carries both the groups' and the reference
+        sample's noise.
+    """
+    reps, b = zero.shape
+    d = zero.mean(0) - qx
+    if not exact:
+        return estimate_mean(d)
+    return Estimate(float(d.mean()), float(np.sqrt(np.sum(qx * (1 - qx)) / reps) / b), b)
+
+
 def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarray]:
     """Rank measures, zero-advantage share and entropy for every G at the policy ``pol`` on the
     questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``.
@@ -232,12 +260,10 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
     for r in rows:
         G = r["G"]
         qx = (V**G + (1 - V) ** G) if n_ref is None else zero_share_unbiased(kref, n_ref, G)
-        pred = float(qx.mean())
         zero = np.all(z[:, :G] == z[:, :1], axis=1).astype(float)
-        resid = zero - np.tile(qx, reps)  # per-group observed minus predicted
-        se = float(resid.std(ddof=1) / np.sqrt(resid.size))
-        out.append(dict(r, policy=config["policy"], fmt=fmt, zero_pred=pred, zero_se=se,
-                        zero_z=float((zero.mean() - pred) / se) if se > 0 else 0.0,
+        diff = _zero_share_diff(zero.reshape(reps, b), qx, exact=n_ref is None)
+        out.append(dict(r, policy=config["policy"], fmt=fmt, zero_pred=float(qx.mean()),
+                        zero_se=diff.se, zero_z=diff.zscore(0.0),
                         entropy=float(-lp.mean()),
                         entropy_se=float(lp.std(ddof=1) / np.sqrt(lp.size)),
                         J=float(V.mean()), exact_V=n_ref is None, dim=pol.dim))

@@ -1,5 +1,6 @@
 """Rank of the small transformer's group gradients (issue 13 B): the Gram route against dense
-scores, the exact identities on real scores, and the lm-rank driver on a small setting."""
+scores, the exact identities on real scores, the calibration of the zero-share check and the lm-rank
+driver on its quick setting, as `make reproduce` runs it."""
 
 import dataclasses
 
@@ -84,6 +85,32 @@ def test_zero_share_unbiased():
         zero_share_unbiased(3, 4, 5)
 
 
+def _z_scores(reps, n_ref, exact, per_group=False, sims=4000, b=32, G=8, seed=0):
+    """z of check (iii) over ``sims`` simulated runs where the claim holds: b questions with pass
+    rates V ~ U(0, 1), reps groups each, the prediction exact or from n_ref reference draws."""
+    rng = np.random.default_rng(seed)
+    V = rng.uniform(size=b)
+    p = V**G + (1 - V) ** G
+    zero = (rng.uniform(size=(sims, reps, b)) < p).astype(float)
+    qx = np.broadcast_to(p, (sims, b)) if exact else zero_share_unbiased(
+        rng.binomial(n_ref, V, size=(sims, b)), n_ref, G)
+    if per_group:  # the se before issue 18: every group's residual as if independent
+        resid = (zero - qx[:, None, :]).reshape(sims, -1)
+        return resid.mean(1) / (resid.std(1, ddof=1) / np.sqrt(resid.shape[1]))
+    return np.array([lm_rank._zero_share_diff(zero[i], qx[i], exact).zscore(0.0)
+                     for i in range(sims)])
+
+
+def test_zero_share_check_is_calibrated():
+    """Check (iii)'s z is standard normal (t with b - 1 df for the estimated prediction) when the
+    claim holds; the per-group se, which treated the reference sample's noise as independent per
+    group, is too small when the reference sample is small (the issue-18 failure mode)."""
+    for reps, n_ref, exact in ((4, None, True), (4, 64, False), (8, 16, False)):
+        z = _z_scores(reps, n_ref, exact)
+        assert abs(z.mean()) < 0.06 and 0.95 < z.std() < 1.08, (reps, n_ref, z.std())
+    assert _z_scores(8, 16, False, per_group=True).std() > 1.25
+
+
 def test_validation(groups):
     pol, x, y, _ = groups
     with pytest.raises(ValueError, match="responses"):
@@ -102,37 +129,35 @@ def test_validation(groups):
         dataclasses.replace(lm_rank.SETTINGS["quick"], run=(4, 32))
 
 
-#: a tinier warm-up than the quick one (one scan chunk per stage; checks (i)-(iii) hold for
-#: any policy), one (policy, format) cell and a 2-step GRPO run measured with the same shapes
-#: (compiled once): the cost is the warm-up's, the GRPO steps' and the XLA compilations
-SMALL = dataclasses.replace(
-    lm_rank.SETTINGS["quick"],
-    warmup=dataclasses.replace(lm_rank.SETTINGS["quick"].warmup, base_steps=25,
-                               instruct_steps=25, icl_steps=25),
-    pairs=(("instruct", "answer"),), n_questions=16, group_sizes=(2, 8), n_reps=8, n_ref=32,
-    run=lm_rank.Run(group_size=4, budget=32, steps=2, checkpoints=(1,), lr=1e-2, n_pool=200))
-
-
-def test_driver_small_setting(tmp_path):
-    res = run_experiment(lm_rank.EXPERIMENT, tmp_path, SMALL, seed=0, figures=True,
+def test_quick_setting_as_make_reproduce_runs_it(tmp_path):
+    """lm-rank's quick setting, seed 0, through the runner: exactly the cells and checks that
+    ``make reproduce`` runs (issue 18: the reproduction failed check (iii) while a smaller test
+    setting, answer-only without the trace format, passed). Six (policy, format) cells, G = 2 ...
+    16, and the 120-step GRPO run measured at steps 0, 30, 60, 120."""
+    s = lm_rank.SETTINGS["quick"]
+    res = run_experiment(lm_rank.EXPERIMENT, tmp_path, "quick", seed=0, figures=True,
                          progress=False, verbose=False)
-    df = res.tables["table"]
     assert res.verdict == "PASS", res.section.markdown
-    assert len(df) == 2 and set(df.G) == {2, 8}
+    df = res.tables["table"]
+    assert len(df) == 6 * len(s.group_sizes) and set(df.fmt) == {"answer", "trace"}
+    assert (df.zero_z.abs() <= lm_rank.Z_TOL).all() and (df.zero_se > 0).all()
+    assert (df.exact_V == (df.fmt == "answer")).all()
     m = df[df.n_mixed > 0]
     assert len(m) and (m.identity <= 1e-8).all() and (m.class_n <= 2).all()
     # G = 2: a mixed group's matrix has two rows, so its rank is at most 2
     assert (m[m.G == 2].n90 <= 2).all() and (m[m.G == 2].erank <= 2 + 1e-9).all()
-    assert (df.zero_z.abs() <= lm_rank.Z_TOL).all()
     assert any(p.name.startswith("lm_rank.") for p in tmp_path.rglob("*"))
-    # along GRPO: steps 0, 1, 2 x G = 2, 8; checks (i)-(iii) (in the PASS) cover these rows
+    # along GRPO: steps 0 and the checkpoints x every G; checks (i)-(iii) (in the PASS) cover
+    # these rows
     run = res.tables["run"]
-    assert sorted(set(run.step)) == [0, 1, 2] and len(run) == 6
+    assert sorted(set(run.step)) == [0, *s.run.checkpoints]
+    assert len(run) == (1 + len(s.run.checkpoints)) * len(s.group_sizes)
     assert run[run.step == 0].train_reward.isna().all()
     assert run[run.step > 0].train_reward.between(0, 1).all()
     # step 0 is the instruct policy: J = mean_x pi(y*|x) is exact, equal to the table's
-    np.testing.assert_allclose(run[run.step == 0].J, df.J.iloc[0], rtol=1e-12)
-    assert run.J.nunique() == 3  # the policy moves
+    inst = df[(df.policy == "instruct") & (df.fmt == "answer")]
+    np.testing.assert_allclose(run[run.step == 0].J, inst.J.iloc[0], rtol=1e-12)
+    assert run.J.nunique() == 1 + len(s.run.checkpoints)  # the policy moves
     # Jensen: mean_x V(1 - V) <= J (1 - J)
     assert (run.V_var >= 0).all() and (run.V_var <= run.J * (1 - run.J) + 1e-12).all()
     assert "Along a GRPO run" in res.section.markdown
