@@ -1,6 +1,6 @@
 """Rank of the small transformer's group gradients (issue 13 B): the Gram route against dense
-scores, the exact identities on real scores, the calibration of the zero-share check and the lm-rank
-driver on its quick setting, as `make reproduce` runs it."""
+scores, the exact identities on real scores, the calibration of the zero-share check, and the
+lm-rank driver on its quick setting, as `make reproduce` runs it."""
 
 import dataclasses
 
