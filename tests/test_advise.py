@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from grpo_theory.advisor import advise as A
+from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
 from grpo_theory.experiments.cli import main
 from grpo_theory.lm import task
 from grpo_theory.lm.model import ModelConfig, init_params
@@ -62,6 +63,7 @@ def _check_outputs(out: Path, res_text: str, figure: bool = True):
     assert list(b.N) == [16, 64]
     assert ((b.G >= 2) & (b.G <= b.N) & (b.G_low <= b.G_high)).all()
     assert "recommended G per budget" in res_text
+    assert "WARNING: c1 is not resolved above 0" in res_text  # 6 prompts: c1 unresolved
 
 
 def test_advise_package_model_end_to_end(files, tmp_path, monkeypatch, capsys):
@@ -192,3 +194,27 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
     silent = io.StringIO()
     A._Progress(False, silent)(1, 2)
     assert silent.getvalue() == ""
+
+
+def test_c1_warning_when_c1_is_not_resolved():
+    """A loud warning, with the prompts that would resolve c1, exactly when its CI reaches 0."""
+    rng = np.random.default_rng(0)
+    m, n, d = 8, 6, 5
+    # every prompt equally hard (V = 1/2), scores unrelated to the reward: c1 = 0
+    est = estimate_from_rollouts(rng.binomial(1, 0.5, size=(m, n)).astype(float),
+                                 rng.normal(size=(m, n, d)))
+    lo, hi = est.c1_ci
+    assert lo <= 0 < hi
+    w = A.c1_warning(est)
+    assert w.startswith("WARNING: c1 is not resolved above 0 from 8 prompts")
+    c = est.c1 if est.c1 > 0 else hi
+    need = math.ceil(m * (t_quantile(est.alpha, m) * est.bse[0] / c) ** 2)
+    assert f"about {need} prompts would resolve it" in w
+    # scores pointing along the reward in a prompt-dependent direction: g(x) = 0.75 e_(x mod 2),
+    # c1 = 2 * 0.375^2, resolved from 40 prompts, and no warning
+    m = 40
+    z = rng.binomial(1, 0.5, size=(m, n)).astype(float)
+    s = rng.normal(size=(m, n, d)) + 3.0 * (z - 0.5)[..., None] * np.eye(d)[np.arange(m) % 2][
+        :, None, :]
+    est = estimate_from_rollouts(z, s)
+    assert est.c1_ci[0] > 0 and A.c1_warning(est) is None

@@ -28,16 +28,18 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .. import _validation as V
-from .estimate import MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants
+from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
+                       t_quantile)
 
 __all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward", "load_model",
-           "exact_answer_reward",
+           "exact_answer_reward", "c1_warning",
            "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
 
 #: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)
@@ -223,6 +225,37 @@ def _hf_texts(policy, responses):
 
 # --- the result -----------------------------------------------------------------------------------
 
+def c1_warning(est: ScalingEstimate) -> str | None:
+    """A warning when the recommendation rests on a c1 that is not clearly positive, else None.
+
+    The between-prompt term c1 sets G* = 1 + sqrt(c3/c1); when its interval reaches 0 the
+    recommended G (``budget`` itself when the estimate is <= 0) says only that the data show no
+    between-prompt spread. The jackknife standard error shrinks as 1/sqrt(m), so c1 is resolved
+    (lower end of its interval above 0) from about ``m (t se / c)^2`` prompts if its true value
+    is c: the estimate when it is positive, else the interval's upper end (a lower bound on the
+    prompts needed).
+
+    Args:
+        est: the :class:`~.estimate.ScalingEstimate`.
+
+    Returns:
+        The warning text, or None when the c1 interval lies above 0.
+    """
+    lo, hi = est.c1_ci
+    if lo > 0:
+        return None
+    m, se = est.n_prompts, float(est.bse[0])
+    t = t_quantile(est.alpha, m)
+    c = est.c1 if est.c1 > 0 else hi
+    need = (f"about {math.ceil(m * (t * se / c) ** 2)} prompts would resolve it"
+            + ("" if est.c1 > 0 else " even if c1 were at the upper end of its interval")
+            if c > 0 and se > 0 else "no number of prompts can be read from this interval")
+    return (f"WARNING: c1 is not resolved above 0 from {m} prompts (estimate {est.c1:.4g}, "
+            f"{100 * (1 - est.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): the recommended G and G* "
+            f"say only that these rollouts show no between-prompt spread; {need} (at "
+            f"{est.n_samples} samples per prompt)")
+
+
 @dataclass(frozen=True, eq=False)
 class AdviceResult:
     """What :func:`advise` found.
@@ -267,6 +300,9 @@ class AdviceResult:
         for _, r in self.budgets.iterrows():
             lines.append(f"  N={int(r.N):<6} G={int(r.G)} (B={int(r.B)}); G* interval allows "
                          f"G in [{int(r.G_low)}, {int(r.G_high)}]")
+        warning = c1_warning(e)
+        if warning:
+            lines.append(warning)
         if self.files:
             lines.append("wrote: " + ", ".join(str(f) for f in self.files))
         return "\n".join(lines)
@@ -455,6 +491,9 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
               flush=True)
     est = estimate_scaling_constants(policy, m, n, seed, prompts=pool, reward=tok_reward,
                                      response_len=R, chunk=chunk, progress=bar)
+    warning = c1_warning(est)
+    if warning:
+        warnings.warn(warning, stacklevel=2)
     constants = est.summary()
     by_group, by_budget = _tables(est, group_sizes, budgets)
     res = AdviceResult(est, constants, by_group, by_budget, est.prompt_values, (),

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .registry import experiments as _experiments
@@ -164,11 +165,13 @@ def _advise_parser(sub) -> None:
 def _advise(args) -> int:
     from ..advisor.advise import advise
 
-    res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
-                 n_samples=args.n_samples, budgets=args.budgets, group_sizes=args.group_sizes,
-                 out=args.out, seed=args.seed, fmt=args.fmt, response_len=args.response_len,
-                 progress=not args.no_progress, warmup=args.warmup,
-                 figure=not args.no_figures)
+    with warnings.catch_warnings():  # the report below prints the c1 warning itself
+        warnings.filterwarnings("ignore", message="WARNING: c1 is not resolved")
+        res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
+                     n_samples=args.n_samples, budgets=args.budgets,
+                     group_sizes=args.group_sizes, out=args.out, seed=args.seed, fmt=args.fmt,
+                     response_len=args.response_len, progress=not args.no_progress,
+                     warmup=args.warmup, figure=not args.no_figures)
     print(res.text())
     return 0
 
