@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce reproduce-full test bench clean
+.PHONY: venv reproduce reproduce-full test bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,dask,hf]"
+	$(PY) -m pip install --quiet -e ".[test,dask,hf,docs]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -24,8 +24,12 @@ test: $(STAMP)
 reproduce-full: $(STAMP)
 	$(VENV)/bin/grpo-theory reproduce --full --out results
 
+# the documentation site -> site/ (open site/index.html)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_mc_gradients.py
 
 clean:
-	rm -rf $(VENV) results/.cache
+	rm -rf $(VENV) results/.cache site

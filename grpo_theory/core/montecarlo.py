@@ -69,7 +69,7 @@ UNIFORM_DTYPES = ("float64", "float32", "uint32")
 #: samplers: ``joint`` (one uniform per response, the default) or ``separate`` (the draws of
 #: :func:`~grpo_theory.core.sampling.sample_from_uniforms`, two uniforms per response)
 SAMPLERS = ("joint", "separate")
-#: defaults, chosen by ``benchmarks/bench_mc_gradients.py`` (see the README)
+#: defaults, chosen by ``benchmarks/bench_mc_gradients.py`` (see the performance page of the docs)
 DEFAULT_RNG = "rbg"
 DEFAULT_UNIFORMS = "float64"
 #: bytes a default chunk aims at
