@@ -24,7 +24,8 @@ With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory,
 evaluation questions become text prompts in the checkpoint's tokenization
 (:func:`grpo_theory.lm.grpo.task_tokens`: its chat template when it has one), ``model_samples``
 responses of ``model_response_len`` tokens per question, the integer-answer reward
-(:func:`grpo_theory.lm.task.reward_text` on the decoded response). There is no exact route for
+(:func:`grpo_theory.lm.task.reward_answer_text` on the decoded response: the final integer,
+trailing punctuation allowed). There is no exact route for
 such a model, so the one ``model`` cell holds the gradient MSE of vanilla / oracle / grpo /
 grpo_mean per G from the advisor's unbiased sample-based estimators
 (:func:`grpo_theory.advisor.estimate.estimate_scaling_constants`, the finite-(B, G) formulas with
@@ -53,7 +54,7 @@ from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir
                                             key_seed)
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
-from grpo_theory.lm.task import (TaskConfig, encode_prompts, eval_set, reward_text,
+from grpo_theory.lm.task import (TaskConfig, encode_prompts, eval_set, reward_answer_text,
                                  target_responses)
 from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, cached_policies
 
@@ -201,7 +202,7 @@ def model_policy(path: str):
 
 def response_texts(policy, responses) -> list[str]:
     """Decoded responses of a Hugging Face policy, each cut before its first EOS (special
-    tokens dropped): what :func:`grpo_theory.lm.task.reward_text` reads."""
+    tokens dropped): what :func:`grpo_theory.lm.task.reward_answer_text` reads."""
     out = []
     for row in np.asarray(responses).tolist():
         cut = next((j for j, t in enumerate(row) if t in policy.eos_ids), len(row))
@@ -267,7 +268,7 @@ def model_cell(config: dict, key) -> list[dict]:
     """One Hugging Face checkpoint: c1, c2, c3, G* and the MSE of every estimator at every G.
 
     Every evaluation question once (B = ``n_questions`` prompts, the iid sample), ``n_samples``
-    sampled responses each, reward :func:`~grpo_theory.lm.task.reward_text` of the decoded
+    sampled responses each, reward :func:`~grpo_theory.lm.task.reward_answer_text` of the decoded
     response; :func:`~grpo_theory.advisor.estimate.estimate_scaling_constants` gives the
     unbiased finite-(B, G) MSE ``vanilla c1/B + c_v/(BG)``, ``oracle c1/B + c2/(BG)``, ``grpo
     oracle + c3/(BG(G-1))``, ``grpo_mean ((G-1)/G)^2 grpo + ||grad J||^2/G^2`` with jackknife
@@ -284,7 +285,7 @@ def model_cell(config: dict, key) -> list[dict]:
     answers = np.asarray(questions.answer).tolist()
 
     def reward(rows, y):
-        return np.array([reward_text(t, answers[r])
+        return np.array([reward_answer_text(t, answers[r])
                          for r, t in zip(np.asarray(rows).tolist(), response_texts(pol, y))])
 
     est = estimate_scaling_constants(pol, None, config["n_samples"], key, prompts=x,
@@ -461,7 +462,8 @@ def model_report(d: pd.DataFrame, s: Settings) -> Section:
     lines = [f"Model `{r.model}` ({int(r.dim)} parameters), setting `{d.setting.iloc[0]}`: "
              f"{int(r.n_questions)} evaluation questions as text prompts, {int(r.n_samples)} "
              f"sampled responses of {int(r.response_len)} tokens each, reward = the final "
-             f"integer of the decoded response (`reward_text`). Mean pass rate J = {r.J:.3f}; "
+             f"integer of the decoded response (`reward_answer_text`). Mean pass rate J = "
+             f"{r.J:.3f}; "
              f"share of questions with 0 < V-hat < 1: {r.frac_varied:.2f}.", "",
              "Constants (unbiased, 95% jackknife intervals): "
              f"c1 = {r.c1:.4g} [{r.c1_low:.4g}, {r.c1_high:.4g}], "

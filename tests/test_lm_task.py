@@ -118,3 +118,19 @@ def test_bad_format_rejected():
         task.encode_prompts(q, "json")
     with pytest.raises(ValueError, match="canonical"):
         task.reward("answer", np.zeros((1, 5), np.int32), np.zeros(1))
+
+
+@pytest.mark.parametrize("text,answer,want", [
+    ("42.", 42, 1.0), ("The answer is 42.", 42, 1.0), ("**42**", 42, 1.0), ("$42$", 42, 1.0),
+    ("\\boxed{42}", 42, 1.0), ("x = -7!", -7, 1.0), ("42", 42, 1.0), ("142.", 42, 0.0),
+    ("42 apples.", 42, 0.0), ("5-3.", 2, 0.0), ("", 0, 0.0), (None, 1, 0.0), (42, 42, 0.0),
+])
+def test_answer_text_reward_allows_trailing_punctuation(text, answer, want):
+    assert task.reward_answer_text(text, answer) == want
+
+
+@given(st.text(max_size=30), st.integers(-1000, 1000))
+def test_answer_text_reward_extends_the_strict_rule(text, ans):
+    """Binary, never raises, and 1 wherever the strict rule of the package's task gives 1."""
+    r = task.reward_answer_text(text, ans)
+    assert r in (0.0, 1.0) and r >= task.reward_text(text, ans)

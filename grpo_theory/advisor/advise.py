@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _validation as V
+from ..lm.task import reward_answer_text, reward_text
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
                        t_quantile)
 
@@ -118,8 +119,6 @@ def load_reward(spec=None):
             non-callable attribute.
     """
     if spec is None:
-        from ..lm.task import reward_text
-
         return reward_text
     if callable(spec):
         return spec
@@ -423,7 +422,9 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         model: see :func:`load_model` (package name, ``.npz`` checkpoint, Hugging Face
             directory or an ``LMPolicy``).
         reward: ``reward(text, answer) -> float``, ``"module:function"``, or None (the
-            integer-answer reward :func:`grpo_theory.lm.task.reward_text`).
+            integer-answer reward: :func:`grpo_theory.lm.task.reward_text` for the package's
+            model, :func:`grpo_theory.lm.task.reward_answer_text`, which allows trailing
+            punctuation and markup such as ``"42."``, for a Hugging Face model).
         n_prompts: m >= 3 prompts, drawn uniformly with replacement from the file.
         n_samples: n >= 3 responses per prompt.
         budgets: budgets N >= 2 (responses per step).
@@ -461,6 +462,8 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         raise ValueError("prompts must be non-empty")
     reward_fn = load_reward(reward)
     policy, kind = load_model(model, cache_dir, warmup)
+    if reward is None and kind == "hf":  # a chat model's answer may end a sentence: "42."
+        reward_fn = reward_answer_text
     questions = [r["question"] for r in rows]
     answers = [r["answer"] for r in rows]
     if kind == "hf":

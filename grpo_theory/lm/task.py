@@ -31,8 +31,8 @@ import numpy as np
 
 __all__ = [
     "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig", "Questions",
-    "encode", "decode", "parse_final_integer", "reward_text", "reward_tokens",
-    "reward_exact_tokens", "reward",
+    "encode", "decode", "parse_final_integer", "reward_text", "reward_answer_text",
+    "reward_tokens", "reward_exact_tokens", "reward",
     "generate_questions", "eval_set", "train_pool", "encode_prompts", "target_responses",
     "PROMPT_LEN", "ICL_PROMPT_LEN", "RESPONSE_LEN",
 ]
@@ -89,6 +89,24 @@ def reward_text(text, answer: int) -> float:
     except Exception:  # pragma: no cover - defensive: the reward must never raise
         return 0.0
     return 1.0 if (val is not None and val == int(answer)) else 0.0
+
+
+#: what may follow the final integer of a natural-language answer: whitespace, sentence
+#: punctuation, closing brackets and quotes, Markdown emphasis and LaTeX math delimiters
+_TRAILING = " \t\r\n.!?;:)]}*_$\"'`"
+
+
+def reward_answer_text(text, answer: int) -> float:
+    """The integer-answer reward for a pretrained model's free text: 1.0 if the last integer of
+    ``text``, once trailing punctuation and markup are stripped (``"42."``, ``"**42**"``,
+    ``"$42$"``, ``"\\boxed{42}"``), equals ``answer``, else 0.0 (never raises).
+
+    :func:`reward_text` is the strict rule of the package's own task (the response must end in
+    the integer); a chat model's answer usually ends a sentence.
+    """
+    if not isinstance(text, str):
+        return 0.0
+    return reward_text(text.rstrip(_TRAILING), answer)
 
 
 def reward_tokens(tokens, answers, max_digits: int = 12):
