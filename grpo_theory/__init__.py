@@ -23,9 +23,9 @@ __version__ = "0.3.0"
 # public name -> module that defines it
 _ATTRS = {
     # core
-    "DiscreteProblem": "core.policies", "SoftmaxBandit": "core.policies",
+    "DiscreteProblem": "core.problem", "SoftmaxBandit": "core.policies",
     "LinearSoftmaxBandit": "core.policies", "SequencePolicy": "core.policies",
-    "as_problem": "core.policies",
+    "as_problem": "core.problem",
     "sample_groups": "core.sampling", "sample_from_uniforms": "core.sampling",
     "STD_PRESETS": "core.estimators", "Estimator": "core.estimators",
     "PromptContext": "core.estimators", "available_estimators": "core.estimators",

@@ -35,7 +35,7 @@ import statsmodels.api as sm
 
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from grpo_theory.optim import theory as opt
 

@@ -40,7 +40,7 @@ import numpy as np
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import credit as C
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from grpo_theory.problems import sequence_policy
 

@@ -38,7 +38,7 @@ import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import dppo
 from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.companions.dppo import KeepScheme
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
 from grpo_theory.lm.task import eval_set, train_pool

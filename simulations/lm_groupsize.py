@@ -24,7 +24,7 @@ template when it has one), canonical responses the tokenized answer followed by 
 (:func:`grpo_theory.lm.grpo.task_tokens`); the reward inside the jitted loop is the exact-token
 match of that canonical tokenization and the held-out accuracy is still the exact
 ``mean_x pi(y*|x)`` by teacher forcing. G* comes from the advisor's sample-based c1, c3 with
-95% intervals (:func:`grpo_theory.lm.grpo.advised_group_size`, kind ``prediction_model``).
+95% intervals (:func:`grpo_theory.advisor.lm_task.advised_group_size`, kind ``prediction_model``).
 
     grpo-theory lm-groupsize [--full] [--model PATH]
 """
@@ -41,9 +41,10 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
-from grpo_theory.lm.grpo import advised_group_size, predicted_group_size, train_grpo
+from grpo_theory.advisor.lm_task import advised_group_size
+from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig
 

@@ -49,14 +49,13 @@ import jax
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
                                             key_seed)
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
-from grpo_theory.lm.task import (TaskConfig, encode_prompts, eval_set, reward_answer_text,
-                                 target_responses)
-from grpo_theory.lm.warmup import POLICIES, WarmupConfig, accuracy, cached_policies
+from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
+from grpo_theory.lm.warmup import POLICIES, QUICK_WARMUP, WarmupConfig, accuracy, cached_policies
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "policies", "model_path", "model_policy", "response_texts",
@@ -139,12 +138,8 @@ SETTINGS = {
     # 32 replicates: with 8, check (ii) failed for 2 of 4 keys of the base/answer cell (a mean of
     # 8 right-skewed squared errors 29-38% low with an underestimated se); with 32 it passed for
     # all 4 keys of the base/answer and instruct/answer cells
-    "quick": Settings(warmup=WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
-                                          instruct_steps=150, icl_steps=200, batch_size=64,
-                                          chunk=25, lr=1e-2,
-                                          task=TaskConfig(hard_fraction=0.0,
-                                                          category_probs=(0, 0, 0.5, 0.5, 0))),
-                      n_questions=40, group_sizes=(4, 8, 16), n_reps=32, n_ref=32, chunk=128),
+    "quick": Settings(warmup=QUICK_WARMUP, n_questions=40, group_sizes=(4, 8, 16), n_reps=32,
+                      n_ref=32, chunk=128),
     "full": Settings(warmup=WarmupConfig(), n_questions=500, group_sizes=(4, 8, 16, 32, 64),
                      n_reps=5, n_ref=256, chunk=256, gate_accuracy_order=True),
 }

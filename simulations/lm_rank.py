@@ -51,14 +51,14 @@ import pandas as pd
 
 from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.core.stats import Estimate, estimate_mean, z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
                                             key_seed)
 from grpo_theory.lm.grpo import task_tokens, train_grpo
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
-from grpo_theory.lm.task import (RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
+from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
                                  target_responses, train_pool)
-from grpo_theory.lm.warmup import POLICIES, WarmupConfig, cached_policies
+from grpo_theory.lm.warmup import POLICIES, QUICK_WARMUP, WarmupConfig, cached_policies
 
 from .lm_mse import _absolute, model_path, model_policy
 
@@ -147,13 +147,9 @@ class Settings:
             raise ValueError(f"run must be a Run or None, got {self.run!r}")
 
 
-_QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150,
-                             instruct_steps=150, icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
-                             task=TaskConfig(hard_fraction=0.0,
-                                             category_probs=(0, 0, 0.5, 0.5, 0)))
 SETTINGS = {
     # quick: lm-mse's tiny warm-up (shared checkpoint cache), G up to 16; a 120-step GRPO run
-    "quick": Settings(warmup=_QUICK_WARMUP, n_questions=32, group_sizes=(2, 4, 8, 16),
+    "quick": Settings(warmup=QUICK_WARMUP, n_questions=32, group_sizes=(2, 4, 8, 16),
                       n_reps=4, n_ref=64, chunk=256,
                       run=Run(group_size=8, budget=64, steps=120, checkpoints=(30, 60, 120),
                               lr=5e-3, n_pool=2000)),

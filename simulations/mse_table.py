@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check
 from grpo_theory.problems import default_bandit
 

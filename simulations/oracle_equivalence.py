@@ -37,7 +37,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from simulations._paired import mean_ci, paired_squared_errors
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from grpo_theory.companions import practical as pr
 from grpo_theory.core.policies import SequencePolicy, n_sequences
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check
 
 NAME = "practical-grpo"

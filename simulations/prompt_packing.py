@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.companions import packing as pk
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "sample_lengths", "cells", "cell",

@@ -95,7 +95,7 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.optim.train import exact_objective, train_schedules

@@ -46,7 +46,7 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.plotting import plt, save_figure
+from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
 from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 from grpo_theory.problems import scaling_bandit

@@ -18,7 +18,7 @@ import _slow_experiment as toy
 import pandas as pd
 import pytest
 
-from grpo_theory.experiments import cli, executors, registry
+from grpo_theory.experiments import cli, executors, registry, runner
 from grpo_theory.experiments.executors import DaskExecutor, open_executor
 from grpo_theory.experiments.runner import collect, is_timing, run_experiment
 
@@ -182,7 +182,7 @@ def test_unreachable_scheduler_fails_fast(tmp_path, monkeypatch, toy_cli, capsys
 
 def test_interrupted_run_keeps_finished_cells_and_resumes(tmp_path, monkeypatch):
     n = toy.SETTINGS["quick"].n_cells
-    real, calls = executors.compute_cell, []
+    real, calls = runner.compute_cell, []
 
     def interrupted(module, name, cell, seed, cache=None):
         calls.append(cell.id)
@@ -190,7 +190,7 @@ def test_interrupted_run_keeps_finished_cells_and_resumes(tmp_path, monkeypatch)
             raise KeyboardInterrupt
         return real(module, name, cell, seed, cache)
 
-    monkeypatch.setattr(executors, "compute_cell", interrupted)
+    monkeypatch.setattr(runner, "compute_cell", interrupted)
     with pytest.raises(KeyboardInterrupt):
         _run(toy.EXPERIMENT, tmp_path)
     exp_dir = tmp_path / "toy"
@@ -204,7 +204,7 @@ def test_interrupted_run_keeps_finished_cells_and_resumes(tmp_path, monkeypatch)
         calls.append(cell.id)
         return real(module, name, cell, seed, cache)
 
-    monkeypatch.setattr(executors, "compute_cell", counting)
+    monkeypatch.setattr(runner, "compute_cell", counting)
     res = _run(toy.EXPERIMENT, tmp_path)
     assert calls == [f"c{i}" for i in range(2, n)]
     assert res.n_computed == n - 2 and res.n_reused == 2 and res.verdict == "PASS"

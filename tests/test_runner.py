@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_theory.experiments import cli, executors, registry, runner, store
+from grpo_theory.experiments import cli, registry, runner, store
 from grpo_theory.experiments.progress import CellProgress
 from grpo_theory.experiments.runner import (Cell, Check, Section, cell_key, check, collect,
                                             is_timing, report_section, run_experiment)
@@ -46,13 +46,13 @@ def _cell_files(out, setting="quick", seed=0) -> dict:
 def computed(monkeypatch):
     """The ids of the cells computed from now on (in this process)."""
     ids = []
-    real = executors.compute_cell
+    real = runner.compute_cell
 
     def counting(module, name, cell, seed, cache=None):
         ids.append(cell.id)
         return real(module, name, cell, seed, cache)
 
-    monkeypatch.setattr(executors, "compute_cell", counting)
+    monkeypatch.setattr(runner, "compute_cell", counting)
     return ids
 
 
@@ -294,7 +294,7 @@ def test_report_on_empty_folder_fails_clearly(tmp_path, toy_cli, capsys):
 
 
 def test_report_after_interrupted_run_is_incomplete(tmp_path, monkeypatch, toy_cli, capsys):
-    real, calls = executors.compute_cell, []
+    real, calls = runner.compute_cell, []
 
     def interrupted(module, name, cell, seed, cache=None):
         calls.append(cell.id)
@@ -302,7 +302,7 @@ def test_report_after_interrupted_run_is_incomplete(tmp_path, monkeypatch, toy_c
             raise KeyboardInterrupt
         return real(module, name, cell, seed, cache)
 
-    monkeypatch.setattr(executors, "compute_cell", interrupted)
+    monkeypatch.setattr(runner, "compute_cell", interrupted)
     assert cli.main(["toy", "--out", str(tmp_path), "--no-progress"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert cli.main(["report", "--out", str(tmp_path)]) == 0

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _validation as V
+from .._cache import cache_dir as default_cache_dir
 from ..lm.task import reward_answer_text, reward_text
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
                        t_quantile)
@@ -164,16 +165,13 @@ def load_model(spec, cache_dir=None, warmup=None):
     if not isinstance(spec, (str, os.PathLike)):
         raise ValueError(f"model must be a name, a path or an LMPolicy, got {type(spec).__name__}")
     if str(spec) in PACKAGE_MODELS:
-        from ..experiments.runner import cache_dir as _cache
-        from ..lm.warmup import WarmupConfig, cached_policies
+        from ..lm.warmup import QUICK_WARMUP, WarmupConfig, cached_policies
 
-        folder = Path(cache_dir) if cache_dir is not None else _cache() / "lm"
+        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "lm"
         if warmup in (None, "full"):
             warmup = WarmupConfig()
         elif warmup == "quick":
-            from simulations.lm_mse import SETTINGS
-
-            warmup = SETTINGS["quick"].warmup
+            warmup = QUICK_WARMUP
         elif not isinstance(warmup, WarmupConfig):
             raise ValueError(f"warmup must be 'quick', 'full' or a WarmupConfig, got {warmup!r}")
         pols = cached_policies(folder, warmup, log=lambda m: None)[0]
@@ -339,7 +337,7 @@ def _tables(est: ScalingEstimate, group_sizes, budgets):
 
 
 def _figure(res: AdviceResult, stem):
-    from ..experiments.plotting import plt, save_figure
+    from ..plotting import plt, save_figure
 
     e = res.estimate
     fig, ax = plt.subplots(1, 4, figsize=(17, 3.6))

@@ -24,7 +24,7 @@ import numpy as np
 from .. import _validation as V
 from .estimators import PromptContext, get_estimator
 from .gram import as_structure
-from .policies import as_problem
+from .problem import as_problem
 from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
 
 __all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from .problem import DiscreteProblem
 
 __all__ = ["ScoreStructure", "TabularScores", "ExplicitScores", "as_structure"]
 
@@ -284,8 +285,6 @@ def as_structure(obj, params=None) -> ScoreStructure:
     Returns:
         The score structure.
     """
-    from .policies import DiscreteProblem
-
     if isinstance(obj, ScoreStructure):
         return obj
     if isinstance(obj, DiscreteProblem):

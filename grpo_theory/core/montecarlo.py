@@ -54,7 +54,7 @@ import numpy as np
 
 from .. import _validation as V
 from .estimators import Estimator, PromptContext, get_estimator
-from .policies import DiscreteProblem, as_problem
+from .problem import DiscreteProblem, as_problem
 from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
                        sample_from_uniforms, sample_groups)
 from .stats import Estimate, estimate_mean, moments_estimate, moments_init, moments_update

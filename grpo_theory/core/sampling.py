@@ -17,13 +17,11 @@ compared against a float64 CDF) every cell probability is rounded to a multiple 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import jax
 import jax.numpy as jnp
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .policies import DiscreteProblem
+from .. import _validation as V
+from .problem import DiscreteProblem, as_problem
 
 __all__ = ["sample_groups", "sample_from_uniforms", "joint_cell_cdf",
            "sample_cells_from_uniforms", "sample_groups_joint"]
@@ -115,9 +113,6 @@ def sample_groups(key, problem: DiscreteProblem, batch_size: int, group_size: in
 
     ``key`` is a JAX key or an integer seed; ``batch_size`` and ``group_size`` integers >= 1.
     """
-    from .. import _validation as V
-    from .policies import as_problem
-
     key = V.key_or_seed(key)
     problem = as_problem(problem)
     batch_size = V.positive_int("batch_size", batch_size)

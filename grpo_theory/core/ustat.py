@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import _validation as V
 from .gram import as_structure
-from .policies import as_problem
+from .problem import as_problem
 
 __all__ = [
     "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",

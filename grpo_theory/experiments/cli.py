@@ -21,6 +21,8 @@ import time
 import warnings
 from pathlib import Path
 
+from ..advisor.advise import advise
+from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import package_version, report_section, run_experiments
 from .store import atomic_write_text, check_out_dir
@@ -163,8 +165,6 @@ def _advise_parser(sub) -> None:
 
 
 def _advise(args) -> int:
-    from ..advisor.advise import advise
-
     with warnings.catch_warnings():  # the report below prints the c1 warning itself
         warnings.filterwarnings("ignore", message="WARNING: c1 is not resolved")
         res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
@@ -188,8 +188,6 @@ def _main(argv=None) -> int:
         return _report(args.out, exps, args.figures)
     if args.cmd == "advise":
         return _advise(args)
-
-    from .executors import open_executor
 
     chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
     setting = "quick" if args.quick else "full"

@@ -17,29 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 
-from .runner import compute_cell
+from .._validation import integer
+from .runner import InProcessExecutor, compute_cell
 
 __all__ = ["InProcessExecutor", "DaskExecutor", "open_executor", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "GRPO_THEORY_SCHEDULER"
 #: seconds to wait for a scheduler before giving up with a clear error
 CONNECT_TIMEOUT = 10
-
-
-class InProcessExecutor:
-    """Runs the cells one after another in this process (the default)."""
-
-    n_workers = 1
-
-    def describe(self) -> str:
-        return "in-process"
-
-    def map_many(self, work, seed: int, cache=None):
-        """Run ``[(experiment, cell), ...]`` in order; yield ``(experiment, cell, rows, s)``."""
-        for exp, c in work:
-            rows, dt = compute_cell(exp.module, exp.name, c, seed, cache)
-            yield exp, c, rows, dt
 
 
 class DaskExecutor:
@@ -59,8 +46,6 @@ class DaskExecutor:
     def map_many(self, work, seed: int, cache=None):
         """Submit ``[(experiment, cell), ...]`` as tasks; yield ``(experiment, cell, rows, s)``
         in completion order."""
-        import uuid
-
         from distributed import as_completed
 
         by_key = {}
@@ -85,8 +70,6 @@ class DaskExecutor:
 
 
 def _positive_workers(workers) -> int:
-    from .._validation import integer
-
     if isinstance(workers, str) and workers.strip().isdigit():  # `--workers 2` on the CLI
         workers = int(workers)
     try:

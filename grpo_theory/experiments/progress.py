@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 import time
 
+from tqdm.auto import tqdm
+
 __all__ = ["CellProgress"]
 
 
@@ -36,8 +38,6 @@ class CellProgress:
             return
         tty = hasattr(self.stream, "isatty") and self.stream.isatty()
         if tty:
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total, initial=skipped, desc=name, file=self.stream,
                             unit="cell", dynamic_ncols=True)
             self.bar.set_postfix(reused=skipped, workers=workers)

@@ -23,11 +23,10 @@ is never a PASS.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
+import importlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -37,9 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import pandas as pd
 
+from .. import __version__
+from .._cache import cache_context, cache_dir
+from .._validation import integer, seed_key
+from .progress import CellProgress
 from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
                     cell_text, check_out_dir)
 
@@ -51,8 +55,6 @@ VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
 
 
 def package_version() -> str:
-    from .. import __version__
-
     return __version__
 
 
@@ -207,10 +209,6 @@ def cell_key(experiment: str, cell_id: str, seed: int):
     Distinct (experiment, cell, seed) give independent keys: seed 2 of one cell never repeats
     seed 0 of another (the old ``seed + G`` scheme did).
     """
-    import jax
-
-    from .._validation import seed_key
-
     k = seed_key(seed)
     k = jax.random.fold_in(k, _h32(experiment))
     return jax.random.fold_in(k, _h32(cell_id))
@@ -219,40 +217,9 @@ def cell_key(experiment: str, cell_id: str, seed: int):
 def key_seed(key, n: int | None = None):
     """An integer seed in ``[0, 2**31)`` (or ``n`` of them) drawn from ``key``, for NumPy-style
     APIs that take ``seed=``."""
-    import jax
-
     bits = jax.random.bits(key, () if n is None else (n,), dtype=np.uint32)
     out = np.asarray(bits).astype(np.int64) >> 1
     return int(out) if n is None else [int(v) for v in out]
-
-
-_CONTEXT: dict = {}
-
-
-def cache_dir() -> Path:
-    """Folder for expensive shared artefacts (checkpoints) of the running experiment.
-
-    ``<out>/.cache`` when run by the runner; ``$GRPO_THEORY_CACHE`` overrides it; otherwise
-    ``~/.cache/grpo-theory``.
-    """
-    env = os.environ.get("GRPO_THEORY_CACHE")
-    if env:
-        return Path(env)
-    if "cache_dir" in _CONTEXT:
-        return Path(_CONTEXT["cache_dir"])
-    return Path.home() / ".cache" / "grpo-theory"
-
-
-@contextlib.contextmanager
-def _context(cache):
-    old = dict(_CONTEXT)
-    if cache is not None:
-        _CONTEXT["cache_dir"] = str(cache)
-    try:
-        yield
-    finally:
-        _CONTEXT.clear()
-        _CONTEXT.update(old)
 
 
 def compute_cell(module: str, name: str, cell: Cell, seed: int, cache=None):
@@ -261,13 +228,9 @@ def compute_cell(module: str, name: str, cell: Cell, seed: int, cache=None):
     Imports ``module`` to find the experiment (so workers need only the installed package), runs
     the cell function in float64 (scoped ``jax.enable_x64``) with its derived key.
     """
-    import importlib
-
-    import jax
-
     exp = _find(importlib.import_module(module), name)
     t0 = time.perf_counter()
-    with jax.enable_x64(True), _context(cache):
+    with jax.enable_x64(True), cache_context(cache):
         rows = exp.cell(dict(cell.config), cell_key(exp.name, cell.id, seed))
     dt = time.perf_counter() - t0
     if isinstance(rows, pd.DataFrame):
@@ -275,6 +238,21 @@ def compute_cell(module: str, name: str, cell: Cell, seed: int, cache=None):
     else:
         df = pd.DataFrame([rows] if isinstance(rows, dict) else list(rows))
     return df, dt
+
+
+class InProcessExecutor:
+    """Runs the cells one after another in this process (the default)."""
+
+    n_workers = 1
+
+    def describe(self) -> str:
+        return "in-process"
+
+    def map_many(self, work, seed: int, cache=None):
+        """Run ``[(experiment, cell), ...]`` in order; yield ``(experiment, cell, rows, s)``."""
+        for exp, c in work:
+            rows, dt = compute_cell(exp.module, exp.name, c, seed, cache)
+            yield exp, c, rows, dt
 
 
 def _find(mod, name: str) -> Experiment:
@@ -395,8 +373,6 @@ class _Run:
 
 
 def _prepare(exp, out: Path, setting, seed: int, executor, progress: bool, verbose: bool) -> _Run:
-    from .progress import CellProgress
-
     settings = exp.get_settings(setting)
     name = setting_name(exp, setting)
     exp_dir = out / exp.name
@@ -471,9 +447,6 @@ def run_experiments(experiments, out, setting="quick", seed: int = 0, executor=N
     returns ``{name: RunResult}``. On a cluster this keeps every worker busy across experiment
     boundaries; in-process it runs the cells in experiment order.
     """
-    from .._validation import integer
-    from .executors import InProcessExecutor
-
     seed = integer("seed", seed)
     out = check_out_dir(out)
     executor = executor or InProcessExecutor()

@@ -15,8 +15,9 @@ Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
-:func:`advised_group_size` gives the same constants for any policy, a Hugging Face checkpoint
-included, from the advisor's sample-based unbiased estimators, with 95% intervals.
+:func:`grpo_theory.advisor.lm_task.advised_group_size` gives the same constants for any policy, a
+Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators, with 95%
+intervals.
 
 A Hugging Face checkpoint (:class:`~grpo_theory.lm.hf.HFPolicy`) trains on text prompts in its
 own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
@@ -39,8 +40,9 @@ from .gradmse import exact_answer_quantities
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy",
-           "predicted_group_size", "advised_group_size", "train_grpo", "clipped_objective"]
+__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
+           "pass_rate_spread", "best_integer_group_size", "predicted_group_size", "train_grpo",
+           "clipped_objective"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
@@ -110,8 +112,17 @@ def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
     return jnp.sum(obj * mask) / tok_lp.shape[0]
 
 
-def _pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
-    """``pi(y*|x)`` per prompt by teacher forcing (in blocks of rows for a Hugging Face model)."""
+def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
+    """``V(x) = pi(y*|x)`` per prompt by teacher forcing (in blocks of rows for a Hugging Face
+    model): the exact pass rates of the answer-only format.
+
+    Args:
+        policy: an :class:`~.policy.LMPolicy` or :class:`~.hf.HFPolicy`.
+        x: (N, P) prompts; canon: (N, R) canonical responses (:func:`task_tokens`).
+
+    Returns:
+        (N,) float64 pass rates.
+    """
     block = _HF_BLOCK if _is_hf(policy) else len(x)
     lp = [np.asarray(policy.log_probs(x[i:i + block], canon[i:i + block]), np.float64)
           for i in range(0, len(x), block)]
@@ -120,7 +131,7 @@ def _pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
 
 def exact_accuracy(policy: LMPolicy, x, canon) -> float:
     """``mean_x pi(y*|x)``: the exact expected reward on the questions (answer-only)."""
-    return float(np.mean(_pass_rates(policy, x, canon)))
+    return float(np.mean(pass_rates(policy, x, canon)))
 
 
 def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
@@ -146,64 +157,25 @@ def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
     c3 = float((s2 * v * (1 - v) + gx2).mean())
     r = np.sqrt(c3 / c1) if c1 > 0 else np.inf
     return dict(c1=c1, c2=c2, c3=c3, G_paper=float(r), G_continuous=float(1 + r),
-                G_exact=_g_exact(ScalingConstants(c1, c2, c3)), **_spread(v))
+                G_exact=best_integer_group_size(ScalingConstants(c1, c2, c3)),
+                **pass_rate_spread(v))
 
 
-def _g_exact(consts: ScalingConstants) -> int:
-    """Integer G in [2, 4096] minimising the budget MSE (4096 when c1 <= 0)."""
+def best_integer_group_size(consts: ScalingConstants) -> int:
+    """Integer G in [2, 4096] minimising the budget MSE ``c1 G + c2 + c3/(G - 1)`` (Theorem 7;
+    4096 when c1 <= 0)."""
     grid = np.arange(2, 4097)
     return int(grid[np.argmin(budget_mse(consts, grid))]) if consts.c1 > 0 else int(grid[-1])
 
 
-def _spread(v) -> dict:
+def pass_rate_spread(v) -> dict:
+    """Mean pass rate ``J`` and the spread of the per-prompt pass rates ``v``: quantiles 10 / 50 /
+    90% and the shares below 5% and above 95% (the prompts whose groups are nearly always
+    all-wrong or all-right)."""
     return dict(J=float(v.mean()), V_q10=float(np.quantile(v, 0.1)),
                 V_median=float(np.median(v)), V_q90=float(np.quantile(v, 0.9)),
                 frac_V_below_5pct=float(np.mean(v < 0.05)),
                 frac_V_above_95pct=float(np.mean(v > 0.95)))
-
-
-def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
-                       chunk: int = 8) -> dict:
-    r"""c1, c2, c3 and G* at ``policy`` from the advisor's sample-based unbiased estimators.
-
-    For any policy (a Hugging Face checkpoint included): prompts and canonical responses of
-    :func:`task_tokens`, ``n_samples`` sampled responses per question (every question once),
-    the exact-token reward of GRPO training (:func:`~.task.reward_exact_tokens`), and
-    :func:`grpo_theory.advisor.estimate.estimate_scaling_constants` (U-statistics, 95%
-    jackknife intervals, Fieller's interval for ``G* = 1 + sqrt(c3/c1)``). ``J`` and the
-    pass-rate spread are exact (``V(x) = pi(y*|x)`` by teacher forcing).
-
-    Args:
-        policy: an :class:`~.policy.LMPolicy` or :class:`~.hf.HFPolicy`.
-        questions: :class:`~.task.Questions` (at least 3).
-        n_samples: responses per question (>= 3).
-        key: JAX key or integer seed.
-        chunk: per-sample scores held at once (each is a parameter-sized vector).
-
-    Returns:
-        The columns of :func:`predicted_group_size` plus ``c1_low, c1_high, c2_low, c2_high,
-        c3_low, c3_high`` (95% intervals), ``G_low, G_high`` (interval of
-        ``G_continuous``; ``G_high = inf`` when c1 is not clearly positive) and ``n_samples``.
-    """
-    from ..advisor.estimate import estimate_scaling_constants
-
-    x, canon = task_tokens(policy, questions)
-
-    def reward(rows, y):
-        return np.asarray(reward_exact_tokens(y, canon[np.asarray(rows)]), np.float64)
-
-    est = estimate_scaling_constants(policy, None, n_samples, key, prompts=x, reward=reward,
-                                     response_len=canon.shape[1], chunk=chunk)
-    ci = est.conf_int()
-    g = est.g_star
-    out = dict(c1=est.c1, c2=est.c2, c3=est.c3, G_paper=g - 1, G_continuous=g,
-               G_exact=_g_exact(est.constants), **_spread(_pass_rates(policy, x, canon)),
-               n_samples=int(n_samples), G_low=float(ci.loc["g_star", "lower"]),
-               G_high=float(ci.loc["g_star", "upper"]))
-    for c in ("c1", "c2", "c3"):
-        out[f"{c}_low"], out[f"{c}_high"] = (float(ci.loc[c, "lower"]),
-                                             float(ci.loc[c, "upper"]))
-    return out
 
 
 @lru_cache(maxsize=None)

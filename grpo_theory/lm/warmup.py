@@ -45,7 +45,7 @@ from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eva
 
 __all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
            "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
-           "POLICIES"]
+           "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
 #: (easy, hard) answer-corruption probabilities of each corpus
@@ -81,6 +81,15 @@ class WarmupConfig:
     def icl_file(self) -> str:
         """File of the in-context stage inside the ``tag()`` folder (base/instruct reused)."""
         return f"icl_i{self.icl_steps}.npz"
+
+
+#: the tiny warm-up of the quick settings (``lm-mse``, ``lm-rank``, ``advise --warmup quick``): a
+#: 1-layer, 32-wide model on the two one-operation categories with single-digit operands, which
+#: learns something within seconds (its rewards are not all zero)
+QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150, instruct_steps=150,
+                            icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
+                            task=TaskConfig(hard_fraction=0.0,
+                                            category_probs=(0, 0, 0.5, 0.5, 0)))
 
 
 def corrupt_answers(answers, hard, rates, rng) -> np.ndarray:
