@@ -10,6 +10,7 @@ import numpy as np
 from ._validation import positive_int, seed_key
 from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from .optim.theory import GaussianBandit, gaussian_bandit
+from .optim.train import exact_objective, maximise
 
 __all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
            "scaling_family_bandit",
@@ -76,8 +77,6 @@ def scaling_bandit(delta: float = 0.1) -> LinearSoftmaxBandit:
 @lru_cache(maxsize=1)
 def _scaling_optimum() -> tuple:
     """theta* of :func:`scaling_bandit` (the same for every delta; L-BFGS at delta = 0.5)."""
-    from .optim.train import exact_objective, maximise
-
     b = scaling_bandit(0.5)
     th, _ = maximise(lambda t: exact_objective(b, t), b.params)
     return tuple(float(x) for x in np.ravel(th))

@@ -20,6 +20,7 @@ m prompts with n (response, reward) atoms each and returns ``E[theta-hat]`` next
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import jax
@@ -27,6 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from ..core.problem import as_problem
+from ..core.sampling import sample_from_uniforms
+from ..core.scaling import scaling_constants
+from ..core.ustat import prompt_moments
 from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
 
@@ -92,10 +97,6 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
     Returns:
         :class:`Coverage`.
     """
-    from ..core.policies import as_problem
-    from ..core.sampling import sample_from_uniforms
-    from ..core.scaling import scaling_constants
-
     m = V.integer("n_prompts", n_prompts)
     n = V.integer("n_samples", n_samples)
     _check_sizes(m, n)
@@ -153,10 +154,6 @@ def group_outcomes(policy, n_samples: int):
         ``(x (N,), prob (N,), z (N, n), sq_norms (N, n), ghat (N, D))`` with
         ``ghat = (1/n) sum_i z_i s_i``; the probabilities sum to one.
     """
-    import itertools
-
-    from ..core.policies import as_problem
-
     n = V.positive_int("n_samples", n_samples)
     with jax.enable_x64(True):
         dp = as_problem(policy)
@@ -194,12 +191,6 @@ def enumerated_expectation(policy, n_prompts: int = 3, n_samples: int = 3):
     Returns:
         ``(expected (5,), exact (5,))``.
     """
-    import itertools
-
-    from ..core.policies import as_problem
-    from ..core.scaling import scaling_constants
-    from ..core.ustat import prompt_moments
-
     m = V.integer("n_prompts", n_prompts)
     n = V.integer("n_samples", n_samples)
     _check_sizes(m, n)

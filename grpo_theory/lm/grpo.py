@@ -37,6 +37,7 @@ from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
 from ..core.scaling import ScalingConstants, budget_mse
 from .gradmse import exact_answer_quantities
+from .hf import HFPolicy
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
@@ -55,8 +56,6 @@ _HF_BLOCK = 64
 
 
 def _is_hf(policy) -> bool:
-    from .hf import HFPolicy  # costs nothing: the optional dependencies load on first use
-
     return isinstance(policy, HFPolicy)
 
 
