@@ -41,7 +41,7 @@ import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
-from simulations._paired import mean_ci, paired_squared_errors
+from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "a2_holds_bandit",
            "a2_fails_bandit", "baseline_family", "decomposition", "cells", "cell", "summary",

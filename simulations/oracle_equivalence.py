@@ -39,7 +39,7 @@ from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
-from simulations._paired import mean_ci, paired_squared_errors
+from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
            "slope_fit", "summary", "report", "plot", "EXPERIMENT"]

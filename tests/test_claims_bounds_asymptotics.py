@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from grpo_theory.experiments.runner import Tables, run_experiment
-from simulations import asymptotic_distribution as asym
-from simulations import finite_sample_bounds as fsb
+from grpo_theory.studies import asymptotic_distribution as asym
+from grpo_theory.studies import finite_sample_bounds as fsb
 
 # fewer seeds and steps than "quick" (compilation dominates either way); still PASS
 FSB_SMALL = dataclasses.replace(fsb.SETTINGS["quick"], n_seeds=100, n_steps=128)

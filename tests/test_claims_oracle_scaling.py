@@ -84,7 +84,7 @@ def _run(mod, out, setting="quick"):
 
 @pytest.fixture(scope="module")
 def oracle_run(tmp_path_factory):
-    from simulations import oracle_equivalence as m
+    from grpo_theory.studies import oracle_equivalence as m
 
     return m, _run(m, tmp_path_factory.mktemp("oracle"))
 
@@ -119,7 +119,7 @@ def test_oracle_cell_key_not_group_size(oracle_run):
 
 @pytest.fixture(scope="module")
 def baseline_run(tmp_path_factory):
-    from simulations import baseline_optimality as m
+    from grpo_theory.studies import baseline_optimality as m
 
     return m, _run(m, tmp_path_factory.mktemp("baseline"))
 
@@ -159,7 +159,7 @@ def test_baseline_checks_catch_a_violation(baseline_run):
 
 @pytest.fixture(scope="module")
 def scaling_run(tmp_path_factory):
-    from simulations import scaling_law as m
+    from grpo_theory.studies import scaling_law as m
 
     # the quick setting on the grid {4, 8, 16} around G* = 8 (fewer compilations than 2..32)
     s = dataclasses.replace(m.SETTINGS["quick"], grid=(4, 8, 16))
@@ -205,7 +205,7 @@ def test_scaling_law_training_seeds_from_cell_keys(scaling_run):
 
 @pytest.fixture(scope="module")
 def std_run(tmp_path_factory):
-    from simulations import std_normalisation as m
+    from grpo_theory.studies import std_normalisation as m
 
     # the quick setting without G = 4 (the claim's G >= 16 checks and the exact limit remain)
     s = dataclasses.replace(m.SETTINGS["quick"], group_sizes=(16, 64),

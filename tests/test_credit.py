@@ -250,7 +250,7 @@ def driver_run(tmp_path_factory):
     import dataclasses
 
     from grpo_theory.experiments.runner import run_experiment
-    from simulations import credit_assignment as drv
+    from grpo_theory.studies import credit_assignment as drv
 
     s = dataclasses.replace(drv.SETTINGS["quick"], n_groups=300, G=(4, 16), seeds=2,
                             steps=60, sparsity_reps=5000, id_G=(4,), baseline_G=(64,))

@@ -210,7 +210,7 @@ def test_driver_small_setting_passes(tmp_path):
     import dataclasses
 
     from grpo_theory.experiments.runner import run_experiment
-    from simulations import dppo_pruning as drv
+    from grpo_theory.studies import dppo_pruning as drv
 
     # the quick setting less one enumerated bandit shape and half the rates (compilations)
     s = dataclasses.replace(drv.SETTINGS["quick"], batch_configs=((2, 2),), rates=(0.6, 0.4),

@@ -6,7 +6,7 @@ import pandas as pd
 
 from grpo_theory.experiments import cli
 from grpo_theory.experiments.runner import run_experiment
-from simulations import mse_table
+from grpo_theory.studies import mse_table
 
 
 def test_mse_table_small_setting(tmp_path):

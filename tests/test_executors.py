@@ -44,7 +44,7 @@ def cluster():
 
 @pytest.fixture
 def toy_cli(monkeypatch):
-    monkeypatch.setattr(registry, "MODULES", ())
+    monkeypatch.setattr(registry, "entry_points", lambda group: [])
     monkeypatch.setenv(registry.EXTRA_ENV, "_slow_experiment")
 
 

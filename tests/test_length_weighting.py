@@ -167,7 +167,7 @@ def test_conditional_advantages_refuse_batch_coupled():
 @pytest.fixture(scope="module")
 def driver_out(tmp_path_factory):
     from grpo_theory.experiments.runner import run_experiment
-    from simulations import length_weighting as drv
+    from grpo_theory.studies import length_weighting as drv
 
     import dataclasses
 

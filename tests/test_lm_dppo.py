@@ -27,7 +27,7 @@ from grpo_theory.lm.model import make_sampler
 from grpo_theory.lm.policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from grpo_theory.lm.task import EOS, PAD
 from grpo_theory.lm.warmup import WarmupConfig
-from simulations import lm_dppo
+from grpo_theory.studies import lm_dppo
 
 CFG = ModelConfig(d_model=8, n_layers=1, n_heads=2)
 LP, R = 6, 4

@@ -17,7 +17,7 @@ import pytest
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.experiments.store import cell_hash
 from grpo_theory.lm.warmup import cached_policies
-from simulations import lm_groupsize, lm_mse
+from grpo_theory.studies import lm_groupsize, lm_mse
 
 #: One policy per format (the checks hold cell by cell), two group sizes, fewer questions and
 #: replicates. The cost is mostly XLA compilation, one per array shape, so the sizes are chosen

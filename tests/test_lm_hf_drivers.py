@@ -32,7 +32,7 @@ from grpo_theory.experiments.runner import (Cell, Experiment, Section, check,  #
 from grpo_theory.experiments.store import cell_hash  # noqa: E402
 from grpo_theory.lm.grpo import task_tokens  # noqa: E402
 from grpo_theory.lm.task import TaskConfig, eval_set  # noqa: E402
-from simulations import lm_groupsize, lm_mse, lm_rank  # noqa: E402
+from grpo_theory.studies import lm_groupsize, lm_mse, lm_rank  # noqa: E402
 
 DIGITS = slice(30, 40)  # token ids of "0".."9" in test_lm_hf's tokenizer
 FAVOURED = slice(31, 34)  # "1", "2", "3": the likely first tokens

@@ -17,7 +17,7 @@ from grpo_theory.lm.rank import (binary_identity_residual, dense_scores, distinc
                                  group_rank_table, group_score_grams, numerical_rank,
                                  weighted_grams, zero_share_unbiased)
 from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
-from simulations import lm_rank
+from grpo_theory.studies import lm_rank
 
 CFG = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)
 

@@ -181,7 +181,7 @@ def test_attention_never_crosses_sequences():
 
 def test_driver_quick_setting_passes(tmp_path):
     from grpo_theory.experiments.runner import run_experiment
-    from simulations import prompt_packing as drv
+    from grpo_theory.studies import prompt_packing as drv
 
     res = run_experiment(drv.EXPERIMENT, tmp_path, "quick", seed=0, progress=False)
     assert res.tables.complete and set(res.tables) == {"density", "equivalence"}

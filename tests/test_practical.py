@@ -10,7 +10,7 @@ import pytest
 from grpo_theory.companions import practical as pr
 from grpo_theory.core.ustat import grpo_loo_estimate, grpo_ustat_estimate
 from grpo_theory.experiments.runner import run_experiment
-from simulations import practical_grpo as drv
+from grpo_theory.studies import practical_grpo as drv
 
 CONFIG = dict(vocab_size=2, horizon=3, n_prompts=2, reward_scale=0.5, problem_seed=0)
 

@@ -76,7 +76,7 @@ def _assert_incomplete_report(path) -> str:
 @pytest.fixture
 def toy_cli(monkeypatch):
     """The CLI sees only the test experiments (``toy`` and ``toy-slow``)."""
-    monkeypatch.setattr(registry, "MODULES", ())
+    monkeypatch.setattr(registry, "entry_points", lambda group: [])
     monkeypatch.setenv(registry.EXTRA_ENV, "_slow_experiment")
 
 

@@ -10,7 +10,7 @@ import pytest
 import grpo_theory as gt
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.problems import scaling_family_bandit
-from simulations import scaling_family as sf
+from grpo_theory.studies import scaling_family as sf
 
 SMALL = dataclasses.replace(sf.SETTINGS["quick"], deltas=(0.5, 0.1), grid=(2, 8), budgets=(16,),
                             mc_reps=500, train_N=16, train_steps=20, n_seeds=8, n_boot=300,

@@ -1,50 +1,46 @@
 """The experiments the ``grpo-theory`` command knows, keyed by name.
 
-Each entry is a module that defines an :class:`~grpo_theory.experiments.runner.Experiment`
-(by convention ``EXPERIMENT``). Extra modules (your own studies) can be added with
-``$GRPO_THEORY_EXPERIMENTS`` (comma-separated module names); they need only be importable.
+Studies register themselves: every entry point of the group ``grpo_theory.studies`` names a
+module that defines an :class:`~grpo_theory.experiments.runner.Experiment` (by convention
+``EXPERIMENT``). The package's own drivers (the ``simulations/`` folder, installed as
+``grpo_theory.studies``) are declared in its ``pyproject.toml``; another package adds its studies
+the same way, in its own ``pyproject.toml``:
+
+.. code-block:: toml
+
+    [project.entry-points."grpo_theory.studies"]
+    my-study = "my_package.my_study"
+
+Modules can also be named in ``$GRPO_THEORY_EXPERIMENTS`` (comma-separated; they need only be
+importable). The library itself imports no study.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from importlib.metadata import entry_points
 
 from .runner import Experiment
 
-__all__ = ["MODULES", "experiments", "get", "EXTRA_ENV"]
+__all__ = ["GROUP", "modules", "experiments", "get", "EXTRA_ENV"]
 
-MODULES = (
-    "simulations.mse_table",
-    "simulations.oracle_equivalence",
-    "simulations.baseline_optimality",
-    "simulations.scaling_law",
-    "simulations.scaling_family",
-    "simulations.finite_sample_bounds",
-    "simulations.asymptotic_distribution",
-    "simulations.std_normalisation",
-    "simulations.credit_assignment",
-    "simulations.dppo_pruning",
-    "simulations.prompt_packing",
-    "simulations.length_weighting",
-    "simulations.practical_grpo",
-    "simulations.lm_mse",
-    "simulations.lm_groupsize",
-    "simulations.lm_rank",
-    "simulations.lm_dppo",
-)
+#: the entry-point group through which studies register
+GROUP = "grpo_theory.studies"
 EXTRA_ENV = "GRPO_THEORY_EXPERIMENTS"
 
 
-def _modules() -> list[str]:
+def modules() -> list[str]:
+    """The study modules: the entry points of :data:`GROUP`, then ``$GRPO_THEORY_EXPERIMENTS``."""
+    registered = sorted({ep.value.split(":")[0] for ep in entry_points(group=GROUP)})
     extra = [m.strip() for m in os.environ.get(EXTRA_ENV, "").split(",") if m.strip()]
-    return list(MODULES) + extra
+    return registered + [m for m in extra if m not in registered]
 
 
 def experiments() -> dict[str, Experiment]:
     """``{name: Experiment}`` in report order."""
     found = {}
-    for name in _modules():
+    for name in modules():
         mod = importlib.import_module(name)
         exps = [v for v in vars(mod).values() if isinstance(v, Experiment)]
         if not exps:

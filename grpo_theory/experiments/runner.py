@@ -1,6 +1,7 @@
 """One experiment runner: settings, cells, resume, validated storage, verdicts, report, figures.
 
-An experiment (a driver in ``simulations/``) is a value of :class:`Experiment`:
+An experiment (a driver in ``simulations/``, installed as ``grpo_theory.studies``) is a value of
+:class:`Experiment`:
 
 * ``settings``: ``{"quick": Settings(...), "full": Settings(...)}`` (frozen dataclasses);
 * ``cells(settings) -> [Cell(id, config, kind)]``: the sweep, each cell's ``config`` a JSON-like
