@@ -11,6 +11,7 @@ from ._validation import positive_int, seed_key
 from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from .optim.theory import GaussianBandit, gaussian_bandit
 from .optim.train import exact_objective, maximise
+from ._precision import float64
 
 __all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
            "scaling_family_bandit",
@@ -19,6 +20,7 @@ __all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit
            "length_policy", "stop_or_run_policy"]
 
 
+@float64
 def default_bandit(seed: int = 2024, n_prompts: int = 4, n_responses: int = 6) -> SoftmaxBandit:
     """A tabular softmax bandit with Gaussian logits (scale 1.5) and uniform reward means."""
     n_prompts, n_responses = positive_int("n_prompts", n_prompts), positive_int("n_responses",
@@ -29,6 +31,7 @@ def default_bandit(seed: int = 2024, n_prompts: int = 4, n_responses: int = 6) -
     return SoftmaxBandit(logits, means)
 
 
+@float64
 def linear_bandit(seed: int = 7, n_prompts: int = 6, n_responses: int = 5,
                   dim: int = 4) -> LinearSoftmaxBandit:
     """Prompts share a d-dimensional parameter: logits = features @ theta; binary rewards."""
@@ -42,6 +45,7 @@ def linear_bandit(seed: int = 7, n_prompts: int = 6, n_responses: int = 5,
     return LinearSoftmaxBandit(feats, theta, means)
 
 
+@float64
 def sequence_policy(seed: int = 11, n_prompts: int = 3, vocab_size: int = 2,
                     horizon: int = 4) -> SequencePolicy:
     """Tabular autoregressive policy with EOS; reward mean rises with the count of token 1."""
@@ -57,6 +61,7 @@ def sequence_policy(seed: int = 11, n_prompts: int = 3, vocab_size: int = 2,
     return SequencePolicy(params, reward, vocab_size, horizon, eos=True)
 
 
+@float64
 def scaling_bandit(delta: float = 0.1) -> LinearSoftmaxBandit:
     """The scaling-law problem (Theorem 7): a linear softmax bandit with an interior maximiser.
 
@@ -82,6 +87,7 @@ def _scaling_optimum() -> tuple:
     return tuple(float(x) for x in np.ravel(th))
 
 
+@float64
 def scaling_family_bandit(delta: float, at_optimum: bool = True) -> LinearSoftmaxBandit:
     r"""A one-parameter family for the scaling law: :func:`scaling_bandit` with reward gap delta.
 
@@ -109,6 +115,7 @@ def scaling_family_bandit(delta: float, at_optimum: bool = True) -> LinearSoftma
     return b.with_params(np.asarray(_scaling_optimum())) if at_optimum else b
 
 
+@float64
 def difficulty_policy(seed: int = 5, difficulties=(0.02, 0.25, 0.6, 0.92), horizon: int = 4):
     """A sequence policy (binary vocabulary, EOS, ``horizon`` tokens) whose prompts range from
     nearly always wrong to nearly always right, so many groups have all-equal rewards (zero
@@ -132,6 +139,7 @@ def difficulty_problem(seed: int = 5):
     return policy.problem(), np.asarray(policy.lengths, dtype=np.float64)
 
 
+@float64
 def default_gaussian_bandit() -> GaussianBandit:
     """3 prompts, d = 2 shared parameters; a* not realisable, so g(x) != 0 at the optimum.
 
@@ -143,6 +151,7 @@ def default_gaussian_bandit() -> GaussianBandit:
         sigma=0.5, noise_std=0.5)
 
 
+@float64
 def scalar_gaussian_bandit() -> GaussianBandit:
     """One prompt, one parameter: J = -theta^2/2 + const (lambda = 1) and, at the optimum, the
     oracle estimate with B = G = 1 has variance Gamma = 5/2 sigma^2 + tau^2/sigma^2 = 2.
@@ -154,6 +163,7 @@ def scalar_gaussian_bandit() -> GaussianBandit:
                            sigma=np.sqrt(0.4), noise_std=np.sqrt(0.4))
 
 
+@float64
 def length_reward_policy() -> SequencePolicy:
     """Reward mean rises with length (0.1 + 0.2 (L - 1) - 0.05 x): ||s||^2 and reward correlate."""
     def reward(p, t, L):
@@ -163,6 +173,7 @@ def length_reward_policy() -> SequencePolicy:
     return SequencePolicy(params, reward, 2, 4)
 
 
+@float64
 def length_policy(seed: int = 5, n_prompts: int = 3, vocab_size: int = 2, horizon: int = 5,
                   difficulty=(0.75, 0.45, 0.15), eos: bool = True) -> SequencePolicy:
     """Prompts of different difficulty; lengths 1..horizon. Reward mean of prompt x:
@@ -182,6 +193,7 @@ def length_policy(seed: int = 5, n_prompts: int = 3, vocab_size: int = 2, horizo
     return SequencePolicy(params, reward, vocab_size, horizon, eos=eos)
 
 
+@float64
 def stop_or_run_policy(horizon: int = 6, p_correct=(0.3, 0.5), stop_prob: float = 0.3,
                        copy_logit: float = 6.0) -> SequencePolicy:
     """A policy that answers first, then continues or stops: the length is a free choice.
@@ -212,8 +224,3 @@ def stop_or_run_policy(horizon: int = 6, p_correct=(0.3, 0.5), stop_prob: float 
         return float(tokens[0] == 1)
 
     return SequencePolicy(params, reward, 2, horizon, eos=True)
-
-
-from ._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -36,7 +36,7 @@ import statsmodels.api as sm
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.optim import theory as opt
 
 __all__ = ["NAME", "CLAIM", "RUNS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
@@ -147,6 +147,7 @@ def group_sweep(G_grid=G_GRID, estimators=SWEEP_ESTIMATORS, B: int = BATCH,
     return pd.DataFrame(rows)
 
 
+@float64
 def cell(config: dict, key) -> pd.DataFrame:
     """``samples``: n Delta_n of every seed of one run at its logged n; ``predictions`` /
     ``group_sweep``: the exact weights (no randomness)."""

@@ -40,7 +40,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
 from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "a2_holds_bandit",
@@ -140,6 +140,7 @@ def cells(s: Settings) -> list[Cell]:
             for p in PROBLEMS for G in s.group_sizes]
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """Exact and paired Monte Carlo MSE of every swept baseline (and GRPO) at one (problem, G)."""
     prob, G, R = config["problem"], config["G"], config["n_reps"]

@@ -41,7 +41,7 @@ import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import credit as C
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.problems import sequence_policy
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "mlp_policy",
@@ -233,6 +233,7 @@ def _baseline_rows(group_sizes):
     return rows
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """The rows of one cell; ``config["part"]`` names its table (see the module docs)."""
     part = config["part"]

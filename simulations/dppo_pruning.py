@@ -39,7 +39,7 @@ from grpo_theory import problems
 from grpo_theory.companions import dppo
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",
            "trade_view", "report", "plot", "EXPERIMENT"]
@@ -130,6 +130,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """One cell: all masks of one sampled batch, one enumerated small bandit, or one rate."""
     part = config["part"]

@@ -35,7 +35,7 @@ import pandas as pd
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.optim import theory as opt
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "bound_values",
@@ -101,6 +101,7 @@ def bound_values(schedule: str, n, gap0: float, L: float, mu: float, beta: float
     return b, rec, n0
 
 
+@float64
 def cell(config: dict, key) -> pd.DataFrame:
     """One (schedule, estimator): mean gap with 95% CI at each logged n, next to the bounds."""
     if config["problem"] != "default_gaussian_bandit":

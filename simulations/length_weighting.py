@@ -36,7 +36,7 @@ from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.estimators import PromptContext
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "training_summary",
            "checks", "report", "plot", "EXPERIMENT"]
@@ -113,6 +113,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key):
     """One table's cell: exact identities, modes, one alpha sweep, one MC check or one training."""
     part = config["part"]

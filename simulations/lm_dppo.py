@@ -39,7 +39,7 @@ import pandas as pd
 
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig
@@ -162,6 +162,7 @@ def _scheme(rq, ro) -> KeepScheme:
     return KeepScheme(q_prompt=1.0 - rq, q_completion=1.0 - ro)
 
 
+@float64
 def cell(config: dict, key):
     """One training run, or the gradient study (module docstring)."""
     wcfg = config["warmup"]

@@ -42,7 +42,7 @@ import pandas as pd
 
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
@@ -179,6 +179,7 @@ def _questions(task: TaskConfig, n_eval: int, n_pool: int | None):
     return ev, (train_pool(task, n=n_pool) if n_pool else None)
 
 
+@float64
 def cell(config: dict, key) -> dict | list[dict]:
     """G* predicted at the starting policy (the instruct policy or ``config["model"]``), or one
     training run from it (rows per checkpoint)."""

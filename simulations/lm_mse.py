@@ -51,7 +51,7 @@ import pandas as pd
 
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
-                                            key_seed)
+                                            key_seed, float64)
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
@@ -235,6 +235,7 @@ def policies(wcfg: WarmupConfig) -> dict:
     return cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0]
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """The accuracy table, one (policy, format): gradient MSEs of every estimator and G, or a
     Hugging Face checkpoint's predicted MSEs (:func:`model_cell`)."""

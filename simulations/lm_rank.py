@@ -53,7 +53,7 @@ from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.core.stats import Estimate, estimate_mean, z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
-                                            key_seed)
+                                            key_seed, float64)
 from grpo_theory.lm.grpo import task_tokens, train_grpo
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
@@ -266,6 +266,7 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
     return out, V
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """One (policy, format): rank measures, zero-advantage share and entropy for every G; or
     (``config["run"]``) the same at step 0 and every checkpoint of a GRPO run; the policy is

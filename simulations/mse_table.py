@@ -18,7 +18,7 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
 from grpo_theory.problems import default_bandit
 
 NAME = "mse-table"
@@ -45,6 +45,7 @@ def cells(s: Settings) -> list[Cell]:
             for e in s.estimators for G in s.group_sizes]
 
 
+@float64
 def cell(config: dict, key) -> dict:
     """Exact and Monte Carlo MSE of one estimator at one group size (B = 1)."""
     bandit = default_bandit()

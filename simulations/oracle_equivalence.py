@@ -38,7 +38,7 @@ import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
@@ -82,6 +82,7 @@ def cells(s: Settings) -> list[Cell]:
             for p in s.problems for G in s.group_sizes]
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """Exact and paired Monte Carlo MSE of vanilla/grpo/oracle and the gap grpo - oracle."""
     prob, G, R, ests = config["problem"], config["G"], config["n_reps"], config["estimators"]

@@ -41,7 +41,7 @@ import numpy as np
 from grpo_theory.companions import practical as pr
 from grpo_theory.core.policies import SequencePolicy, n_sequences
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
 
 NAME = "practical-grpo"
 CLAIM = ("practical GRPO (std-normalised advantages, token ratios, K3 KL) is asymptotically "
@@ -135,6 +135,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key):
     """One part (see the module docstring); exact except ``mc``."""
     with jax.enable_x64(True):

@@ -31,7 +31,7 @@ import pandas as pd
 
 from grpo_theory.companions import packing as pk
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "sample_lengths", "cells", "cell",
            "summary", "summary_table", "report", "plot", "EXPERIMENT"]
@@ -115,6 +115,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """One batch of sampled lengths packed at every window, or one packed-vs-unpacked case."""
     if config["part"] == "density":

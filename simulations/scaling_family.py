@@ -96,7 +96,7 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.optim.train import exact_objective, train_schedules
 from grpo_theory.problems import scaling_family_bandit
@@ -436,6 +436,7 @@ def _lm_train(config: dict, key) -> list[dict]:
                  train_reward=r["train_reward"], steps_per_s=steps / dt) for r in rows]
 
 
+@float64
 def cell(config: dict, key):
     """One cell: a member's constants, its fixed-budget MSE over G at one N, one training G, an
     LM knob's G*, or one LM training run."""

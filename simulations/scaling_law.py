@@ -47,7 +47,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
 from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 from grpo_theory.problems import scaling_bandit
 
@@ -134,6 +134,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key):
     """One cell: the constants, one fixed-budget MSE, or one training budget x G (see docs)."""
     pols, jstar = _policies()

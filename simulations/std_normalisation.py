@@ -51,7 +51,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed
+from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
 from grpo_theory.optim.train import exact_objective, maximise, train
 from grpo_theory.problems import scaling_bandit
 
@@ -159,6 +159,7 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
+@float64
 def cell(config: dict, key) -> list[dict]:
     """The exact points (maximisers, fixed points) or one (estimator, G) training sweep."""
     pol = std_bandit()

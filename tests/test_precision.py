@@ -68,3 +68,56 @@ def test_import_is_lazy(child):
     out = child
     assert out["loaded_on_import"] == []
     assert "exact_mse" in dir(gt) and callable(gt.exact_mse)
+
+
+def _modules():
+    import pathlib
+    root = pathlib.Path(gt.__file__).parent
+    return sorted(root.rglob("*.py")) + sorted((root.parent / "simulations").glob("*.py"))
+
+
+def test_precision_is_declared_at_the_def_never_by_rewriting_globals():
+    """No module hands its globals to a helper that rewraps them (the old scope helper); the exact
+    routines carry ``@float64`` at their ``def``."""
+    import ast
+    offenders = []
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            # a module's namespace handed to a helper that rewrites it
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) not in (
+                    "set", "sorted", "list", "dict") and any(
+                    isinstance(a, ast.Call) and getattr(a.func, "id", None) == "globals"
+                    for a in node.args):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
+    import grpo_theory._precision as P
+    assert not hasattr(P, "scope_module")
+    # the public exact routines are float64 by their decorator
+    from grpo_theory.core import exact, montecarlo, scaling
+    for fn in (exact.exact_mse, exact.exact_gradient, montecarlo.mc_mse,
+               scaling.scaling_constants):
+        assert getattr(fn, "__grpo_float64__", False), fn.__name__
+
+
+def test_every_study_cell_declares_its_precision_and_the_runner_adds_none(monkeypatch):
+    """Each study's cell is ``@float64`` at its def; ``compute_cell`` leaves x64 as it found it."""
+    import dataclasses
+
+    import jax
+    from grpo_theory.experiments import registry, runner
+    for name, exp in registry.experiments().items():
+        assert getattr(exp.cell, "__grpo_float64__", False), name
+    exp = registry.get("mse-table")
+    cell0 = exp.cells(exp.settings["quick"])[0]
+    seen = []
+
+    def spy(config, key):
+        seen.append(bool(jax.config.jax_enable_x64))
+        return {"x": 1.0}
+
+    monkeypatch.setattr(runner, "_find", lambda mod, n: dataclasses.replace(exp, cell=spy))
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            runner.compute_cell("grpo_theory.studies.mse_table", "mse-table", cell0, 0)
+    assert seen == [False, True]

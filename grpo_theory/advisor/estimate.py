@@ -57,6 +57,7 @@ import numpy as np
 
 from .. import _validation as V
 from .intervals import group_size_interval, jackknife_cov, normal_interval
+from .._precision import float64
 
 __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
            "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
@@ -74,6 +75,7 @@ _ESTIMATORS = ("vanilla", "oracle", "grpo", "rloo", "grpo_mean")
 
 # --- the U-statistics (pure jax.numpy, jit/vmap friendly) -----------------------------------------
 
+@float64
 def prompt_pieces(rewards, sq_norms, mean_sq):
     """Unbiased per-prompt pieces from n >= 3 responses per prompt (module docstring).
 
@@ -108,6 +110,7 @@ def prompt_pieces(rewards, sq_norms, mean_sq):
                 score_sq_z2=qz2 / n, c3=r + t, c_v=qz2 / n - t)
 
 
+@float64
 def rollout_statistics(rewards, sq_norms, mean_sq, mean_dot):
     """The parameter vector ``(c1, c2, c3, c_v, ||grad J||^2)`` and its leave-one-prompt-out values.
 
@@ -142,6 +145,7 @@ def _statistics_jit(z, q, mq, md):
     return theta, jackknife_cov(loo), pieces
 
 
+@float64
 def scaling_intervals(theta, cov, quantile):
     """Point estimates and intervals of c1, c2, c3 and G* (jit/vmap friendly).
 
@@ -437,6 +441,7 @@ def _finite(name, value, shape=None, ndim=None):
     return arr
 
 
+@float64
 def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=None, mean_sq=None,
                            mean_dot=None, alpha: float = 0.05) -> ScalingEstimate:
     """:class:`ScalingEstimate` from per-prompt rollouts (the low-level entry point).
@@ -660,11 +665,3 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
     _check_sizes(m, n)
     z, s = _enumerable_rollouts(policy, m, n, key)
     return estimate_from_rollouts(z, s, alpha=alpha)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-# the statistics run in float64; the language-model route keeps the caller's default for the
-# model (estimate_scaling_constants and lm_rollout_statistics are left unwrapped)
-_scope(globals(), names=["prompt_pieces", "rollout_statistics", "scaling_intervals",
-                         "estimate_from_rollouts"])

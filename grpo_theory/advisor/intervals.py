@@ -25,10 +25,12 @@ Every function is pure ``jax.numpy`` (jit- and vmap-friendly).
 from __future__ import annotations
 
 import jax.numpy as jnp
+from .._precision import float64
 
 __all__ = ["jackknife_cov", "normal_interval", "fieller_interval", "group_size_interval"]
 
 
+@float64
 def jackknife_cov(loo):
     """Jackknife covariance from leave-one-out values.
 
@@ -44,11 +46,13 @@ def jackknife_cov(loo):
     return (m - 1) / m * (d.T @ d)
 
 
+@float64
 def normal_interval(value, se, quantile):
     """``(value - q se, value + q se)`` (arrays broadcast)."""
     return value - quantile * se, value + quantile * se
 
 
+@float64
 def fieller_interval(a, b, v_aa, v_bb, v_ab, quantile):
     """Fieller's 1 - alpha set for ``rho = b / a`` intersected with ``rho >= 0`` (its hull).
 
@@ -84,6 +88,7 @@ def fieller_interval(a, b, v_aa, v_bb, v_ab, quantile):
     return low, high
 
 
+@float64
 def group_size_interval(c1, c3, v11, v33, v13, quantile):
     """Interval for ``G* = 1 + sqrt(c3 / c1)`` from Fieller's interval for ``c3 / c1``.
 
@@ -98,8 +103,3 @@ def group_size_interval(c1, c3, v11, v33, v13, quantile):
     """
     lo, hi = fieller_interval(c1, c3, v11, v33, v13, quantile)
     return 1.0 + jnp.sqrt(lo), 1.0 + jnp.sqrt(hi)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -48,6 +48,7 @@ from ..core.estimators import PromptContext, get_estimator
 from ..core.exact import exact_mse
 from ..core.montecarlo import sample_groups
 from ..core.policies import SequencePolicy, _EnumerablePolicy, as_problem
+from .._precision import float64
 
 __all__ = [
     "token_scores", "token_advantages", "token_level_gradient", "sequence_level_gradient",
@@ -70,6 +71,7 @@ def _check_seq(policy):
                          f"got {type(policy).__name__}")
 
 
+@float64
 def token_scores(policy, params=None) -> jnp.ndarray:
     """Per-token scores ``grad log pi(y_t | x, y_<t)``, shape (P, K, T, D) (0 on padding)."""
     _check_seq(policy)
@@ -78,6 +80,7 @@ def token_scores(policy, params=None) -> jnp.ndarray:
     return jac.reshape(*jac.shape[:3], -1)
 
 
+@float64
 def token_advantages(adv, lengths, horizon: int) -> jnp.ndarray:
     """Outcome-reward credit: token t of response i gets ``A_i`` if ``t < L_i`` else 0.
 
@@ -92,6 +95,7 @@ def token_advantages(adv, lengths, horizon: int) -> jnp.ndarray:
     return jnp.where(mask, adv[..., None], 0.0)
 
 
+@float64
 def token_level_gradient(policy, prompt: int, responses, adv, params=None) -> jnp.ndarray:
     r"""``sum_i sum_t A_{i,t} grad log pi(y_{i,t} | .)`` by reverse-mode autodiff of the token loss.
 
@@ -111,6 +115,7 @@ def token_level_gradient(policy, prompt: int, responses, adv, params=None) -> jn
     return jax.grad(surrogate)(theta).reshape(-1)
 
 
+@float64
 def sequence_level_gradient(policy, prompt: int, responses, adv, params=None) -> jnp.ndarray:
     """``sum_i A_i s(x, y_i)`` from the sequence scores, (D,)."""
     _check_seq(policy)
@@ -121,11 +126,13 @@ def sequence_level_gradient(policy, prompt: int, responses, adv, params=None) ->
 # --- binary-reward identity -------------------------------------------------------------------
 
 
+@float64
 def group_gradient(scores, adv) -> jnp.ndarray:
     """One group's estimate ``(1/G) sum_i A_i s_i``; ``scores`` (..., G, D), ``adv`` (..., G)."""
     return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
 
 
+@float64
 def class_mean_scores(scores, z):
     """Mean score of correct (z = 1) and of incorrect (z = 0) responses; 0 for an empty class."""
     z = jnp.asarray(z, dtype=jnp.float64)
@@ -136,6 +143,7 @@ def class_mean_scores(scores, z):
     return m1, m0
 
 
+@float64
 def binary_scalar(k, G: int, kind: str = "mean", ddof: int = 1, eps: float = 0.0):
     r"""Closed-form ``c(k, G)`` with ``ghat = c (sbar_+ - sbar_-)`` (module docstring).
 
@@ -163,6 +171,7 @@ def binary_scalar(k, G: int, kind: str = "mean", ddof: int = 1, eps: float = 0.0
     return c
 
 
+@float64
 def binary_scalar_from_estimator(estimator, G: int, k: int) -> float:
     """``c(k, G) = k a1 / G`` read off any registry estimator (checks the zero-sum premise)."""
     est = get_estimator(estimator)
@@ -207,6 +216,7 @@ def rank_measures_from_gram(gram, energy: float = 0.9) -> np.ndarray:
     return np.where(ok[..., None], out, np.nan)
 
 
+@float64
 def rank_measures(M, energy: float = 0.9) -> np.ndarray:
     """``[entropy effective rank, participation ratio, #components for energy]`` of M (..., m, n).
 
@@ -220,11 +230,13 @@ def rank_measures(M, energy: float = 0.9) -> np.ndarray:
     return rank_measures_from_gram(gram, energy)
 
 
+@float64
 def response_matrix(scores, adv) -> jnp.ndarray:
     """Per-response gradient matrix ``diag(A) S``: rows ``A_i s_i``, shape (..., G, D)."""
     return adv[..., None] * scores
 
 
+@float64
 def class_aggregate_matrix(scores, adv, z) -> jnp.ndarray:
     """Rows ``sum_{z_i=1} A_i s_i`` and ``sum_{z_i=0} A_i s_i`` (..., 2, D); rank <= 2."""
     z = jnp.asarray(z, dtype=jnp.float64)
@@ -233,6 +245,7 @@ def class_aggregate_matrix(scores, adv, z) -> jnp.ndarray:
     return jnp.stack([pos, neg], axis=-2)
 
 
+@float64
 def class_plane_energy(M, m1, m0) -> jnp.ndarray:
     """Share of ``||M||_F^2`` (rows of M (..., G, D)) lying in span{m1, m0}; NaN for M = 0.
 
@@ -268,6 +281,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
     rewards and ``token_log_probs``); ``params`` is the flat vector ``[W1, b1, W2, b2]``.
     """
 
+    @float64
     def __init__(self, reward, n_prompts: int, vocab_size: int, horizon: int, hidden: int = 16,
                  seed: int = 0, eos: bool = True, init_scale: float = 1.0, prompt_probs=None):
         V.positive_int("n_prompts", n_prompts, 1)
@@ -291,6 +305,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
         self.params = jnp.concatenate([w1.ravel(), jnp.zeros(hidden), w2.ravel(),
                                        jnp.zeros(n_out)])
 
+    @float64
     def unflatten(self, theta):
         out, i = {}, 0
         for name, shp in self.shapes.items():
@@ -299,6 +314,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
             i += n
         return out
 
+    @float64
     def block(self, flat, name: str):
         """The slice of a flat vector (..., D) for one weight, reshaped to its matrix shape."""
         if name not in self.shapes:
@@ -310,18 +326,22 @@ class MLPSequencePolicy(_EnumerablePolicy):
                 return flat[..., i:i + n].reshape(*flat.shape[:-1], *shp)
             i += n
 
+    @float64
     def logit_table(self, params=None):
         theta = self.params if params is None else params
         w = self.unflatten(theta)
         h = jnp.tanh(self.features @ w["W1"] + w["b1"])
         return h @ w["W2"] + w["b2"]
 
+    @float64
     def token_log_probs(self, params=None):
         return self.seq.token_log_probs(self.logit_table(params))
 
+    @float64
     def log_probs(self, params=None):
         return jnp.sum(self.token_log_probs(params), axis=-1)
 
+    @float64
     def scaled(self, beta: float):
         """The same network with output logits multiplied by ``beta`` (inverse temperature)."""
         w = self.unflatten(self.params)
@@ -329,6 +349,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
         return self.with_params(flat)
 
 
+@float64
 def scaled_policy(policy, beta: float):
     """Inverse-temperature copy: tabular logits times ``beta`` (or the MLP's output layer)."""
     if not (np.isfinite(beta) and beta >= 0):
@@ -340,6 +361,7 @@ def scaled_policy(policy, beta: float):
     raise ValueError(f"policy must be an enumerable policy, got {type(policy).__name__}")
 
 
+@float64
 def sequence_entropy(problem) -> jnp.ndarray:
     """Response-level entropy ``H(pi(.|x))`` in nats, shape (P,)."""
     p = as_problem(problem).probs
@@ -388,6 +410,7 @@ def _measures_table(grams) -> dict:
     return out
 
 
+@float64
 def rank_study(policy, G: int, n_groups: int = 2000, seed: int = 0, estimator="grpo_std",
                weight: str | None = None) -> dict:
     """Monte Carlo effective-rank measures of GRPO gradient matrices for one policy and G.
@@ -446,6 +469,7 @@ class _WeightBlock:
 # --- sparsity ---------------------------------------------------------------------------------
 
 
+@float64
 def zero_advantage_probability(value, G: int):
     """P(all G binary rewards equal) = ``V^G + (1 - V)^G`` (no gradient from the group)."""
     V.positive_int("G", G, 1)
@@ -455,6 +479,7 @@ def zero_advantage_probability(value, G: int):
     return v**G + (1 - v) ** G
 
 
+@float64
 def zero_group_fraction(z) -> jnp.ndarray:
     """Fraction of groups (rows of z (..., G)) whose rewards are all equal."""
     z = jnp.asarray(z)
@@ -464,6 +489,7 @@ def zero_group_fraction(z) -> jnp.ndarray:
 # --- training: sparsity and rank along a GRPO run ---------------------------------------------
 
 
+@float64
 def train_grpo_records(policy, n_steps: int, batch_size: int, G: int, lr: float, seeds,
                        estimator="grpo_std", weight: str | None = None):
     """Plain GRPO ascent ``theta += lr * ghat``: a use of
@@ -533,6 +559,7 @@ class _RecordedPolicy:
 # --- when is the group mean the optimal baseline? ----------------------------------------------
 
 
+@float64
 def baseline_comparison(policy, group_sizes=(2, 4, 8, 16, 32, 64)) -> list[dict]:
     r"""Exact MSE (B = 1) of the oracle ``V(x)``, the MSE-optimal ``b*(x)``, GRPO (LOO) and the
     self-inclusive group mean, for each G, with the exact gap
@@ -567,6 +594,7 @@ def baseline_comparison(policy, group_sizes=(2, 4, 8, 16, 32, 64)) -> list[dict]
     return rows
 
 
+@float64
 def score_reward_correlation(problem) -> np.ndarray:
     """Per-prompt correlation of ``||s||^2`` and the reward mean under pi (Assumption 2 check)."""
     problem = as_problem(problem)
@@ -579,9 +607,3 @@ def score_reward_correlation(problem) -> np.ndarray:
     vm = np.sum(p * (m - em[:, None]) ** 2, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return cov / np.sqrt(va * vm)
-
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -42,6 +42,7 @@ from ..core.estimators import Estimator, PromptContext, get_estimator
 from ..core.exact import exact_mse
 from ..core.montecarlo import sample_groups, summarize_squared_errors
 from ..core.policies import DiscreteProblem, as_problem
+from .._precision import float64
 
 __all__ = [
     "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
@@ -76,6 +77,7 @@ class KeepScheme:
     floor: float = 0.25
     zero_group_prompt: float | None = None
 
+    @float64
     def __post_init__(self):
         if self.kind not in ("uniform", "advantage"):
             raise ValueError(f"kind must be 'uniform' or 'advantage', got {self.kind!r}")
@@ -86,12 +88,14 @@ class KeepScheme:
 
     # A pytree whose leaves are all numeric (kind as a 0/1 flag, "no zero-group rule" as 0), so
     # jit traces every scheme with one compilation.
+    @float64
     def tree_flatten(self):
         zg = 0.0 if self.zero_group_prompt is None else self.zero_group_prompt
         flag = self.kind if not isinstance(self.kind, str) else float(self.kind == "advantage")
         return (flag, self.q_prompt, self.q_completion, self.floor, zg), None
 
     @classmethod
+    @float64
     def tree_unflatten(cls, aux, leaves):
         new = object.__new__(cls)
         flag, qp, qc, floor, zg = leaves
@@ -103,6 +107,7 @@ class KeepScheme:
             object.__setattr__(new, name, val)
         return new
 
+    @float64
     def __call__(self, adv):
         adv = jnp.asarray(adv)
         lead = adv.shape[:-1]
@@ -118,6 +123,7 @@ class KeepScheme:
         qc = jnp.where(is_adv, qc_adv, jnp.full(adv.shape, self.q_completion))
         return qp, qc
 
+    @float64
     def label(self) -> str:
         if self.kind == "uniform":
             return f"uniform(qp={self.q_prompt:g},qc={self.q_completion:g})"
@@ -145,6 +151,7 @@ def _context(problem: DiscreteProblem, x) -> PromptContext:
                          optimal_baseline=problem.optimal_baselines()[x])
 
 
+@float64
 def batch_terms(problem: DiscreteProblem, estimator, x, y, z):
     """Full-group advantages ``A`` (B, G), scores ``S`` (B, G, D) and the context of a batch."""
     est = get_estimator(estimator)
@@ -152,12 +159,14 @@ def batch_terms(problem: DiscreteProblem, estimator, x, y, z):
     return est.advantage(z, ctx), problem.scores[x[..., None], y], ctx
 
 
+@float64
 def full_estimate(adv, scores):
     """The unpruned estimate ``(1/BG) sum A_bg s_bg``, shape (D,)."""
     b, g = adv.shape[-2:]
     return jnp.einsum("...bg,...bgd->...d", adv, scores) / (b * g)
 
 
+@float64
 def masked_advantages(estimator: Estimator, z, keep, ctx: PromptContext):
     """Advantages recomputed on the kept completions of each group (the ``recompute`` control).
 
@@ -194,6 +203,7 @@ def _deterministic_keep(adv, qp, qc):
     return m, c, B / n_p, G / n_c
 
 
+@float64
 def pruned_estimate(method: str, estimator, z, ctx, adv, scores, qp, qc, m, c):
     """One pruned estimate (D,) given masks ``m`` (B,) and ``c`` (B, G) (0/1).
 
@@ -226,6 +236,7 @@ def pruned_estimate(method: str, estimator, z, ctx, adv, scores, qp, qc, m, c):
 # --- exact expectation over all masks ----------------------------------------------------------
 
 
+@float64
 def enumerate_masks(B: int, G: int, max_masks: int = 2**16):
     """All 2^(B + BG) prompt/completion masks: ``m`` (M, B), ``c`` (M, B, G) as float64."""
     units = B + B * G
@@ -241,6 +252,7 @@ def _mask_probs(qp, qc, m, c):
     return pm * pc
 
 
+@float64
 def pruned_estimates_all(estimator, z, ctx, adv, scores, qp, qc, m, c, methods=METHODS):
     """Every method's pruned estimate for one mask, stacked in ``methods`` order, (n, D)."""
     return jnp.stack([pruned_estimate(meth, estimator, z, ctx, adv, scores, qp, qc, m, c)
@@ -257,6 +269,7 @@ def _mask_moments(estimator, z, ctx, adv, scores, qp, qc, m, c):
     return mean, second - jnp.sum(mean**2, axis=-1), jnp.sum(w)
 
 
+@float64
 def exact_mask_moments(estimator, z, ctx, adv, scores, qp, qc) -> dict:
     """Exact ``E_mask[ghat_pruned]`` and ``tr Var_mask`` of every method by enumerating all
     2^(B + BG) masks of one fixed batch: ``{method: (mean (D,), trace variance)}`` plus
@@ -272,6 +285,7 @@ def exact_mask_moments(estimator, z, ctx, adv, scores, qp, qc) -> dict:
     return out
 
 
+@float64
 def added_variance(adv, scores, qp, qc):
     """Exact ``tr Var_mask[ghat_DPPO | batch]`` (Horvitz-Thompson; module docstring)."""
     B, G = adv.shape[-2:]
@@ -292,6 +306,7 @@ def _mc_masks(key, method, estimator, z, ctx, adv, scores, qp, qc, n_reps):
                                                    qp, qc, mm, cc))(m, c)
 
 
+@float64
 def mc_mask_estimates(key, method: str, estimator, z, ctx, adv, scores, qp, qc,
                       n_reps: int = 10_000):
     """``n_reps`` pruned estimates (R, D) of one fixed batch, masks drawn at random."""
@@ -304,6 +319,7 @@ def mc_mask_estimates(key, method: str, estimator, z, ctx, adv, scores, qp, qc,
 # --- exact over the sampling of the batch (brute force) -----------------------------------------
 
 
+@float64
 def enumerate_batches(bandit, group_size: int, batch_size: int = 1, max_outcomes: int = 100_000):
     """Every batch (prompts, responses, binary rewards) with its probability.
 
@@ -328,6 +344,7 @@ def enumerate_batches(bandit, group_size: int, batch_size: int = 1, max_outcomes
             jnp.asarray(y1[combos]), jnp.asarray(z1[combos]))
 
 
+@float64
 def exact_pruning_expectation(bandit, estimator, group_size: int, batch_size: int,
                               scheme: KeepScheme, lengths=None) -> dict:
     """Brute force over every batch and every mask, for every method (tiny problems only).
@@ -379,6 +396,7 @@ def _batch_mask_moments(problem, lengths, estimator, scheme, x, y, z, m, c):
 # --- exact MSE and kept tokens by binary-reward conditioning ------------------------------------
 
 
+@float64
 def response_lengths(bandit) -> np.ndarray:
     """Token length of every response (K,): a SequencePolicy's ``lengths``, else all 1."""
     lengths = getattr(bandit, "lengths", None)
@@ -394,6 +412,7 @@ def _pattern_terms(problem, estimator, scheme, zpat):
     return (adv, *scheme(adv))
 
 
+@float64
 def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
                      lengths=None) -> dict:
     r"""Exact MSE of DPPO over batch sampling and masks, and the expected kept-token share.
@@ -488,6 +507,7 @@ def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size
     return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), out)
 
 
+@float64
 def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
                   n_reps: int = 20_000, seed: int = 0, lengths=None, chunk: int = 1000,
                   methods=METHODS) -> dict:
@@ -524,8 +544,3 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
 
 
 # --- the example problem of the DPPO driver -----------------------------------------------------
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -67,6 +67,7 @@ import numpy as np
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
 from ..optim.train import _StaticProblem
+from .._precision import float64
 
 __all__ = [
     "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
@@ -103,6 +104,7 @@ def _check_alpha(alpha):
     return a
 
 
+@float64
 def length_weights(lengths, alpha) -> jnp.ndarray:
     """``f_alpha(L) = L^(alpha - 1)`` for lengths >= 1.
 
@@ -129,6 +131,7 @@ def _mode_name(mode: str) -> str:
                      f"{sorted(TRL_LOSS_TYPES)}, got {mode!r}")
 
 
+@float64
 def mode_alpha(mode: str):
     """The alpha an aggregation mode corresponds to (None for the batch token normalisers).
 
@@ -142,6 +145,7 @@ def mode_alpha(mode: str):
     return (AGGREGATION_MODES.get(name) or TRL_LOSS_TYPES[name])[0]
 
 
+@float64
 def mode_coefficients(mode, lengths, max_length: int | None = None, *, batch: bool = False,
                       loss_scale_factor: float | None = None) -> jnp.ndarray:
     """Coefficients ``c_bg`` of ``A_bg s_bg`` in ``ghat = (1/B) sum_bg c_bg A_bg s_bg``.
@@ -194,6 +198,7 @@ def mode_coefficients(mode, lengths, max_length: int | None = None, *, batch: bo
 # --- exact expectations -----------------------------------------------------------------------
 
 
+@float64
 def conditional_advantages(estimator, values, G: int, optimal_baseline=None):
     """``c_z(x) = E[A_1 | Z_1 = z]`` for z = 1, 0: shapes (P,), jit friendly.
 
@@ -242,6 +247,7 @@ def _prompt_expectations(problem, lengths, alpha, estimator, G):
     return jnp.einsum("pk,pkd->pd", w, problem.scores)
 
 
+@float64
 def exact_expected_gradient(policy, alpha, estimator="grpo_mean", G: int = 8, params=None):
     """Exact ``E ghat_alpha`` (full gradient, (D,)) and per prompt ((P, D)); see module doc."""
     _check_policy(policy)
@@ -259,6 +265,7 @@ def _check_policy(policy):
                          f"got {type(policy).__name__}")
 
 
+@float64
 def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
                                 max_outcomes: int = 2_000_000, params=None):
     """Brute force: ``E[sum_i c_i A_i s_i]`` over every G-tuple of (response, reward) atoms.
@@ -296,6 +303,7 @@ def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
     return problem.prompt_probs @ per, per
 
 
+@float64
 def surrogate_gradient(policy, alpha, params=None):
     r"""``grad_theta sum_x f(x) E_pi[f_alpha(L) (mu - b(x))]`` at ``b = V(x)`` held fixed, (D,).
 
@@ -318,6 +326,7 @@ def surrogate_gradient(policy, alpha, params=None):
 # --- bias and length sensitivity --------------------------------------------------------------
 
 
+@float64
 def bias_metrics(mean, target) -> dict:
     """``cos`` (direction), ``rel_bias = ||mean - target|| / ||target||`` and ``sin`` (scale-free
     bias: distance to the best rescaling of target, relative)."""
@@ -338,6 +347,7 @@ def _wls_slope(x, y, w):
     return float(w @ ((x - xm) * (y - ym)) / vx) if vx > 0 else float("nan")
 
 
+@float64
 def length_sensitivity(policy, alpha, params=None, _problem=None) -> dict:
     """Slopes vs log L under the policy's length distribution (probability-weighted LS).
 
@@ -365,6 +375,7 @@ def length_sensitivity(policy, alpha, params=None, _problem=None) -> dict:
                 grad_slope=_wls_slope(x, np.log(cont * Ls.astype(float) ** (a - 1)), pL))
 
 
+@float64
 def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]:
     """Bias and length sensitivity of ``E ghat_alpha`` over a grid of alpha.
 
@@ -401,6 +412,7 @@ def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]
 # --- policies ---------------------------------------------------------------------------------
 
 
+@float64
 def conditional_lengths(problem, lengths) -> dict:
     """Exact ``E[L | Z = 0]``, ``E[L | Z = 1]``, ``E[L]`` and J under the policy (jit friendly)."""
     w = problem.prompt_probs[:, None] * problem.probs
@@ -438,6 +450,7 @@ class _LengthWeighted:
         return conditional_lengths(dp, jnp.asarray(self.policy.lengths, dtype=jnp.float64))
 
 
+@float64
 def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, lr: float,
                           seeds, estimator="grpo_mean") -> dict:
     """Sampled GRPO ascent with f_alpha weights: a use of
@@ -467,6 +480,7 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, 
     return {k: np.asarray(v) for k, v in out["records"].items()}
 
 
+@float64
 def expected_flow(policy, alpha, n_steps: int, G: int, lr: float, estimator="grpo_mean") -> dict:
     """Deterministic ascent along the exact expectation ``theta += lr E ghat_alpha(theta)``."""
     _check_policy(policy)
@@ -489,8 +503,3 @@ def _flow(policy, est, alpha, n_steps, G, lr):
 
     _, rec = jax.lax.scan(step, policy.params, None, length=n_steps)
     return rec
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

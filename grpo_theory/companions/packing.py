@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from .._precision import float64
 
 __all__ = [
     "Packing", "pack", "naive_batching", "pack_tokens", "unpack_tokens", "per_sequence_to_tokens",
@@ -44,18 +45,22 @@ class Packing:
     n_rows: int
 
     @property
+    @float64
     def n_tokens(self) -> int:
         return int(self.lengths.sum())
 
     @property
+    @float64
     def density(self) -> float:
         """Valid-token density: real tokens / (rows x capacity)."""
         return self.n_tokens / (self.n_rows * self.capacity)
 
+    @float64
     def row_fill(self) -> np.ndarray:
         """Tokens used in each row, shape (n_rows,)."""
         return np.bincount(self.row, weights=self.lengths, minlength=self.n_rows).astype(int)
 
+    @float64
     def _token_index(self):
         """(sequence id, row, column, position) of every real token."""
         seq = np.repeat(np.arange(self.lengths.size), self.lengths)
@@ -63,6 +68,7 @@ class Packing:
         pos = np.arange(seq.size) - np.repeat(starts, self.lengths)
         return seq, self.row[seq], self.offset[seq] + pos, pos
 
+    @float64
     def segment_ids(self) -> np.ndarray:
         """(n_rows, capacity) ints: 1 + rank of the sequence within its row, 0 on padding."""
         order = np.lexsort((self.offset, self.row))
@@ -76,6 +82,7 @@ class Packing:
         seg[r, c] = rank[s] + 1
         return seg
 
+    @float64
     def positions(self) -> np.ndarray:
         """(n_rows, capacity) ints: position of each token within its own sequence (0 on pad)."""
         out = np.zeros((self.n_rows, self.capacity), dtype=np.int64)
@@ -104,6 +111,7 @@ def _check_lengths(lengths, capacity):
     return arr
 
 
+@float64
 def pack(lengths, capacity: int, window: int) -> Packing:
     """Window-greedy packing of ``lengths`` (N,) into rows of ``capacity`` (module docstring)."""
     L = _check_lengths(lengths, capacity)
@@ -133,23 +141,27 @@ def pack(lengths, capacity: int, window: int) -> Packing:
     return Packing(capacity, L, row, offset, r + 1)
 
 
+@float64
 def naive_batching(lengths, capacity: int) -> Packing:
     """One sequence per row, padded to ``capacity`` (the unpacked reference layout)."""
     L = _check_lengths(lengths, capacity)
     return Packing(capacity, L, np.arange(L.size), np.zeros(L.size, dtype=np.int64), L.size)
 
 
+@float64
 def naive_density(lengths, capacity: int) -> float:
     L = _check_lengths(lengths, capacity)
     return float(L.mean() / capacity)
 
 
+@float64
 def row_lower_bound(lengths, capacity: int) -> int:
     """No packing uses fewer than ceil(sum L / capacity) rows."""
     L = _check_lengths(lengths, capacity)
     return int(-(-L.sum() // capacity))
 
 
+@float64
 def pack_tokens(sequences, packing: Packing, pad_id: int = 0) -> np.ndarray:
     """Lay out token sequences (list of 1-d int arrays) in the packing's rows, (n_rows, cap)."""
     lens = np.array([len(s) for s in sequences])
@@ -161,6 +173,7 @@ def pack_tokens(sequences, packing: Packing, pad_id: int = 0) -> np.ndarray:
     return out
 
 
+@float64
 def unpack_tokens(rows, packing: Packing) -> list[np.ndarray]:
     """Inverse of :func:`pack_tokens`: the N sequences, in their original order."""
     rows = np.asarray(rows)
@@ -168,6 +181,7 @@ def unpack_tokens(rows, packing: Packing) -> list[np.ndarray]:
             for i in range(packing.lengths.size)]
 
 
+@float64
 def per_sequence_to_tokens(values, packing: Packing) -> np.ndarray:
     """Broadcast one value per sequence (N,) to its tokens, (n_rows, capacity); 0 on padding."""
     values = np.asarray(values, dtype=np.float64)
@@ -177,6 +191,7 @@ def per_sequence_to_tokens(values, packing: Packing) -> np.ndarray:
     return out
 
 
+@float64
 def next_token_targets(tokens, segment_ids):
     """Targets ``tokens[:, t+1]`` and a mask that is 1 only where t+1 is in the same sequence."""
     tokens, seg = jnp.asarray(tokens), jnp.asarray(segment_ids)
@@ -185,6 +200,7 @@ def next_token_targets(tokens, segment_ids):
     return tgt, ((seg > 0) & (nseg == seg)).astype(jnp.float64)
 
 
+@float64
 def segment_causal_attention(q, k, v, segment_ids, positions):
     """Single-head attention where a token sees only earlier tokens of its own sequence.
 
@@ -198,6 +214,7 @@ def segment_causal_attention(q, k, v, segment_ids, positions):
     return jnp.einsum("rqk,rkd->rqd", jax.nn.softmax(logits, axis=-1), v)
 
 
+@float64
 def init_toy_lm(key, vocab_size: int, max_len: int, dim: int = 8) -> dict:
     """Parameters of a one-layer, one-head causal transformer (float64)."""
     ks = jax.random.split(key, 6)
@@ -207,6 +224,7 @@ def init_toy_lm(key, vocab_size: int, max_len: int, dim: int = 8) -> dict:
                 wv=init(ks[4], (dim, dim)), out=init(ks[5], (dim, vocab_size)))
 
 
+@float64
 def toy_lm_loss(params, tokens, segment_ids, positions, token_weights):
     r"""Policy-gradient style loss ``-sum_t w_t log p(y_{t+1} | y_{<=t})`` over real next tokens.
 
@@ -225,8 +243,3 @@ def toy_lm_loss(params, tokens, segment_ids, positions, token_weights):
 
 #: ``jit(value_and_grad(toy_lm_loss))``, shared so that callers reuse one compilation per shape.
 toy_lm_value_and_grad = jax.jit(jax.value_and_grad(toy_lm_loss))
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -49,6 +49,7 @@ from scipy.special import gammaln as _gammaln
 
 from .. import _validation as V
 from ..core.policies import SequencePolicy
+from .._precision import float64
 
 __all__ = [
     "ResponseTerms",
@@ -99,6 +100,7 @@ def _check_params(policy, name, value):
     return jnp.asarray(arr, dtype=jnp.float64)
 
 
+@float64
 def response_terms(policy: SequencePolicy, theta, theta_old, theta_ref=None,
                    kappa: float = 0.0) -> ResponseTerms:
     """Exact per-response terms ``w`` and ``q`` of the practical GRPO gradient (module docstring).
@@ -163,6 +165,7 @@ def _terms_fn(policy):
     _TERMS_CACHE[policy] = fn
     return fn
 
+@float64
 def k3_gradient_forms(policy: SequencePolicy, theta, theta_ref) -> dict:
     """Per-token gradients of the K3 estimator, by autodiff and in closed forms.
 
@@ -195,6 +198,7 @@ def k3_gradient_forms(policy: SequencePolicy, theta, theta_ref) -> dict:
                 inverted=(1.0 - 1.0 / r) * glp, inverted_neg=(1.0 / r - 1.0) * glp)
 
 
+@float64
 def advantages(rewards, std_normalise: bool = True, eps: float = 0.0):
     """Leave-one-out advantages ``(Z_i - Zbar_(-i)) / (S + eps)`` over the last axis (G >= 2).
 
@@ -221,6 +225,7 @@ def advantages(rewards, std_normalise: bool = True, eps: float = 0.0):
     return jnp.where(den > 0, a / jnp.where(den > 0, den, 1.0), 0.0)
 
 
+@float64
 def practical_group_gradient(w, q, rewards, std_normalise: bool = True, eps: float = 0.0):
     """The practical group gradient ``(1/G) sum_i (A_i w_i + q_i)`` for one sampled group.
 
@@ -237,6 +242,7 @@ def practical_group_gradient(w, q, rewards, std_normalise: bool = True, eps: flo
     return jnp.mean(a[:, None] * w + q, axis=0)
 
 
+@float64
 def lemma11_ustat(w, q, rewards, sigma):
     """Lemma 11's order-2 U-statistic with kernel
     ``h = 1/2 (w_a - w_b)(Z_a - Z_b) / sigma + 1/2 (q_a + q_b)``.
@@ -284,6 +290,7 @@ def _sq(x):
     return (x * x).sum(axis=-1)
 
 
+@float64
 def exact_moments(terms: ResponseTerms, group_size: int, std_normalise: bool = True,
                   eps: float = 0.0) -> ExactMoments:
     """Exact moments of ``g_hat`` by conditioning on the number of successes k ~ Bin(G, V).
@@ -391,6 +398,7 @@ def _moments_core(pi, mu, w, q, G, eps, n_k, std_normalise):
     return (mean, second, diff_sq, asym, tr_g, tr_u, diff_limit, sigma, val)
 
 
+@float64
 def target_gradient(terms: ResponseTerms, std_normalise: bool = True,
                     regularised: bool = False):
     """The per-prompt estimand: ``grad V_theta(x) / sigma_old(x)`` (or without the division).
@@ -412,6 +420,7 @@ def target_gradient(terms: ResponseTerms, std_normalise: bool = True,
     return t
 
 
+@float64
 def decomposition(terms: ResponseTerms, mom: ExactMoments, target) -> dict:
     """Theorem 12's decomposition, averaged over prompts with ``f(x)``.
 
@@ -438,6 +447,7 @@ def decomposition(terms: ResponseTerms, mom: ExactMoments, target) -> dict:
     return out
 
 
+@float64
 def mc_squared_errors(terms: ResponseTerms, group_size: int, n_reps: int, key, target,
                       std_normalise: bool = True, eps: float = 0.0):
     """Monte Carlo ``||g_hat - T(x)||^2`` and ``||g_hat - U||^2`` per prompt from sampled groups.
@@ -487,6 +497,7 @@ def _mc_prompt(key, logp, mu, w, q, target, sigma, eps, n, G, std_normalise):
     return _sq(g - target), _sq(g - u)
 
 
+@float64
 def loglog_slope(x, y, level: float = 0.95) -> tuple[float, float, float]:
     """Least-squares slope of ``log y`` on ``log x`` with a t confidence interval.
 
@@ -506,8 +517,3 @@ def loglog_slope(x, y, level: float = 0.95) -> tuple[float, float, float]:
     res = stats.linregress(np.log(x), np.log(y))
     half = stats.t.ppf(0.5 + level / 2, x.size - 2) * res.stderr
     return float(res.slope), float(res.slope - half), float(res.slope + half)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -57,6 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from .._precision import float64
 
 __all__ = [
     "PromptContext",
@@ -104,9 +105,11 @@ class Estimator:
     needs: tuple[str, ...] = ()  # context fields the advantage reads
     batch_coupled: bool = False  # advantages normalised over the batch: z is (..., B, G)
 
+    @float64
     def __call__(self, z, ctx: PromptContext | None = None):
         return self.advantage(jnp.asarray(z), ctx if ctx is not None else PromptContext())
 
+    @float64
     def check_problem(self, n_prompts) -> None:
         """Raise ``ValueError`` if the estimator cannot serve a problem with ``n_prompts`` prompts.
 
@@ -127,6 +130,7 @@ class Estimator:
 _REGISTRY: dict[str, Estimator] = {}
 
 
+@float64
 def register(est: Estimator, *aliases: str) -> Estimator:
     """Add an estimator (and aliases) to the registry; returns it for chaining."""
     for key in (est.name, *aliases):
@@ -134,10 +138,12 @@ def register(est: Estimator, *aliases: str) -> Estimator:
     return est
 
 
+@float64
 def available_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
+@float64
 def get_estimator(name_or_est) -> Estimator:
     """Look up an estimator by registry name, or pass an :class:`Estimator` through."""
     if isinstance(name_or_est, Estimator):
@@ -221,6 +227,7 @@ def _constant_batch(z):
     return jnp.all(z == first, axis=ax, keepdims=True)
 
 
+@float64
 def grpo_std(
     ddof: int = 1, eps: float = 1e-6, centre: str = "mean", scale: bool = True, name=None,
     over: str = "group",
@@ -287,6 +294,7 @@ register(grpo_std(ddof=1, eps=1e-4, over="batch", name="grpo_std_trl_batch"))
 register(grpo_std(ddof=0, eps=1e-4, over="batch", name="grpo_std_easydel_batch"))
 
 
+@float64
 def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estimator:
     r"""verl's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``).
 
@@ -328,6 +336,7 @@ def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estim
 register(grpo_vectorized(1e-6, float32=True, name="grpo_vectorized_verl"))
 
 
+@float64
 def reinforce_baseline(framework: str = "verl", tokens_per_response: int = 1,
                        std_norm: bool = True, name=None) -> Estimator:
     r"""REINFORCE++-baseline: group-mean centring, then whitening over the whole batch.
@@ -388,6 +397,7 @@ register(reinforce_baseline("verl", name="reinforce_plus_plus_baseline_verl"),
 register(reinforce_baseline("openrlhf", name="reinforce_baseline_openrlhf"), "reinforce_baseline")
 
 
+@float64
 def prompt_baseline(b, name: str = "baseline") -> Estimator:
     """Constant prompt-only baseline ``A = Z - b(x)`` for a user array ``b`` of shape (P,).
 
@@ -408,6 +418,7 @@ def prompt_baseline(b, name: str = "baseline") -> Estimator:
     return Estimator(name, adv, exact="prompt_baseline", params=dict(b=b), needs=("prompt",))
 
 
+@float64
 def compute_advantages(estimator, rewards, value=None, optimal_baseline=None, prompt=None):
     """Functional entry point: advantages for rewards of shape ``(..., G)``.
 
@@ -426,8 +437,3 @@ def compute_advantages(estimator, rewards, value=None, optimal_baseline=None, pr
             f"got G={z.shape[-1]}"
         )
     return est(z, PromptContext(prompt=prompt, value=value, optimal_baseline=optimal_baseline))
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -26,6 +26,7 @@ from .estimators import PromptContext, get_estimator
 from .gram import as_structure
 from .problem import as_problem
 from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
+from .._precision import float64
 
 __all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
            "enumerate_estimates", "enumerated_moments"]
@@ -34,6 +35,7 @@ __all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean
 _ADV_BYTES = 8 * 6
 
 
+@float64
 def exact_gradient(bandit):
     """grad J(theta) = E_X E[s Z | X] (the main paper, Algorithm 1's target), exactly.
 
@@ -154,6 +156,7 @@ def _binary_blocks(st, est, group_size: int):
     return jnp.asarray(mean), jnp.asarray(second - np.sum(mean**2, axis=1))
 
 
+@float64
 def exact_prompt_mean_and_variance(problem, estimator, group_size: int):
     """Per-prompt exact mean (P, D) and trace variance (P,) by binary-reward conditioning.
 
@@ -176,6 +179,7 @@ def exact_prompt_mean_and_variance(problem, estimator, group_size: int):
     return st.embed(mean), var
 
 
+@float64
 def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: str = "auto"):
     """Exact ``E||ghat - grad J||^2`` (trace) for B prompts drawn iid and G responses each.
 
@@ -204,6 +208,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     return float(_minibatch(st, mean, var, B, st.prompt_gradients()))
 
 
+@float64
 def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -> jnp.ndarray:
     """Per-prompt exact MSE ``E[||ghat_x - g(x)||^2 | x]`` of one prompt's G-group, shape (P,).
 
@@ -245,6 +250,7 @@ def _baseline_of(problem, est):
     return jnp.zeros(problem.n_prompts)
 
 
+@float64
 def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,
                         max_outcomes: int = 2_000_000):
     """Every outcome of a minibatch with its probability: ``(probs (N,), estimates (N, D))``.
@@ -284,6 +290,7 @@ def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,
     return jnp.asarray(prob), est_vals
 
 
+@float64
 def enumerated_moments(bandit, estimator, group_size: int, batch_size: int = 1):
     """Exact ``(E ghat, E||ghat - grad J||^2)`` by brute-force enumeration."""
     problem = as_problem(bandit)
@@ -291,8 +298,3 @@ def enumerated_moments(bandit, estimator, group_size: int, batch_size: int = 1):
     mean = prob @ vals
     mse = prob @ jnp.sum((vals - problem.gradient()) ** 2, axis=1)
     return mean, float(mse)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

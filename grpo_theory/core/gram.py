@@ -40,6 +40,7 @@ import numpy as np
 
 from .. import _validation as V
 from .problem import DiscreteProblem
+from .._precision import float64
 
 __all__ = ["ScoreStructure", "TabularScores", "ExplicitScores", "as_structure"]
 
@@ -58,45 +59,55 @@ class ScoreStructure:
     param_shape: tuple | None
 
     # --- the two primitives ---------------------------------------------------------------------
+    @float64
     def project(self, weights) -> jnp.ndarray:  # pragma: no cover - abstract
         """Block vectors ``u_x = sum_y W[x, y] s(x, y)``, shape (P, D_b)."""
         raise NotImplementedError
 
+    @float64
     def sq_norms(self) -> jnp.ndarray:  # pragma: no cover - abstract
         """``||s(x, y)||^2``, shape (P, K)."""
         raise NotImplementedError
 
     # --- sizes --------------------------------------------------------------------------------
     @property
+    @float64
     def n_prompts(self) -> int:
         return self.probs.shape[0]
 
     @property
+    @float64
     def n_responses(self) -> int:
         return self.probs.shape[1]
 
     @property
+    @float64
     def block_dim(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property
+    @float64
     def dim(self) -> int:
         """D, the number of parameters (P D_b for disjoint blocks)."""
         return self.n_prompts * self.block_dim if self.disjoint else self.block_dim
 
     # --- exact per-prompt quantities (block vectors) -------------------------------------------
+    @float64
     def values(self) -> jnp.ndarray:
         """V(x) = sum_y pi(y|x) mu(x, y), shape (P,)."""
         return jnp.sum(self.probs * self.reward_means, axis=1)
 
+    @float64
     def prompt_gradients(self) -> jnp.ndarray:
         """g(x) = E[s Z | x] as block vectors (P, D_b)."""
         return self.project(self.probs * self.reward_means)
 
+    @float64
     def mean_scores(self) -> jnp.ndarray:
         """E[s | x] as block vectors (P, D_b) (zero up to rounding for exact scores)."""
         return self.project(self.probs)
 
+    @float64
     def optimal_baselines(self) -> jnp.ndarray:
         """b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x] (V(x) where E||s||^2 = 0)."""
         ssq = self.sq_norms()
@@ -105,18 +116,21 @@ class ScoreStructure:
         return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), self.values())
 
     # --- how prompts' block vectors combine -----------------------------------------------------
+    @float64
     def combine(self, weights, blocks) -> jnp.ndarray:
         """The global vector ``sum_x w_x u_x``, flat (D,)."""
         if self.disjoint:
             return (weights[:, None] * blocks).reshape(-1)
         return weights @ blocks
 
+    @float64
     def mean_sq(self, weights, blocks) -> jnp.ndarray:
         """``||sum_x w_x u_x||^2`` without forming the global vector for disjoint blocks."""
         if self.disjoint:
             return jnp.sum(weights**2 * jnp.sum(blocks**2, axis=1))
         return jnp.sum((weights @ blocks) ** 2)
 
+    @float64
     def spread(self, weights, blocks) -> jnp.ndarray:
         """``sum_x w_x ||u_x - ubar||^2`` with ``ubar = sum_x w_x u_x`` (weights sum to one)."""
         if self.disjoint:
@@ -127,10 +141,12 @@ class ScoreStructure:
         ubar = weights @ blocks
         return weights @ jnp.sum((blocks - ubar) ** 2, axis=1)
 
+    @float64
     def gradient(self) -> jnp.ndarray:
         """grad J = sum_x f(x) g(x), flat (D,); reshape with ``param_shape``."""
         return self.combine(self.prompt_probs, self.prompt_gradients())
 
+    @float64
     def check_embed(self) -> None:
         """``ValueError`` (naming the sizes) when :meth:`embed`'s (P, D) array would not fit."""
         if self.disjoint:
@@ -139,6 +155,7 @@ class ScoreStructure:
                            8.0 * P * P * Db * 2, "use the per-prompt block vectors "
                            "(grpo_theory.core.gram) or exact_prompt_mse / exact_mse")
 
+    @float64
     def embed(self, blocks) -> jnp.ndarray:
         """Block vectors as full parameter vectors (P, D) (zero outside a prompt's block).
 
@@ -183,9 +200,11 @@ class TabularScores(ScoreStructure):
     disjoint = True
 
     @property
+    @float64
     def block_dim(self) -> int:
         return self.cell_probs.shape[1] * self.cell_probs.shape[2]
 
+    @float64
     def project(self, weights):
         weights = jnp.asarray(weights)
         P, R, n = self.cell_probs.shape
@@ -197,6 +216,7 @@ class TabularScores(ScoreStructure):
         a = jnp.zeros((P, R * n), weights.dtype).at[:, cells].add(wt).reshape(P, R, n)
         return (a - jnp.sum(a, axis=2, keepdims=True) * self.cell_probs).reshape(P, R * n)
 
+    @float64
     def sq_norms(self):
         pi = self.cell_probs
         if self.identity:
@@ -207,6 +227,7 @@ class TabularScores(ScoreStructure):
         return jnp.sum(per_t * self.mask[None], axis=2)
 
     @classmethod
+    @float64
     def softmax_bandit(cls, logits, reward_means, prompt_probs):
         """s(x, y) = e_x (e_y - pi_x)^T for logits (P, K): one row per prompt, T = 1."""
         logits = jnp.asarray(logits)
@@ -217,6 +238,7 @@ class TabularScores(ScoreStructure):
                    jnp.zeros_like(idx), idx, jnp.ones((K, 1), pi.dtype), (P, K), True)
 
     @classmethod
+    @float64
     def sequence(cls, params, probs, reward_means, prompt_probs, positions, prev, tokens, mask):
         """Tabular autoregressive policy: params (P, T, C, n), row of (t, prev) = t C + prev."""
         params = jnp.asarray(params)
@@ -243,16 +265,20 @@ class ExplicitScores(ScoreStructure):
     param_shape: tuple | None = None
 
     @property
+    @float64
     def block_dim(self) -> int:
         return self.scores.shape[2]
 
+    @float64
     def project(self, weights):
         return jnp.einsum("pk,pkd->pd", jnp.asarray(weights), self.scores)
 
+    @float64
     def sq_norms(self):
         return jnp.sum(self.scores**2, axis=-1)
 
     @classmethod
+    @float64
     def linear_softmax(cls, features, theta, reward_means, prompt_probs):
         """Linear softmax bandit: s(x, y) = F[x, y] - sum_y' pi(y'|x) F[x, y'] (shared, d)."""
         feats = jnp.asarray(features)
@@ -263,6 +289,7 @@ class ExplicitScores(ScoreStructure):
                    tuple(theta.shape))
 
     @classmethod
+    @float64
     def from_problem(cls, problem):
         """The generic fallback: a dense DiscreteProblem's (P, K, D) scores, shared parameters."""
         return cls(problem.prompt_probs, problem.probs, problem.reward_means, problem.scores,
@@ -273,6 +300,7 @@ _pytree(ExplicitScores, ("prompt_probs", "probs", "reward_means", "scores"),
         ("disjoint", "param_shape"))
 
 
+@float64
 def as_structure(obj, params=None) -> ScoreStructure:
     """A :class:`ScoreStructure` for a structure, a policy or a :class:`DiscreteProblem`.
 
@@ -298,8 +326,3 @@ def as_structure(obj, params=None) -> ScoreStructure:
         "bandit must be a SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy, DiscreteProblem or "
         f"ScoreStructure, got {type(obj).__name__}"
     )
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals(), classes=(ScoreStructure,))

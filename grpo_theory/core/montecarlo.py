@@ -58,6 +58,7 @@ from .problem import DiscreteProblem, as_problem
 from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
                        sample_from_uniforms, sample_groups)
 from .stats import Estimate, estimate_mean, moments_estimate, moments_init, moments_update
+from .._precision import float64
 
 __all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
            "summarize_squared_errors", "RNG_IMPLS", "UNIFORM_DTYPES", "SAMPLERS"]
@@ -81,6 +82,7 @@ def _context(problem: DiscreteProblem, x) -> PromptContext:
                          optimal_baseline=problem.optimal_baselines()[x])
 
 
+@float64
 def estimate_gradient(problem: DiscreteProblem, estimator: Estimator, x, y, z) -> jnp.ndarray:
     """The estimate ``(1/BG) sum A_bg s(x_b, y_bg)`` from one sampled batch.
 
@@ -198,6 +200,7 @@ def _per_rep_bytes(problem, B, G, sampler, onehot):
     return 8 * n
 
 
+@float64
 def mc_estimates(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int = 1000,
                  seed: int = 0, key=None) -> jnp.ndarray:
     """All R gradient estimates (for small R; :func:`mc_mse` streams).
@@ -247,18 +250,22 @@ class MCResult:
     trace_cov: float  # tr Cov(ghat), unbiased (divides by R - 1)
 
     @property
+    @float64
     def estimate(self) -> Estimate:
         """The MSE as an :class:`Estimate` ``(mse, se, n_reps)``."""
         return Estimate(self.mse, self.se, self.n_reps)
 
+    @float64
     def conf_int(self, alpha: float = 0.05) -> tuple[float, float]:
         """Normal ``1 - alpha`` interval for the MSE."""
         return self.estimate.conf_int(alpha)
 
     @property
+    @float64
     def bias_sq_norm(self) -> float:
         return float(np.sum(self.bias**2))
 
+    @float64
     def contains(self, value: float, alpha: float = 0.05) -> bool:
         """Whether ``value`` lies in the ``1 - alpha`` interval (95% by default)."""
         if alpha == 0.05:
@@ -266,6 +273,7 @@ class MCResult:
         return self.estimate.contains(value, alpha)
 
 
+@float64
 def summarize_squared_errors(err2) -> tuple[float, float, float, float]:
     """Mean, standard error and normal 95% CI of per-replicate squared errors.
 
@@ -280,6 +288,7 @@ def summarize_squared_errors(err2) -> tuple[float, float, float, float]:
     return e.value, e.se, lo, hi
 
 
+@float64
 def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int = 100_000,
            seed: int = 0, key=None, chunk: int | None = None, *, rng: str = DEFAULT_RNG,
            uniforms: str = DEFAULT_UNIFORMS, sampler: str = "joint") -> MCResult:
@@ -331,8 +340,3 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     trace_cov = float(jnp.sum(m_est.m2)) / (R - 1)
     return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean,
                     mean - np.asarray(problem.gradient()), trace_cov)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -26,6 +26,7 @@ from .. import _validation as V
 from .gram import ExplicitScores, TabularScores
 from .problem import DiscreteProblem, as_problem
 from .sampling import sample_groups
+from .._precision import float64
 
 __all__ = [
     "DiscreteProblem",
@@ -62,9 +63,11 @@ class _EnumerablePolicy:
     reward_means: jnp.ndarray
     prompt_probs: jnp.ndarray
 
+    @float64
     def log_probs(self, params=None) -> jnp.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @float64
     def _theta(self, params, name="params"):
         """``params`` (or the current parameters) after static checks: real, same shape."""
         if params is None:
@@ -79,6 +82,7 @@ class _EnumerablePolicy:
                              f"policy's parameters), got {tuple(jnp.shape(params))}")
         return params
 
+    @float64
     def with_params(self, params):
         """A copy of this policy at new parameters (used by training loops).
 
@@ -94,10 +98,12 @@ class _EnumerablePolicy:
         new.params = jnp.asarray(params, dtype=jnp.float64)
         return new
 
+    @float64
     def probs(self, params=None) -> jnp.ndarray:
         """pi(y|x), shape (P, K)."""
         return jnp.exp(self.log_probs(params))
 
+    @float64
     def scores(self, params=None) -> jnp.ndarray:
         """s(x, y) flattened to (P, K, D), by forward-mode autodiff of the log-probabilities."""
         theta = self._theta(params)
@@ -109,6 +115,7 @@ class _EnumerablePolicy:
         jac = jax.jacfwd(self.log_probs)(theta)  # (P, K, *theta.shape)
         return jac.reshape(jac.shape[0], jac.shape[1], -1)
 
+    @float64
     def problem(self, params=None) -> DiscreteProblem:
         """The policy's :class:`DiscreteProblem` at ``params`` (default: the current ones).
 
@@ -122,22 +129,28 @@ class _EnumerablePolicy:
         ))
 
     # convenience views of the exact quantities at the current parameters
+    @float64
     def objective(self):
         return self.problem().objective()
 
+    @float64
     def values(self):
         return self.problem().values()
 
+    @float64
     def prompt_gradients(self):
         return self.problem().prompt_gradients()
 
+    @float64
     def gradient(self):
         """grad J with the shape of the parameters."""
         return self.problem().gradient().reshape(jnp.shape(self.params))
 
+    @float64
     def oracle_covariances(self):
         return self.problem().oracle_covariances()
 
+    @float64
     def sample_groups(self, key, batch_size: int, group_size: int):
         """Draw B prompts ~ f and G responses each with rewards.
 
@@ -162,6 +175,7 @@ class SoftmaxBandit(_EnumerablePolicy):
     ``None``). The score is ``s(x, y) = e_x (e_y - pi(.|x))^T`` as a (P, K) matrix, flattened.
     """
 
+    @float64
     def __init__(self, logits, reward_means, prompt_probs=None):
         """Args:
             logits: (P, K) finite real logits (P, K >= 1).
@@ -176,17 +190,20 @@ class SoftmaxBandit(_EnumerablePolicy):
         self.params = jnp.asarray(logits)
         self.reward_means = jnp.asarray(means)
 
+    @float64
     def log_probs(self, params=None):
         """log pi(y|x), shape (P, K)."""
         theta = self._theta(params)
         return jax.nn.log_softmax(theta, axis=-1)
 
+    @float64
     def score_structure(self, params=None):
         """Tabular score structure (disjoint blocks, O(P K)); see :mod:`grpo_theory.core.gram`."""
         return TabularScores.softmax_bandit(self._theta(params), self.reward_means,
                                             self.prompt_probs)
 
     @classmethod
+    @float64
     def random(cls, key, n_prompts: int, n_responses: int, logit_scale: float = 1.0,
                binary: bool = False):
         """A random bandit (for tests and sweeps): Gaussian logits, uniform or 0/1 reward means.
@@ -223,6 +240,7 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
     interact (the setting of Proposition 13 and of the scaling-law constants c1).
     """
 
+    @float64
     def __init__(self, features, theta, reward_means, prompt_probs=None):
         """Args:
             features: (P, K, d) finite real features (P, K, d >= 1).
@@ -251,11 +269,13 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
         self.params = jnp.asarray(th)
         self.reward_means = jnp.asarray(means)
 
+    @float64
     def log_probs(self, params=None):
         """log pi(y|x) = log_softmax(features @ theta), shape (P, K)."""
         theta = self._theta(params)
         return jax.nn.log_softmax(self.features @ theta, axis=-1)
 
+    @float64
     def score_structure(self, params=None):
         """Shared-parameter scores ``F_x - 1 pi_x^T F_x`` (O(P K d)); see :mod:`.gram`."""
         return ExplicitScores.linear_softmax(self.features, self._theta(params),
@@ -277,6 +297,7 @@ class SequencePolicy(_EnumerablePolicy):
     ``tokens`` padded by -1.
     """
 
+    @float64
     def __init__(self, params, reward, vocab_size: int, horizon: int, eos: bool = True,
                  prompt_probs=None):
         """Args:
@@ -314,6 +335,7 @@ class SequencePolicy(_EnumerablePolicy):
         self.params = jnp.asarray(th)
         self.reward_means = jnp.asarray(means)
 
+    @float64
     def _enumerate(self):
         """Responses (K, T) padded with -1 and their lengths (K,), by length then lexicographic."""
         blocks, lens = [], []
@@ -339,6 +361,7 @@ class SequencePolicy(_EnumerablePolicy):
                 lens.append(np.full(b.shape[0], T, dtype=np.int64))
         return np.concatenate(blocks), np.concatenate(lens)
 
+    @float64
     def _build_index(self):
         T = self.horizon
         tok = self.responses
@@ -349,6 +372,7 @@ class SequencePolicy(_EnumerablePolicy):
         self._prev = jnp.asarray(prev)
         self._pos = jnp.asarray(np.broadcast_to(np.arange(T), tok.shape))
 
+    @float64
     def token_log_probs(self, params=None) -> jnp.ndarray:
         """log pi(y_t | x, t, y_{t-1}) for every enumerated response, shape (P, K, T) (0 padded)."""
         theta = self._theta(params)
@@ -356,10 +380,12 @@ class SequencePolicy(_EnumerablePolicy):
         per_tok = logp[:, self._pos, self._prev, self._tok]  # (P, K, T)
         return per_tok * self._mask
 
+    @float64
     def log_probs(self, params=None):
         """log pi(y|x) = sum_t log pi(y_t | x, t, y_{t-1}), shape (P, K)."""
         return jnp.sum(self.token_log_probs(params), axis=-1)
 
+    @float64
     def score_structure(self, params=None):
         """Tabular score structure (disjoint blocks, O(P K T)); see :mod:`.gram`."""
         theta = self._theta(params)
@@ -368,6 +394,7 @@ class SequencePolicy(_EnumerablePolicy):
                                       self._mask)
 
     @classmethod
+    @float64
     def random(cls, key, n_prompts: int, vocab_size: int, horizon: int, reward=None,
                eos: bool = True, logit_scale: float = 1.0):
         """A random sequence policy: Gaussian logits, uniform reward means unless ``reward``.
@@ -402,6 +429,7 @@ class SequencePolicy(_EnumerablePolicy):
 MAX_SEQUENCES = 10**7
 
 
+@float64
 def n_sequences(vocab_size: int, horizon: int, eos: bool = True) -> int:
     """K = number of responses of a :class:`SequencePolicy`: ``v^T + eos * sum_{l<T} v^l``.
 
@@ -434,8 +462,3 @@ def _check_sequence_size(n_prompts, vocab_size, horizon, eos) -> int:
     V.check_memory(f"SequencePolicy enumeration (P={n_prompts}, K={K:,}, horizon={horizon})",
                    n_bytes, "use fewer prompts, a smaller vocab_size or horizon")
     return K
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals(), classes=(_EnumerablePolicy,))

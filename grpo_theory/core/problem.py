@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from .._precision import float64
 
 __all__ = ["DiscreteProblem", "as_problem", "PROB_TOL"]
 
@@ -42,6 +43,7 @@ class DiscreteProblem:
     scores: jnp.ndarray  # (P, K, D)
     reward_means: jnp.ndarray  # (P, K) Bernoulli means
 
+    @float64
     def __post_init__(self):
         fields = (self.prompt_probs, self.probs, self.scores, self.reward_means)
         if all(_is_concrete_array(a) for a in fields):
@@ -51,6 +53,7 @@ class DiscreteProblem:
                     object.__setattr__(self, name, new)
 
     @classmethod
+    @float64
     def create(cls, prompt_probs, probs, scores, reward_means) -> "DiscreteProblem":
         """A validated problem with float64 JAX arrays (``ValueError`` naming a bad argument).
 
@@ -90,36 +93,44 @@ class DiscreteProblem:
         return self.scores.shape[2]
 
     # --- exact per-prompt quantities --------------------------------------------------------
+    @float64
     def values(self) -> jnp.ndarray:
         """V(x), shape (P,)."""
         return jnp.sum(self.probs * self.reward_means, axis=1)
 
+    @float64
     def objective(self) -> jnp.ndarray:
         """J(theta) = E_X V(X)."""
         return jnp.dot(self.prompt_probs, self.values())
 
+    @float64
     def prompt_gradients(self) -> jnp.ndarray:
         """g(x) = E[s Z | x], shape (P, D)."""
         return jnp.einsum("pk,pkd->pd", self.probs * self.reward_means, self.scores)
 
+    @float64
     def gradient(self) -> jnp.ndarray:
         """grad J = E_X g(X), shape (D,)."""
         return self.prompt_probs @ self.prompt_gradients()
 
+    @float64
     def score_sq_norms(self) -> jnp.ndarray:
         """||s(x, y)||^2, shape (P, K)."""
         return jnp.sum(self.scores**2, axis=-1)
 
+    @float64
     def mean_score_sq_norm(self) -> jnp.ndarray:
         """E[||s||^2 | x], shape (P,)."""
         return jnp.sum(self.probs * self.score_sq_norms(), axis=1)
 
+    @float64
     def optimal_baselines(self) -> jnp.ndarray:
         """MSE-optimal constant baseline b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x] (Greensmith)."""
         num = jnp.sum(self.probs * self.score_sq_norms() * self.reward_means, axis=1)
         den = self.mean_score_sq_norm()
         return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), self.values())
 
+    @float64
     def oracle_covariances(self) -> jnp.ndarray:
         """Sigma_or(x) = Cov[s (Z - V(x)) | x], shape (P, D, D)."""
         v = self.values()[:, None]
@@ -165,6 +176,7 @@ def _check_discrete_problem(prompt_probs, probs, scores, reward_means):
     return out
 
 
+@float64
 def as_problem(policy_or_problem) -> DiscreteProblem:
     """Accept a policy object or a :class:`DiscreteProblem`.
 
@@ -182,8 +194,3 @@ def as_problem(policy_or_problem) -> DiscreteProblem:
         "bandit must be a SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy or DiscreteProblem, "
         f"got {type(policy_or_problem).__name__}"
     )
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

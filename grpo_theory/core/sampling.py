@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from .. import _validation as V
 from .problem import DiscreteProblem, as_problem
+from .._precision import float64
 
 __all__ = ["sample_groups", "sample_from_uniforms", "joint_cell_cdf",
            "sample_cells_from_uniforms", "sample_groups_joint"]
@@ -44,6 +45,7 @@ def _safe_cdf(mass):
     return jnp.where(jnp.arange(n) >= last[..., None], 1.0, cdf)
 
 
+@float64
 def joint_cell_cdf(problem: DiscreteProblem):
     """CDF ``(P, 2K)`` over the cells ``c = 2y + z`` of each prompt (see the module docstring).
 
@@ -59,6 +61,7 @@ def joint_cell_cdf(problem: DiscreteProblem):
     return _safe_cdf(mass)
 
 
+@float64
 def sample_cells_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None, cell_cdf=None):
     """Prompts and joint (response, reward) cells from one uniform each (inverse CDF).
 
@@ -82,6 +85,7 @@ def sample_cells_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None
     return x, c // 2, (c % 2).astype(jnp.float64)
 
 
+@float64
 def sample_groups_joint(key, problem: DiscreteProblem, batch_size: int, group_size: int,
                         dtype=jnp.float64):
     """Like :func:`sample_groups` (same law, other draws) with ``1 + G`` uniforms per group.
@@ -122,9 +126,3 @@ def sample_groups(key, problem: DiscreteProblem, batch_size: int, group_size: in
         problem, jax.random.uniform(kx, (batch_size,)),
         jax.random.uniform(ky, (batch_size, group_size)),
         jax.random.uniform(kz, (batch_size, group_size)))
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-# the engine's samplers run in float64; sample_groups / sample_from_uniforms are left as they were
-_scope(globals(), names=["joint_cell_cdf", "sample_cells_from_uniforms", "sample_groups_joint"])

@@ -19,6 +19,7 @@ import numpy as np
 
 from .gram import as_structure
 from .ustat import _closed_forms
+from .._precision import float64
 
 __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
            "budget_mse"]
@@ -30,12 +31,14 @@ class ScalingConstants:
     c2: float
     c3: float
 
+    @float64
     def mse(self, batch_size, group_size):
         """Exact GRPO minibatch MSE ``c1/B + c2/(BG) + c3/(BG(G-1))``."""
         B, G = np.asarray(batch_size, float), np.asarray(group_size, float)
         return self.c1 / B + self.c2 / (B * G) + self.c3 / (B * G * (G - 1))
 
 
+@float64
 def scaling_constants(bandit) -> ScalingConstants:
     """Exact c1, c2, c3 (Theorem 7) at the policy's current parameters.
 
@@ -53,6 +56,7 @@ def scaling_constants(bandit) -> ScalingConstants:
     return ScalingConstants(c1, c2, c3)
 
 
+@float64
 def budget_mse(constants: ScalingConstants, group_size, budget: float = 1.0):
     """Exact GRPO MSE under a fixed budget ``N = B G`` (B = N/G allowed to be fractional).
 
@@ -76,6 +80,7 @@ class GroupSizeOptimum:
     constants: ScalingConstants
 
 
+@float64
 def optimal_group_size(bandit) -> GroupSizeOptimum:
     """G* predicted by the scaling law (Theorem 7) at the policy's current parameters.
 
@@ -100,8 +105,3 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
     cands = {max(2, floor(cont)), max(2, floor(cont) + 1)}
     best = min(sorted(cands), key=lambda G: float(budget_mse(c, G)))
     return GroupSizeOptimum(r, cont, int(best), c)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -27,6 +27,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from .._precision import float64
+
 __all__ = ["z_value", "Estimate", "estimate_mean", "Moments", "moments_init", "moments_update",
            "moments_estimate"]
 
@@ -126,11 +128,13 @@ class Moments(NamedTuple):
     m2: jnp.ndarray
 
 
+@float64
 def moments_init(shape=(), dtype=jnp.float64) -> Moments:
     """Empty accumulator for observations of the given ``shape``."""
     return Moments(jnp.zeros((), dtype), jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
+@float64
 def moments_update(state: Moments, x, weights=None) -> Moments:
     """Merge a batch ``x`` (axis 0 = observations) into ``state``; ``weights`` in {0, 1} masks.
 
@@ -162,6 +166,7 @@ def moments_update(state: Moments, x, weights=None) -> Moments:
     return Moments(n, mean, m2)
 
 
+@float64
 def moments_estimate(state: Moments) -> Estimate:
     """The mean of a scalar stream as an :class:`Estimate` (se from the ddof=1 variance).
 
@@ -176,9 +181,3 @@ def moments_estimate(state: Moments) -> Estimate:
         raise ValueError(f"need at least 2 observations for a standard error, got {n}")
     var = max(float(state.m2), 0.0) / (n - 1)
     return Estimate(float(state.mean), math.sqrt(var / n), n)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-# the accumulator runs in float64; Estimate and z_value are plain Python
-_scope(globals(), names=["moments_init", "moments_update", "moments_estimate"])

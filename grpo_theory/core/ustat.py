@@ -39,6 +39,7 @@ import numpy as np
 from .. import _validation as V
 from .gram import as_structure
 from .problem import as_problem
+from .._precision import float64
 
 __all__ = [
     "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",
@@ -58,6 +59,7 @@ def _leading(tree) -> int:
     return jax.tree_util.tree_leaves(tree)[0].shape[0]
 
 
+@float64
 def u_statistic(kernel, samples, order: int):
     """Evaluate ``U_n`` for a symmetric ``kernel(x_1, .., x_m)`` over all m-subsets of ``samples``.
 
@@ -81,10 +83,12 @@ class HoeffdingResult:
     sigma_sq: np.ndarray
     projections: tuple  # h_c evaluated on all c-tuples of atoms, shape (n_atoms,)*c + out
 
+    @float64
     def variance(self, n: int) -> float:
         return ustat_variance(self.sigma_sq, n)
 
 
+@float64
 def hoeffding_exact(kernel, atoms, weights, order: int) -> HoeffdingResult:
     """Exact Hoeffding projections and sigma_c^2 for a discrete distribution.
 
@@ -119,6 +123,7 @@ def hoeffding_exact(kernel, atoms, weights, order: int) -> HoeffdingResult:
                                                          for c in range(1, order + 1)))
 
 
+@float64
 def hoeffding_mc(kernel, sampler, order: int, key, n_pairs: int = 100_000):
     """Monte Carlo sigma_c^2 = Cov(h(X_1..X_c, X'), h(X_1..X_c, X'')) with standard errors.
 
@@ -147,6 +152,7 @@ def hoeffding_mc(kernel, sampler, order: int, key, n_pairs: int = 100_000):
     return np.asarray(sig), np.asarray(se)
 
 
+@float64
 def ustat_variance(sigma_sq, n: int) -> float:
     """Classical exact variance of an order-m U-statistic of n draws (Hoeffding 1948)."""
     sigma_sq = np.asarray(sigma_sq, dtype=np.float64)
@@ -158,12 +164,14 @@ def ustat_variance(sigma_sq, n: int) -> float:
 
 # --- the GRPO kernel (Lemma 1) -----------------------------------------------------------------
 
+@float64
 def grpo_kernel(a, b):
     """h(a, b) = 1/2 (s_a - s_b)(z_a - z_b) with a = (s_a, z_a), b = (s_b, z_b)."""
     (sa, za), (sb, zb) = a, b
     return 0.5 * (sa - sb) * (za - zb)
 
 
+@float64
 def grpo_loo_estimate(scores, rewards):
     """Direct leave-one-out form ``(1/G) sum_g s_g (z_g - Zbar_(-g))``; scores (G, D), rewards (G,)."""
     g = rewards.shape[0]
@@ -171,6 +179,7 @@ def grpo_loo_estimate(scores, rewards):
     return jnp.mean(scores * (rewards - loo)[:, None], axis=0)
 
 
+@float64
 def grpo_ustat_estimate(scores, rewards):
     """Lemma 1's pairwise form ``binom(G,2)^-1 sum_{i<j} h_ij``."""
     return u_statistic(grpo_kernel, (scores, rewards), 2)
@@ -203,6 +212,7 @@ def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
+@float64
 def prompt_moments(problem) -> PromptMoments:
     """Exact per-prompt moments of Theorem 2 / Proposition 3 through the score structure.
 
@@ -247,6 +257,7 @@ def _mean_and_variance(st, mo: PromptMoments, kind: str, G, b=None):
     raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
 
 
+@float64
 def prompt_mean_and_variance(problem, kind: str, group_size: int, b=None):
     """Exact per-prompt mean ``m(x)`` (block vectors) and trace variance ``v(x)`` (P,) of a G-group.
 
@@ -284,6 +295,7 @@ def _h1_variance(st, mo: PromptMoments):
     return 0.25 * total
 
 
+@float64
 def minibatch_mse(problem, mean, var, batch_size: int) -> float:
     """``(E_X v + E_X||m - E m||^2)/B + ||E m - g||^2`` for B prompts drawn iid from f.
 
@@ -332,6 +344,7 @@ def _closed_forms(st, group_size, batch_size, b=None):
     return _closed_forms_jit(st, jnp.float64(group_size), jnp.float64(batch_size), b)
 
 
+@float64
 def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int = 1,
                           b=None) -> float:
     """Closed-form minibatch MSE (jit-compiled; see :func:`minibatch_mse` for the formula).
@@ -354,6 +367,7 @@ def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int =
     return float(mses[_KINDS.index(kind)])
 
 
+@float64
 def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int = 1) -> float:
     """The paper's leading-order MSE (Theorem 2 for grpo/oracle, Proposition 3 for vanilla).
 
@@ -384,6 +398,7 @@ def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int 
     raise ValueError(f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
 
 
+@float64
 def sigma_oracle(problem) -> jnp.ndarray:
     """Asymptotic per-sample covariance ``E_X Sigma_or(X)`` (D, D); Theorem 2's ``Sigma``.
 
@@ -395,8 +410,3 @@ def sigma_oracle(problem) -> jnp.ndarray:
     V.check_memory(f"sigma_oracle's ({P}, {D}, {D}) covariances", 8.0 * P * D * D * 2,
                    "its trace is scaling_constants(policy).c2 (no dense array)")
     return jnp.tensordot(prob.prompt_probs, prob.oracle_covariances(), axes=1)
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

@@ -43,6 +43,7 @@ import pandas as pd
 
 from .. import __version__
 from .._cache import cache_context, cache_dir
+from .._precision import float64
 from .._validation import integer, seed_key
 from .progress import CellProgress
 from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
@@ -50,7 +51,7 @@ from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_t
 
 __all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
            "run_experiments", "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "check",
-           "is_timing", "report_section", "last_run"]
+           "is_timing", "report_section", "last_run", "float64"]
 
 VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
 
@@ -227,11 +228,12 @@ def compute_cell(module: str, name: str, cell: Cell, seed: int, cache=None):
     """Run one cell (in this process or on a Dask worker): ``(rows DataFrame, seconds)``.
 
     Imports ``module`` to find the experiment (so workers need only the installed package), runs
-    the cell function in float64 (scoped ``jax.enable_x64``) with its derived key.
+    the cell function with its derived key. Precision is the cell's own: a driver whose cell
+    needs float64 says so at its ``def`` with :func:`float64`; the runner changes nothing.
     """
     exp = _find(importlib.import_module(module), name)
     t0 = time.perf_counter()
-    with jax.enable_x64(True), cache_context(cache):
+    with cache_context(cache):
         rows = exp.cell(dict(cell.config), cell_key(exp.name, cell.id, seed))
     dt = time.perf_counter() - t0
     if isinstance(rows, pd.DataFrame):

@@ -46,6 +46,7 @@ import scipy.stats
 from .. import _validation as V
 from ..core.estimators import Estimator, PromptContext, get_estimator
 from .train import SCHEDULES, TrainConfig, TrainResult, _Prepared, _run_many
+from .._precision import float64
 
 __all__ = [
     "GaussianBandit", "gaussian_bandit",
@@ -72,70 +73,86 @@ class GaussianBandit(NamedTuple):
     noise_std: jnp.ndarray  # () tau, reward noise standard deviation
 
     @property
+    @float64
     def dim(self) -> int:
         return self.features.shape[1]
 
     @property
+    @float64
     def n_prompts(self) -> int:
         return self.features.shape[0]
 
     # -- exact quantities (pure, jit/vmap friendly) ---------------------------------------------
+    @float64
     def means(self, theta):
         return self.features @ theta
 
+    @float64
     def deltas(self, theta):
         return self.means(theta) - self.target
 
+    @float64
     def values(self, theta):
         """V(x) = c(x) - h(x)/2 (delta(x)^2 + sigma^2)."""
         return self.offset - 0.5 * self.curvature * (self.deltas(theta) ** 2 + self.sigma**2)
 
+    @float64
     def objective(self, theta):
         """J(theta) = sum_x f(x) V(x)."""
         return jnp.sum(self.prompt_probs * self.values(theta))
 
+    @float64
     def prompt_gradients(self, theta):
         """g(x) = E[s Z | x] = -h(x) delta(x) phi(x), shape (P, d)."""
         return -(self.curvature * self.deltas(theta))[:, None] * self.features
 
+    @float64
     def gradient(self, theta):
         """grad J(theta) = sum_x f(x) g(x)."""
         return self.prompt_probs @ self.prompt_gradients(theta)
 
+    @float64
     def optimal_baselines(self, theta):
         """b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x] = V(x) - h(x) sigma^2."""
         return self.values(theta) - self.curvature * self.sigma**2
 
+    @float64
     def curvature_matrix(self):
         """A = -Hessian of J = sum_x f h phi phi^T."""
         w = self.prompt_probs * self.curvature
         return jnp.einsum("p,pi,pj->ij", w, self.features, self.features)
 
+    @float64
     def maximiser(self):
         """theta* = A^+ sum_x f h a* phi (minimum-norm maximiser)."""
         b = self.features.T @ (self.prompt_probs * self.curvature * self.target)
         return jnp.linalg.pinv(self.curvature_matrix()) @ b
 
+    @float64
     def max_objective(self):
         return self.objective(self.maximiser())
 
     # -- the training contract of grpo_theory.optim.train.make_train ----------------------------
     @property
+    @float64
     def params(self):
         """Default initial parameters theta = 0 (d,)."""
         return jnp.zeros(self.features.shape[1])
 
+    @float64
     def sample_gradient(self, key, theta, est, batch_size: int, group_size: int):
         """One draw of Algorithm 1's estimate at theta (see :func:`sample_gradient`)."""
         x, u, noise = _draws(key, self, (batch_size,), group_size)
         return _gradient_from_draws(self, theta, est, x, u, noise)
 
+    @float64
     def gap(self, theta):
         """Delta(theta) = max J - J(theta) = 1/2 (theta - theta*)^T A (theta - theta*)."""
         d = theta - self.maximiser()
         return 0.5 * d @ self.curvature_matrix() @ d
 
 
+@float64
 def gaussian_bandit(prompt_probs, features, curvature, target, sigma, noise_std=0.0,
                     offset=None) -> GaussianBandit:
     """Validated constructor (``ValueError`` naming the argument on bad input)."""
@@ -177,6 +194,7 @@ class Constants:
     max_objective: float
 
 
+@float64
 def problem_constants(problem: GaussianBandit, tol: float = 1e-10) -> Constants:
     """L, mu, Lambda, Q of ``A = -H* = Q Lambda Q^T`` (flat directions dropped)."""
     a = np.asarray(problem.curvature_matrix())
@@ -239,6 +257,7 @@ def _gamma(problem, theta, est, group_size, batch_size):
     return (between + within) / batch_size
 
 
+@float64
 def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: int,
                         batch_size: int = 1) -> jnp.ndarray:
     """Exact ``Gamma(theta) = Cov(ghat)`` of Algorithm 1's estimate with B prompts x G draws.
@@ -258,18 +277,21 @@ def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: i
     return _gamma(problem, theta, est, float(group_size), float(batch_size))
 
 
+@float64
 def gradient_mse(problem, theta, estimator, group_size: int, batch_size: int = 1) -> float:
     """Exact MSE ``E||ghat - grad J||^2 = tr Gamma(theta)``."""
     return float(jnp.trace(gradient_covariance(problem, theta, estimator, group_size,
                                                batch_size)))
 
 
+@float64
 def limiting_covariance(problem, estimator, group_size: int, batch_size: int = 1) -> np.ndarray:
     """``Gamma = Gamma(theta*)``: the covariance of ghat at the optimum (Theorem 8)."""
     return np.asarray(gradient_covariance(problem, problem.maximiser(), estimator, group_size,
                                           batch_size))
 
 
+@float64
 def sup_mse(problem: GaussianBandit, estimator, group_size: int, batch_size: int,
             gap_max: float, n_dirs: int = 2048, n_radii: int = 33) -> float:
     """``M = sup { tr Gamma(theta) : Delta(theta) <= gap_max }`` (Lemma 6's constant).
@@ -343,6 +365,7 @@ def _gradient_from_draws(problem: GaussianBandit, theta, est: Estimator, x, u, n
     return w @ problem.features[x] / (b * g)
 
 
+@float64
 def sample_gradient(key, problem: GaussianBandit, theta, est: Estimator, batch_size: int,
                     group_size: int):
     """One draw of ``ghat = (1/BG) sum_bg s_bg A_bg`` (B prompts, G actions each), shape (d,)."""
@@ -362,6 +385,7 @@ def _mc_moments(key, problem, theta, est, batch_size, group_size, n_reps):
     return mean, g.std(0, ddof=1) / jnp.sqrt(n_reps), cov, se
 
 
+@float64
 def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: int = 1,
                         n_reps: int = 100_000, seed: int = 0):
     """Monte Carlo ``(mean, mean_se, cov, cov_se)`` of ghat at ``theta`` (R replicates)."""
@@ -374,6 +398,7 @@ def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: 
     return tuple(np.asarray(o) for o in out)
 
 
+@float64
 def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, beta: float,
           schedule: str, n_steps: int, n_seeds: int, seed: int = 0, theta0=None,
           log_steps=None, offset: float = 0.0) -> TrainResult:
@@ -439,6 +464,7 @@ def _check_constants(L, mu, M, gap0):
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
 
+@float64
 def lemma6_constant_bound(n, gap0: float, L: float, mu: float, beta: float, M: float):
     """Lemma 6(a): ``E Delta_n <= rho^n Delta_0 + L beta^2 M / (4 mu beta - 2 L mu beta^2)``,
     ``rho = 1 - 2 mu beta + L mu beta^2``.
@@ -456,6 +482,7 @@ def lemma6_constant_bound(n, gap0: float, L: float, mu: float, beta: float, M: f
     return rho**n * gap0 + L * beta**2 * M / (4.0 * mu * beta - 2.0 * L * mu * beta**2)
 
 
+@float64
 def lemma6_recursion(n_steps: int, gap0: float, L: float, mu: float, M: float, steps) -> np.ndarray:
     """The one-step bound behind Lemma 6, iterated: ``u_0 = Delta_0``,
     ``u_i = (1 - 2 mu eta_i + L mu eta_i^2) u_(i-1) + L eta_i^2 M / 2`` (valid while
@@ -474,6 +501,7 @@ def lemma6_recursion(n_steps: int, gap0: float, L: float, mu: float, M: float, s
     return u
 
 
+@float64
 def lemma6_decreasing_bound(n, gap0: float, L: float, mu: float, beta: float, M: float,
                             eps: float = 0.1):
     """Lemma 6(b) for ``eta_i = beta / i`` (``beta > 1/(2 mu)``):
@@ -507,6 +535,7 @@ def lemma6_decreasing_bound(n, gap0: float, L: float, mu: float, beta: float, M:
 # --- Theorem 8: Lyapunov covariance and chi-square weights ------------------------------------
 
 
+@float64
 def lyapunov_covariance(eigenvalues, gamma_q, beta: float, printed: bool = False) -> np.ndarray:
     """Sigma solving ``(beta Lambda - I/2) Sigma + Sigma (beta Lambda - I/2) = beta^2 Gamma_Q``
     (``Gamma_Q = Q^T Gamma Q``; Theorem 8, corrected). ``printed=True`` drops the ``beta^2``
@@ -524,6 +553,7 @@ def lyapunov_covariance(eigenvalues, gamma_q, beta: float, printed: bool = False
     return 0.5 * (sig + sig.T)
 
 
+@float64
 def chi2_weights(sigma, eigenvalues) -> np.ndarray:
     """w_k = eigenvalues of ``(1/2) Sigma^(1/2) Lambda Sigma^(1/2)`` (ascending)."""
     s = V.finite_array("sigma", sigma, ndim=2)
@@ -547,14 +577,17 @@ class AsymptoticPrediction:
     weights_printed: np.ndarray  # without beta^2 (= weights / beta^2)
 
     @property
+    @float64
     def mean(self) -> float:
         return float(self.weights.sum())
 
     @property
+    @float64
     def mean_printed(self) -> float:
         return float(self.weights_printed.sum())
 
 
+@float64
 def asymptotic_prediction(problem: GaussianBandit, estimator, group_size: int, batch_size: int,
                           beta: float) -> AsymptoticPrediction:
     """Gamma at theta*, the Lyapunov Sigma and the chi-square weights (both forms)."""
@@ -598,6 +631,7 @@ def _cdf_nested(x: np.ndarray, w: np.ndarray, n_nodes: int) -> np.ndarray:
     return np.clip(integrand @ wts, 0.0, 1.0)
 
 
+@float64
 def mixture_cdf(x, weights) -> np.ndarray:
     """``P(sum_k w_k chi^2_1 <= x)``, exact to quadrature rounding: the chi^2_1 CDF for one
     weight; for K weights a (K-1)-fold nested Gauss-Legendre integral of the conditional CDF
@@ -618,6 +652,7 @@ def mixture_cdf(x, weights) -> np.ndarray:
     return out
 
 
+@float64
 def mixture_quantile(q, weights) -> np.ndarray:
     """Quantiles of ``sum_k w_k chi^2_1`` (root of :func:`mixture_cdf`, brentq)."""
     w = _weights(weights)
@@ -629,14 +664,10 @@ def mixture_quantile(q, weights) -> np.ndarray:
                                            xtol=1e-12) for qq in qs])
 
 
+@float64
 def sample_mixture(key, weights, n: int) -> np.ndarray:
     """n draws of ``sum_k w_k chi^2_1`` (explicit JAX key)."""
     w = _weights(weights)
     V.positive_int("n", n, 1)
     z = jax.random.normal(key, (n, w.size))
     return np.asarray((z**2) @ jnp.asarray(w))
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())

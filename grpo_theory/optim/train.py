@@ -59,6 +59,7 @@ from .._precision import float64
 from ..core.estimators import PromptContext, get_estimator
 from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from ..core.sampling import sample_groups
+from .._precision import float64
 
 __all__ = ["TrainConfig", "TrainResult", "make_train", "train", "train_schedules",
            "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES"]
@@ -77,6 +78,7 @@ SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
 _SCHEDULE_NAMES = tuple(SCHEDULES)
 
 
+@float64
 def exact_objective(policy, params=None) -> jnp.ndarray:
     """J(theta) = sum_x f(x) sum_y pi_theta(y|x) mu(x, y), exactly (traceable).
 
@@ -92,6 +94,7 @@ def exact_objective(policy, params=None) -> jnp.ndarray:
                    jnp.sum(probs * jnp.asarray(policy.reward_means), axis=1))
 
 
+@float64
 def maximise(fn, theta0, n_starts: int = 4, scale: float = 1.0, seed: int = 0):
     """Maximise a smooth scalar ``fn(theta)`` (jax-traceable) with L-BFGS from several starts.
 
@@ -132,6 +135,7 @@ def _is_generic(problem) -> bool:
             and callable(getattr(problem, "sample_gradient", None)))
 
 
+@float64
 def max_objective(policy) -> float:
     """sup_theta J(theta) (see the module docstring for how it is obtained per policy type).
 
@@ -164,6 +168,7 @@ def max_objective(policy) -> float:
 _max_objective = max_objective  # train() has an argument of the same name
 
 
+@float64
 def step_sizes(eta: float, n_steps: int, schedule: str = "constant", offset: float = 0.0):
     """eta_t for t = 1..n under a named schedule of :data:`SCHEDULES`.
 
@@ -224,6 +229,7 @@ class TrainConfig:
     log_steps: tuple | None = None
     log_params: bool = False
 
+    @float64
     def __post_init__(self):
         set_ = partial(object.__setattr__, self)
         set_("batch_size", V.integer("batch_size", self.batch_size, 1))
@@ -255,12 +261,14 @@ class TrainConfig:
         set_("log_params", bool(self.log_params))
 
     @property
+    @float64
     def logged_steps(self) -> tuple:
         """The steps at which J, the gap (and the parameters) are logged."""
         if self.log_steps is not None:
             return self.log_steps
         return tuple(range(0, self.n_steps + 1, self.log_every))
 
+    @float64
     def _static(self) -> TrainConfig:
         """The part that shapes the compiled loop (a named schedule's lr/offset are traced)."""
         if callable(self.schedule):
@@ -297,6 +305,7 @@ class TrainResult:
     config: Any = field(default=None)
     seeds: Any = None
 
+    @float64
     def tree_flatten(self):
         children = (self.objective, self.gap, self.max_gap, self.theta_final, self.params,
                     self.records)
@@ -305,26 +314,31 @@ class TrainResult:
         return children, aux
 
     @classmethod
+    @float64
     def tree_unflatten(cls, aux, children):
         steps, sup, config, seeds = aux
         return cls(np.asarray(steps), *children, sup_objective=sup, config=config,
                    seeds=None if seeds is None else np.asarray(seeds))
 
     @property
+    @float64
     def final_gap(self):
         """Delta_n for each run, shape (...,)."""
         return self.gap[..., -1]
 
     # names used by the optimisation-theory drivers
     @property
+    @float64
     def log_steps(self) -> np.ndarray:
         return np.asarray(self.steps)
 
     @property
+    @float64
     def gaps(self):
         return self.gap
 
     @property
+    @float64
     def theta(self):
         return self.theta_final
 
@@ -530,6 +544,7 @@ def _as_key(key):
     return V.seed_key(key)
 
 
+@float64
 def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
     """Build Algorithm 1 for a problem: ``train = make_train(...)``; ``train(key)`` runs it.
 
@@ -590,6 +605,7 @@ def _seed_keys(seeds):
 # --- the legacy entry points (thin uses of the loop) -------------------------------------------
 
 
+@float64
 def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta: float = 0.1,
           schedule: str = "constant", seeds=(0,), log_every: int = 1, offset: float = 0.0,
           max_objective: float | None = None, params=None, log_params: bool = False
@@ -613,6 +629,7 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
                            log_params)[0]
 
 
+@float64
 def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps: int,
                     schedules, seeds=(0,), log_every: int = 1, max_objective=None, params=None,
                     log_params: bool = False) -> list[TrainResult]:
@@ -657,8 +674,3 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
                         schedule=sch, offset=float(off), log_every=cfg.log_every),
             **{k: (None if v is None else v[sl]) for k, v in out.items()}))
     return res
-
-
-from .._precision import scope_module as _scope  # noqa: E402
-
-_scope(globals())
