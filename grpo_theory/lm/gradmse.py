@@ -23,6 +23,12 @@ Every estimator's advantages come from :func:`grpo_theory.estimators.compute_adv
 CI from :func:`grpo_theory.montecarlo.summarize_squared_errors`; all group sizes use nested
 prefixes of the same ``G_max`` responses per question in each replicate, and one chunked
 per-sample-score pass (:func:`grpo_theory.lm.policy.score_contractions`) contracts all of them.
+
+Answer-only predictions: vanilla's is exact; oracle's and grpo's contain ``S2``, estimated in the
+same replicate, so each replicate carries its own prediction and ``z`` is the mean over replicates
+of ``(squared error - prediction)`` over its standard error: the prediction's noise and its
+correlation with the measurement are both in the standard error (``predicted_se`` reports the
+prediction's part alone).
 """
 
 from __future__ import annotations
@@ -141,17 +147,27 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     rows = []
     col = {n: k for k, n in enumerate(names)}
     for G in group_sizes:
+        # per-replicate predictions: vanilla's is exact; oracle's and grpo's add MC estimates of
+        # E[||s||^2 | x] from the same replicate, so z is the paired difference (measured -
+        # predicted) per replicate, carrying the prediction's own noise and its correlation
         pred = {}
-        if exact:  # vanilla exact: V (1 - V) ||s*||^2 per prompt; the others add MC estimates
-            pred["vanilla"] = float((v * (1 - v) * s_star_sq).sum() / b**2 / G)
-            pred["oracle"] = pred["vanilla"] - float(d_vo.mean()) / G
-            pred["grpo"] = pred["oracle"] + float(d_go.mean()) / (G * (G - 1))
+        if exact:  # vanilla exact: V (1 - V) ||s*||^2 per prompt
+            pv = float((v * (1 - v) * s_star_sq).sum() / b**2 / G)
+            pred["vanilla"] = np.full(n_reps, pv)
+            pred["oracle"] = pv - d_vo / G
+            pred["grpo"] = pred["oracle"] + d_go / (G * (G - 1))
         for e in ESTIMATORS:
-            mse, se, lo, hi = summarize_squared_errors(err2[:, col[(e, G)]])
-            p = pred.get(e, float("nan"))
+            e2 = err2[:, col[(e, G)]]
+            mse, se, lo, hi = summarize_squared_errors(e2)
+            if e in pred:
+                p, sp, _, _ = summarize_squared_errors(pred[e])
+                dz, sz, _, _ = summarize_squared_errors(e2 - pred[e])
+                z = _z(dz, sz)
+            else:
+                p = sp = z = float("nan")
             rows.append(dict(estimator=e, G=G, mse=mse, se=se, ci_low=lo, ci_high=hi,
                              rel_mse=mse / gnorm2, n_reps=n_reps, predicted=p,
-                             z=_z(mse - p, se) if exact else float("nan")))
+                             predicted_se=sp, z=z))
         dv = err2[:, col[("vanilla", G)]] - err2[:, col[("oracle", G)]]
         dg = err2[:, col[("grpo", G)]] - err2[:, col[("oracle", G)]]
         m_vo, se_vo, _, _ = summarize_squared_errors(dv)
