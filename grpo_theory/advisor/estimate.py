@@ -463,7 +463,8 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
     Arithmetic: the U-statistics run on rewards and scores rescaled by powers of two (largest
     |Z| and |s| in [1/2, 1)) and the results are scaled back exactly (every constant scales as
     ``c(a Z, b s) = a^2 b^2 c(Z, s)``), so large-but-finite rewards or scores (1e150, 1e-150)
-    neither overflow in the squares nor turn into NaN.
+    neither overflow in the squares nor turn into NaN (a per-prompt piece whose value is beyond
+    float64, e.g. ``sigma2`` of rewards near 1e160, is ``inf`` in :attr:`ScalingEstimate.pieces`).
 
     Raises:
         ValueError: a wrong shape, a non-finite or non-real input, fewer than 3 prompts or
@@ -516,7 +517,8 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
                              "(m,)")
         kq = _exponent(q)
         q = np.ldexp(q, -kq)
-        mq, md = np.ldexp(mq, -(2 * kz + kq)), np.ldexp(md, -(2 * kz + kq))
+        with np.errstate(over="ignore"):  # inf here: refused below as an overflow
+            mq, md = np.ldexp(mq, -(2 * kz + kq)), np.ldexp(md, -(2 * kz + kq))
     with jax.enable_x64(True):
         theta, cov, pieces = _statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
                                              jnp.asarray(md))
@@ -533,7 +535,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
                              f"rewards or the scores (G* does not change)")
         theta, cov = np.ldexp(theta, k), np.ldexp(cov, 2 * k)
         pieces = {name: np.ldexp(v, _PIECE_SCALE[name](kz, kq)) for name, v in pieces.items()}
-    _check_finite_results(theta, cov, pieces, kz, kq)
+    _check_finite_results(theta, cov, kz, kq)
     return ScalingEstimate(theta, cov, pieces, z, float(alpha))
 
 
@@ -579,8 +581,11 @@ def _check_gram(gram):
                          f"{float(gram[j, i])!r} (relative tolerance {GRAM_SYMMETRY_RTOL})")
 
 
-def _check_finite_results(theta, cov, pieces, kz, kq):
-    """Every returned number finite: a constant beyond float64 is an error, never inf or NaN."""
+def _check_finite_results(theta, cov, kz, kq):
+    """The estimates and their covariance finite: beyond float64 is an error, never inf/NaN.
+
+    (A per-prompt piece of :attr:`ScalingEstimate.pieces` whose true value lies beyond float64,
+    e.g. ``sigma2`` of rewards near 1e160, is ``inf``; it is never NaN.)"""
     scale = (f"(rewards up to about 2^{kz}, squared scores up to about 2^{kq}; the constants "
              f"scale as rewards^2 x ||s||^2)")
     bad = [PARAMETERS[i] for i in range(len(PARAMETERS)) if not np.isfinite(theta[i])]
@@ -592,10 +597,6 @@ def _check_finite_results(theta, cov, pieces, kz, kq):
         raise ValueError(f"the jackknife covariance of the estimates (their square) overflows "
                          f"float64 {scale}: rescale the rewards or the scores (c1, c2, c3 scale "
                          f"by a^2 b^2 for rewards x a, scores x b; G* does not change)")
-    bad = [name for name, v in pieces.items() if not np.all(np.isfinite(v))]
-    if bad:
-        raise ValueError(f"the per-prompt pieces {', '.join(bad)} overflow float64 {scale}: "
-                         f"rescale the rewards or the scores")
 
 
 # --- policies -------------------------------------------------------------------------------------

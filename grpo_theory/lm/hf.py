@@ -327,9 +327,7 @@ class HFPolicy(LMPolicy):
         Raises:
             ValueError: the checkpoint has no chat template, or ``jinja2`` is not installed.
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError("texts must be a string or a non-empty sequence of strings")
+        texts = _texts(texts)
         if self.chat_template is None:
             raise ValueError(f"checkpoint {self.path!r} has no chat_template in "
                              f"tokenizer_config.json")
@@ -382,9 +380,7 @@ class HFPolicy(LMPolicy):
         Args:
             texts: a string or a sequence of strings (the tokenizer adds its special tokens).
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError("texts must be a string or a non-empty sequence of strings")
+        texts = _texts(texts)
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         p = max(1, max(len(i) for i in ids))
         out = np.full((len(ids), p), self.pad_id, np.int32)
@@ -400,6 +396,19 @@ class HFPolicy(LMPolicy):
             cut = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), len(row))
             out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=False))
         return out
+
+
+def _texts(texts) -> list:
+    """``texts`` as a non-empty list of strings (a string is one text), else a ValueError."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+        raise ValueError(f"texts must be a string or a non-empty sequence of strings, got "
+                         f"{type(texts).__name__}")
+    texts = list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a string or a non-empty sequence of strings")
+    return texts
 
 
 def _chat_renderer(template: str):
