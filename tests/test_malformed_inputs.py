@@ -320,7 +320,7 @@ PIECE_SCALE = {"value": lambda i, j: i, "sigma2": lambda i, j: 2 * i,
                "score_sq": lambda i, j: 2 * j}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 3), i=st.integers(-700, 700), j=st.integers(-700, 700))
 def test_advisor_scales_exactly_or_refuses(seed, i, j):
     """Rewards x 2^i, scores x 2^j: every constant x 2^(2i + 2j) exactly (the covariance x
@@ -417,7 +417,7 @@ def test_advisor_streamed_inputs_fuzz(mean_sq, mean_dot, scale):
 
 # --- hypothesis: the core API -----------------------------------------------------------------
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**16), scale=st.sampled_from([0.0, 1.0, 5.0]))
 def test_optimal_group_size_with_deterministic_rewards(seed, scale):
     """Constant 0/1 reward means: c1 and c3 are rounding noise; G* is a number, never a math
