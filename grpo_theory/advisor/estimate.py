@@ -460,23 +460,43 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
     Args:
         rewards: (m, n) real rewards, m >= 3 prompts, n >= 3 responses each.
         scores, sq_norms, mean_gram, mean_sq, mean_dot: as above.
-        alpha: level of the ``*_ci`` attributes (0.05: 95%).
+        alpha: level of the ``*_ci`` attributes (0.05: 95%), in (0, 1).
 
     Returns:
         :class:`ScalingEstimate`.
+
+    Arithmetic: the U-statistics run on rewards and scores rescaled by powers of two (largest
+    |Z| and |s| in [1/2, 1)) and the results are scaled back exactly (every constant scales as
+    ``c(a Z, b s) = a^2 b^2 c(Z, s)``), so large-but-finite rewards or scores (1e150, 1e-150)
+    neither overflow in the squares nor turn into NaN (a per-prompt piece whose value is beyond
+    float64, e.g. ``sigma2`` of rewards near 1e160, is ``inf`` in :attr:`ScalingEstimate.pieces`).
+
+    Raises:
+        ValueError: a wrong shape, a non-finite or non-real input, fewer than 3 prompts or
+            responses, ``sq_norms`` or ``mean_sq`` negative, ``mean_gram`` not symmetric (relative
+            tolerance :data:`GRAM_SYMMETRY_RTOL`) or with a negative diagonal, or an estimate
+            (or its covariance) beyond the float64 range, which is refused, never returned as
+            inf or NaN.
     """
     z = _finite("rewards", rewards, ndim=2)
     m, n = z.shape
     _check_sizes(m, n)
     alpha = V.real_scalar("alpha", alpha, positive=True)
+    if not alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
+    kz = _exponent(z)
+    z_ = np.ldexp(z, -kz)  # rewards / 2^kz, exact: max |Z| in [1/2, 1)
     if scores is not None:
         if any(a is not None for a in (sq_norms, mean_gram, mean_sq, mean_dot)):
             raise ValueError("give scores or the inner products (sq_norms, mean_gram / mean_sq + "
                              "mean_dot), not both")
         s = V.finite_array("scores", scores, ndim=3).astype(np.float64)
         V.same_shape("scores", s, (m, n, s.shape[2]), "rewards' (n_prompts, n_samples, D)")
+        ks = _exponent(s)
+        s = np.ldexp(s, -ks)
+        kq = 2 * ks  # ||s||^2 scales by 2^(2 ks)
         q = np.sum(s * s, axis=2)
-        ghat = np.einsum("ai,aid->ad", z, s) / n
+        ghat = np.einsum("ai,aid->ad", z_, s) / n
         mq, md = np.sum(ghat * ghat, axis=1), ghat @ ghat.sum(axis=0)
     else:
         if sq_norms is None:
@@ -489,18 +509,99 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
             if mean_sq is not None or mean_dot is not None:
                 raise ValueError("give mean_gram or (mean_sq, mean_dot), not both")
             gram = _finite("mean_gram", mean_gram, (m, m))
-            mq, md = np.diag(gram).copy(), gram.sum(axis=1)
+            _check_gram(gram)
+            mq, md = np.diag(gram).copy(), _row_sums(gram)
         elif mean_sq is not None and mean_dot is not None:
             mq = _finite("mean_sq", mean_sq, (m,))
+            if np.any(mq < 0):
+                raise ValueError(f"mean_sq must be non-negative (squared norms ||ghat_a||^2), "
+                                 f"got min {float(np.min(mq))!r}")
             md = _finite("mean_dot", mean_dot, (m,))
         else:
             raise ValueError("with sq_norms give mean_gram (m, m), or both mean_sq and mean_dot "
                              "(m,)")
+        kq = _exponent(q)
+        q = np.ldexp(q, -kq)
+        with np.errstate(over="ignore"):  # inf here: refused below as an overflow
+            mq, md = np.ldexp(mq, -(2 * kz + kq)), np.ldexp(md, -(2 * kz + kq))
     with jax.enable_x64(True):
-        theta, cov, pieces = _statistics_jit(jnp.asarray(z), jnp.asarray(q), jnp.asarray(mq),
+        theta, cov, pieces = _statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
                                              jnp.asarray(md))
-        return ScalingEstimate(np.asarray(theta), np.asarray(cov),
-                               {k: np.asarray(v) for k, v in pieces.items()}, z, float(alpha))
+        theta, cov = np.asarray(theta), np.asarray(cov)
+        pieces = {k: np.asarray(v) for k, v in pieces.items()}
+    k = 2 * kz + kq  # every constant is quadratic in Z and in s: c(a Z, b s) = a^2 b^2 c(Z, s)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        tiny = np.finfo(np.float64).tiny
+        lost = (k < 0) & (theta != 0) & (np.abs(np.ldexp(theta, k)) < tiny)
+        if np.any(lost):
+            raise ValueError(f"the estimates of {', '.join(np.asarray(PARAMETERS)[lost])} "
+                             f"underflow float64 (rewards down to about 2^{kz}, squared scores "
+                             f"2^{kq}; the constants scale as rewards^2 x ||s||^2): rescale the "
+                             f"rewards or the scores (G* does not change)")
+        theta, cov = np.ldexp(theta, k), np.ldexp(cov, 2 * k)
+        pieces = {name: np.ldexp(v, _PIECE_SCALE[name](kz, kq)) for name, v in pieces.items()}
+    _check_finite_results(theta, cov, kz, kq)
+    return ScalingEstimate(theta, cov, pieces, z, float(alpha))
+
+
+#: the power of two each per-prompt piece scales by, given rewards x 2^kz, ||s||^2 x 2^kq
+_PIECE_SCALE = {"value": lambda kz, kq: kz, "sigma2": lambda kz, kq: 2 * kz,
+                "score_sq": lambda kz, kq: kq}
+for _name in ("grad_sq", "score_sq_sigma2", "score_sq_dev2", "tr_oracle", "score_sq_z2", "c3",
+              "c_v"):
+    _PIECE_SCALE[_name] = lambda kz, kq: 2 * kz + kq
+del _name
+
+#: relative tolerance of mean_gram's symmetry (|G - G^T| <= tol * max |G|)
+GRAM_SYMMETRY_RTOL = 1e-8
+
+
+def _exponent(x) -> int:
+    """e with max |x| = f 2^e, f in [1/2, 1) (0 for an all-zero array): x / 2^e is exact."""
+    top = float(np.max(np.abs(x))) if np.size(x) else 0.0
+    return int(np.frexp(top)[1]) if top > 0 else 0
+
+
+def _row_sums(gram):
+    """Row sums of a finite matrix without overflow to inf where the sum itself is finite."""
+    k = _exponent(gram)
+    with np.errstate(over="ignore"):
+        return np.ldexp(np.ldexp(gram, -k).sum(axis=1), k)
+
+
+def _check_gram(gram):
+    """mean_gram must be a Gram matrix: symmetric within a tolerance, non-negative diagonal."""
+    diag = np.diag(gram)
+    if np.any(diag < 0):
+        a = int(np.argmin(diag))
+        raise ValueError(f"mean_gram must have a non-negative diagonal (||ghat_a||^2), got "
+                         f"mean_gram[{a}, {a}] = {float(diag[a])!r}")
+    k = _exponent(gram)
+    g = np.ldexp(gram, -k)
+    asym = float(np.max(np.abs(g - g.T)))
+    if asym > GRAM_SYMMETRY_RTOL * float(np.max(np.abs(g))):
+        i, j = np.unravel_index(int(np.argmax(np.abs(g - g.T))), g.shape)
+        raise ValueError(f"mean_gram must be symmetric (a Gram matrix <ghat_a, ghat_b>), got "
+                         f"mean_gram[{i}, {j}] = {float(gram[i, j])!r} != mean_gram[{j}, {i}] = "
+                         f"{float(gram[j, i])!r} (relative tolerance {GRAM_SYMMETRY_RTOL})")
+
+
+def _check_finite_results(theta, cov, kz, kq):
+    """The estimates and their covariance finite: beyond float64 is an error, never inf/NaN.
+
+    (A per-prompt piece of :attr:`ScalingEstimate.pieces` whose true value lies beyond float64,
+    e.g. ``sigma2`` of rewards near 1e160, is ``inf``; it is never NaN.)"""
+    scale = (f"(rewards up to about 2^{kz}, squared scores up to about 2^{kq}; the constants "
+             f"scale as rewards^2 x ||s||^2)")
+    bad = [PARAMETERS[i] for i in range(len(PARAMETERS)) if not np.isfinite(theta[i])]
+    if bad:
+        raise ValueError(f"the estimates of {', '.join(bad)} overflow float64 {scale}: rescale "
+                         f"the rewards or the scores (c1, c2, c3 scale by a^2 b^2 for rewards "
+                         f"x a, scores x b; G* does not change)")
+    if not np.all(np.isfinite(cov)):
+        raise ValueError(f"the jackknife covariance of the estimates (their square) overflows "
+                         f"float64 {scale}: rescale the rewards or the scores (c1, c2, c3 scale "
+                         f"by a^2 b^2 for rewards x a, scores x b; G* does not change)")
 
 
 # --- policies -------------------------------------------------------------------------------------

@@ -403,11 +403,13 @@ def prompt_baseline(b, name: str = "baseline") -> Estimator:
 
     Args:
         b: one real, finite baseline per prompt (1-d, non-empty; complex and strings refused).
-        name: registry name.
+        name: registry name (a non-empty string).
 
     Returns:
         An :class:`Estimator`; ``est.check_problem(P)`` checks ``len(b) == P``.
     """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r} ({type(name).__name__})")
     b = jnp.asarray(V.finite_array("b", b, ndim=1), dtype=jnp.float64)
 
     def adv(z, ctx):

@@ -48,6 +48,22 @@ def _check_problem(shape, reward_means, prompt_probs, name="reward_means"):
     return V.probability_vector("prompt_probs", prompt_probs, size=p), means
 
 
+def _real_parameters(name, value, ndim=None):
+    """Finite real parameters; booleans are refused (``True`` is not a logit)."""
+    if _is_bool_array(value):
+        raise ValueError(f"{name} must be real numbers, got booleans (dtype bool)")
+    return V.finite_array(name, value, ndim=ndim)
+
+
+def _is_bool_array(value) -> bool:
+    if isinstance(value, (str, bytes)):
+        return False
+    try:
+        return np.asarray(value).dtype.kind == "b"
+    except Exception:  # ragged lists: the real-array check reports them
+        return False
+
+
 def _check_logit_spread(name, logits):
     """log_softmax subtracts the row maximum: max - min must be finite too."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -182,7 +198,7 @@ class SoftmaxBandit(_EnumerablePolicy):
             reward_means: (P, K) Bernoulli means in [0, 1].
             prompt_probs: (P,) prompt distribution, or ``None`` for uniform.
         """
-        logits = V.finite_array("logits", logits, ndim=2)
+        logits = _real_parameters("logits", logits, ndim=2)
         _check_logit_spread("logits", logits)
         means = V.finite_array("reward_means", reward_means, ndim=2)
         f, means = _check_problem(logits.shape, means, prompt_probs)
@@ -248,8 +264,8 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
             reward_means: (P, K) Bernoulli means in [0, 1].
             prompt_probs: (P,) prompt distribution, or ``None`` for uniform.
         """
-        feats = V.finite_array("features", features, ndim=3)
-        th = V.finite_array("theta", theta, ndim=1)
+        feats = _real_parameters("features", features, ndim=3)
+        th = _real_parameters("theta", theta, ndim=1)
         if feats.shape[2] != th.shape[0]:
             raise ValueError(
                 f"theta must have length features.shape[2] = {feats.shape[2]}, got {th.shape[0]}"
@@ -313,6 +329,8 @@ class SequencePolicy(_EnumerablePolicy):
         self.eos = V.boolean("eos", eos)
         vocab_size, horizon = self.vocab_size, self.horizon
         n_out = vocab_size + int(self.eos)
+        if _is_bool_array(params):
+            raise ValueError("params must be real numbers (logits), got booleans (dtype bool)")
         th = V.real_array("params", params, allow_empty=True)
         if th.ndim != 4 or th.shape[1:] != (horizon, vocab_size + 1, n_out):
             raise ValueError(

@@ -86,7 +86,8 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
 
     ``c1 = 0`` (all prompts share one gradient), or ``c3/c1`` beyond the float range (c1
     underflowing next to c3), makes larger groups always better: G* = inf (``exact`` is then the
-    largest int64).
+    largest int64). ``c3 >= 0`` exactly; a rounding-level negative c3 (deterministic rewards,
+    ``g(x) = 0``) counts as 0: ``paper = 0``, ``continuous = 1``, ``exact = 2``.
 
     Args:
         bandit: a policy, a :class:`DiscreteProblem` or a score structure.
@@ -100,7 +101,7 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
         ratio = np.float64(c.c3) / np.float64(c.c1) if c.c1 > 0 else np.inf
     if not np.isfinite(ratio) or ratio >= 2.0**124:  # G* >= 2^62: beyond every int64 group
         return GroupSizeOptimum(float("inf"), float("inf"), int(np.iinfo(np.int64).max), c)
-    r = sqrt(float(ratio))
+    r = sqrt(max(float(ratio), 0.0))  # c3 < 0 only by rounding (c3 >= 0 exactly): G* = 2
     cont = 1.0 + r
     cands = {max(2, floor(cont)), max(2, floor(cont) + 1)}
     best = min(sorted(cands), key=lambda G: float(budget_mse(c, G)))

@@ -31,7 +31,6 @@ tunix, flax, safetensors and tokenizers are imported on first use (the optional 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -43,11 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from . import checkpoint_io as io
+from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .policy import LMPolicy, _eos_ids
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "HFPolicy", "from_pretrained", "read_config"]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers)'
 
@@ -73,19 +73,9 @@ def _quiet():
 
 
 def _read_json(path: str, name: str, required: bool = True):
-    f = os.path.join(path, name)
-    if not os.path.isfile(f):
-        if required:
-            raise ValueError(f"checkpoint directory {path!r} has no {name}: a Hugging Face "
-                             f"checkpoint needs config.json, tokenizer.json and "
-                             f"model.safetensors (or model.safetensors.index.json with its "
-                             f"shards); nothing is downloaded")
-        return None
-    with open(f) as fh:
-        try:
-            return json.load(fh)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{f} is not valid JSON: {e}") from None
+    """The JSON object of ``path/name`` (:func:`.checkpoint_io.read_json`: a ValueError naming
+    the file when it is absent and required, unreadable, not JSON or not an object)."""
+    return io.read_json(path, name, required)
 
 
 def _checkpoint_dir(path) -> str:
@@ -113,56 +103,15 @@ def read_config(path) -> dict:
         ``pad_id`` as written in ``config.json`` (None when absent).
 
     Raises:
-        ValueError: missing directory or config.json, a ``model_type`` outside
-            :data:`SUPPORTED_MODEL_TYPES`, a missing size field, or a feature the computation
-            does not implement (``rope_scaling``, sliding windows, MLP biases, non-SiLU).
+        ValueError: missing directory or config.json, a file that is not a JSON object, a
+            ``model_type`` outside :data:`SUPPORTED_MODEL_TYPES`, a missing or invalid field
+            (sizes positive integers, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, the
+            head counts consistent; :func:`.checkpoint_io.check_config`), or a feature the
+            computation does not implement (``rope_scaling``, sliding windows, MLP biases,
+            non-SiLU). The message names the file and the field.
     """
     path = _checkpoint_dir(path)
-    c = _read_json(path, "config.json")
-    mt = c.get("model_type")
-    if mt not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"config.json of {path!r} has model_type {mt!r}; supported: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (Qwen2, Qwen2.5, Llama)")
-    missing = [k for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                           "num_attention_heads", "vocab_size") if k not in c]
-    if missing:
-        raise ValueError(f"config.json of {path!r} lacks {', '.join(missing)}")
-    rope = c.get("rope_parameters") or {}
-    if c.get("rope_scaling") or rope.get("rope_type", "default") != "default":
-        raise ValueError(f"config.json of {path!r} sets rope_scaling "
-                         f"{c.get('rope_scaling') or rope!r}; only plain rotary embeddings "
-                         f"(rope_scaling null) are supported")
-    if c.get("use_sliding_window"):
-        raise ValueError(f"config.json of {path!r} sets use_sliding_window: true; only full "
-                         f"attention is supported")
-    if c.get("mlp_bias"):
-        raise ValueError(f"config.json of {path!r} sets mlp_bias: true; only bias-free MLPs "
-                         f"are supported")
-    act = c.get("hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"config.json of {path!r} has hidden_act {act!r}; only 'silu' "
-                         f"(SwiGLU) is supported")
-    d, h = int(c["hidden_size"]), int(c["num_attention_heads"])
-    hd = c.get("head_dim") or d // h
-    kv = int(c.get("num_key_value_heads") or h)
-    if h % kv:
-        raise ValueError(f"config.json of {path!r}: num_attention_heads {h} is not a multiple "
-                         f"of num_key_value_heads {kv}")
-    eos = c.get("eos_token_id")
-    return {
-        "model_type": mt,
-        "n_layers": int(c["num_hidden_layers"]), "vocab_size": int(c["vocab_size"]),
-        "d_model": d, "d_ff": int(c["intermediate_size"]), "n_heads": h, "n_kv_heads": kv,
-        "head_dim": int(hd),
-        "rope_theta": float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
-        "norm_eps": float(c.get("rms_norm_eps", 1e-6)),
-        "tied": bool(c.get("tie_word_embeddings", False)),
-        "qkv_bias": mt == "qwen2" or bool(c.get("attention_bias", False)),
-        "max_length": (int(c["max_position_embeddings"]) if c.get("max_position_embeddings")
-                       else None),
-        "eos_ids": None if eos is None else _eos_ids(eos),
-        "pad_id": c.get("pad_token_id"),
-    }
+    return io.check_config(_read_json(path, "config.json"), f"config.json of {path!r}")
 
 
 def _hf_names(arch: dict) -> dict:
@@ -190,18 +139,12 @@ def _hf_names(arch: dict) -> dict:
 
 
 def _shards(path: str) -> list[str]:
-    """The safetensors files of the checkpoint (all of those the index lists must exist)."""
+    """The safetensors files of the checkpoint: those the index lists (plain file names inside
+    ``path``, all present; :func:`.checkpoint_io.shard_names`), else ``model.safetensors``."""
     index = _read_json(path, "model.safetensors.index.json", required=False)
     if index is not None:
-        wm = index.get("weight_map")
-        if not isinstance(wm, dict) or not wm:
-            raise ValueError(f"model.safetensors.index.json of {path!r} has no weight_map")
-        files = sorted(set(wm.values()))
-        absent = [f for f in files if not os.path.isfile(os.path.join(path, f))]
-        if absent:
-            raise ValueError(f"checkpoint {path!r} lacks shard(s) {', '.join(absent)} listed "
-                             f"in model.safetensors.index.json")
-        return [os.path.join(path, f) for f in files]
+        src = f"model.safetensors.index.json of {path!r}"
+        return [os.path.join(path, f) for f in io.shard_names(index, src, path)]
     single = os.path.join(path, "model.safetensors")
     if os.path.isfile(single):
         return [single]
@@ -212,16 +155,14 @@ def _shards(path: str) -> list[str]:
 
 def _load_params(path: str, arch: dict, abstract: dict, dtype) -> dict:
     """tunix's parameter dict (``abstract``'s structure) filled from the safetensors shards."""
-    safetensors = _need("safetensors")
     names = _hf_names(arch)
+    shapes = io.tensor_shapes(arch)
     flat = {}
     for f in _shards(path):
-        with safetensors.safe_open(f, framework="numpy") as sf:
-            for k in sf.keys():
-                if k in names:
-                    tgt, tf = names[k]
-                    w = sf.get_tensor(k)
-                    flat[tgt] = (k, tf(w) if tf is not None else w)
+        # wrapped library errors, the HF shape config.json implies, finite (one reduction each)
+        for k, w in io.read_tensors(f, names, shapes).items():
+            tgt, tf = names[k]
+            flat[tgt] = (k, tf(w) if tf is not None else w)
     missing = [k for k, (tgt, _) in names.items() if tgt not in flat]
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -386,9 +327,7 @@ class HFPolicy(LMPolicy):
         Raises:
             ValueError: the checkpoint has no chat template, or ``jinja2`` is not installed.
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError("texts must be a string or a non-empty sequence of strings")
+        texts = _texts(texts)
         if self.chat_template is None:
             raise ValueError(f"checkpoint {self.path!r} has no chat_template in "
                              f"tokenizer_config.json")
@@ -441,9 +380,7 @@ class HFPolicy(LMPolicy):
         Args:
             texts: a string or a sequence of strings (the tokenizer adds its special tokens).
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts or not all(isinstance(t, str) for t in texts):
-            raise ValueError("texts must be a string or a non-empty sequence of strings")
+        texts = _texts(texts)
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         p = max(1, max(len(i) for i in ids))
         out = np.full((len(ids), p), self.pad_id, np.int32)
@@ -459,6 +396,19 @@ class HFPolicy(LMPolicy):
             cut = next((j + 1 for j, t in enumerate(row) if t in self.eos_ids), len(row))
             out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=False))
         return out
+
+
+def _texts(texts) -> list:
+    """``texts`` as a non-empty list of strings (a string is one text), else a ValueError."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+        raise ValueError(f"texts must be a string or a non-empty sequence of strings, got "
+                         f"{type(texts).__name__}")
+    texts = list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a string or a non-empty sequence of strings")
+    return texts
 
 
 def _chat_renderer(template: str):
@@ -535,7 +485,11 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
     if not os.path.isfile(tok_file):
         _read_json(path, "tokenizer.json")  # raises the missing-file error
     _shards(path)  # missing weight files before the (slow) tunix import
-    tokenizer = _need("tokenizers").Tokenizer.from_file(tok_file)
+    tokenizer = io.read_tokenizer(tok_file)
+    n_tok = tokenizer.get_vocab_size(with_added_tokens=True)
+    if n_tok > arch["vocab_size"]:
+        raise ValueError(f"tokenizer.json of {path!r} has {n_tok} tokens, more than "
+                         f"config.json's vocab_size = {arch['vocab_size']} (the embedding rows)")
 
     with _quiet():
         qm = _need("tunix.models.qwen2.model")
