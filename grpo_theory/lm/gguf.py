@@ -212,7 +212,8 @@ def _config(reader, path: str) -> dict:
 
 
 def _expected_shapes(c: dict) -> dict:
-    """Hugging Face name -> torch-layout shape of every tensor the architecture has."""
+    """GGUF name -> (Hugging Face name, torch-layout shape) of every tensor the architecture
+    has."""
     d, f, v, hd = c["d_model"], c["d_ff"], c["vocab_size"], c["head_dim"]
     q, k = c["n_heads"] * hd, c["n_kv_heads"] * hd
     out = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,)}
@@ -229,7 +230,11 @@ def _expected_shapes(c: dict) -> dict:
         if c["qkv_bias"]:
             out.update({a + "q_proj.bias": (q,), a + "k_proj.bias": (k,),
                         a + "v_proj.bias": (k,)})
-    return out
+    inverse = {f"blk.{i}.{g}": f"model.layers.{i}.{h}" for i in range(c["n_layers"])
+               for g, h in _BLOCK.items()}
+    inverse.update(_GLOBAL)
+    by_hf = {h: g for g, h in inverse.items()}
+    return {by_hf[h]: (h, shape) for h, shape in out.items()}
 
 
 def _tensors(reader, path: str, c: dict) -> dict:
@@ -238,15 +243,15 @@ def _tensors(reader, path: str, c: dict) -> dict:
     want = _expected_shapes(c)
     out = {}
     for t in reader.tensors:
-        hf = hf_tensor_name(t.name)
-        if hf is None or hf not in want:
+        if t.name not in want:
             raise ValueError(f"GGUF file {path!r}: tensor {t.name!r} is not part of a "
                              f"{c['model_type']} model with {c['n_layers']} blocks"
                              f"{'' if c['qkv_bias'] else ' and no q/k/v biases'} (unsupported)")
+        hf, expected = want[t.name]
         shape = tuple(int(x) for x in reversed(t.shape.tolist()))
-        if shape != want[hf]:
+        if shape != expected:
             raise ValueError(f"GGUF file {path!r}: tensor {t.name!r} has shape {shape}, "
-                             f"expected {want[hf]} from the metadata")
+                             f"expected {expected} from the metadata")
         try:
             w = np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32).reshape(shape)
         except Exception as e:  # NotImplementedError for types without a dequantiser
@@ -256,14 +261,15 @@ def _tensors(reader, path: str, c: dict) -> dict:
         if not np.all(np.isfinite(w)):
             raise ValueError(f"GGUF file {path!r}: tensor {t.name!r} has non-finite values "
                              f"({int(np.sum(~np.isfinite(w)))} of {w.size})")
-        if c["model_type"] == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
-            w = unpermute_qk(w, c["n_heads"] if "attn_q" in t.name else c["n_kv_heads"])
+        if c["model_type"] == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+            w = unpermute_qk(w, c["n_heads"] if ".attn_q." in t.name else c["n_kv_heads"])
         out[hf] = w
-    missing = [k for k in want if k not in out]
+    missing = [g for g, (h, _) in want.items() if h not in out]
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise ValueError(f"GGUF file {path!r} lacks tensor(s) for {', '.join(missing[:5])}"
-                         f"{more} ({c['model_type']}, {c['n_layers']} blocks)")
+        raise ValueError(f"GGUF file {path!r} lacks tensor(s) {', '.join(missing[:5])}{more} "
+                         f"({want[missing[0]][0]}{', ...' if len(missing) > 1 else ''}) of a "
+                         f"{c['model_type']} model with {c['n_layers']} blocks")
     return out
 
 
