@@ -410,3 +410,33 @@ def test_malformed_files_raise_value_errors_naming_file_and_field(good):
     # from_pretrained passes them on
     with pytest.raises(ValueError, match="nan.gguf.*blk.0.attn_norm.weight"):
         lm.from_pretrained(path / "nan.gguf")
+
+
+def test_cli_advisor_and_drivers_accept_a_gguf_file(good, tmp_path):
+    """``--model X.gguf`` (lm-mse & co.), ``advise --model X.gguf`` and the drivers'
+    ``model_path`` take a .gguf file; a file with another suffix is still refused."""
+    from grpo_theory.advisor.advise import load_model
+    from grpo_theory.experiments import cli
+    from grpo_theory.studies import lm_mse
+    f = _bad(good, "cli")
+    s = cli._model_setting(cli._experiments(), "lm-mse", "quick", str(f))
+    assert s.model == str(f.resolve())
+    assert lm_mse.model_path(f) == str(f.resolve())
+    pol, kind = load_model(str(f))
+    assert kind == "hf" and isinstance(pol, hf.HFPolicy) and pol.path == str(f)
+    other = tmp_path / "weights.bin"
+    other.write_bytes(f.read_bytes())
+    with pytest.raises(ValueError, match="neither a directory nor a .gguf file"):
+        cli._model_setting(cli._experiments(), "lm-mse", "quick", str(other))
+    with pytest.raises(ValueError, match="neither a directory nor a .gguf file"):
+        lm_mse.model_path(other)
+    with pytest.raises(ValueError, match="gguf"):
+        load_model(str(other))
+    with pytest.raises(ValueError, match="junk.gguf.*header"):
+        lm_mse.model_path(_junk(tmp_path))
+
+
+def _junk(path):
+    f = path / "junk.gguf"
+    f.write_bytes(b"GGUF" + b"\xff" * 40)
+    return f
