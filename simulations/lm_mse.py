@@ -169,19 +169,24 @@ def _absolute(path) -> str:
 
 
 def model_path(path) -> str:
-    """The absolute path of a Hugging Face checkpoint directory, checked (config.json of a
-    supported architecture; nothing is downloaded).
+    """The absolute path of a Hugging Face checkpoint directory or a llama.cpp ``.gguf`` file,
+    checked (the architecture is a supported one; nothing is downloaded).
 
     Raises:
-        ValueError: naming the path, when it is not such a directory.
+        ValueError: naming the path, when it is neither.
     """
+    from grpo_theory.lm.gguf import read_gguf_config
     from grpo_theory.lm.hf import read_config
 
     p = _absolute(path)
+    if os.path.isfile(p) and p.lower().endswith(".gguf"):
+        read_gguf_config(p)
+        return p
     if not os.path.isdir(p):
-        raise ValueError(f"model {p!r} is not a directory: --model needs a local Hugging Face "
-                         "checkpoint directory (config.json, tokenizer.json, *.safetensors); "
-                         "nothing is downloaded")
+        raise ValueError(f"model {p!r} is neither a directory nor a .gguf file: --model needs "
+                         "a local Hugging Face checkpoint directory (config.json, "
+                         "tokenizer.json, *.safetensors) or a llama.cpp .gguf file; nothing is "
+                         "downloaded")
     read_config(p)
     return p
 

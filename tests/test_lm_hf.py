@@ -5,7 +5,8 @@ shards with model.safetensors.index.json, generation_config.json, a WordLevel to
 loaded; the logits are compared with an independent float64 NumPy implementation of the
 architecture written here (RMSNorm, rotary embeddings on rotate-half pairs, grouped-query
 attention with q/k/v biases, SwiGLU, tied or untied head, left padding by attention mask and
-position ids as Hugging Face generates).
+position ids as Hugging Face generates). Prompts are left-padded with ``hf.PROMPT_PAD`` (-1),
+never with a token id.
 """
 
 import dataclasses
@@ -24,6 +25,7 @@ from grpo_theory import lm  # noqa: E402
 from grpo_theory.lm import hf, policy as lmpolicy  # noqa: E402
 
 PAD, EOS, EOS2 = 1, 2, 3  # <|endoftext|>, <|im_end|>, <|eot|>
+PP = hf.PROMPT_PAD  # the prompts' left-padding marker (not a token id)
 WORDS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
 SPECIAL = ["<unk>", "<|endoftext|>", "<|im_end|>", "<|eot|>"]
 SIZES = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
@@ -118,8 +120,9 @@ def _rope(x, pos, theta):
     return x * cos + rot * sin
 
 
-def reference_logits(cfg, w, tokens, prompt_len, pad=PAD):
-    """Logits (T, V) of one left-padded sequence, float64 NumPy."""
+def reference_logits(cfg, w, tokens, prompt_len, pad=PP):
+    """Logits (T, V) of one sequence left-padded with ``pad`` (entries equal to ``pad`` in the
+    first ``prompt_len`` are padding; every other entry is a token), float64 NumPy."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
     t = len(tokens)
     d, h, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -128,7 +131,7 @@ def reference_logits(cfg, w, tokens, prompt_len, pad=PAD):
     valid = (np.asarray(tokens) != pad) | (idx >= prompt_len)
     pos = np.maximum(np.cumsum(valid) - 1, 0).astype(np.float64)
     allowed = (idx[None, :] <= idx[:, None]) & (valid[None, :] | np.eye(t, dtype=bool))
-    x = w["model.embed_tokens.weight"][np.asarray(tokens)]
+    x = w["model.embed_tokens.weight"][np.where(valid, np.asarray(tokens), 0)]
     for i in range(cfg["num_hidden_layers"]):
         a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
         hh = _rms(x, w[f"model.layers.{i}.input_layernorm.weight"], eps)
@@ -189,7 +192,12 @@ def test_loads_as_lm_policy(qwen):
     assert pol.eos_ids == (EOS, EOS2) and pol.pad_id == PAD and pol.vocab_size == 48
     assert pol.dim == sum(a.size for a in w.values())  # every HF tensor, nothing else
     x = pol.encode(["a b c", "d"])
-    np.testing.assert_array_equal(x, [[4, 5, 6], [PAD, PAD, 7]])
+    np.testing.assert_array_equal(x, [[4, 5, 6], [PP, PP, 7]])
+    np.testing.assert_array_equal(pol.prompt_lengths(x), [3, 1])
+    # the checkpoint's pad and EOS ids inside a text are tokens like any other
+    x = pol.encode(["<|endoftext|> a <|im_end|>", "b"])
+    np.testing.assert_array_equal(x, [[PAD, 4, EOS], [PP, PP, 5]])
+    np.testing.assert_array_equal(pol.prompt_lengths(x), [3, 1])
     assert pol.decode(np.array([[4, 5, EOS, 6]])) == ["a b <|im_end|>"]
 
 
@@ -203,7 +211,7 @@ def test_logits_equal_numpy_reference_qwen2(qwen, prompts):
     got = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(pol.params, tok, p), np.float64)
     for n in range(tok.shape[0]):
         want = reference_logits(cfg, w, tok[n], p)
-        real = slice(int(np.sum(prompts[n] == PAD)), None)  # compare real (non-pad) positions
+        real = slice(int(np.sum(prompts[n] == PP)), None)  # compare real (non-pad) positions
         np.testing.assert_allclose(got[n, real], want[real], rtol=1e-4, atol=1e-4)
 
 
@@ -213,14 +221,16 @@ def test_llama_layout_tied_no_bias(tmp_path):
     cfg, w = write_checkpoint(tmp_path / "llama", "llama", tied=True, bias=False,
                               theta=50.0, seed=3, shards=1, head_dim=8)
     pol = lm.from_pretrained(tmp_path / "llama")
-    assert pol.dim == sum(a.size for a in w.values()) + 2 * (32 + 16 + 16)  # + zero biases
+    assert pol.dim == sum(a.size for a in w.values())  # no zero biases among the parameters
+    assert not any("bias" in str(p) for p in jax.tree_util.tree_flatten_with_path(
+        pol.params)[0])
     x = pol.encode(["a b c", "d e f g h"])
     y = np.random.default_rng(2).integers(4, 40, size=(2, 4))
     tok = np.concatenate([x, y], 1)
     got = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(pol.params, tok, x.shape[1]),
                      np.float64)
     for n in range(2):
-        real = slice(int(np.sum(x[n] == PAD)), None)
+        real = slice(int(np.sum(x[n] == PP)), None)
         np.testing.assert_allclose(got[n, real], reference_logits(cfg, w, tok[n], x.shape[1])
                                    [real], rtol=1e-4, atol=1e-4)
     # the rotary base is read from config.json: a different theta gives different logits
@@ -284,7 +294,7 @@ def test_tokens_after_eos_do_not_count(qwen, prompts):
     c[1, 4] = (c[1, 4] + 1 - 4) % 36 + 4
     assert abs(float(np.asarray(pol.log_probs(x, c))[1]) - float(a[1])) > 1e-4
     # left padding the prompt further changes nothing
-    xp = np.concatenate([np.full((x.shape[0], 3), PAD), x], 1)
+    xp = np.concatenate([np.full((x.shape[0], 3), PP), x], 1)
     np.testing.assert_allclose(np.asarray(pol.log_probs(xp, y)), a, rtol=1e-5, atol=1e-5)
 
 
@@ -383,6 +393,16 @@ def test_errors_name_what_is_missing(qwen, tmp_path):
         lmpolicy.LMPolicy(pol.params, pol.apply_fn, eos_ids=[])
     with pytest.raises(ValueError, match="pad_id must be an integer >= 0"):
         lmpolicy.LMPolicy(pol.params, pol.apply_fn, pad_id=-1)
+    # the padding marker only on the left, at least one token per row, ids in range
+    y = np.full((2, 3), 5)
+    with pytest.raises(ValueError, match="padding marker -1 only as left padding.*row"):
+        pol.log_probs(np.array([[4, PP, 5], [4, 5, 6]]), y)
+    with pytest.raises(ValueError, match="at least one token per row.*\\[1\\]"):
+        pol.sample(0, np.array([[4, 5], [PP, PP]]), 3)
+    with pytest.raises(ValueError, match="token ids in \\[0, 48\\)"):
+        pol.score_contractions(np.array([[PP, 48], [4, 5]]), y, np.ones(2))
+    with pytest.raises(ValueError, match="encode to no token"):
+        pol.encode(["a", ""])
 
 
 @pytest.mark.slow
@@ -408,14 +428,13 @@ def test_qwen2p5_0p5b_shapes(tmp_path):
     pol = lm.from_pretrained(tmp_path)
     assert pol.eos_ids == (151645, 151643) and pol.pad_id == 151643
     x = np.random.default_rng(0).integers(4, 40, size=(4, 16))
-    x[1, :5] = 151643  # left padding
+    x[1, :5] = PP  # left padding
     y, lp = pol.sample_with_log_probs(jax.random.PRNGKey(0), x, 16)
     y = np.asarray(y)
     np.testing.assert_allclose(np.asarray(pol.log_probs(x, y)), np.asarray(lp), rtol=1e-5,
                                atol=1e-4)
     tok = np.concatenate([x[1], y[1, :8]])
-    ref = reference_logits(cfg, {k: np.asarray(v, np.float32) for k, v in w.items()}, tok, 16,
-                           pad=151643)
+    ref = reference_logits(cfg, {k: np.asarray(v, np.float32) for k, v in w.items()}, tok, 16)
     got = np.asarray(jax.jit(pol.apply_fn, static_argnums=2)(pol.params, tok[None], 16)[0],
                      np.float64)
     np.testing.assert_allclose(got[5:], ref[5:], rtol=1e-4, atol=1e-4)

@@ -238,7 +238,7 @@ def test_rank_package_cells_keep_their_identity():
 def test_cli_model_errors(tmp_path, ckpt, capsys):
     out = tmp_path / "out"
     assert cli.main(["lm-mse", "--model", str(tmp_path / "absent"), "--out", str(out)]) == 2
-    assert "is not a directory" in capsys.readouterr().err
+    assert "is neither a directory nor a .gguf file" in capsys.readouterr().err
     assert cli.main(["mse-table", "--model", str(ckpt), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "accepted only by" in err and "lm-mse" in err and "lm-groupsize" in err
@@ -248,7 +248,7 @@ def test_cli_model_errors(tmp_path, ckpt, capsys):
                      str(out)]) == 2
     assert "config.json" in capsys.readouterr().err
     assert not out.exists()  # nothing ran, nothing written
-    with pytest.raises(ValueError, match="is not a directory"):
+    with pytest.raises(ValueError, match="is neither a directory nor a .gguf file"):
         run_experiment(lm_mse.EXPERIMENT, out, dataclasses.replace(
             lm_mse.SETTINGS["quick"], model=str(tmp_path / "absent")), progress=False)
     assert not (out / "lm-mse" / "cells").exists()

@@ -147,7 +147,8 @@ def load_model(spec, cache_dir=None, warmup=None):
         spec: ``"base"``, ``"instruct"`` or ``"icl"`` (the package's warm-up checkpoints under
             ``cache_dir``, trained there on first use), a package checkpoint file (``.npz`` of
             :func:`grpo_theory.lm.warmup.save_checkpoint` whose metadata holds the warm-up
-            configuration), a Hugging Face checkpoint directory, or an ``LMPolicy``.
+            configuration), a Hugging Face checkpoint directory, a llama.cpp ``.gguf`` file, or an
+            ``LMPolicy``.
         cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
         warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
             setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
@@ -192,12 +193,13 @@ def load_model(spec, cache_dir=None, warmup=None):
                              f"config (d_model, n_layers, n_heads)") from None
         params, _ = load_checkpoint(p, cfg)
         return LMPolicy(params, make_apply(cfg), make_sampler(cfg)), "package"
-    if p.is_dir():
+    if p.is_dir() or (p.is_file() and p.suffix.lower() == ".gguf"):
         from ..lm.hf import from_pretrained
 
         return from_pretrained(p), "hf"
     raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
-                     f"package checkpoint (.npz) nor a Hugging Face checkpoint directory")
+                     f"package checkpoint (.npz), a Hugging Face checkpoint directory nor a "
+                     f".gguf file")
 
 
 def _package_prompts(questions, fmt):

@@ -671,7 +671,7 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         and ``responses`` (m, n, R).
     """
     key = V.key_or_seed(key)
-    x = np.asarray(V.token_array("prompts", prompts, 2, policy._vocab()))
+    x = np.asarray(policy.check_prompts(prompts))
     m = x.shape[0]
     n = V.positive_int("n_samples", n_samples)
     R = V.positive_int("response_len", response_len)
@@ -747,7 +747,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
                              "responses) and response_len")
         if not callable(reward):
             raise ValueError(f"reward must be callable, got {type(reward).__name__}")
-        pool = np.asarray(V.token_array("prompts", prompts, 2, policy._vocab()))
+        pool = np.asarray(policy.check_prompts(prompts))
         kp, ks = jax.random.split(key)
         if n_prompts is None:
             rows = np.arange(pool.shape[0])

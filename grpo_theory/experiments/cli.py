@@ -100,7 +100,8 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=exp.claim)
         common(p)
         p.add_argument("--model", default=None, metavar="PATH",
-                       help="a Hugging Face checkpoint directory (experiments with a model "
+                       help="a Hugging Face checkpoint directory or a .gguf file (experiments "
+                            "with a model "
                             f"setting only: {', '.join(_model_experiments(exps)) or 'none'})")
     return parser
 
@@ -117,16 +118,18 @@ def _model_experiments(exps: dict) -> list:
 
 def _model_setting(exps: dict, name: str, setting: str, model: str):
     """``dataclasses.replace(settings, model=<absolute path>)``; a ``ValueError`` when the
-    experiment has no model setting or the path is not a directory (before any cell runs)."""
+    experiment has no model setting or the path is neither a directory nor a .gguf file (before
+    any cell runs)."""
     exp = exps[name]
     if not _takes_model(exp):
         raise ValueError(f"--model is accepted only by experiments with a model setting "
                          f"({', '.join(_model_experiments(exps)) or 'none'}); {name} has none")
     path = Path(model).expanduser().resolve()
-    if not path.is_dir():
-        raise ValueError(f"--model {model!r}: {str(path)!r} is not a directory; give a local "
-                         "Hugging Face checkpoint directory (config.json, tokenizer.json, "
-                         "*.safetensors); nothing is downloaded")
+    if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")):
+        raise ValueError(f"--model {model!r}: {str(path)!r} is neither a directory nor a .gguf "
+                         "file; give a local Hugging Face checkpoint directory (config.json, "
+                         "tokenizer.json, *.safetensors) or a llama.cpp .gguf file; nothing is "
+                         "downloaded")
     return dataclasses.replace(exp.get_settings(setting), model=str(path))
 
 
@@ -144,7 +147,7 @@ def _advise_parser(sub) -> None:
                    help='JSONL file, one {"question": ..., "answer": ...} per line')
     p.add_argument("--model", default="instruct",
                    help="base | instruct | icl (the package's warm-up checkpoints), a package "
-                        ".npz checkpoint, or a Hugging Face checkpoint directory")
+                        ".npz checkpoint, a Hugging Face checkpoint directory or a .gguf file")
     p.add_argument("--reward", default=None,
                    help="module:function with reward(text, answer) -> float (default: the "
                         "integer-answer reward of grpo_theory.lm.task)")

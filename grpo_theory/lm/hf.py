@@ -3,7 +3,9 @@ r"""Hugging Face checkpoints of the Qwen2 / Qwen2.5 / Llama family as the packag
 ``policy = from_pretrained(path)`` reads a checkpoint directory in the Hugging Face layout
 (``config.json``; ``model.safetensors`` or shards listed in ``model.safetensors.index.json``;
 ``tokenizer.json``; optionally ``generation_config.json`` and a chat template in
-``tokenizer_config.json``, :meth:`HFPolicy.chat`), builds tunix's JAX implementation of
+``tokenizer_config.json``, :meth:`HFPolicy.chat`) or a llama.cpp ``.gguf`` file of the same
+architectures (:mod:`grpo_theory.lm.gguf`: dequantised, tokenizer and chat template read from
+the file), builds tunix's JAX implementation of
 the architecture (``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query
 attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns an
 :class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
@@ -14,15 +16,22 @@ main paper's Algorithm 1). Nothing is downloaded.
 
 A Llama checkpoint is the same computation without q/k/v biases (``attention_bias: false``), so
 it runs on the same module with the biases fixed at zero (tunix 0.1.7's own ``Llama3`` module
-ignores ``rope_theta`` and always uses 1e6, which is wrong for Llama 3's 5e5). Checkpoints that
+ignores ``rope_theta`` and always uses 1e6, which is wrong for Llama 3's 5e5). Those zeros are
+constants of the computation, not parameters: ``policy.params`` holds exactly the checkpoint's
+tensors, so ``policy.dim`` is the checkpoint's own parameter count and scores have no bias
+coordinates. Checkpoints that
 need something this computation does not do (``rope_scaling``, sliding-window attention, MLP
 biases, an activation other than SiLU) are refused with a ``ValueError`` naming the field.
 
-Padding: prompts are left-padded with ``pad_id`` (the checkpoint's pad token, else its first EOS
-id). Prompt tokens equal to ``pad_id`` are masked out of attention and do not advance the
-rotary positions (position of a token = number of real tokens before it), so a left-padded
-prompt gives the same responses' log-probabilities as the unpadded one. Sampled responses hold
-``pad_id`` after their first EOS.
+Padding: prompts are left-padded with :data:`PROMPT_PAD` (-1, not a token id: an explicit mask
+carried in the prompt array, :func:`~grpo_theory.lm.policy.check_prompts`); :meth:`HFPolicy.encode`
+writes it and :meth:`HFPolicy.prompt_lengths` reads the lengths back. Padding slots are masked
+out of attention and do not advance the rotary positions (position of a token = number of real
+tokens before it), so a left-padded prompt gives the same responses' log-probabilities as the
+unpadded one. No token id is ever taken for padding: a prompt may contain the checkpoint's pad
+or EOS id (a ChatML prompt holds ``<|im_end|>`` after every turn) and every such token is
+attended to. Sampled responses hold ``pad_id`` (the checkpoint's pad token, else its first EOS
+id) after their first EOS, by position.
 
 tunix, flax, safetensors and tokenizers are imported on first use (the optional extra ``hf``:
 ``pip install -e ".[hf]"``); importing this module costs nothing.
@@ -43,10 +52,14 @@ import numpy as np
 
 from .. import _validation as V
 from . import checkpoint_io as io
+from . import gguf as _gguf
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .policy import LMPolicy, _eos_ids
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "HFPolicy", "from_pretrained", "read_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
+
+#: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
+PROMPT_PAD = -1
 
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers)'
@@ -197,6 +210,13 @@ class _Spec:
     n_kv_heads: int
     head_dim: int
     dtype: Any
+    zero_biases: tuple = ()  # ((path in tunix's dict, shape), ...): constants, not parameters
+
+    def module(self, params):
+        """tunix's module at ``params`` (the checkpoint's tensors) plus the constant zero
+        q/k/v biases of a checkpoint without them."""
+        from flax import nnx
+        return nnx.merge(self.graphdef, _with_zero_biases(params, self.zero_biases, self.dtype))
 
     def _check_length(self, t: int):
         if self.max_length is not None and t > self.max_length:
@@ -207,10 +227,9 @@ class _Spec:
         """Next-token logits (N, T, V) (the ``apply_fn`` of the policy interface)."""
         tokens = jnp.asarray(tokens)
         self._check_length(tokens.shape[1])
-        from flax import nnx
-        pos, mask = _positions_mask(tokens, prompt_len, self.pad_id)
+        pos, mask = _positions_mask(tokens)
         with _quiet():
-            logits, _ = nnx.merge(self.graphdef, params)(tokens, pos, None, mask)
+            logits, _ = self.module(params)(jnp.maximum(tokens, 0), pos, None, mask)
         return logits
 
     def sample(self, params, key, prompts, response_len, temperature=1.0):
@@ -225,16 +244,48 @@ class _Spec:
         return toks, lp
 
 
-def _positions_mask(tokens, prompt_len, pad_id):
-    """Rotary positions (N, T) and attention mask (N, T, T) for left-padded prompts.
+def _with_zero_biases(params, zero_biases, dtype):
+    """``params`` with zeros of ``dtype`` inserted at each (path, shape) of ``zero_biases``
+    (new dicts along those paths; the leaves of ``params`` are shared)."""
+    if not zero_biases:
+        return params
+    out = dict(params)
+    for path, shape in zero_biases:
+        node = out
+        for k in path[:-1]:
+            node[k] = dict(node[k])
+            node = node[k]
+        node[path[-1]] = jnp.zeros(shape, dtype)
+    return out
 
-    Valid keys: response tokens and prompt tokens other than ``pad_id``; position of token t =
+
+def _split_zero_biases(abstract: dict, qkv_bias: bool):
+    """tunix's abstract parameter dict without the q/k/v bias leaves when the checkpoint has
+    none, and the ((path, shape), ...) of the leaves taken out."""
+    if qkv_bias:
+        return abstract, ()
+    taken = []
+    layers = {}
+    for i, layer in abstract["layers"].items():
+        attn = dict(layer["attn"])
+        for b in ("q_bias", "k_bias", "v_bias"):
+            taken.append((("layers", i, "attn", b), tuple(attn.pop(b).shape)))
+        layers[i] = dict(layer, attn=attn)
+    return dict(abstract, layers=layers), tuple(taken)
+
+
+def _positions_mask(tokens):
+    """Rotary positions (N, T) and attention mask (N, T, T) for prompts left-padded with
+    :data:`PROMPT_PAD`.
+
+    Valid keys: every entry that is a token id (``>= 0``: padding is the marker, never a token
+    value, so a prompt token equal to the pad or EOS id is attended to); position of token t =
     (number of valid tokens before t), so left padding shifts nothing; causal; the diagonal is
-    always kept (a PAD query then attends to itself only, never to an empty set).
+    always kept (a padding query then attends to itself only, never to an empty set).
     """
     n, t = tokens.shape
     idx = jnp.arange(t)
-    valid = (tokens != pad_id) | (idx >= prompt_len)[None, :]
+    valid = tokens >= 0
     pos = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
     causal = idx[None, :] <= idx[:, None]
     mask = causal[None] & (valid[:, None, :] | (idx[None, :] == idx[:, None])[None])
@@ -251,22 +302,21 @@ def _decode(spec: _Spec, params, key, prompts, forced, response_len: int, temper
     cache). Returns tokens (N, R) (``pad_id`` after the first EOS), their log-probability
     (N,) up to and including the first EOS, and, when forced, the logits (N, R, V).
     """
-    from flax import nnx
     with _quiet():
-        return _decode_body(nnx.merge(spec.graphdef, params), spec, key, prompts, forced,
-                            response_len, temperature)
+        return _decode_body(spec.module(params), spec, key, prompts, forced, response_len,
+                            temperature)
 
 
 def _decode_body(model, spec, key, prompts, forced, r, temperature):
     n, p = prompts.shape
     s = p + r
     full = jnp.concatenate([prompts, jnp.zeros((n, r), prompts.dtype)], axis=1)
-    pos, mask = _positions_mask(full, p, spec.pad_id)
+    pos, mask = _positions_mask(full)
     cache = {f"layer_{i}": {"k": jnp.zeros((n, s, spec.n_kv_heads, spec.head_dim), spec.dtype),
                             "v": jnp.zeros((n, s, spec.n_kv_heads, spec.head_dim), spec.dtype),
                             "end_index": jnp.zeros((n,), int)}  # default int, as tunix's 0s
              for i in range(spec.n_layers)}
-    logits, cache = model(prompts, pos[:, :p], cache, mask[:, :p])
+    logits, cache = model(jnp.maximum(prompts, 0), pos[:, :p], cache, mask[:, :p])
     keys = jax.random.split(key, r)
 
     def draw(i, k, lg):
@@ -304,12 +354,14 @@ def _decode_body(model, spec, key, prompts, forced, r, temperature):
 class HFPolicy(LMPolicy):
     """:class:`~grpo_theory.lm.policy.LMPolicy` of a Hugging Face checkpoint (tunix's Qwen2).
 
-    Extra fields: ``tokenizer`` (a ``tokenizers.Tokenizer`` from tokenizer.json), ``config``
-    (the checked architecture, :func:`read_config`), ``path`` and ``chat_template`` (the Jinja
-    source of tokenizer_config.json's ``chat_template``, or None). ``pad_id`` left-pads prompts
-    (masked) and fills responses after EOS.
+    Extra fields: ``tokenizer`` (a ``tokenizers.Tokenizer``, from tokenizer.json or the GGUF
+    file), ``config`` (the checked architecture, :func:`read_config`), ``path`` and
+    ``chat_template`` (the Jinja source of the checkpoint's chat template, or None). Prompts are
+    left-padded with :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses
+    after EOS.
     """
 
+    prompt_pad = PROMPT_PAD  # class attribute (not a field): the prompts' padding marker
     tokenizer: Any = None
     config: dict = field(default_factory=dict)
     path: str = ""
@@ -341,13 +393,13 @@ class HFPolicy(LMPolicy):
 
         Args:
             key: a JAX PRNG key or an integer seed.
-            prompts: (N, P) integer ids (left-padded with ``pad_id``).
+            prompts: (N, P) integer ids (left-padded with :data:`PROMPT_PAD`).
             response_len: R >= 1.
 
         Returns:
             ``(tokens, log_probs)``: (N, R) int32 and (N,) float32.
         """
-        prompts = V.token_array("prompts", prompts, 2, self._vocab())
+        prompts = self.check_prompts(prompts)
         response_len = V.positive_int("response_len", response_len)
         return self.apply_fn.sample_with_log_probs(self.params, key, prompts, response_len,
                                                    self.temperature)
@@ -364,7 +416,7 @@ class HFPolicy(LMPolicy):
     def cached_logits(self, prompts, responses):
         """Logits (N, R, V) of the response positions computed through the KV cache with the
         responses fed token by token (equal to the full forward pass; a check of the cache)."""
-        prompts = V.token_array("prompts", prompts, 2, self._vocab())
+        prompts = self.check_prompts(prompts)
         responses = V.token_array("responses", responses, 2, self._vocab())
         if prompts.shape[0] != responses.shape[0]:
             raise ValueError(f"prompts and responses must have the same number of rows, got "
@@ -375,18 +427,32 @@ class HFPolicy(LMPolicy):
                        self.temperature)[2]
 
     def encode(self, texts) -> np.ndarray:
-        """Texts to a left-padded (N, P) int32 array of token ids (``pad_id`` on the left).
+        """Texts to a left-padded (N, P) int32 array: each row is the text's token ids,
+        preceded by :data:`PROMPT_PAD` (-1) up to the longest; every token id is kept, the
+        checkpoint's pad and EOS ids included (:meth:`prompt_lengths` gives the lengths).
 
         Args:
             texts: a string or a sequence of strings (the tokenizer adds its special tokens).
+
+        Raises:
+            ValueError: no texts, a non-string, or a text with no tokens.
         """
         texts = _texts(texts)
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
-        p = max(1, max(len(i) for i in ids))
-        out = np.full((len(ids), p), self.pad_id, np.int32)
+        empty = [j for j, i in enumerate(ids) if not i]
+        if empty:
+            raise ValueError(f"texts {empty[:5]} encode to no token (empty prompts); every "
+                             f"prompt needs at least one token")
+        p = max(len(i) for i in ids)
+        out = np.full((len(ids), p), PROMPT_PAD, np.int32)
         for row, i in zip(out, ids):
             row[p - len(i):] = i
         return out
+
+    def prompt_lengths(self, prompts) -> np.ndarray:
+        """The number of tokens (N,) of each row of left-padded prompts (entries other than
+        :data:`PROMPT_PAD`)."""
+        return np.sum(np.asarray(self.check_prompts(prompts)) != PROMPT_PAD, axis=1)
 
     def decode(self, responses) -> list[str]:
         """Response ids (N, R) to texts, each cut after its first EOS (the EOS included)."""
@@ -438,59 +504,39 @@ def _read_chat_template(path: str) -> str | None:
     return t if isinstance(t, str) and t else None
 
 
-def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
-                    pad_id: int | None = None) -> HFPolicy:
-    """Load a local Hugging Face checkpoint of the Qwen2 / Qwen2.5 / Llama family as a policy.
-
-    Args:
-        path: the checkpoint directory (config.json, tokenizer.json, model.safetensors or
-            model.safetensors.index.json + shards, optional generation_config.json).
-        dtype: parameter and compute dtype: "float32" (default), "bfloat16" or "float16".
-        temperature: sampling and log-prob temperature > 0.
-        eos_ids: id(s) that end a response; default: ``eos_token_id`` of generation_config.json,
-            else of config.json.
-        pad_id: left-padding / fill id; default: ``pad_token_id`` of generation_config.json,
-            else of config.json, else the first EOS id.
-
-    Returns:
-        An :class:`HFPolicy` (an :class:`~grpo_theory.lm.policy.LMPolicy`).
-
-    Raises:
-        ValueError: a missing directory or file, an unsupported ``model_type`` or feature, a
-            missing or mis-shaped tensor, no EOS id anywhere, or the optional extra not
-            installed.
-    """
-    path = _checkpoint_dir(path)
-    arch = read_config(path)
+def _dtype(dtype):
+    """A jnp dtype among :data:`_DTYPES` (a name or a dtype)."""
     if isinstance(dtype, str):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-        dtype = _DTYPES[dtype]
-    elif jnp.dtype(dtype) not in [jnp.dtype(d) for d in _DTYPES.values()]:
+        return _DTYPES[dtype]
+    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in _DTYPES.values()]:
         raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    gen = _read_json(path, "generation_config.json", required=False) or {}
+    return dtype
+
+
+def _is_gguf(path) -> bool:
+    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".gguf")
+
+
+def _special_ids(arch: dict, eos_ids, pad_id, eos_default, pad_default, source: str):
+    """Checked (eos_ids tuple, pad_id): the arguments, else the checkpoint's defaults."""
     if eos_ids is None:
-        eos_ids = gen.get("eos_token_id", arch["eos_ids"])
+        eos_ids = eos_default
         if eos_ids is None:
-            raise ValueError(f"neither generation_config.json nor config.json of {path!r} "
-                             f"gives eos_token_id; pass eos_ids=")
+            raise ValueError(f"checkpoint {source!r} gives no eos_token_id; pass eos_ids=")
     eos_ids = _eos_ids(eos_ids)
     if pad_id is None:
-        pad_id = gen.get("pad_token_id", arch["pad_id"])
-        pad_id = eos_ids[0] if pad_id is None else pad_id
+        pad_id = eos_ids[0] if pad_default is None else pad_default
     pad_id = V.integer("pad_id", pad_id, 0, arch["vocab_size"] - 1)
     for e in eos_ids:
         V.integer("eos_ids", e, 0, arch["vocab_size"] - 1)
-    tok_file = os.path.join(path, "tokenizer.json")
-    if not os.path.isfile(tok_file):
-        _read_json(path, "tokenizer.json")  # raises the missing-file error
-    _shards(path)  # missing weight files before the (slow) tunix import
-    tokenizer = io.read_tokenizer(tok_file)
-    n_tok = tokenizer.get_vocab_size(with_added_tokens=True)
-    if n_tok > arch["vocab_size"]:
-        raise ValueError(f"tokenizer.json of {path!r} has {n_tok} tokens, more than "
-                         f"config.json's vocab_size = {arch['vocab_size']} (the embedding rows)")
+    return eos_ids, pad_id
 
+
+def _tunix_model(arch: dict, dtype):
+    """(graphdef, abstract parameter dict without absent biases, zero-bias paths) of tunix's
+    Qwen2 module for ``arch``."""
     with _quiet():
         qm = _need("tunix.models.qwen2.model")
         nnx = _need("flax.nnx")
@@ -503,9 +549,103 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
     with _quiet():
         graphdef, abstract = nnx.split(nnx.eval_shape(lambda: qm.Qwen2(mcfg,
                                                                        rngs=nnx.Rngs(0))))
-    params = _load_params(path, arch, nnx.to_pure_dict(abstract), dtype)
+    abstract, zero = _split_zero_biases(nnx.to_pure_dict(abstract), arch["qkv_bias"])
+    return graphdef, abstract, zero
+
+
+def _params_from_arrays(source: str, arch: dict, abstract: dict, dtype, arrays: dict) -> dict:
+    """tunix's parameter dict (``abstract``'s structure) from HF-named NumPy arrays (torch
+    layout), converted by :func:`_hf_names`; exactly the tensors the names list."""
+    names = _hf_names(arch)
+    missing = [k for k in names if k not in arrays]
+    extra = [k for k in arrays if k not in names]
+    if missing or extra:
+        raise ValueError(f"checkpoint {source!r}: tensors missing {missing[:5]}, unexpected "
+                         f"{extra[:5]} for its architecture ({arch['model_type']}, "
+                         f"{arch['n_layers']} layers, tied={arch['tied']})")
+    flat = {}
+    for k, (tgt, tf) in names.items():
+        flat[tgt] = (k, tf(arrays[k]) if tf is not None else arrays[k])
+
+    def fill(node, prefix):
+        if isinstance(node, dict):
+            return {k: fill(v, prefix + (k,)) for k, v in node.items()}
+        name, arr = flat[prefix]
+        if tuple(arr.shape) != tuple(node.shape):
+            raise ValueError(f"tensor {name} of checkpoint {source!r} has shape "
+                             f"{tuple(arr.shape)} after conversion, expected {tuple(node.shape)}")
+        return jnp.asarray(np.asarray(arr), dtype)
+
+    return fill(abstract, ())
+
+
+def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,
+            source, chat_template) -> HFPolicy:
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
-                 arch["n_kv_heads"], arch["head_dim"], dtype)
+                 arch["n_kv_heads"], arch["head_dim"], dtype, zero)
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
-                    pad_id, tokenizer=tokenizer, config=arch, path=path,
-                    chat_template=_read_chat_template(path))
+                    pad_id, tokenizer=tokenizer, config=arch, path=source,
+                    chat_template=chat_template)
+
+
+def _from_gguf(path, dtype, temperature, eos_ids, pad_id) -> HFPolicy:
+    ck = _gguf.read_gguf(path)
+    arch = ck["config"]
+    eos_ids, pad_id = _special_ids(arch, eos_ids, pad_id, arch["eos_ids"], arch["pad_id"],
+                                   ck["path"])
+    graphdef, abstract, zero = _tunix_model(arch, dtype)
+    params = _params_from_arrays(ck["path"], arch, abstract, dtype, ck["tensors"])
+    return _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature,
+                   ck["tokenizer"], ck["path"], ck["chat_template"])
+
+
+def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
+                    pad_id: int | None = None) -> HFPolicy:
+    """Load a local checkpoint of the Qwen2 / Qwen2.5 / Llama family as a policy.
+
+    Args:
+        path: the checkpoint directory in the Hugging Face layout (config.json, tokenizer.json,
+            model.safetensors or model.safetensors.index.json + shards, optional
+            generation_config.json), or a ``.gguf`` file (:func:`grpo_theory.lm.gguf.read_gguf`:
+            weights dequantised to float32, tokenizer, special ids and chat template from the
+            file).
+        dtype: parameter and compute dtype: "float32" (default), "bfloat16" or "float16".
+        temperature: sampling and log-prob temperature > 0.
+        eos_ids: id(s) that end a response; default: ``eos_token_id`` of generation_config.json,
+            else of config.json (GGUF: ``tokenizer.ggml.eos_token_id``).
+        pad_id: the id written after a sampled response's EOS; default: ``pad_token_id`` of
+            generation_config.json, else of config.json (GGUF:
+            ``tokenizer.ggml.padding_token_id``), else the first EOS id. Prompts are padded
+            with :data:`PROMPT_PAD`, never with ``pad_id``.
+
+    Returns:
+        An :class:`HFPolicy` (an :class:`~grpo_theory.lm.policy.LMPolicy`) whose ``params``
+        are exactly the checkpoint's tensors.
+
+    Raises:
+        ValueError: a missing directory or file, an unsupported ``model_type`` or feature, a
+            missing or mis-shaped tensor, no EOS id anywhere, a malformed GGUF file (naming the
+            file and the field or tensor), or the optional extra not installed.
+    """
+    dtype = _dtype(dtype)
+    if _is_gguf(path):
+        return _from_gguf(path, dtype, temperature, eos_ids, pad_id)
+    path = _checkpoint_dir(path)
+    arch = read_config(path)
+    gen = _read_json(path, "generation_config.json", required=False) or {}
+    eos_ids, pad_id = _special_ids(arch, eos_ids, pad_id,
+                                   gen.get("eos_token_id", arch["eos_ids"]),
+                                   gen.get("pad_token_id", arch["pad_id"]), path)
+    tok_file = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(tok_file):
+        _read_json(path, "tokenizer.json")  # raises the missing-file error
+    _shards(path)  # missing weight files before the (slow) tunix import
+    tokenizer = io.read_tokenizer(tok_file)
+    n_tok = tokenizer.get_vocab_size(with_added_tokens=True)
+    if n_tok > arch["vocab_size"]:
+        raise ValueError(f"tokenizer.json of {path!r} has {n_tok} tokens, more than "
+                         f"config.json's vocab_size = {arch['vocab_size']} (the embedding rows)")
+    graphdef, abstract, zero = _tunix_model(arch, dtype)
+    params = _load_params(path, arch, abstract, dtype)
+    return _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature,
+                   tokenizer, path, _read_chat_template(path))

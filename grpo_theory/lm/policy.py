@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -31,13 +31,53 @@ from jax.flatten_util import ravel_pytree
 from .. import _validation as V
 from .task import EOS, PAD
 
-__all__ = ["LMPolicy", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
+__all__ = ["LMPolicy", "check_prompts", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
            "generic_sample"]
 
 
-def _tokens(prompts, responses, vocab_size=None):
-    """Checked (prompts (N, P), responses (N, R)): integer ids, rank 2, same N, ids in range."""
-    prompts = V.token_array("prompts", prompts, 2, vocab_size)
+def check_prompts(prompts, vocab_size=None, pad=None):
+    """Checked (N, P) prompts: integer ids in ``[0, vocab_size)``, or, when ``pad`` is given
+    (a value outside the vocabulary, e.g. -1), left padding marked by ``pad``.
+
+    ``pad`` is an explicit mask carried in the array: it may only fill a run at the start of a
+    row, every row keeps at least one token, and every other entry is a token id in range, so
+    no token id (the checkpoint's pad or EOS id included) is ever taken for padding.
+
+    Args:
+        prompts: (N, P) integer array (NumPy, JAX or a tracer: values are checked when
+            concrete).
+        vocab_size: the vocabulary size, or None (no range check).
+        pad: the padding marker, or None (prompts hold token ids only).
+
+    Returns:
+        The prompts (a NumPy array when concrete).
+    """
+    if pad is None:
+        return V.token_array("prompts", prompts, 2, vocab_size)
+    x = V.token_array("prompts", prompts, 2)
+    if not isinstance(x, np.ndarray):
+        return x
+    is_pad = x == pad
+    if np.any(is_pad[:, 1:] & ~is_pad[:, :-1]):
+        raise ValueError(f"prompts may hold the padding marker {pad} only as left padding (a "
+                         f"run at the start of a row), got it after a token in row(s) "
+                         f"{np.flatnonzero(np.any(is_pad[:, 1:] & ~is_pad[:, :-1], 1))[:5].tolist()}")
+    if np.any(is_pad[:, -1]):
+        raise ValueError(f"prompts must keep at least one token per row; row(s) "
+                         f"{np.flatnonzero(is_pad[:, -1])[:5].tolist()} are all padding "
+                         f"({pad})")
+    real = x[~is_pad]
+    if vocab_size is not None and real.size and (real.min() < 0 or real.max() >= vocab_size):
+        raise ValueError(f"prompts must hold token ids in [0, {vocab_size}) (and the left "
+                         f"padding marker {pad}), got values in [{int(real.min())}, "
+                         f"{int(real.max())}]")
+    return x
+
+
+def _tokens(prompts, responses, vocab_size=None, pad=None):
+    """Checked (prompts (N, P), responses (N, R)): integer ids, rank 2, same N, ids in range
+    (prompts may carry the left padding marker ``pad``, :func:`check_prompts`)."""
+    prompts = check_prompts(prompts, vocab_size, pad)
     responses = V.token_array("responses", responses, 2, vocab_size)
     if prompts.shape[0] != responses.shape[0]:
         raise ValueError(f"prompts and responses must have the same number of rows, got "
@@ -157,6 +197,12 @@ def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperatu
     return seq[:, p:]
 
 
+def _acc_dtype():
+    """float64 when JAX's 64-bit mode is on (``jax_enable_x64``), else float32 (the widest
+    type JAX then has; requesting float64 would be truncated with a warning)."""
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
 @partial(jax.jit, static_argnames=("apply_fn", "chunk", "eos"))
 def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk, eos=(EOS,)):
     flat, unravel = ravel_pytree(params)
@@ -165,6 +211,7 @@ def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk,
         return seq_log_probs(apply_fn, unravel(theta), x[None], y[None], temperature, eos)[0]
 
     grad_one = jax.grad(lp_one)
+    acc_dtype = _acc_dtype()
     n = prompts.shape[0]
     nc = n // chunk
     xs = prompts.reshape(nc, chunk, -1)
@@ -173,10 +220,10 @@ def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk,
 
     def body(acc, inp):
         x, y, w = inp
-        s = jax.vmap(grad_one, in_axes=(None, 0, 0))(flat, x, y).astype(jnp.float64)  # (C, D)
-        return acc + w @ s, jnp.sum(s * s, axis=1)
+        s = jax.vmap(grad_one, in_axes=(None, 0, 0))(flat, x, y).astype(acc_dtype)  # (C, D)
+        return acc + w.astype(acc_dtype) @ s, jnp.sum(s * s, axis=1)
 
-    acc0 = jnp.zeros((weights.shape[0], flat.shape[0]), jnp.float64)
+    acc0 = jnp.zeros((weights.shape[0], flat.shape[0]), acc_dtype)
     acc, sq = jax.lax.scan(body, acc0, (xs, ys, ws))
     return acc, sq.reshape(-1)
 
@@ -194,7 +241,10 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         eos: the end-of-sequence id(s) (see :func:`response_mask`).
 
     Returns:
-        ``(acc, sq)``: float64 (K, D) ``W S`` and (N,) squared score norms.
+        ``(acc, sq)``: (K, D) ``W S`` and (N,) squared score norms as NumPy float64 arrays;
+        the sums over samples are accumulated in float64 when JAX's 64-bit mode is on
+        (``jax.config.update("jax_enable_x64", True)``), else in float32 (JAX's default; the
+        scores themselves are computed in the model's dtype either way).
     """
     prompts, responses = _tokens(prompts, responses)
     prompts, responses = np.asarray(prompts), np.asarray(responses)
@@ -215,8 +265,8 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
         weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
     acc, sq = _contract(apply_fn, params, jnp.asarray(prompts), jnp.asarray(responses),
-                        jnp.asarray(weights), temperature, chunk, eos)
-    return np.asarray(acc), np.asarray(sq)[:n]
+                        jnp.asarray(weights, _acc_dtype()), temperature, chunk, eos)
+    return np.asarray(acc, np.float64), np.asarray(sq, np.float64)[:n]
 
 
 @dataclass
@@ -228,7 +278,13 @@ class LMPolicy:
     no computation) unless given. Violations are ``ValueError``s naming the argument.
     ``eos_ids`` (an id or a sequence of ids, stored as a tuple) end a response; ``pad_id`` fills
     a sampled response after its first EOS (defaults: the arithmetic task's EOS and PAD).
+
+    ``prompt_pad`` (a class attribute) is the value that marks left padding in prompt arrays,
+    outside the vocabulary (e.g. -1), or None when prompts hold token ids only (the package's
+    transformer, whose PAD is a token of its own); see :func:`check_prompts`.
     """
+
+    prompt_pad: ClassVar[int | None] = None
 
     params: dict
     apply_fn: Callable
@@ -264,6 +320,10 @@ class LMPolicy:
                 self.__dict__["_vocab_cache"] = None
         return self.vocab_size if self.vocab_size is not None else self.__dict__["_vocab_cache"]
 
+    def check_prompts(self, prompts):
+        """:func:`check_prompts` with this policy's vocabulary and padding marker."""
+        return check_prompts(prompts, self._vocab(), self.prompt_pad)
+
     def sample(self, key, prompts, response_len: int):
         """Responses (N, R) drawn from the policy (PAD after the first EOS).
 
@@ -276,7 +336,7 @@ class LMPolicy:
             (N, R) integer token ids.
         """
         key = V.key_or_seed(key)
-        prompts = V.token_array("prompts", prompts, 2, self._vocab())
+        prompts = self.check_prompts(prompts)
         response_len = V.positive_int("response_len", response_len)
         if self.sample_fn is not None:
             return self.sample_fn(self.params, key, jnp.asarray(prompts), response_len,
@@ -291,7 +351,7 @@ class LMPolicy:
 
         Args as :meth:`sample`, plus ``max_elems`` > 0; returns a NumPy (N, R) array."""
         key = V.key_or_seed(key)
-        prompts = np.asarray(V.token_array("prompts", prompts, 2, self._vocab()))
+        prompts = np.asarray(self.check_prompts(prompts))
         max_elems = V.real_scalar("max_elems", max_elems, positive=True)
         n, p = prompts.shape
         k = int(np.ceil(n * p * p / max_elems))
@@ -303,13 +363,13 @@ class LMPolicy:
 
     def log_probs(self, prompts, responses):
         """``log pi(y|x)`` (N,) for (N, P) prompts and (N, R) responses (integer ids)."""
-        prompts, responses = _tokens(prompts, responses, self._vocab())
+        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
         return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
                          jnp.asarray(responses), self.temperature, self.eos_ids)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256):
         """:func:`score_contractions` for this policy (token ids checked against the vocabulary)."""
-        _tokens(prompts, responses, self._vocab())
+        _tokens(prompts, responses, self._vocab(), self.prompt_pad)
         return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
                                   self.temperature, chunk, self.eos_ids)
 
