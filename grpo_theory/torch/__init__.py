@@ -12,8 +12,9 @@ peft); ``import grpo_theory`` never imports this subpackage or torch.
 
 from __future__ import annotations
 
+from .callback import GroupSizeAdvisor, trl_preset, trl_sequence_weighting
 from .estimate import (estimate_from_model, estimate_scaling_constants, response_mask_from_eos,
                        score_statistics, sequence_log_probs)
 
-__all__ = ["estimate_from_model", "estimate_scaling_constants", "response_mask_from_eos",
+__all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "estimate_from_model", "estimate_scaling_constants", "response_mask_from_eos",
            "score_statistics", "sequence_log_probs"]

@@ -277,6 +277,8 @@ def _sq_norms(model, rec, names, logp, n):
     for (mod, a, out), b in zip(calls, bs):
         if b is None:
             continue
+        b = b.float() if b.dtype.itemsize < 4 else b
+        a = a.float() if a.is_floating_point() and a.dtype.itemsize < 4 else a
         if a.shape[0] != n or out.shape[0] != n:
             raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
                              f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
@@ -391,6 +393,8 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
     was_training = model.training
     rec = _Recorder(model, dict(named))
     model.eval()
+    no_autocast = torch.autocast(dev.type, enabled=False)
+    no_autocast.__enter__()
     try:
         for a in range(m):
             rec.calls, rec.on = [], True
@@ -424,6 +428,7 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
                     progress(m + a + 1, passes)
             mean_dot[a] = _dot(g, total)
     finally:
+        no_autocast.__exit__(None, None, None)
         rec.remove()
         model.train(was_training)
     return dict(rewards=z, sq_norms=q, mean_sq=mean_sq, mean_dot=mean_dot, n_params=int(D))
