@@ -256,6 +256,8 @@ class _Spec:
     n_kv_heads: int
     head_dim: int
     dtype: Any
+    #: the q/k/v biases are zeros standing in for a checkpoint without them (Llama): no gradient
+    fixed_bias: bool = False
 
     def _check_length(self, t: int):
         if self.max_length is not None and t > self.max_length:
@@ -268,6 +270,8 @@ class _Spec:
         self._check_length(tokens.shape[1])
         from flax import nnx
         pos, mask = _positions_mask(tokens, prompt_len, self.pad_id)
+        if self.fixed_bias:
+            params = _stop_bias_gradients(params)
         with _quiet():
             logits, _ = nnx.merge(self.graphdef, params)(tokens, pos, None, mask)
         return logits
@@ -282,6 +286,16 @@ class _Spec:
         toks, lp, _ = _decode(self, params, V.key_or_seed(key), prompts, None,
                               int(response_len), temperature)
         return toks, lp
+
+
+def _stop_bias_gradients(params):
+    """``params`` with ``stop_gradient`` on the q/k/v biases (the scores of a checkpoint without
+    attention biases have no components along them)."""
+    def leaf(path, v):
+        last = path[-1]
+        return jax.lax.stop_gradient(v) if getattr(last, "key", None) in (
+            "q_bias", "k_bias", "v_bias") else v
+    return jax.tree_util.tree_map_with_path(leaf, params)
 
 
 def _positions_mask(tokens, prompt_len, pad_id):
@@ -551,7 +565,7 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
                                                                        rngs=nnx.Rngs(0))))
     params = _load_params(path, arch, nnx.to_pure_dict(abstract), dtype)
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
-                 arch["n_kv_heads"], arch["head_dim"], dtype)
+                 arch["n_kv_heads"], arch["head_dim"], dtype, not arch["qkv_bias"])
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
                     pad_id, tokenizer=tokenizer, config=arch, path=path,
                     chat_template=_read_chat_template(path))
