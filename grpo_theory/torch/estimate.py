@@ -485,8 +485,7 @@ def estimate_scaling_constants(model, tokenizer, prompts, reward, n_samples: int
         progress: as in :func:`score_statistics`.
 
     Returns:
-        :class:`grpo_theory.advisor.ScalingEstimate` (``.rollouts`` is not kept; call
-        :func:`estimate_from_model` to reuse responses).
+        :class:`grpo_theory.advisor.ScalingEstimate`.
     """
     if isinstance(prompts, str) or not hasattr(prompts, "__len__"):
         raise ValueError("prompts must be a list of prompt strings (or message lists)")
@@ -508,13 +507,16 @@ def estimate_scaling_constants(model, tokenizer, prompts, reward, n_samples: int
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:
         raise ValueError("tokenizer has neither a pad nor an EOS token")
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = _eos_of(model, gen_eos if gen_eos is not None else tokenizer.eos_token_id)
+    side = tokenizer.padding_side
     tokenizer.padding_side = "left"
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
     dev = next(model.parameters()).device
     ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
-    eos = _eos_of(model, None) if tokenizer.eos_token_id is None else _eos_of(
-        model, getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        or tokenizer.eos_token_id)
     torch.manual_seed(V.integer("seed", seed, 0))
     with torch.no_grad():
         out = model.generate(input_ids=ids.repeat_interleave(n, 0),
