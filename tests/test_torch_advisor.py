@@ -185,6 +185,25 @@ def test_lora_counts_only_adapter_parameters():
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
 
 
+def test_factored_and_explicit_inner_products_agree():
+    """The ghost-norm algebra on its own: per-sample inner products of two uses of a parameter,
+    dense (linear layer) or token-id (embedding) factors, factored or formed explicitly."""
+    g = torch.Generator().manual_seed(0)
+    n, T, V_, d = 3, 5, 7, 4
+    dense = torch_estimate._Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
+                                     torch.randn(n, T, d, generator=g, dtype=torch.float64))
+    ids = torch_estimate._Factored(torch.randint(0, V_, (n, T), generator=g),
+                                   torch.randn(n, T, d, generator=g, dtype=torch.float64), V_)
+    for u in (dense, ids):
+        for v in (dense, ids):
+            eu, ev = torch_estimate._explicit(u), torch_estimate._explicit(v)
+            want = (eu * ev).sum(dim=(1, 2))
+            for a, b in ((u, v), (eu, v), (u, ev), (eu, ev)):
+                torch.testing.assert_close(torch_estimate._inner(a, b), want)
+    one_hot = torch.nn.functional.one_hot(ids.L, V_).double()
+    torch.testing.assert_close(torch_estimate._explicit(ids), one_hot.transpose(1, 2) @ ids.R)
+
+
 # --- the same weights through the JAX route -----------------------------------------------------
 
 @pytest.mark.parametrize("kind,tied", [("llama", True), ("qwen2", False)])

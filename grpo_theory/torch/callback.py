@@ -41,6 +41,7 @@ Conventions of TRL 1.16.0 (``trl/trainer/grpo_trainer.py``; checked in the tests
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -186,7 +187,10 @@ class GroupSizeAdvisor(TrainerCallback):
             raise ValueError(f"GroupSizeAdvisor: the rewards of the batch ({got} rows) do not "
                              f"match its {N} completions")
         if bool(torch.isnan(z).any()):
-            return  # unscorable completions: no estimate for this batch
+            warnings.warn(f"GroupSizeAdvisor: no estimate at step "
+                          f"{self.trainer.state.global_step + 1}: some completions have no reward "
+                          f"(every reward function returned None)", RuntimeWarning, stacklevel=2)
+            return
         m = N // G
         if m * G != N or not torch.equal(x[::G].repeat_interleave(G, 0), x):
             raise ValueError("GroupSizeAdvisor: the generation batch is not made of groups of "
