@@ -1,0 +1,537 @@
+r"""The advisor's statistics from a PyTorch causal language model (``transformers``), streamed.
+
+For m prompts ``x_a`` with n sampled responses ``y_ai`` each and rewards ``Z_ai``, the advisor
+(:func:`grpo_theory.advisor.estimate_from_rollouts`) needs, per sample, the squared norm of the
+score ``s_ai = w_ai grad_theta log pi(y_ai | x_a)`` (``w_ai`` an optional per-sequence weight,
+1 by default) and, per prompt, ``||ghat_a||^2`` and ``<ghat_a, S>`` with
+``ghat_a = (1/n) sum_i Z_ai s_ai`` and ``S = sum_a ghat_a``. ``theta`` is the set of parameters
+with ``requires_grad`` (for a LoRA/PEFT model: the adapters, which is what GRPO updates).
+
+``log pi(y|x) = sum_t m_t log softmax(logits_t / temperature)[y_t]`` over the response tokens
+with mask ``m_t`` (``response_mask``, else every token up to and including the first EOS), by
+teacher forcing on the left-padded prompt followed by the response: attention mask = prompt
+mask then response mask, position of a token = number of attended tokens before it (as
+``model.generate`` numbers a left-padded prompt), so padding changes nothing.
+
+Squared norms at O(D) memory ("ghost norms", Li et al. 2021; Bu et al. 2023): one forward pass
+over the n responses of a prompt records, for each module that owns trainable parameters, its
+input ``a`` and output; one backward pass of ``sum_i log pi(y_i|x)`` gives the output gradients
+``b`` (sample i's gradient only reaches sample i's rows). For a linear layer the sample's weight
+gradient is ``b_i^T a_i`` and
+
+.. math:: \|b_i^\top a_i\|_F^2 = \sum_{t,t'} (a_{it} \cdot a_{it'})(b_{it} \cdot b_{it'}),
+
+O(T^2 (d_in + d_out)); when ``T^2 > d_in d_out`` the (n, d_out, d_in) per-sample gradient is
+formed instead. An embedding is the same with ``a_t`` the one-hot token (``a_t \cdot a_{t'} =
+[id_t = id_{t'}]``; rows at ``padding_idx`` get no gradient). Other modules with trainable
+parameters (RMSNorm weights, small) get their per-sample gradients formed by ``torch.func``
+(``vmap`` of ``grad`` of ``<module(a_i), b_i>``). A parameter used by several modules (tied input
+and output embeddings) sums its uses, so its squared norm has the cross terms
+``<g_u, g_v>``, computed in the same factored way. Each ``ghat_a`` is one ordinary backward pass
+of ``(1/n) sum_i Z_ai w_ai log pi(y_ai|x_a)``; ``<ghat_a, S>`` needs ``S`` first, so the means
+are kept (m x D floats) when ``store_means`` allows, else recomputed in a second pass over the
+prompts. Products are formed in the model's dtype (float32), reductions accumulate in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, vmap
+
+from grpo_theory import _validation as V
+from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate,
+                                          estimate_from_rollouts)
+
+__all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
+           "estimate_from_model", "estimate_scaling_constants"]
+
+#: keep the m per-prompt means ``ghat_a`` (m x D floats) instead of a second pass when they take
+#: at most this many bytes
+STORE_MEANS_BYTES = 2 * V.GiB
+
+
+# --- inputs -------------------------------------------------------------------------------------
+
+def _int_tensor(name, value, ndim):
+    if isinstance(value, torch.Tensor):
+        t = value
+    else:
+        arr = np.asarray(value)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.integer)
+                                       or np.issubdtype(arr.dtype, np.bool_)):
+            raise ValueError(f"{name} must be an integer array, got dtype {arr.dtype}")
+        t = torch.as_tensor(arr)
+    if t.is_floating_point() or t.is_complex():
+        raise ValueError(f"{name} must be an integer array, got dtype {t.dtype}")
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    if min(t.shape, default=1) < 1:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    return t.long()
+
+
+def _mask_tensor(name, value, shape):
+    t = _int_tensor(name, value, len(shape))
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if bool(((t != 0) & (t != 1)).any()):
+        raise ValueError(f"{name} must hold only 0 and 1")
+    return t
+
+
+def _eos_of(model, eos_token_id):
+    if eos_token_id is None:
+        gen = getattr(model, "generation_config", None)
+        eos_token_id = getattr(gen, "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = getattr(getattr(model, "config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            raise ValueError("give response_mask or eos_token_id: the model's generation_config "
+                             "and config name no eos_token_id")
+    ids = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else list(eos_token_id)
+    return tuple(V.integer("eos_token_id", i, 0) for i in ids)
+
+
+def response_mask_from_eos(response_ids, eos_token_id):
+    """1 for response tokens up to and including the first EOS, else 0.
+
+    Args:
+        response_ids: integer tensor (..., T).
+        eos_token_id: an id or a sequence of ids, any of which ends a response.
+
+    Returns:
+        long tensor of ``response_ids``' shape.
+    """
+    ids = response_ids
+    eos = torch.as_tensor(list(eos_token_id) if not isinstance(eos_token_id, int)
+                          else [eos_token_id], device=ids.device)
+    is_eos = torch.isin(ids, eos).long()
+    before = torch.cumsum(is_eos, dim=-1) - is_eos
+    return (before == 0).long()
+
+
+def _trainable(model):
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        raise ValueError("model has no parameter with requires_grad=True: the scores are "
+                         "gradients with respect to the trainable parameters")
+    return named
+
+
+# --- log-probabilities ----------------------------------------------------------------------------
+
+def sequence_log_probs(model, prompt_ids, prompt_mask, response_ids, response_mask,
+                       temperature: float = 1.0):
+    """``log pi(y|x)`` (N,) by teacher forcing (module docstring), differentiable.
+
+    Args:
+        model: a ``transformers`` causal LM (``model(input_ids, attention_mask, position_ids)``
+            returning ``.logits``).
+        prompt_ids, prompt_mask: (N, P) left-padded prompts and their 0/1 mask.
+        response_ids, response_mask: (N, T) responses and their 0/1 mask.
+        temperature: the logits are divided by it (> 0).
+
+    Returns:
+        (N,) float tensor.
+    """
+    P = prompt_ids.shape[1]
+    ids = torch.cat([prompt_ids, response_ids], dim=1)
+    att = torch.cat([prompt_mask, response_mask], dim=1)
+    pos = (torch.cumsum(att, dim=1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits
+    logits = logits[:, P - 1:-1].float() / temperature
+    tok = torch.log_softmax(logits, dim=-1).gather(-1, response_ids[..., None])[..., 0]
+    return (tok * response_mask.to(tok.dtype)).sum(dim=1)
+
+
+# --- ghost norms --------------------------------------------------------------------------------
+
+@dataclass
+class _Factored:
+    """Per-sample gradient ``sum_t L_t (x) R_t``: ``L`` (n, T, p) dense or (n, T) token ids of a
+    one-hot row (``rows``: the number of rows), ``R`` (n, T, r)."""
+
+    L: torch.Tensor
+    R: torch.Tensor
+    rows: int | None = None
+
+    @property
+    def ids(self) -> bool:
+        return self.rows is not None
+
+
+def _gram_left(u: _Factored, v: _Factored):
+    if u.ids and v.ids:
+        return (u.L[:, :, None] == v.L[:, None, :]).to(u.R.dtype)
+    if u.ids:
+        return torch.gather(v.L.transpose(1, 2), 1, u.L[:, :, None].expand(-1, -1, v.L.shape[1]))
+    if v.ids:
+        return _gram_left(v, u).transpose(1, 2)
+    return torch.bmm(u.L, v.L.transpose(1, 2))
+
+
+def _explicit(f: _Factored):
+    """The (n, p, r) per-sample gradients of a factored use."""
+    if f.ids:
+        out = f.R.new_zeros(f.R.shape[0], f.rows, f.R.shape[2])
+        return out.scatter_add_(1, f.L[:, :, None].expand(-1, -1, f.R.shape[2]), f.R)
+    return torch.bmm(f.L.transpose(1, 2), f.R)
+
+
+def _inner(u, v):
+    """(n,) float64 per-sample inner products of two uses of one parameter."""
+    if isinstance(u, _Factored) and isinstance(v, _Factored):
+        g = _gram_left(u, v) * torch.bmm(u.R, v.R.transpose(1, 2))
+        return g.double().sum(dim=(1, 2))
+    if isinstance(u, _Factored):
+        u, v = v, u
+    if isinstance(v, _Factored):  # u explicit (n, p, r)
+        if v.ids:
+            rows = torch.gather(u, 1, v.L[:, :, None].expand(-1, -1, u.shape[2]))
+        else:
+            rows = torch.bmm(v.L, u)  # (n, T, r)
+        return (rows * v.R).double().sum(dim=(1, 2))
+    return (u * v).double().flatten(1).sum(dim=1)
+
+
+def _linear_uses(mod, a, b, n):
+    a = a.reshape(n, -1, a.shape[-1])
+    b = b.reshape(n, -1, b.shape[-1])
+    out = {}
+    if mod.weight.requires_grad:
+        T = a.shape[1]
+        f = _Factored(b, a)
+        out[mod.weight] = _explicit(f) if T * T > a.shape[2] * b.shape[2] else f
+    if mod.bias is not None and mod.bias.requires_grad:
+        out[mod.bias] = b.sum(dim=1)
+    return out
+
+
+def _embedding_uses(mod, ids, b, n):
+    ids = ids.reshape(n, -1)
+    b = b.reshape(n, ids.shape[1], -1)
+    if mod.padding_idx is not None:
+        b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
+    f = _Factored(ids, b, rows=mod.num_embeddings)
+    T = ids.shape[1]
+    return {mod.weight: _explicit(f) if T * T > mod.weight.numel() else f}
+
+
+def _generic_uses(mod, a, b, n):
+    """Per-sample gradients of the module's own trainable parameters (``torch.func``)."""
+    names = [k for k, p in mod.named_parameters(recurse=False) if p.requires_grad]
+    params = {k: getattr(mod, k).detach() for k in names}
+
+    def inner(pr, x, g):
+        return (functional_call(mod, pr, (x[None],)) * g[None]).sum()
+
+    per = vmap(grad(inner), in_dims=(None, 0, 0))(params, a, b)
+    return {getattr(mod, k): per[k].reshape(n, -1) for k in names}
+
+
+def _uses(mod, a, b, n):
+    if type(mod) is torch.nn.Linear or (isinstance(mod, torch.nn.Linear)
+                                        and type(mod).forward is torch.nn.Linear.forward):
+        return _linear_uses(mod, a, b, n)
+    if (isinstance(mod, torch.nn.Embedding) and type(mod).forward is torch.nn.Embedding.forward
+            and mod.max_norm is None and not mod.scale_grad_by_freq):
+        return _embedding_uses(mod, a, b, n)
+    return _generic_uses(mod, a, b, n)
+
+
+class _Recorder:
+    """Forward hooks on every module that owns a trainable parameter: its first input and its
+    output, while ``on``."""
+
+    def __init__(self, model, names):
+        self.calls, self.on, self.handles = [], False, []
+        ids = {id(p) for p in names.values()}
+        for mod in model.modules():
+            if any(id(p) in ids for p in mod.parameters(recurse=False)):
+                self.handles.append(mod.register_forward_hook(self._hook, with_kwargs=True))
+
+    def _hook(self, mod, args, kwargs, out):
+        if not self.on:
+            return
+        x = args[0] if args else next(iter(kwargs.values()), None)
+        if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+            raise ValueError(f"module {type(mod).__name__} owns trainable parameters but its "
+                             f"forward does not map one tensor to one tensor; the per-sample "
+                             f"norms cannot be formed (freeze it: requires_grad=False)")
+        self.calls.append((mod, x.detach(), out))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def _sq_norms(model, rec, names, logp, n):
+    """(n,) float64 ``||grad log pi(y_i|x)||^2`` from the recorded calls (ghost norms)."""
+    calls = [c for c in rec.calls if c[2].requires_grad]
+    outs = [c[2] for c in calls]
+    bs = torch.autograd.grad(logp.sum(), outs, retain_graph=True, allow_unused=True)
+    uses: dict[int, list] = {}
+    for (mod, a, out), b in zip(calls, bs):
+        if b is None:
+            continue
+        b = b.float() if b.dtype.itemsize < 4 else b
+        a = a.float() if a.is_floating_point() and a.dtype.itemsize < 4 else a
+        if a.shape[0] != n or out.shape[0] != n:
+            raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
+                             f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
+                             f"per-sample norms need (n, ...) activations")
+        for p, u in _uses(mod, a, b, n).items():
+            uses.setdefault(id(p), []).append(u)
+    q = torch.zeros(n, dtype=torch.float64, device=logp.device)
+    for us in uses.values():
+        for i, u in enumerate(us):
+            q += _inner(u, u)
+            for v in us[i + 1:]:
+                q += 2.0 * _inner(u, v)
+    return q, set(uses)
+
+
+def _weighted_grad(logp, coef, params):
+    gs = torch.autograd.grad((logp * coef).sum(), params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for g, p in zip(gs, params)]
+
+
+def _dot(xs, ys):
+    return float(sum(torch.sum(x.double() * y.double()) for x, y in zip(xs, ys)))
+
+
+# --- the statistics -------------------------------------------------------------------------------
+
+def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mask, eos_token_id,
+             sequence_weights):
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a transformers causal LM), got "
+                        f"{type(model).__name__}")
+    x = _int_tensor("prompt_ids", prompt_ids, 2)
+    y = _int_tensor("response_ids", response_ids, 3)
+    m, n, T = y.shape
+    if x.shape[0] != m:
+        raise ValueError(f"prompt_ids has {x.shape[0]} rows but response_ids has {m} prompts "
+                         f"(shape (m, n, T))")
+    z = V.finite_array("rewards", rewards, ndim=2).astype(np.float64)
+    V.same_shape("rewards", z, (m, n), "response_ids' (n_prompts, n_samples)")
+    if n < MIN_SAMPLES or m < MIN_PROMPTS:
+        raise ValueError(f"need >= {MIN_PROMPTS} prompts and >= {MIN_SAMPLES} responses each "
+                         f"(the advisor's U-statistics), got response_ids of shape {(m, n, T)}")
+    xm = (torch.ones_like(x) if prompt_mask is None
+          else _mask_tensor("prompt_mask", prompt_mask, tuple(x.shape)))
+    if bool((xm.sum(dim=1) == 0).any()):
+        raise ValueError("prompt_mask must keep at least one token of every prompt")
+    if response_mask is None:
+        ym = response_mask_from_eos(y, _eos_of(model, eos_token_id))
+    else:
+        if eos_token_id is not None:
+            raise ValueError("give response_mask or eos_token_id, not both")
+        ym = _mask_tensor("response_mask", response_mask, (m, n, T))
+    if sequence_weights is None:
+        w = np.ones((m, n))
+    else:
+        w = V.finite_array("sequence_weights", sequence_weights, ndim=2).astype(np.float64)
+        V.same_shape("sequence_weights", w, (m, n), "rewards' (n_prompts, n_samples)")
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    for name, t in (("prompt_ids", x), ("response_ids", y)):
+        if bool((t < 0).any()) or (vocab is not None and bool((t >= vocab).any())):
+            raise ValueError(f"{name} must hold token ids in [0, {vocab}), got range "
+                             f"[{int(t.min())}, {int(t.max())}]")
+    return x, xm, y, ym, z, w
+
+
+def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
+                     response_mask=None, eos_token_id=None, sequence_weights=None,
+                     temperature: float = 1.0, store_means: bool | None = None,
+                     progress=None) -> dict:
+    """The inner products the advisor needs, from a PyTorch causal LM (module docstring).
+
+    Args:
+        model: a ``transformers`` causal LM; its trainable (``requires_grad``) parameters are
+            the ``theta`` of the scores. Dropout is switched off for the computation
+            (``model.eval()``; the previous mode is restored).
+        prompt_ids: (m, P) left-padded prompts; prompt_mask: (m, P) 0/1 (default all ones).
+        response_ids: (m, n, T) the n responses of each prompt; response_mask: (m, n, T) 0/1,
+            else every token up to and including the first ``eos_token_id`` (default: the
+            model's ``generation_config.eos_token_id``).
+        rewards: (m, n) real rewards (enter only ``ghat_a``).
+        sequence_weights: optional (m, n) weights ``w_ai`` of the scores (e.g. ``1/L_ai`` for
+            a per-sequence length normalisation), default 1.
+        temperature: > 0, the logits are divided by it.
+        store_means: keep the m per-prompt gradients (one pass) or recompute them (two
+            passes); default: keep when m x D floats take at most :data:`STORE_MEANS_BYTES`.
+        progress: optional ``progress(done, total)`` callback over the prompt passes.
+
+    Returns:
+        dict with float64 NumPy arrays ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq``
+        (m,), ``mean_dot`` (m,) (the arguments of
+        :func:`grpo_theory.advisor.estimate_from_rollouts`) and ``n_params`` (D).
+    """
+    x, xm, y, ym, z, w = _prepare(model, prompt_ids, response_ids, rewards, prompt_mask,
+                                  response_mask, eos_token_id, sequence_weights)
+    temperature = V.real_scalar("temperature", temperature, positive=True)
+    named = _trainable(model)
+    params = [p for _, p in named]
+    D = sum(p.numel() for p in params)
+    m, n, _ = y.shape
+    if store_means is None:
+        store_means = m * D * params[0].element_size() <= STORE_MEANS_BYTES
+    store_means = V.boolean("store_means", store_means)
+    dev = params[0].device
+    x, xm, y, ym = (t.to(dev) for t in (x, xm, y, ym))
+    coef = torch.as_tensor(z * w / n, device=dev)
+    wt = torch.as_tensor(w, device=dev)
+    q = np.zeros((m, n))
+    mean_sq, mean_dot = np.zeros(m), np.zeros(m)
+    total = [torch.zeros_like(p, dtype=torch.float64) for p in params]
+    kept = []
+    passes = m if store_means else 2 * m
+    was_training = model.training
+    rec = _Recorder(model, dict(named))
+    model.eval()
+    no_autocast = torch.autocast(dev.type, enabled=False)
+    no_autocast.__enter__()
+    try:
+        for a in range(m):
+            rec.calls, rec.on = [], True
+            logp = sequence_log_probs(model, x[a].expand(n, -1), xm[a].expand(n, -1), y[a],
+                                      ym[a], temperature)
+            rec.on = False
+            qa, covered = _sq_norms(model, rec, dict(named), logp, n)
+            rec.calls = []
+            g = _weighted_grad(logp, coef[a].to(logp.dtype), params)
+            for (name, p), ga in zip(named, g):
+                if id(p) not in covered and bool(ga.abs().max() > 0):
+                    raise ValueError(f"trainable parameter {name!r} receives a gradient but "
+                                     f"not through the forward of the module that owns it; its "
+                                     f"per-sample norms cannot be formed (freeze it)")
+            q[a] = (qa * wt[a] ** 2).cpu().numpy()
+            mean_sq[a] = _dot(g, g)
+            for t, ga in zip(total, g):
+                t += ga.double()
+            if store_means:
+                kept.append(g)
+            if progress is not None:
+                progress(a + 1, passes)
+        for a in range(m):
+            if store_means:
+                g = kept[a]
+            else:
+                logp = sequence_log_probs(model, x[a].expand(n, -1), xm[a].expand(n, -1), y[a],
+                                          ym[a], temperature)
+                g = _weighted_grad(logp, coef[a].to(logp.dtype), params)
+                if progress is not None:
+                    progress(m + a + 1, passes)
+            mean_dot[a] = _dot(g, total)
+    finally:
+        no_autocast.__exit__(None, None, None)
+        rec.remove()
+        model.train(was_training)
+    return dict(rewards=z, sq_norms=q, mean_sq=mean_sq, mean_dot=mean_dot, n_params=int(D))
+
+
+def estimate_from_model(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
+                        response_mask=None, eos_token_id=None, sequence_weights=None,
+                        temperature: float = 1.0, alpha: float = 0.05,
+                        store_means: bool | None = None, progress=None) -> ScalingEstimate:
+    """The advisor's estimate (c1, c2, c3, G*, intervals, MSE predictions) for a PyTorch LM.
+
+    Equal to ``grpo_theory.advisor.estimate_from_rollouts(rewards, scores=S)`` with ``S`` the
+    (m, n, D) per-sample scores ``w_ai grad_theta log pi(y_ai|x_a)`` over the trainable
+    parameters, computed at O(D) memory (:func:`score_statistics`).
+
+    Args:
+        model, prompt_ids, response_ids, rewards, prompt_mask, response_mask, eos_token_id,
+            sequence_weights, temperature, store_means, progress: see :func:`score_statistics`
+            (m >= 3 prompts, n >= 3 responses each).
+        alpha: level of the ``*_ci`` attributes (0.05: 95%).
+
+    Returns:
+        :class:`grpo_theory.advisor.ScalingEstimate`.
+    """
+    st = score_statistics(model, prompt_ids, response_ids, rewards, prompt_mask=prompt_mask,
+                          response_mask=response_mask, eos_token_id=eos_token_id,
+                          sequence_weights=sequence_weights, temperature=temperature,
+                          store_means=store_means, progress=progress)
+    return estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"], mean_sq=st["mean_sq"],
+                                  mean_dot=st["mean_dot"], alpha=alpha)
+
+
+def estimate_scaling_constants(model, tokenizer, prompts, reward, n_samples: int = 8, *,
+                               max_new_tokens: int = 64, temperature: float = 1.0,
+                               chat_template: bool = True, seed: int = 0, alpha: float = 0.05,
+                               generation_kwargs: dict | None = None,
+                               progress=None) -> ScalingEstimate:
+    """Sample ``n_samples`` responses per prompt with ``model.generate`` and estimate.
+
+    Args:
+        model: a ``transformers`` causal LM.
+        tokenizer: its tokenizer (a pad token, else its EOS, pads; prompts are left-padded).
+        prompts: m >= 3 prompt strings (or chat message lists when ``chat_template``).
+        reward: ``reward(prompts, completions) -> rewards`` called with the m * n prompt and
+            decoded completion strings (each prompt repeated n times, consecutively).
+        n_samples: n >= 3 responses per prompt.
+        max_new_tokens: response length limit (>= 1).
+        temperature: sampling temperature, also used for the log-probabilities (> 0).
+        chat_template: apply ``tokenizer.apply_chat_template`` (add_generation_prompt) to each
+            prompt (a string becomes one user message).
+        seed: ``torch.manual_seed`` before sampling.
+        alpha: level of the intervals.
+        generation_kwargs: extra ``model.generate`` arguments (``top_p``, ``top_k``...).
+        progress: as in :func:`score_statistics`.
+
+    Returns:
+        :class:`grpo_theory.advisor.ScalingEstimate`.
+    """
+    if isinstance(prompts, str) or not hasattr(prompts, "__len__"):
+        raise ValueError("prompts must be a list of prompt strings (or message lists)")
+    prompts = list(prompts)
+    m = len(prompts)
+    n = V.integer("n_samples", n_samples, MIN_SAMPLES)
+    if m < MIN_PROMPTS:
+        raise ValueError(f"prompts must hold >= {MIN_PROMPTS} prompts, got {m}")
+    if not callable(reward):
+        raise ValueError(f"reward must be callable, got {type(reward).__name__}")
+    max_new = V.positive_int("max_new_tokens", max_new_tokens)
+    temperature = V.real_scalar("temperature", temperature, positive=True)
+    if chat_template:
+        texts = [tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}] if isinstance(p, str) else p, tokenize=False,
+            add_generation_prompt=True) for p in prompts]
+    else:
+        texts = [str(p) for p in prompts]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ValueError("tokenizer has neither a pad nor an EOS token")
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos = _eos_of(model, gen_eos if gen_eos is not None else tokenizer.eos_token_id)
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    finally:
+        tokenizer.padding_side = side
+    dev = next(model.parameters()).device
+    ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
+    torch.manual_seed(V.integer("seed", seed, 0))
+    with torch.no_grad():
+        out = model.generate(input_ids=ids.repeat_interleave(n, 0),
+                             attention_mask=mask.repeat_interleave(n, 0), do_sample=True,
+                             temperature=temperature, max_new_tokens=max_new, pad_token_id=pad,
+                             eos_token_id=list(eos), **(generation_kwargs or {}))
+    resp = out[:, ids.shape[1]:]
+    if resp.shape[1] == 0:
+        raise ValueError("model.generate returned no new tokens")
+    ym = response_mask_from_eos(resp, eos)
+    completions = tokenizer.batch_decode(resp * ym + pad * (1 - ym), skip_special_tokens=True)
+    r = np.asarray(reward([p for p in prompts for _ in range(n)], completions), np.float64)
+    if r.size != m * n:
+        raise ValueError(f"reward must return one reward per completion ({m * n}), got {r.size}")
+    return estimate_from_model(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
+                               prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
+                               temperature=temperature, alpha=alpha, progress=progress)
+

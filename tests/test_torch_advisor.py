@@ -1,0 +1,370 @@
+"""The advisor for PyTorch / transformers models and the TRL GRPOTrainer callback (grpo_theory.torch).
+
+Tiny random Llama and Qwen2 causal LMs (hidden 16, 1-2 layers, vocab 47) built here; the
+statistics computed with ghost norms are compared with the naive per-sample scores (one sample at
+a time, unpadded, ``torch.autograd.grad``) and with the package's JAX route on the same weights
+saved as a Hugging Face folder. A 2-step ``trl.GRPOTrainer`` run with a tiny WordLevel tokenizer
+checks the callback against a standalone estimate on the same rollouts, and TRL 1.16.0's own
+conventions (scale_rewards -> preset, its advantages on the batch) against the package's.
+"""
+
+import copy
+import json
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from peft import LoraConfig, get_peft_model
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import (LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config,
+                          Qwen2ForCausalLM)
+from trl import GRPOConfig, GRPOTrainer
+
+import grpo_theory as gt
+from grpo_theory import lm
+from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_model, estimate_scaling_constants,
+                               score_statistics, trl_preset, trl_sequence_weighting)
+from grpo_theory.torch import estimate as torch_estimate
+
+PAD, EOS = 1, 2
+SPECIAL = ["<unk>", "<pad>", "<eos>", "<bos>"]
+WORDS = ([chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+         + ["user", "assistant", ":", "system"])
+VOCAB = len(SPECIAL) + len(WORDS)  # 44
+CHAT = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant : {% endif %}")
+
+
+def _model(kind="llama", tied=True, layers=2, seed=0):
+    c = dict(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=layers,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+             tie_word_embeddings=tied, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=3,
+             initializer_range=0.3, rms_norm_eps=1e-6)
+    torch.manual_seed(seed)
+    if kind == "llama":
+        return LlamaForCausalLM(LlamaConfig(**c)).float()
+    return Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **c)).float()
+
+
+def _rollouts(m=4, n=3, P=5, T=6, seed=1):
+    """Left-padded prompts (row 1: two pads, the last row: one), responses with some early EOS."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(4, VOCAB, (m, P), generator=g)
+    xm = torch.ones_like(x)
+    x[1, :2], xm[1, :2] = PAD, 0
+    x[-1, :1], xm[-1, :1] = PAD, 0
+    y = torch.randint(4, VOCAB, (m, n, T), generator=g)
+    y[0, 1, 2] = EOS
+    y[2, 0, 4] = EOS
+    y[1, 2, 0] = EOS
+    y[0, 1, 3:] = PAD
+    z = torch.rand(m, n, generator=g).double().numpy()
+    return x, xm, y, z
+
+
+def _naive_scores(model, x, xm, y, temperature=1.0, weights=None):
+    """(m, n, D) float64 scores, one unpadded sample at a time."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    m, n, T = y.shape
+    S = np.zeros((m, n, sum(p.numel() for p in params)))
+    model.eval()
+    for a in range(m):
+        xa = x[a][xm[a].bool()][None]
+        for i in range(n):
+            yi = y[a, i]
+            hit = (yi == EOS).nonzero()
+            yi = yi[: int(hit[0, 0]) + 1 if len(hit) else T][None]
+            lg = model(input_ids=torch.cat([xa, yi], 1)).logits[:, xa.shape[1] - 1:-1].float()
+            lp = torch.log_softmax(lg / temperature, -1).gather(-1, yi[..., None]).sum()
+            gs = torch.autograd.grad(lp, params)
+            S[a, i] = torch.cat([g.reshape(-1) for g in gs]).double().numpy()
+            if weights is not None:
+                S[a, i] *= weights[a, i]
+    return S
+
+
+def _assert_same_estimate(a, b, rtol):
+    np.testing.assert_allclose(a.theta, b.theta, rtol=rtol, atol=rtol * np.max(np.abs(b.theta)))
+    np.testing.assert_allclose(a.cov, b.cov, rtol=rtol, atol=rtol * np.max(np.abs(b.cov)))
+    assert a.g_star == pytest.approx(b.g_star, rel=rtol)
+    assert a.recommended_group_size(64) == b.recommended_group_size(64)
+
+
+def _tokenizer():
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(SPECIAL + WORDS)},
+                                     unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(SPECIAL)
+    return tok
+
+
+def _hf_tokenizer():
+    t = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(), unk_token="<unk>",
+                                pad_token="<pad>", eos_token="<eos>", bos_token="<bos>")
+    t.chat_template = CHAT
+    return t
+
+
+# --- the package around torch -------------------------------------------------------------------
+
+def test_import_grpo_theory_does_not_import_torch():
+    code = ("import grpo_theory, grpo_theory.advisor, grpo_theory.lm, sys; "
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_subpackage_does_not_shadow_torch():
+    import grpo_theory.torch as gtt
+
+    assert torch_estimate.torch is sys.modules["torch"] is torch
+    assert torch.__name__ == "torch" and gtt.__name__ == "grpo_theory.torch"
+    assert "grpo_theory" not in torch.__file__ and hasattr(torch, "autograd")
+
+
+# --- the estimate equals the naive per-sample route ---------------------------------------------
+
+@pytest.mark.parametrize("kind,tied,store", [("llama", True, True), ("qwen2", False, False)])
+def test_estimate_equals_naive_per_sample_scores(kind, tied, store):
+    """Tied Llama (cross terms of the shared embedding), untied Qwen2 with q/k/v biases; left
+    padding, EOS-masked responses; both the one-pass (kept means) and two-pass routes."""
+    model = _model(kind, tied)
+    x, xm, y, z = _rollouts()
+    st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS, store_means=store)
+    S = _naive_scores(model, x, xm, y)
+    assert st["n_params"] == S.shape[2] == sum(p.numel() for p in model.parameters())
+    ghat = np.einsum("ai,aid->ad", z, S) / z.shape[1]
+    np.testing.assert_allclose(st["sq_norms"], np.sum(S * S, axis=2), rtol=2e-5)
+    np.testing.assert_allclose(st["mean_sq"], np.sum(ghat * ghat, axis=1), rtol=2e-5)
+    np.testing.assert_allclose(st["mean_dot"], ghat @ ghat.sum(0), rtol=2e-5,
+                               atol=2e-5 * np.max(np.abs(ghat @ ghat.sum(0))))
+    est = estimate_from_model(model, x, y, z, prompt_mask=xm, eos_token_id=EOS,
+                              store_means=store)
+    _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_weights_temperature_and_mask_given():
+    """Per-sequence weights (TRL's loss_type="grpo": 1/L), a temperature, a response mask given
+    instead of EOS, and the model's training mode restored."""
+    model = _model("qwen2", True, layers=1)
+    model.train()
+    x, xm, y, z = _rollouts(m=3, n=4, seed=4)
+    ym = torch_estimate.response_mask_from_eos(y, EOS)
+    w = 1.0 / ym.sum(-1).double().numpy()
+    est = estimate_from_model(model, x, y, z, prompt_mask=xm, response_mask=ym,
+                              sequence_weights=w, temperature=0.7)
+    assert model.training
+    S = _naive_scores(model, x, xm, y, temperature=0.7, weights=w)
+    _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
+    # the default EOS is the model's own generation_config.eos_token_id
+    st = score_statistics(model, x, y, z, prompt_mask=xm)
+    np.testing.assert_allclose(st["sq_norms"], np.sum(_naive_scores(model, x, xm, y) ** 2, 2),
+                               rtol=2e-5)
+
+
+def test_lora_counts_only_adapter_parameters():
+    base = _model("llama", False, layers=1)
+    cfg = LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                     init_lora_weights=False)
+    model = get_peft_model(base, cfg)
+    adapters = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
+    assert adapters and all("lora_" in k for k, _ in adapters)
+    x, xm, y, z = _rollouts(seed=2)
+    st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
+    D = sum(p.numel() for _, p in adapters)
+    # q_proj 16 -> 16 and v_proj 16 -> 8 (2 kv heads of 4), rank 2: A (2, 16), B (out, 2)
+    assert st["n_params"] == D == (2 * 16 + 16 * 2) + (2 * 16 + 8 * 2)
+    S = _naive_scores(model, x, xm, y)
+    assert S.shape[2] == D
+    np.testing.assert_allclose(st["sq_norms"], np.sum(S * S, axis=2), rtol=2e-5)
+    est = estimate_from_model(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
+    _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
+
+
+def test_factored_and_explicit_inner_products_agree():
+    """The ghost-norm algebra on its own: per-sample inner products of two uses of a parameter,
+    dense (linear layer) or token-id (embedding) factors, factored or formed explicitly."""
+    g = torch.Generator().manual_seed(0)
+    n, T, V_, d = 3, 5, 7, 4
+    dense = torch_estimate._Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
+                                     torch.randn(n, T, d, generator=g, dtype=torch.float64))
+    ids = torch_estimate._Factored(torch.randint(0, V_, (n, T), generator=g),
+                                   torch.randn(n, T, d, generator=g, dtype=torch.float64), V_)
+    for u in (dense, ids):
+        for v in (dense, ids):
+            eu, ev = torch_estimate._explicit(u), torch_estimate._explicit(v)
+            want = (eu * ev).sum(dim=(1, 2))
+            for a, b in ((u, v), (eu, v), (u, ev), (eu, ev)):
+                torch.testing.assert_close(torch_estimate._inner(a, b), want)
+    one_hot = torch.nn.functional.one_hot(ids.L, V_).double()
+    torch.testing.assert_close(torch_estimate._explicit(ids), one_hot.transpose(1, 2) @ ids.R)
+
+
+# --- the same weights through the JAX route -----------------------------------------------------
+
+@pytest.mark.parametrize("kind,tied", [("llama", True), ("qwen2", False)])
+def test_same_constants_as_the_jax_route(tmp_path, kind, tied):
+    model = _model(kind, tied, layers=1, seed=3)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    _tokenizer().save(str(tmp_path / "tokenizer.json"))
+    gen = json.loads((tmp_path / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == EOS and gen["pad_token_id"] == PAD
+    policy = lm.from_pretrained(tmp_path)
+    x, xm, y, z = _rollouts(m=4, n=3, seed=5)
+    m, n, T = y.shape
+    est = estimate_from_model(model, x, y, z, prompt_mask=xm)
+    # JAX: per-sample squared norms and the per-prompt means ghat_a as weighted contractions
+    xs = np.repeat(x.numpy(), n, axis=0)
+    W = np.zeros((m, m * n))
+    for a in range(m):
+        W[a, a * n:(a + 1) * n] = z[a] / n
+    acc, sq = policy.score_contractions(xs, y.reshape(m * n, T).numpy(), W, chunk=6)
+    ref = gt.estimate_from_rollouts(z, sq_norms=sq.reshape(m, n), mean_gram=acc @ acc.T)
+    _assert_same_estimate(est, ref, 1e-4)
+    # exactly the checkpoint's parameters (no zero q/k/v biases for Llama)
+    assert policy.dim == sum(p.numel() for p in model.parameters())
+
+
+# --- TRL ------------------------------------------------------------------------------------------
+
+def test_trl_options_map_to_the_package_presets():
+    # TRL 1.16.0 grpo_config.py: scale_rewards True/False become "group"/"none"
+    for given, value in ((True, "group"), (False, "none"), ("batch", "batch")):
+        cfg = GRPOConfig(output_dir="unused", scale_rewards=given, report_to=[], use_cpu=True)
+        assert cfg.scale_rewards == value
+        assert trl_preset(given) == trl_preset(value)
+    assert [trl_preset(v) for v in ("group", "batch", "none")] == \
+        ["grpo_std_trl", "grpo_std_trl_batch", "grpo_mean"]
+    assert GRPOConfig(output_dir="unused", report_to=[], use_cpu=True).loss_type == "dapo"
+    assert trl_sequence_weighting("dapo") == "none" and trl_sequence_weighting("grpo") == "length"
+    with pytest.raises(ValueError, match="scale_rewards"):
+        trl_preset("std")
+    with pytest.raises(ValueError, match="loss_type"):
+        trl_sequence_weighting("mean")
+
+
+def _trainer(tmp_path, scale_rewards="group", loss_type="dapo", num_generations=3, prompts=3):
+    texts = ["a b", "c d e", "f", "g h", "i j k", "l"]
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in texts]})
+
+    def reward(completions, **kw):  # 1 for an odd number of characters
+        return [float(len(c[0]["content"]) % 2) for c in completions]
+
+    args = GRPOConfig(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False,
+                      max_completion_length=5, num_generations=num_generations,
+                      per_device_train_batch_size=num_generations * prompts, max_steps=2,
+                      logging_steps=1, save_strategy="no", learning_rate=1e-2, seed=0,
+                      scale_rewards=scale_rewards, loss_type=loss_type, temperature=1.0)
+    return GRPOTrainer(model=_model("llama", True, layers=1), reward_funcs=reward, args=args,
+                       train_dataset=ds, processing_class=_hf_tokenizer())
+
+
+def test_grpo_trainer_callback_logs_the_constants(tmp_path):
+    """2 steps: the logs hold the constants, which equal a standalone estimate on the same
+    rollouts at the parameters that generated them; TRL's advantages are the preset's."""
+    tr = _trainer(tmp_path)
+    cb = GroupSizeAdvisor(tr, every=1)
+    tr.add_callback(cb)
+    seen = []
+    inner = cb._estimate
+
+    def spy(out):  # the parameters and the trainer's output at each estimate
+        seen.append((copy.deepcopy(tr.model.state_dict()), out, cb._rewards.clone()))
+        inner(out)
+
+    cb._estimate = spy
+    tr.train()
+    assert cb.preset == "grpo_std_trl" and cb.weighting == "none" and len(cb.history) == 2
+    logged = [h for h in tr.state.log_history if "advisor/c1" in h]
+    assert len(logged) == 2
+    for h, rec, (state, out, rewards) in zip(logged, cb.history, seen):
+        for k in ("c1", "c2", "c3", "g_star", "recommended_G", "zero_variance_share"):
+            assert h[f"advisor/{k}"] == pytest.approx(rec[k], rel=1e-12)
+        model = _model("llama", True, layers=1)
+        model.load_state_dict(state)
+        G = 3
+        z = rewards.double().numpy().reshape(-1, G)
+        est = estimate_from_model(model, out["prompt_ids"][::G],
+                                  out["completion_ids"].reshape(-1, G, 5), z,
+                                  prompt_mask=out["prompt_mask"][::G],
+                                  response_mask=out["completion_mask"].reshape(-1, G, 5))
+        for k in ("c1", "c2", "c3"):
+            assert rec[k] == pytest.approx(getattr(est, k), rel=1e-6, abs=1e-9)
+        assert rec["g_star"] == pytest.approx(est.g_star, rel=1e-6)
+        assert rec["recommended_G"] == est.recommended_group_size(9)
+        assert rec["budget"] == 9 and rec["group_size"] == G
+        assert rec["zero_variance_share"] == pytest.approx(np.mean(np.ptp(z, axis=1) == 0))
+        # TRL's own advantages on this batch are the package's preset on the same rewards
+        adv = np.asarray(gt.compute_advantages(cb.preset, jnp.asarray(z)))
+        np.testing.assert_allclose(out["advantages"].double().numpy().reshape(-1, G), adv,
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_callback_weighting_follows_loss_type_and_refuses_bad_setups(tmp_path):
+    tr = _trainer(tmp_path, scale_rewards="none", loss_type="grpo")
+    cb = GroupSizeAdvisor(tr, every=5)
+    assert cb.weighting == "length" and cb.preset == "grpo_mean" and cb.budget == 9
+    with pytest.raises(ValueError, match="num_generations >= 3"):
+        GroupSizeAdvisor(_trainer(tmp_path, num_generations=2, prompts=3))
+    with pytest.raises(ValueError, match=">= 3 prompts"):
+        GroupSizeAdvisor(_trainer(tmp_path, prompts=2))
+    with pytest.raises(ValueError, match="every"):
+        GroupSizeAdvisor(tr, every=0)
+    with pytest.raises(ValueError, match="weighting"):
+        GroupSizeAdvisor(tr, weighting="mean")
+    with pytest.raises(ValueError, match="trl.GRPOTrainer"):
+        GroupSizeAdvisor(object())
+
+
+def test_estimate_scaling_constants_samples_itself():
+    model, tok = _model("llama", True, layers=1), _hf_tokenizer()
+    calls = []
+
+    def reward(prompts, completions):
+        calls.append((list(prompts), list(completions)))
+        return [float(len(c) % 2) for c in completions]
+
+    kw = dict(n_samples=3, max_new_tokens=4, seed=7)
+    a = estimate_scaling_constants(model, tok, ["a b", "c", "d e f"], reward, **kw)
+    b = estimate_scaling_constants(model, tok, ["a b", "c", "d e f"], reward, **kw)
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert calls[0][0] == ["a b"] * 3 + ["c"] * 3 + ["d e f"] * 3 and len(calls[0][1]) == 9
+    assert a.n_prompts == 3 and a.n_samples == 3 and np.all(np.isfinite(a.theta))
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+def test_bad_input_gives_clear_errors():
+    model = _model("llama", True, layers=1)
+    x, xm, y, z = _rollouts()
+    ok = dict(prompt_mask=xm, eos_token_id=EOS)
+    cases = [
+        ((model, x.float(), y, z), ok, "prompt_ids must be an integer"),
+        ((model, x, y[0], z), ok, "response_ids must have 3 dimensions"),
+        ((model, x[:3], y, z), ok, "prompt_ids has 3 rows"),
+        ((model, x, y, z[:, :2]), ok, "rewards"),
+        ((model, x, y[:, :2], z[:, :2]), ok, ">= 3 responses"),
+        ((model, x, y, z), dict(prompt_mask=xm * 2, eos_token_id=EOS), "only 0 and 1"),
+        ((model, x, y, z), dict(prompt_mask=xm[:, :3], eos_token_id=EOS), "prompt_mask"),
+        ((model, x, y, z), dict(prompt_mask=xm, response_mask=torch.ones_like(y),
+                                eos_token_id=EOS), "not both"),
+        ((model, x, y + VOCAB, z), ok, r"token ids in \[0, 44\)"),
+        ((model, x, y, z * np.nan), ok, "rewards"),
+        ((model, x, y, z), dict(ok, sequence_weights=np.ones((4, 2))), "sequence_weights"),
+        ((model, x, y, z), dict(ok, temperature=0.0), "temperature"),
+    ]
+    for args, kw, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            estimate_from_model(*args, **kw)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        estimate_from_model("model", x, y, z, **ok)
+    frozen = _model("llama", True, layers=1).requires_grad_(False)
+    with pytest.raises(ValueError, match="requires_grad"):
+        estimate_from_model(frozen, x, y, z, **ok)
+    with pytest.raises(ValueError, match="prompts"):
+        estimate_scaling_constants(model, _hf_tokenizer(), ["a", "b"], lambda p, c: [0.0] * 6,
+                                   n_samples=3)
