@@ -20,8 +20,10 @@ leave-one-out estimator, split in two halves so its own error ``eps_ref = E||g_r
 estimated as ``||g_1 - g_2||^2 / 4`` and subtracted; it is reported next to the MSEs).
 
 Every estimator's advantages come from :func:`grpo_theory.estimators.compute_advantages` and every
-CI from :func:`grpo_theory.montecarlo.summarize_squared_errors`; all group sizes use nested
-prefixes of the same ``G_max`` responses per question in each replicate, and one chunked
+CI from :func:`grpo_theory.montecarlo.summarize_squared_errors`; every group size uses all
+``G_max`` responses per question of a replicate, as ``G_max // G`` disjoint blocks of G (independent
+estimates whose squared errors are averaged: the small groups, whose squared errors are the most
+right-skewed, get the most draws), and one chunked
 per-sample-score pass (:func:`grpo_theory.lm.policy.score_contractions`) contracts all of them.
 
 Answer-only predictions: vanilla's is exact; oracle's and grpo's contain ``S2``, estimated in the
@@ -115,7 +117,9 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     xs = np.repeat(x, gmax, axis=0)
     ans = np.repeat(questions.answer, gmax)
     can = np.repeat(canon, gmax, axis=0) if canon is not None else None
-    names = [(e, G) for G in group_sizes for e in ESTIMATORS]
+    # every group size uses all G_max responses: gmax // G disjoint blocks of G per question,
+    # each an independent estimate, averaged within the replicate
+    names = [(e, G, k) for G in group_sizes for e in ESTIMATORS for k in range(gmax // G)]
     err2 = np.zeros((n_reps, len(names)))
     s2 = np.zeros((n_reps, b))  # per-replicate MC estimates of E[||s||^2 | x]
     s2z = np.zeros((n_reps, b))  # and of E[||s||^2 Z | x]
@@ -125,9 +129,10 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
         y = policy.sample_blocked(ks, xs, RESPONSE_LEN[fmt])
         z = _rewards(fmt, y, ans, can).reshape(b, gmax)
         w = np.zeros((len(names), b, gmax))
-        for k, (e, G) in enumerate(names):
-            a = np.asarray(compute_advantages(e, z[:, :G], value=v))
-            w[k, :, :G] = a / (b * G)
+        for i, (e, G, k) in enumerate(names):
+            blk = slice(k * G, (k + 1) * G)
+            a = np.asarray(compute_advantages(e, z[:, blk], value=v))
+            w[i, :, blk] = a / (b * G)
         est, sq = policy.score_contractions(xs, y, w.reshape(len(names), -1), chunk=chunk)
         err2[r] = np.sum((est - gj[None, :]) ** 2, axis=1) - eps_ref
         sq = sq.reshape(b, gmax)
@@ -145,7 +150,11 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     d_vo = -(v**2 * s2 - 2 * v * s2z_used).sum(1) / b**2  # vanilla - oracle
     d_go = ((s2 * (v * (1 - v))[None, :]).sum(1) + (gx2.sum() if exact else 0.0)) / b**2
     rows = []
-    col = {n: k for k, n in enumerate(names)}
+    # per replicate and (estimator, G): the mean squared error over its blocks
+    blocks = {}
+    for i, (e, G, _) in enumerate(names):
+        blocks.setdefault((e, G), []).append(i)
+    err2 = {n: err2[:, idx].mean(axis=1) for n, idx in blocks.items()}
     for G in group_sizes:
         # per-replicate predictions: vanilla's is exact; oracle's and grpo's add MC estimates of
         # E[||s||^2 | x] from the same replicate, so z is the paired difference (measured -
@@ -157,7 +166,7 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
             pred["oracle"] = pv - d_vo / G
             pred["grpo"] = pred["oracle"] + d_go / (G * (G - 1))
         for e in ESTIMATORS:
-            e2 = err2[:, col[(e, G)]]
+            e2 = err2[(e, G)]
             mse, se, lo, hi = summarize_squared_errors(e2)
             if e in pred:
                 p, sp, _, _ = summarize_squared_errors(pred[e])
@@ -168,8 +177,8 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
             rows.append(dict(estimator=e, G=G, mse=mse, se=se, ci_low=lo, ci_high=hi,
                              rel_mse=mse / gnorm2, n_reps=n_reps, predicted=p,
                              predicted_se=sp, z=z))
-        dv = err2[:, col[("vanilla", G)]] - err2[:, col[("oracle", G)]]
-        dg = err2[:, col[("grpo", G)]] - err2[:, col[("oracle", G)]]
+        dv = err2[("vanilla", G)] - err2[("oracle", G)]
+        dg = err2[("grpo", G)] - err2[("oracle", G)]
         m_vo, se_vo, _, _ = summarize_squared_errors(dv)
         m_go, se_go, _, _ = summarize_squared_errors(dg)
         p_vo, sp_vo, _, _ = summarize_squared_errors(d_vo / G)
