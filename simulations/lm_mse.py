@@ -79,6 +79,26 @@ CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("base", "trace"),
               ("instruct", "trace"), ("icl", "answer"), ("icl", "trace"))
 
 
+#: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
+MODEL_DTYPES = ("float32", "bfloat16")
+
+
+def check_model_options(s) -> None:
+    """Check the model options of a Settings: ``model_chunk`` and ``model_memory_budget`` (an
+    integer >= 1 or None), ``model_dtype`` (:data:`MODEL_DTYPES`), ``model_pad_id`` (an
+    integer >= 0 or None); a ``ValueError`` naming the field otherwise."""
+    for name in ("model_chunk", "model_memory_budget"):
+        v = getattr(s, name, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    if getattr(s, "model_dtype", "float32") not in MODEL_DTYPES:
+        raise ValueError(f"model_dtype must be one of {', '.join(MODEL_DTYPES)}, got "
+                         f"{s.model_dtype!r}")
+    v = getattr(s, "model_pad_id", None)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise ValueError(f"model_pad_id must be an integer >= 0 or None, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """``warmup``: the three policies' configuration; ``n_questions`` evaluation questions x G
@@ -169,26 +189,6 @@ SCHEMA = {
                   frac_varied="float", grad_norm2="float", dim="int", n_questions="int",
                   n_samples="int", response_len="int"),
 }
-
-
-#: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
-MODEL_DTYPES = ("float32", "bfloat16")
-
-
-def check_model_options(s) -> None:
-    """Check the model options of a Settings: ``model_chunk`` and ``model_memory_budget`` (an
-    integer >= 1 or None), ``model_dtype`` (:data:`MODEL_DTYPES`), ``model_pad_id`` (an
-    integer >= 0 or None); a ``ValueError`` naming the field otherwise."""
-    for name in ("model_chunk", "model_memory_budget"):
-        v = getattr(s, name, None)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
-    if getattr(s, "model_dtype", "float32") not in MODEL_DTYPES:
-        raise ValueError(f"model_dtype must be one of {', '.join(MODEL_DTYPES)}, got "
-                         f"{s.model_dtype!r}")
-    v = getattr(s, "model_pad_id", None)
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-        raise ValueError(f"model_pad_id must be an integer >= 0 or None, got {v!r}")
 
 
 def phase_lines(name: str, stream=None):
