@@ -529,6 +529,8 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     with out_of_memory_as_value_error("loading the model"):
         policy, kind = load_model(model, cache_dir, warmup, dtype=dtype, pad_id=pad_id)
     bar.stage("loading", 1, 1)
+    if chunk is None:  # before any sampling: a budget too small for chunk 1 fails now
+        chunk = resolve_chunk(policy, None, m * n, memory_budget)
     if reward is None and kind == "hf":  # a chat model's answer may end a sentence: "42."
         reward_fn = reward_answer_text
     questions = [r["question"] for r in rows]
@@ -564,8 +566,6 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                 raise ValueError(f"reward must return a number, got {val!r}") from None
         return out
 
-    if chunk is None:
-        chunk = resolve_chunk(policy, None, m * n, memory_budget)
     if progress:
         print(f"advise: {m} x {n} responses of {R} tokens, {chunk} per-sample scores at once; "
               f"prompts: {prompt_format}", file=sys.stderr, flush=True)
