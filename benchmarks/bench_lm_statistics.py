@@ -23,7 +23,8 @@ wrapper process whose only child is the case.
     python benchmarks/bench_lm_statistics.py                      # both shapes, n = 16
     python benchmarks/bench_lm_statistics.py --models smollm2 --memory-budget 8GB
 
-Writes ``benchmarks/results/lm_statistics.md`` (the table, the machine and its load).
+Writes ``benchmarks/results/lm_statistics.md`` (the table, the machine and its load) and the
+raw rows as ``lm_statistics.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from grpo_theory.lm.memory import chunk_bytes, parse_memory
 
 ROOT = Path(__file__).resolve().parent
 SHAPES = {
@@ -196,10 +199,12 @@ def main(argv=None) -> None:
     ap.add_argument("--memory-budget", default=None,
                     help="budget of the stats case (default: half the available memory)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "lm_statistics.md")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite the markdown from the rows of the last run (the .json next "
+                         "to --out); nothing is measured")
     ap.add_argument("--run", nargs=2, metavar=("CKPT", "CASE"), help=argparse.SUPPRESS)
     ap.add_argument("--measure", nargs=2, metavar=("CKPT", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    from grpo_theory.lm.memory import parse_memory
 
     budget = None if args.memory_budget is None else parse_memory(args.memory_budget)
     if args.run:
@@ -209,6 +214,12 @@ def main(argv=None) -> None:
         return
     if args.measure:
         _measure([*args.measure, *_flags(args)])
+        return
+    if args.report_only:
+        saved = json.loads(args.out.with_suffix(".json").read_text())
+        text = _report(saved["rows"], args, saved["machine"], saved["load"])
+        args.out.write_text(text)
+        print(text)
         return
     machine = _machine()
     load = os.getloadavg()
@@ -231,6 +242,8 @@ def main(argv=None) -> None:
     text = _report(rows, args, machine, load)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(dict(machine=machine, load=load,
+                                                             rows=rows), indent=1) + "\n")
     print(text)
 
 
@@ -249,8 +262,8 @@ def _report(rows, args, machine, load) -> str:
              f"{' --memory-budget ' + args.memory_budget if args.memory_budget else ''}`: "
              f"n = {n} responses ({args.n_prompts} prompts x {args.n_samples} samples), "
              f"prompts of {args.prompt_len} random tokens, responses of {args.response_len} "
-             f"sampled tokens (random weights rarely emit EOS: {args.prompt_len + "
-             f"args.response_len} tokens per sequence), float32.", "",
+             f"sampled tokens (random weights rarely emit EOS: "
+             f"{args.prompt_len + args.response_len} tokens per sequence), float32.", "",
              f"Machine: {machine}. Load average at start {load[0]:.2f} / {load[1]:.2f} / "
              f"{load[2]:.2f} (1/5/15 min): the cores are shared with other jobs, so times "
              f"are slower and noisier than on an idle machine.", "",
@@ -261,17 +274,22 @@ def _report(rows, args, machine, load) -> str:
              "after the table. First call includes compilation. Peak RSS: "
              "`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper whose only child is the "
              "case.", "",
-             "| model | D | case | chunk | budget GiB | first call s | second call s | "
-             "peak RSS GiB | load avg |", "|---|---|---|---|---|---|---|---|---|"]
+             "`estimate GiB`: the budget's memory model at that chunk "
+             "(`grpo_theory.lm.memory.chunk_bytes`, float32).", "",
+             "| model | D | case | chunk | budget GiB | estimate GiB | first call s | "
+             "second call s | peak RSS GiB | load avg |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {TITLES[r['shape']]} | | {r['case']} | | | failed: "
+            lines.append(f"| {TITLES[r['shape']]} | | {r['case']} | | | | refused: "
                          f"{r['error']} | | {_gib(r['peak_rss_bytes'])} | "
                          f"{r['load_before']:.1f} |")
             continue
         lines.append(f"| {TITLES[r['shape']]} | {r['D']:,} | {r['case']} | "
                      f"{r.get('chunk') or '-'} | "
-                     f"{_gib(r['budget']) if r.get('budget') else '-'} | {r['first_s']:.1f} | "
+                     f"{_gib(r['budget']) if r.get('budget') else '-'} | "
+                     f"{_gib(chunk_bytes(r['D'], r['chunk'], dtype_bytes=4)) if r.get('chunk') else '-'} | "
+                     f"{r['first_s']:.1f} | "
                      f"{r['second_s']:.1f} | {_gib(r['peak_rss_bytes'])} | "
                      f"{r['load_before']:.1f} |")
     lines += ["", "Phases of `stats` (second call, seconds) and ratios to `plain`:", ""]
@@ -288,6 +306,41 @@ def _report(rows, args, machine, load) -> str:
                      f"{s['second_s'] / p['second_s']:.1f}x (per-sample scores alone "
                      f"{score_t / p['second_s']:.1f}x), peak memory "
                      f"{s['peak_rss_bytes'] / p['peak_rss_bytes']:.1f}x.")
+    for r in rows:
+        if "error" in r:
+            lines.append(f"* {TITLES[r['shape']]}, `{r['case']}`: refused before any "
+                         f"allocation ({'the default budget, half the available memory' if args.memory_budget is None else 'the given budget'}); "
+                         f"a larger `--memory-budget` would run it where that memory is free "
+                         f"(not forced here: the machine's memory is shared with other jobs).")
+    for r in rows:
+        if "error" not in r and r.get("chunk"):
+            est = chunk_bytes(r["D"], r["chunk"], dtype_bytes=4)
+            lines.append(f"* Memory model, {TITLES[r['shape']]}: {_gib(est)} GiB estimated at "
+                         f"chunk {r['chunk']}, {_gib(r['peak_rss_bytes'])} GiB measured "
+                         f"(the whole process: Python, JAX, the model, sampling and both "
+                         f"passes); the estimate is {est / r['peak_rss_bytes']:.2f}x the peak.")
+    ghost = [(TITLES[sh], by[(sh, "stats")]["second_phases"].get("scores", float("nan")),
+              by[(sh, "plain")]["second_s"], by[(sh, "stats")]["chunk"],
+              by[(sh, "stats")]["D"]) for sh in args.models
+             if (sh, "plain") in by and (sh, "stats") in by]
+    if ghost:
+        lines += ["", "**What ghost norms would save** (not implemented). For a linear layer "
+                  "``W`` with inputs ``a_t`` and output gradients ``g_t`` at the T positions of "
+                  "one sequence, the per-sample gradient is ``sum_t g_t a_t^T``, and its squared "
+                  "Frobenius norm is ``sum_{t,t'} (a_t . a_t')(g_t . g_t')``. That can be read "
+                  "from one batched backward pass at O(T^2 (d_in + d_out)) per layer and "
+                  "sample, with no D-sized vector per sample. The embedding (tied with the "
+                  "output layer here) needs the same trick on its one-hot inputs. The "
+                  "per-sample phase would then cost about one plain pass plus the T^2 "
+                  "terms, and its memory would be the plain pass's plus the float64 "
+                  "accumulators, with no chunk of D-sized scores:", ""]
+        for title, score_t, plain_t, chunk, d in ghost:
+            lines.append(f"* {title}: the per-sample scores took {score_t:.1f} s, "
+                         f"{score_t / plain_t:.1f}x the plain pass ({plain_t:.1f} s), so ghost "
+                         f"norms would save about {max(0.0, score_t - plain_t):.0f} s of "
+                         f"{score_t:.0f} s at n = {n}. They would also drop the chunk's "
+                         f"{chunk} x {d:,} scores (about "
+                         f"{chunk * d * 12 / 2**30:.1f} GiB in float32 + float64).")
     return "\n".join(lines) + "\n"
 
 

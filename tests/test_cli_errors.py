@@ -167,3 +167,64 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
         assert set(seen["texts"]) <= set(WORDS)
         assert res.prompt_format == said and res.chunk == 2
         assert f"prompts: {said}" in res.text() and "2 per-sample scores at once" in res.text()
+
+
+def test_study_model_options_reach_settings_and_cells(files):
+    """--memory-budget / --chunk / --dtype / --pad-id of a study with --model: Settings fields
+    and the model cells' configuration; bad Settings values are ValueErrors naming the field;
+    lm-rank's chunk holds whole groups and refuses a budget below one group."""
+    from grpo_theory.advisor.estimate import score_memory
+    from grpo_theory.experiments.registry import experiments
+    from grpo_theory.studies import lm_mse, lm_rank
+
+    exps = experiments()
+    args = cli._parser(exps).parse_args(["lm-mse", "--model", str(files / "hf"),
+                                         "--memory-budget", "1.5GiB", "--chunk", "3",
+                                         "--dtype", "bfloat16", "--pad-id", str(PAD)])
+    over = cli._model_overrides(args)
+    assert over == dict(model_memory_budget=3 * 2**29, model_chunk=3, model_dtype="bfloat16",
+                        model_pad_id=PAD)
+    s = cli._model_setting(exps, "lm-mse", "quick", args.model, over)
+    (c,) = exps["lm-mse"].cell_list(s)
+    assert {k: c.config[k] for k in ("memory_budget", "chunk", "dtype", "pad_id")} == dict(
+        memory_budget=3 * 2**29, chunk=3, dtype="bfloat16", pad_id=PAD)
+    # without the options: the default setting name (the budget's chunk is chosen in the cell)
+    s = cli._model_setting(exps, "lm-rank", "quick", str(files / "hf"))
+    assert s.model_chunk is None and s.model_dtype == "float32"
+    for field, bad in [("model_chunk", 0), ("model_memory_budget", -1),
+                       ("model_dtype", "float16"), ("model_pad_id", -2)]:
+        with pytest.raises(ValueError, match=field):
+            dataclasses.replace(lm_mse.SETTINGS["quick"], **{field: bad})
+    pol = hf.from_pretrained(files / "hf")
+    d, b = score_memory(pol)
+    cfg = dict(model_chunk=None, model_memory_budget=M.chunk_bytes(d, 6, dtype_bytes=b))
+    assert lm_rank._model_chunk(pol, cfg, 4, 100) == 6
+    assert lm_rank._model_chunk(pol, dict(cfg, model_chunk=2), 4, 100) == 4
+    with pytest.raises(ValueError, match="--memory-budget: one group of 8 per-sample scores"):
+        lm_rank._model_chunk(pol, cfg, 8, 100)
+
+
+def test_phase_progress_bars_and_lines():
+    """advise's phases: a tqdm bar each on a terminal, start and step lines otherwise, silent
+    when disabled; unknown phases (the gradients, reported by __call__) are ignored."""
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, log, off = Tty(), io.StringIO(), io.StringIO()
+    for stream, on in ((tty, True), (log, True), (off, False)):
+        p = A._Progress(on, stream)
+        for phase, total in (("loading", 1), ("sampling", 1), ("scores", 3), ("gradients", 2)):
+            for i in range(total + 1):
+                p.stage(phase, i, total)
+    assert off.getvalue() == ""
+    for desc in ("advise: loading the model", "advise: sampling responses",
+                 "advise: per-sample scores"):
+        assert desc in tty.getvalue() and f"{desc} ..." in log.getvalue()
+    assert "3/3" in tty.getvalue() and "gradients" not in tty.getvalue() + log.getvalue()
+    lines = log.getvalue().splitlines()
+    assert [ln.split(" (")[0] for ln in lines if "per-sample" in ln] == [
+        "advise: per-sample scores ...", "advise: per-sample scores 1/3",
+        "advise: per-sample scores 2/3", "advise: per-sample scores 3/3"]
