@@ -582,7 +582,7 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
     k = -(-n_chunks // SCORE_CALLS)
     rows = k * chunk
     calls = -(-n // rows)
-    acc, sq = 0.0, []
+    acc, sq = None, []
     if stage is not None:
         stage("scores", 0, calls)
     for i in range(calls):
@@ -596,7 +596,10 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
         with out_of_memory_as_value_error(f"the per-sample scores (chunk {chunk} of "
                                           f"{score_memory(policy)[0]:,} parameters)"):
             a, q = policy.score_contractions(bx, by, bw, chunk=chunk)
-        acc = acc + np.asarray(a)
+        if acc is None:  # one host copy, then added in place (no third D-sized array)
+            acc = np.array(a, dtype=np.float64)
+        else:
+            acc += np.asarray(a)
         sq.append(np.asarray(q)[:rows - pad if calls > 1 else None])
         if stage is not None:
             stage("scores", i + 1, calls)
