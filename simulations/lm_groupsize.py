@@ -49,7 +49,8 @@ from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig
 
 from .lm_mse import SETTINGS as MSE_SETTINGS
-from .lm_mse import _absolute, model_path, model_policy, policies
+from .lm_mse import (_absolute, check_model_options, model_path, model_policy, phase_lines,
+                     policies)
 
 __all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "bootstrap_best_g", "summary", "prediction", "report", "plot",
@@ -83,7 +84,9 @@ class Settings:
     accuracy on ``n_eval`` questions at ``checkpoints``; training prompts from a pool of
     ``n_pool``; G* from ``gstar_samples`` responses per question) and the two extra sweeps.
     ``model``: a Hugging Face checkpoint directory to start from (absolute path; None: the
-    instruct warm-up policy), ``model_chunk`` its per-sample scores held at once."""
+    instruct warm-up policy), ``model_chunk`` its per-sample scores held at once (None: the
+    largest that fits in ``model_memory_budget`` bytes, None: half the available memory),
+    ``model_dtype`` and ``model_pad_id`` as in :class:`.lm_mse.Settings`."""
 
     warmup: WarmupConfig
     budgets: tuple
@@ -98,13 +101,15 @@ class Settings:
     knob: Sweep
     practical: Sweep
     model: str | None = None
-    model_chunk: int = 8
+    model_chunk: int | None = None
+    model_memory_budget: int | None = None
+    model_dtype: str = "float32"
+    model_pad_id: int | None = None
 
     def __post_init__(self):
+        check_model_options(self)
         if self.model is not None:
             object.__setattr__(self, "model", _absolute(self.model))
-        if int(self.model_chunk) != self.model_chunk or self.model_chunk < 1:
-            raise ValueError(f"model_chunk must be an integer >= 1, got {self.model_chunk!r}")
 
 
 SETTINGS = {
@@ -146,7 +151,9 @@ def cells(s: Settings) -> list[Cell]:
     With ``s.model`` every configuration also holds the checkpoint's path (checked here)."""
     data = dict(warmup=s.warmup, n_eval=s.n_eval)
     if s.model is not None:
-        data.update(model=model_path(s.model), model_chunk=s.model_chunk)
+        data.update(model=model_path(s.model), model_chunk=s.model_chunk,
+                    model_memory_budget=s.model_memory_budget, model_dtype=s.model_dtype,
+                    model_pad_id=s.model_pad_id)
     pkind = "prediction" if s.model is None else "prediction_model"
     run = dict(data, n_pool=s.n_pool, steps=s.steps, checkpoints=tuple(s.checkpoints), lr=s.lr)
 
@@ -185,14 +192,18 @@ def cell(config: dict, key) -> dict | list[dict]:
     training run from it (rows per checkpoint)."""
     wcfg = config["warmup"]
     model = config.get("model")
-    start = policies(wcfg)["instruct"][0] if model is None else model_policy(model)
+    start = (policies(wcfg)["instruct"][0] if model is None else
+             model_policy(model, config.get("model_dtype", "float32"),
+                          config.get("model_pad_id")))
     task = dataclasses.replace(wcfg.task, hard_fraction=config["hard_fraction"])
     tag = dict(sweep=config["sweep"], hard_fraction=config["hard_fraction"])
     if config["measure"] == "prediction":
         questions, _ = _questions(task, config["n_eval"], None)
         if model is not None:
             p = advised_group_size(start, questions, config["gstar_samples"], key,
-                                   chunk=config["model_chunk"])
+                                   chunk=config["model_chunk"],
+                                   memory_budget=config.get("model_memory_budget"),
+                                   stage=phase_lines(f"{NAME} model"))
         else:
             p = predicted_group_size(start, questions, config["gstar_samples"],
                                      seed=key_seed(key))

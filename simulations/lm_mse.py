@@ -41,6 +41,8 @@ exact teacher-forcing route, replicate gradients or three policies and are not r
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -59,6 +61,7 @@ from grpo_theory.lm.warmup import POLICIES, QUICK_WARMUP, WarmupConfig, accuracy
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "policies", "model_path", "model_policy", "response_texts",
+           "MODEL_DTYPES", "check_model_options", "phase_lines",
            "model_cell", "policy_accuracies", "accuracy_order", "checks",
            "report", "plot", "EXPERIMENT"]
 
@@ -76,6 +79,26 @@ CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("base", "trace"),
               ("instruct", "trace"), ("icl", "answer"), ("icl", "trace"))
 
 
+#: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
+MODEL_DTYPES = ("float32", "bfloat16")
+
+
+def check_model_options(s) -> None:
+    """Check the model options of a Settings: ``model_chunk`` and ``model_memory_budget`` (an
+    integer >= 1 or None), ``model_dtype`` (:data:`MODEL_DTYPES`), ``model_pad_id`` (an
+    integer >= 0 or None); a ``ValueError`` naming the field otherwise."""
+    for name in ("model_chunk", "model_memory_budget"):
+        v = getattr(s, name, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    if getattr(s, "model_dtype", "float32") not in MODEL_DTYPES:
+        raise ValueError(f"model_dtype must be one of {', '.join(MODEL_DTYPES)}, got "
+                         f"{s.model_dtype!r}")
+    v = getattr(s, "model_pad_id", None)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise ValueError(f"model_pad_id must be an integer >= 0 or None, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     """``warmup``: the three policies' configuration; ``n_questions`` evaluation questions x G
@@ -88,7 +111,9 @@ class Settings:
     ``model``: a Hugging Face checkpoint directory (stored as an absolute path; None: the
     package's warm-up policies) and, for it, ``model_samples`` responses per question of
     ``model_response_len`` tokens, ``model_chunk`` per-sample scores held at once (each is a
-    parameter-sized vector)."""
+    parameter-sized vector; None: the largest that fits in ``model_memory_budget`` bytes,
+    None: half the memory available where the cell runs), ``model_dtype`` (float32 or
+    bfloat16) and ``model_pad_id`` (None: the checkpoint's)."""
 
     warmup: WarmupConfig
     n_questions: int
@@ -103,16 +128,20 @@ class Settings:
     model: str | None = None
     model_samples: int = 16
     model_response_len: int = 32
-    model_chunk: int = 8
+    model_chunk: int | None = None
+    model_memory_budget: int | None = None
+    model_dtype: str = "float32"
+    model_pad_id: int | None = None
 
     def __post_init__(self):
+        check_model_options(self)
         if self.model is not None:
             object.__setattr__(self, "model", _absolute(self.model))
             if self.n_questions < 3 or self.model_samples < 3:
                 raise ValueError(f"with a model, n_questions and model_samples must be >= 3 "
                                  f"(the advisor's U-statistics), got {self.n_questions!r} and "
                                  f"{self.model_samples!r}")
-        for name in ("model_response_len", "model_chunk"):
+        for name in ("model_response_len",):
             if int(getattr(self, name)) != getattr(self, name) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got "
                                  f"{getattr(self, name)!r}")
@@ -162,6 +191,24 @@ SCHEMA = {
 }
 
 
+def phase_lines(name: str, stream=None):
+    """A ``stage(phase, done, total)`` callback (:func:`grpo_theory.advisor.estimate.
+    lm_rollout_statistics`) printing ``[name] phase done/total (seconds)`` lines to stderr:
+    the progress inside a long model cell."""
+    t0 = {}
+
+    def stage(phase, done, total):
+        t0.setdefault(phase, time.time())
+        if done == 0:
+            return
+        step = max(1, total // 10)
+        if done == total or done % step == 0:
+            print(f"[{name}] {phase} {done}/{total} ({time.time() - t0[phase]:.1f}s)",
+                  file=stream if stream is not None else sys.stderr, flush=True)
+
+    return stage
+
+
 def _absolute(path) -> str:
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ValueError(f"model must be a checkpoint directory path (str), got {path!r}")
@@ -192,12 +239,13 @@ def model_path(path) -> str:
 
 
 @lru_cache(maxsize=2)
-def model_policy(path: str):
-    """The :class:`~grpo_theory.lm.hf.HFPolicy` of a checkpoint directory, loaded once per
-    process (its compiled functions are then shared by every cell)."""
+def model_policy(path: str, dtype: str = "float32", pad_id: int | None = None):
+    """The :class:`~grpo_theory.lm.hf.HFPolicy` of a checkpoint directory in ``dtype`` with
+    padding id ``pad_id`` (None: the checkpoint's), loaded once per process (its compiled
+    functions are then shared by every cell)."""
     from grpo_theory.lm.hf import from_pretrained
 
-    return from_pretrained(model_path(path))
+    return from_pretrained(model_path(path), dtype=dtype, pad_id=pad_id)
 
 
 def response_texts(policy, responses) -> list[str]:
@@ -219,7 +267,9 @@ def cells(s: Settings) -> list[Cell]:
                                    task=s.warmup.task, n_questions=s.n_questions,
                                    group_sizes=tuple(s.group_sizes),
                                    n_samples=s.model_samples,
-                                   response_len=s.model_response_len, chunk=s.model_chunk),
+                                   response_len=s.model_response_len, chunk=s.model_chunk,
+                                   memory_budget=s.model_memory_budget, dtype=s.model_dtype,
+                                   pad_id=s.model_pad_id),
                      kind="model")]
     common = dict(warmup=s.warmup)
     out = [Cell("accuracy", dict(common, measure="accuracy", n_samples=s.acc_samples,
@@ -280,7 +330,7 @@ def model_cell(config: dict, key) -> list[dict]:
     """
     from grpo_theory.advisor.estimate import estimate_scaling_constants
 
-    pol = model_policy(config["model"])
+    pol = model_policy(config["model"], config.get("dtype", "float32"), config.get("pad_id"))
     questions = eval_set(config["task"]).subset(np.arange(config["n_questions"]))
     x, _ = task_tokens(pol, questions)
     answers = np.asarray(questions.answer).tolist()
@@ -291,7 +341,9 @@ def model_cell(config: dict, key) -> list[dict]:
 
     est = estimate_scaling_constants(pol, None, config["n_samples"], key, prompts=x,
                                      reward=reward, response_len=config["response_len"],
-                                     chunk=config["chunk"])
+                                     chunk=config["chunk"],
+                                     memory_budget=config.get("memory_budget"),
+                                     stage=phase_lines(f"{NAME} model"))
     ci = est.conf_int()
     v = est.prompt_values
     b = len(questions)

@@ -53,14 +53,16 @@ from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.core.stats import Estimate, estimate_mean, z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, cache_dir, check,
-                                            key_seed, float64)
+                                            float64, key_seed)
+from grpo_theory.advisor.estimate import resolve_chunk, score_memory
 from grpo_theory.lm.grpo import task_tokens, train_grpo
+from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
                                  target_responses, train_pool)
 from grpo_theory.lm.warmup import POLICIES, QUICK_WARMUP, WarmupConfig, cached_policies
 
-from .lm_mse import _absolute, model_path, model_policy
+from .lm_mse import _absolute, check_model_options, model_path, model_policy
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
            "RUN_POLICY", "Run", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report",
@@ -116,7 +118,10 @@ class Settings:
     ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells;
     ``run``: the GRPO run measured at its checkpoints (None: no run); ``model``: a Hugging Face
     checkpoint directory (absolute path; None: the package's warm-up policies and ``pairs``;
-    else the checkpoint in the answer-only format, ``pairs`` unused)."""
+    else the checkpoint in the answer-only format, ``pairs`` unused) with ``model_chunk``
+    per-sample scores at once (None: the largest that fits in ``model_memory_budget`` bytes,
+    None: half the available memory; at least one group of ``max(group_sizes)``),
+    ``model_dtype`` and ``model_pad_id`` as in :class:`.lm_mse.Settings`."""
 
     warmup: WarmupConfig
     n_questions: int
@@ -127,8 +132,13 @@ class Settings:
     pairs: tuple = CELL_ORDER
     run: Run | None = None
     model: str | None = None
+    model_chunk: int | None = None
+    model_memory_budget: int | None = None
+    model_dtype: str = "float32"
+    model_pad_id: int | None = None
 
     def __post_init__(self):
+        check_model_options(self)
         if self.model is not None:
             object.__setattr__(self, "model", _absolute(self.model))
         if not 1 <= self.n_questions <= 500:
@@ -181,7 +191,9 @@ def cells(s: Settings) -> list[Cell]:
     meas = dict(warmup=s.warmup, n_questions=s.n_questions, group_sizes=tuple(s.group_sizes),
                 n_reps=s.n_reps, n_ref=s.n_ref, chunk=s.chunk)
     if s.model is not None:
-        meas = dict(meas, model=model_path(s.model), policy="model", fmt="answer")
+        meas = dict(meas, model=model_path(s.model), policy="model", fmt="answer",
+                    model_chunk=s.model_chunk, model_memory_budget=s.model_memory_budget,
+                    model_dtype=s.model_dtype, model_pad_id=s.model_pad_id)
         return [Cell("model_answer", meas)] + (
             [] if s.run is None else [Cell("run_model_answer", dict(meas, run=s.run),
                                            kind="run")])
@@ -218,6 +230,24 @@ def _zero_share_diff(zero, qx, exact: bool) -> Estimate:
     return Estimate(float(d.mean()), float(np.sqrt(np.sum(qx * (1 - qx)) / reps) / b), b)
 
 
+def _model_chunk(pol, config: dict, gmax: int, n_items: int) -> int:
+    """A checkpoint's chunk: ``model_chunk``, else the largest that fits in
+    ``model_memory_budget`` (:func:`~grpo_theory.advisor.estimate.resolve_chunk`); the
+    group Gram matrices hold whole groups, so a ``ValueError`` naming ``--memory-budget`` when
+    the budget does not fit one group of ``gmax`` scores."""
+    if config.get("model_chunk") is not None:
+        return max(int(config["model_chunk"]), gmax)
+    budget = config.get("model_memory_budget")
+    chunk = resolve_chunk(pol, None, n_items, budget)
+    if chunk < gmax:
+        d, b = score_memory(pol)
+        raise ValueError(f"--memory-budget: one group of {gmax} per-sample scores of a "
+                         f"{d:,}-parameter model needs about "
+                         f"{format_bytes(chunk_bytes(d, gmax, dtype_bytes=b))}, more than the "
+                         f"budget allows; raise --memory-budget or use --dtype bfloat16")
+    return chunk
+
+
 def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarray]:
     """Rank measures, zero-advantage share and entropy for every G at the policy ``pol`` on the
     questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``.
@@ -249,7 +279,10 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
                                                                gmax, 0)),
                    np.float64).reshape(b * reps, gmax)
     lp = np.asarray(pol.log_probs(np.repeat(xs, gmax, 0), y), np.float64)
-    K = group_score_grams(pol, xs, y.reshape(b * reps, gmax, -1), chunk=config["chunk"])
+    chunk = config["chunk"] if "model" not in config else _model_chunk(pol, config, gmax,
+                                                                       b * reps * gmax)
+    with out_of_memory_as_value_error(f"the per-sample scores (groups of {gmax}, chunk {chunk})"):
+        K = group_score_grams(pol, xs, y.reshape(b * reps, gmax, -1), chunk=chunk)
     rows = group_rank_table(K, z, y.reshape(b * reps, gmax, -1), config["group_sizes"],
                             ESTIMATOR)
     out = []
@@ -273,7 +306,8 @@ def cell(config: dict, key) -> list[dict]:
     a warm-up policy or (``config["model"]``) a Hugging Face checkpoint."""
     wcfg = config["warmup"]
     if "model" in config:
-        pol, icl = model_policy(config["model"]), False
+        pol, icl = model_policy(config["model"], config.get("model_dtype", "float32"),
+                                config.get("model_pad_id")), False
     else:
         pol, icl = cached_policies(cache_dir() / "lm", wcfg,
                                    log=lambda m: None)[0][config["policy"]]

@@ -33,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from .. import _validation as V
 from .._cache import cache_dir as default_cache_dir
+from ..lm.memory import out_of_memory_as_value_error
 from ..lm.task import reward_answer_text, reward_text
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
-                       t_quantile)
+                       resolve_chunk, t_quantile)
 
 __all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward", "load_model",
            "exact_answer_reward", "c1_warning",
@@ -140,7 +142,7 @@ def load_reward(spec=None):
     return fn
 
 
-def load_model(spec, cache_dir=None, warmup=None):
+def load_model(spec, cache_dir=None, warmup=None, *, dtype=None, pad_id=None):
     """The policy named by ``spec``.
 
     Args:
@@ -152,6 +154,10 @@ def load_model(spec, cache_dir=None, warmup=None):
         cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
         warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
             setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
+        dtype: a Hugging Face checkpoint's parameter and compute dtype (``"float32"``,
+            ``"bfloat16"``; None: float32); the package's models are float32 only.
+        pad_id: a Hugging Face checkpoint's left-padding / fill id (None: the checkpoint's
+            pad token, else its first EOS id); not accepted for the package's models.
 
     Returns:
         ``(policy, kind)`` with ``kind`` ``"package"`` or ``"hf"``.
@@ -165,6 +171,13 @@ def load_model(spec, cache_dir=None, warmup=None):
         return spec, "package"
     if not isinstance(spec, (str, os.PathLike)):
         raise ValueError(f"model must be a name, a path or an LMPolicy, got {type(spec).__name__}")
+    p = Path(spec).expanduser()
+    is_hf = p.is_dir() or (p.is_file() and p.suffix.lower() == ".gguf")
+    if not is_hf and (pad_id is not None or dtype not in (None, "float32")):
+        raise ValueError(f"pad_id and dtype apply to Hugging Face checkpoints (a directory or a "
+                         f".gguf file) only "
+                         f"(the package's models use their own PAD and float32); model "
+                         f"{str(spec)!r} is not one, got pad_id={pad_id!r}, dtype={dtype!r}")
     if str(spec) in PACKAGE_MODELS:
         from ..lm.warmup import QUICK_WARMUP, WarmupConfig, cached_policies
 
@@ -177,7 +190,6 @@ def load_model(spec, cache_dir=None, warmup=None):
             raise ValueError(f"warmup must be 'quick', 'full' or a WarmupConfig, got {warmup!r}")
         pols = cached_policies(folder, warmup, log=lambda m: None)[0]
         return pols[str(spec)][0], "package"
-    p = Path(spec).expanduser()
     if p.is_file() and p.suffix == ".npz":
         from ..lm.model import ModelConfig, make_apply, make_sampler
         from ..lm.warmup import load_checkpoint
@@ -193,10 +205,11 @@ def load_model(spec, cache_dir=None, warmup=None):
                              f"config (d_model, n_layers, n_heads)") from None
         params, _ = load_checkpoint(p, cfg)
         return LMPolicy(params, make_apply(cfg), make_sampler(cfg)), "package"
-    if p.is_dir() or (p.is_file() and p.suffix.lower() == ".gguf"):
+    if is_hf:
         from ..lm.hf import from_pretrained
 
-        return from_pretrained(p), "hf"
+        return from_pretrained(p, dtype="float32" if dtype is None else dtype,
+                               pad_id=pad_id), "hf"
     raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
                      f"package checkpoint (.npz), a Hugging Face checkpoint directory nor a "
                      f".gguf file")
@@ -269,6 +282,9 @@ class AdviceResult:
         prompt_values: (m,) the per-prompt pass rates ``V-hat``.
         files: paths written (CSV, figure).
         seconds: wall time.
+        prompt_format: how the questions were turned into prompts (the checkpoint's chat
+            template, raw text, or the package's character tokenizer).
+        chunk: per-sample scores held at once (from the memory budget unless given).
     """
 
     estimate: ScalingEstimate
@@ -278,16 +294,21 @@ class AdviceResult:
     prompt_values: np.ndarray = field(repr=False)
     files: tuple = ()
     seconds: float = 0.0
+    prompt_format: str = ""
+    chunk: int | None = None
 
     def text(self) -> str:
         """A plain-text report (what the command prints)."""
         e, v = self.estimate, self.prompt_values
         qs = np.quantile(v, [0.1, 0.5, 0.9])
         lines = [f"advise: {e.n_prompts} prompts x {e.n_samples} responses "
-                 f"({self.seconds:.1f}s)",
+                 f"({self.seconds:.1f}s)"
+                 + (f", {self.chunk} per-sample scores at once" if self.chunk else ""),
                  f"V-hat: mean {v.mean():.3f}, q10/median/q90 {qs[0]:.3f}/{qs[1]:.3f}/"
                  f"{qs[2]:.3f}, share V-hat=0 {np.mean(v == 0):.3f}, V-hat=1 {np.mean(v == 1):.3f}",
                  "constants (95% CI):"]
+        if self.prompt_format:
+            lines.insert(1, f"prompts: {self.prompt_format}")
         for name, r in self.constants.iterrows():
             lines.append(f"  {name:<12} {r.estimate:.4g}  [{r.ci_low:.4g}, {r.ci_high:.4g}]")
         lines.append("per G: zero-variance share (predicted | empirical), grpo/oracle MSE ratio")
@@ -382,21 +403,47 @@ def _write_csv(path, rows, header):
         w.writerows(rows)
 
 
+_STAGES = {"loading": "loading the model", "sampling": "sampling responses",
+           "scores": "per-sample scores"}
+
+
 class _Progress:
-    """tqdm bar on a terminal, plain lines otherwise (``enabled=False``: silent)."""
+    """tqdm bars on a terminal, plain lines otherwise (``enabled=False``: silent): one per
+    phase (:meth:`stage`: loading, sampling, per-sample scores) and the per-prompt gradients
+    (``__call__``)."""
 
     def __init__(self, enabled, stream=None):
         self.stream = stream if stream is not None else sys.stderr
         self.enabled, self.bar, self.last = enabled, None, -1
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.phase_bar, self.current, self.t0 = None, None, time.time()
+
+    def stage(self, phase, done, total):
+        """``phase`` (a key of ``_STAGES``; others ignored) at ``done`` of ``total`` steps."""
+        if not self.enabled or phase not in _STAGES:
+            return
+        desc = f"advise: {_STAGES[phase]}"
+        if phase != self.current:
+            self.current, self.t0 = phase, time.time()
+            if self.tty:
+                self.phase_bar = tqdm(total=total, desc=desc, file=self.stream)
+            else:
+                print(f"{desc} ...", file=self.stream, flush=True)
+        if self.tty:
+            self.phase_bar.update(done - self.phase_bar.n)
+        elif done:
+            print(f"{desc} {done}/{total} ({time.time() - self.t0:.1f}s)", file=self.stream,
+                  flush=True)
+        if done == total:
+            if self.tty:
+                self.phase_bar.close()
+            self.current = None
 
     def __call__(self, done, total):
         if not self.enabled:
             return
         if self.tty:
             if self.bar is None:
-                from tqdm.auto import tqdm
-
                 self.bar = tqdm(total=total, desc="advise: prompts", file=self.stream)
             self.bar.update(done - self.bar.n)
             if done == total:
@@ -412,9 +459,10 @@ class _Progress:
 
 def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_samples: int = 16,
            budgets=DEFAULT_BUDGETS, group_sizes=DEFAULT_GROUP_SIZES, out=None, seed: int = 0,
-           fmt: str = "answer", response_len: int | None = None, chunk: int = 64,
-           progress: bool = True, cache_dir=None, warmup=None, figure: bool = True
-           ) -> AdviceResult:
+           fmt: str = "answer", response_len: int | None = None, chunk: int | None = None,
+           progress: bool = True, cache_dir=None, warmup=None, figure: bool = True,
+           memory_budget: int | None = None, dtype: str | None = None,
+           pad_id: int | None = None, chat_template: bool = True) -> AdviceResult:
     """Estimate c1, c2, c3 and G* of ``model`` on ``prompts`` and recommend G per budget.
 
     Args:
@@ -436,10 +484,24 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
             appended to questions that do not end with one; ignored for Hugging Face models.
         response_len: tokens sampled per response (default: the package format's length, 32
             for a Hugging Face model).
-        chunk: per-sample scores held at once.
-        progress: a progress bar (terminal) or plain lines (stderr).
+        chunk: per-sample scores held at once (each a parameter-sized vector); None: the
+            largest that fits in ``memory_budget``
+            (:func:`grpo_theory.lm.memory.chunk_for_budget`).
+        progress: progress bars (terminal) or plain lines (stderr) for loading, sampling,
+            per-sample scores and per-prompt gradients.
         cache_dir, warmup: the package checkpoints' cache (:func:`load_model`).
         figure: draw the figure when ``out`` is given.
+        memory_budget: bytes the statistics may use for ``chunk=None`` (None: half the
+            available memory, :func:`grpo_theory.lm.memory.default_memory_budget`).
+        dtype, pad_id: a Hugging Face checkpoint's dtype and padding id (:func:`load_model`).
+        chat_template: a Hugging Face checkpoint with a chat template gets each question as a
+            user message rendered by it (:meth:`grpo_theory.lm.hf.HFPolicy.chat`, the
+            assistant's turn opened), as the ``lm-*`` studies do; False (or a checkpoint
+            without one): the raw question text. Stated in the result's ``prompt_format``.
+
+    Raises:
+        ValueError: bad input, a budget too small for chunk 1, or an out-of-memory error of
+            XLA (naming ``--memory-budget`` and ``--chunk``).
 
     Returns:
         :class:`AdviceResult`.
@@ -461,19 +523,39 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     if not rows:
         raise ValueError("prompts must be non-empty")
     reward_fn = load_reward(reward)
-    policy, kind = load_model(model, cache_dir, warmup)
+    if chunk is not None:
+        chunk = V.positive_int("chunk", chunk)
+    if memory_budget is not None:
+        memory_budget = V.positive_int("memory_budget", memory_budget)
+    chat_template = V.boolean("chat_template", chat_template)
+    bar = _Progress(progress)
+    bar.stage("loading", 0, 1)
+    with out_of_memory_as_value_error("loading the model"):
+        policy, kind = load_model(model, cache_dir, warmup, dtype=dtype, pad_id=pad_id)
+    bar.stage("loading", 1, 1)
+    if chunk is None:  # before any sampling: a budget too small for chunk 1 fails now
+        chunk = resolve_chunk(policy, None, m * n, memory_budget)
     if reward is None and kind == "hf":  # a chat model's answer may end a sentence: "42."
         reward_fn = reward_answer_text
     questions = [r["question"] for r in rows]
     answers = [r["answer"] for r in rows]
     if kind == "hf":
-        pool = policy.encode(questions)
+        if chat_template and policy.chat_template is not None:
+            pool = policy.encode(policy.chat(questions))
+            prompt_format = ("each question as a user message in the checkpoint's chat "
+                             "template (--no-chat-template: raw text)")
+        else:
+            pool = policy.encode(questions)
+            prompt_format = ("raw question text (--no-chat-template)" if chat_template is False
+                             and policy.chat_template is not None else
+                             "raw question text (the checkpoint has no chat template)")
         R = 32 if response_len is None else V.positive_int("response_len", response_len)
         texts_of = lambda y: _hf_texts(policy, y)
     else:
         from ..lm.task import RESPONSE_LEN, decode
 
         pool = _package_prompts(questions, fmt)
+        prompt_format = f"the package's character tokenizer ({fmt} format)"
         R = RESPONSE_LEN[fmt] if response_len is None else V.positive_int("response_len",
                                                                           response_len)
         texts_of = lambda y: [decode(row) for row in np.asarray(y)]
@@ -488,19 +570,19 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                 raise ValueError(f"reward must return a number, got {val!r}") from None
         return out
 
-    bar = _Progress(progress)
     if progress:
-        print(f"advise: sampling {m} x {n} responses of {R} tokens", file=sys.stderr,
-              flush=True)
+        print(f"advise: {m} x {n} responses of {R} tokens, {chunk} per-sample scores at once; "
+              f"prompts: {prompt_format}", file=sys.stderr, flush=True)
     est = estimate_scaling_constants(policy, m, n, seed, prompts=pool, reward=tok_reward,
-                                     response_len=R, chunk=chunk, progress=bar)
+                                     response_len=R, chunk=chunk, progress=bar,
+                                     stage=bar.stage)
     warning = c1_warning(est)
     if warning:
         warnings.warn(warning, stacklevel=2)
     constants = est.summary()
     by_group, by_budget = _tables(est, group_sizes, budgets)
     res = AdviceResult(est, constants, by_group, by_budget, est.prompt_values, (),
-                       time.time() - t0)
+                       time.time() - t0, prompt_format, chunk)
     if out is None:
         return res
     out = Path(out)
@@ -519,4 +601,4 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     if figure:
         files += _figure(res, out / "advice")
     return AdviceResult(est, constants, by_group, by_budget, est.prompt_values, tuple(files),
-                        time.time() - t0)
+                        time.time() - t0, prompt_format, chunk)

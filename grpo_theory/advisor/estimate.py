@@ -56,12 +56,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from ..lm.memory import chunk_for_budget, default_memory_budget, out_of_memory_as_value_error
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 from .._precision import float64
 
 __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
            "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
-           "estimate_scaling_constants", "lm_rollout_statistics"]
+           "estimate_scaling_constants", "lm_rollout_statistics", "resolve_chunk", "score_memory"]
 
 #: fewest responses per prompt: the order-3 U-statistics need 3 distinct responses
 MIN_SAMPLES = 3
@@ -645,8 +646,75 @@ def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, e
     return jax.grad(obj)(flat)
 
 
+def score_memory(policy) -> tuple[int, int]:
+    """``(D, bytes per parameter)`` of a policy's parameters (the widest floating leaf), what
+    :func:`grpo_theory.lm.memory.chunk_for_budget` needs; read from the leaves' shapes (no
+    copy)."""
+    leaves = jax.tree_util.tree_leaves(policy.params)
+    d = int(sum(np.size(x) for x in leaves))
+    widths = [np.dtype(x.dtype).itemsize for x in leaves
+              if hasattr(x, "dtype") and np.issubdtype(np.dtype(x.dtype), np.floating)]
+    return d, max(widths, default=4)
+
+
+def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulators: int = 1):
+    """The chunk of per-sample scores: ``chunk`` when given (an int >= 1), else the largest
+    that fits in ``memory_budget`` bytes (None: :func:`grpo_theory.lm.memory.
+    default_memory_budget`) by :func:`grpo_theory.lm.memory.chunk_for_budget`.
+
+    Raises:
+        ValueError: naming ``--memory-budget`` when even chunk 1 does not fit.
+    """
+    if chunk is not None:
+        return V.positive_int("chunk", chunk)
+    d, b = score_memory(policy)
+    budget = default_memory_budget() if memory_budget is None else V.positive_int(
+        "memory_budget", memory_budget)
+    return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
+                            n_accumulators=n_accumulators)
+
+
+#: pass 1 of :func:`lm_rollout_statistics` runs in at most this many calls (progress steps)
+SCORE_CALLS = 16
+
+
+def _streamed_contractions(policy, xs, y, weights, chunk, stage):
+    """``policy.score_contractions`` over all N rows in at most :data:`SCORE_CALLS` calls of
+    ``k * chunk`` rows each (equal shapes, one compile; the last call padded with zero-weight
+    copies of row 0), reporting ``stage("scores", done, total)`` after each call."""
+    n = xs.shape[0]
+    chunk = int(min(chunk, n))
+    n_chunks = -(-n // chunk)
+    k = -(-n_chunks // SCORE_CALLS)
+    rows = k * chunk
+    calls = -(-n // rows)
+    acc, sq = None, []
+    if stage is not None:
+        stage("scores", 0, calls)
+    for i in range(calls):
+        sl = slice(i * rows, min(n, (i + 1) * rows))
+        bx, by, bw = xs[sl], y[sl], weights[:, sl]
+        pad = rows - bx.shape[0]
+        if pad and calls > 1:
+            bx = np.concatenate([bx, np.repeat(xs[:1], pad, 0)])
+            by = np.concatenate([by, np.repeat(y[:1], pad, 0)])
+            bw = np.concatenate([bw, np.zeros((bw.shape[0], pad))], axis=1)
+        with out_of_memory_as_value_error(f"the per-sample scores (chunk {chunk} of "
+                                          f"{score_memory(policy)[0]:,} parameters)"):
+            a, q = policy.score_contractions(bx, by, bw, chunk=chunk)
+        if acc is None:  # one host copy, then added in place (no third D-sized array)
+            acc = np.array(a, dtype=np.float64)
+        else:
+            acc += np.asarray(a)
+        sq.append(np.asarray(q)[:rows - pad if calls > 1 else None])
+        if stage is not None:
+            stage("scores", i + 1, calls)
+    return acc, np.concatenate(sq)
+
+
 def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response_len: int,
-                          chunk: int = 64, progress=None):
+                          chunk: int | None = 64, progress=None, *, memory_budget=None,
+                          stage=None):
     """Rewards and inner products of a language-model policy, streamed (O(D) memory).
 
     Two passes over the same sampled responses: (1) per-sample scores in chunks of ``chunk``
@@ -663,44 +731,64 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         key: a JAX key or an integer seed.
         response_len: R >= 1 sampled tokens (the package's EOS, ``grpo_theory.lm.task.EOS``,
             ends a response; PAD after it).
-        chunk: per-sample scores held at once in pass 1 (>= 1).
+        chunk: per-sample scores held at once in pass 1 (>= 1), or None: the largest that fits
+            in ``memory_budget`` (:func:`resolve_chunk`).
         progress: optional ``progress(done, total)`` callback (prompts of pass 2).
+        memory_budget: bytes for ``chunk=None`` (None: half the available memory,
+            :func:`grpo_theory.lm.memory.default_memory_budget`).
+        stage: optional ``stage(phase, done, total)`` callback, ``phase`` one of
+            ``"sampling"`` (0/1 then 1/1), ``"scores"`` (the calls of pass 1) and
+            ``"gradients"`` (the prompts of pass 2).
 
     Returns:
-        dict with ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq`` (m,), ``mean_dot`` (m,)
-        and ``responses`` (m, n, R).
+        dict with ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq`` (m,), ``mean_dot`` (m,),
+        ``responses`` (m, n, R) and ``chunk`` (the chunk used).
+
+    Raises:
+        ValueError: also for an out-of-memory error of XLA (naming ``--memory-budget`` and
+            ``--chunk``).
     """
     key = V.key_or_seed(key)
     x = np.asarray(policy.check_prompts(prompts))
     m = x.shape[0]
     n = V.positive_int("n_samples", n_samples)
     R = V.positive_int("response_len", response_len)
-    chunk = V.positive_int("chunk", chunk)
+    chunk = resolve_chunk(policy, chunk, m * n, memory_budget)
     xs = np.repeat(x, n, axis=0)
-    y = np.asarray(policy.sample_blocked(key, xs, R))
+    if stage is not None:
+        stage("sampling", 0, 1)
+    with out_of_memory_as_value_error(f"sampling {m * n} responses"):
+        y = np.asarray(policy.sample_blocked(key, xs, R))
+    if stage is not None:
+        stage("sampling", 1, 1)
     rows = np.repeat(np.arange(m), n)
     z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
     if z.shape[0] != m * n:
         raise ValueError(f"reward must return one reward per response ({m * n}), got {z.shape[0]}")
-    acc, sq = policy.score_contractions(xs, y, (z / n)[None, :], chunk=chunk)
+    acc, sq = _streamed_contractions(policy, xs, y, (z / n)[None, :], chunk, stage)
     s_total = acc[0]
     mean_sq, mean_dot = np.zeros(m), np.zeros(m)
     zz = z.reshape(m, n)
     for a in range(m):
         sl = slice(a * n, (a + 1) * n)
-        g = np.asarray(_weighted_grad(policy.apply_fn, policy.params, jnp.asarray(xs[sl]),
-                                      jnp.asarray(y[sl]), jnp.asarray(zz[a] / n),
-                                      policy.temperature, tuple(policy.eos_ids)), np.float64)
+        with out_of_memory_as_value_error(f"the gradient of prompt {a + 1}'s {n} responses"):
+            g = np.asarray(_weighted_grad(policy.apply_fn, policy.params, jnp.asarray(xs[sl]),
+                                          jnp.asarray(y[sl]), jnp.asarray(zz[a] / n),
+                                          policy.temperature, tuple(policy.eos_ids)),
+                           np.float64)
         mean_sq[a], mean_dot[a] = g @ g, g @ s_total
         if progress is not None:
             progress(a + 1, m)
+        if stage is not None:
+            stage("gradients", a + 1, m)
     return dict(rewards=zz, sq_norms=np.asarray(sq).reshape(m, n), mean_sq=mean_sq,
-                mean_dot=mean_dot, responses=y.reshape(m, n, R))
+                mean_dot=mean_dot, responses=y.reshape(m, n, R), chunk=chunk)
 
 
 def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=0, *,
-                               prompts=None, reward=None, response_len=None, chunk: int = 64,
-                               alpha: float = 0.05, progress=None) -> ScalingEstimate:
+                               prompts=None, reward=None, response_len=None,
+                               chunk: int | None = 64, alpha: float = 0.05, progress=None,
+                               memory_budget=None, stage=None) -> ScalingEstimate:
     """Unbiased c1, c2, c3 and G* with 95% intervals from sampled rollouts of ``policy``.
 
     ``policy`` may be
@@ -725,7 +813,8 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
         n_prompts: m >= 3 prompts (:data:`MIN_PROMPTS`).
         n_samples: n >= 3 responses per prompt (:data:`MIN_SAMPLES`).
         seed: integer seed or JAX key.
-        prompts, reward, response_len, chunk, progress: the language-model route (above).
+        prompts, reward, response_len, chunk, progress, memory_budget, stage: the
+            language-model route (above; :func:`lm_rollout_statistics`).
         alpha: level of the ``*_ci`` attributes.
 
     Returns:
@@ -757,7 +846,8 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
             rows = np.asarray(jax.random.randint(kp, (m,), 0, pool.shape[0]))
         _check_sizes(len(rows), n)
         st = lm_rollout_statistics(policy, pool[rows], lambda r, y: reward(rows[r], y), n, ks,
-                                   response_len, chunk, progress)
+                                   response_len, chunk, progress, memory_budget=memory_budget,
+                                   stage=stage)
         return estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"],
                                       mean_sq=st["mean_sq"], mean_dot=st["mean_dot"], alpha=alpha)
     if n_prompts is None:

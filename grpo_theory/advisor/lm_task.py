@@ -17,7 +17,7 @@ __all__ = ["advised_group_size"]
 
 
 def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
-                       chunk: int = 8) -> dict:
+                       chunk: int | None = 8, memory_budget=None, stage=None) -> dict:
     r"""c1, c2, c3 and G* at ``policy`` from the advisor's sample-based unbiased estimators.
 
     For any policy (a Hugging Face checkpoint included): prompts and canonical responses of
@@ -34,7 +34,11 @@ def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
         questions: :class:`~grpo_theory.lm.task.Questions` (at least 3).
         n_samples: responses per question (>= 3).
         key: JAX key or integer seed.
-        chunk: per-sample scores held at once (each is a parameter-sized vector).
+        chunk: per-sample scores held at once (each is a parameter-sized vector); None: the
+            largest that fits in ``memory_budget`` bytes (None: half the available memory;
+            :func:`grpo_theory.advisor.estimate.resolve_chunk`).
+        memory_budget, stage: as in
+            :func:`grpo_theory.advisor.estimate.lm_rollout_statistics`.
 
     Returns:
         The columns of :func:`~grpo_theory.lm.grpo.predicted_group_size` plus ``c1_low,
@@ -48,7 +52,8 @@ def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
         return np.asarray(reward_exact_tokens(y, canon[np.asarray(rows)]), np.float64)
 
     est = estimate_scaling_constants(policy, None, n_samples, key, prompts=x, reward=reward,
-                                     response_len=canon.shape[1], chunk=chunk)
+                                     response_len=canon.shape[1], chunk=chunk,
+                                     memory_budget=memory_budget, stage=stage)
     ci = est.conf_int()
     g = est.g_star
     out = dict(c1=est.c1, c2=est.c2, c3=est.c3, G_paper=g - 1, G_continuous=g,

@@ -10,18 +10,24 @@
 
 ``--workers N`` runs the cells on a local Dask cluster of N processes; ``--scheduler ADDRESS``
 (or ``$GRPO_THEORY_SCHEDULER``) on an existing cluster. Tables are identical either way.
+
+Every failure is one line ``grpo-theory: error: ...`` on stderr with exit code 2 (bad input,
+a missing file, a model that does not fit in memory); ``GRPO_THEORY_DEBUG=1`` re-raises the
+exception with its traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 import warnings
 from pathlib import Path
 
 from ..advisor.advise import advise
+from ..lm.memory import HINT, is_out_of_memory, parse_memory
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import package_version, report_section, run_experiments
@@ -58,20 +64,47 @@ def _error(msg: str, code: int = 2) -> int:
     return code
 
 
+#: set to 1 to get the traceback of a failure instead of the one-line error
+DEBUG_ENV = "GRPO_THEORY_DEBUG"
+EPILOG = (f"Every failure is one line 'grpo-theory: error: ...' with exit code 2; "
+          f"{DEBUG_ENV}=1 re-raises it with its traceback (for developers).")
+
+
+def error_line(exc: BaseException) -> str:
+    """The one-line message of a failed run: the message of a ``ValueError`` / ``TypeError``
+    / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
+    (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
+    line breaks joined."""
+    if is_out_of_memory(exc):
+        msg = f"out of memory ({type(exc).__name__}): {HINT}"
+    elif isinstance(exc, (ValueError, TypeError)):
+        msg = str(exc)
+    elif isinstance(exc, OSError):
+        msg = (f"{exc.strerror}: {exc.filename!r}" if exc.strerror and exc.filename
+               else str(exc) or type(exc).__name__)
+    else:
+        msg = (f"{type(exc).__name__}: {exc} (a bug? {DEBUG_ENV}=1 shows the traceback)")
+    return " ".join(msg.split()) or type(exc).__name__
+
+
 def main(argv=None) -> int:
-    """Entry point of ``grpo-theory`` (exit 0 = every verdict PASS)."""
+    """Entry point of ``grpo-theory`` (exit 0 = every verdict PASS; 2 = an error, printed as
+    one line unless ``GRPO_THEORY_DEBUG=1``)."""
     try:
         return _main(argv)
-    except ValueError as e:
-        return _error(str(e))
     except KeyboardInterrupt:
         print("grpo-theory: interrupted; the finished cells are on disk and the same command "
               "resumes from them", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - every failure is one line for a user
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        return _error(error_line(e))
 
 
 def _parser(exps: dict) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpo-theory", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="grpo-theory", description=__doc__.splitlines()[0],
+                                     epilog=EPILOG)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     sub.add_parser("list", help="name every experiment with the claim it checks")
 
@@ -97,13 +130,57 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
     _advise_parser(sub)
     for name, exp in exps.items():
-        p = sub.add_parser(name, help=exp.claim)
+        p = sub.add_parser(name, help=exp.claim, epilog=EPILOG)
         common(p)
         p.add_argument("--model", default=None, metavar="PATH",
                        help="a Hugging Face checkpoint directory or a .gguf file (experiments "
-                            "with a model "
-                            f"setting only: {', '.join(_model_experiments(exps)) or 'none'})")
+                            f"with a model setting only: "
+                            f"{', '.join(_model_experiments(exps)) or 'none'}); its prompts are "
+                            "the task's question in the checkpoint's chat template when it has "
+                            "one, else plain text")
+        if _takes_model(exp):
+            _model_options(p)
     return parser
+
+
+#: CLI option -> Settings field of a study's model route (given only with --model)
+MODEL_OPTIONS = {"memory_budget": "model_memory_budget", "chunk": "model_chunk",
+                 "dtype": "model_dtype", "pad_id": "model_pad_id"}
+
+
+def _model_options(p) -> None:
+    """``--memory-budget``, ``--chunk``, ``--dtype``, ``--pad-id`` (Hugging Face models)."""
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="memory the per-sample scores may use, e.g. 4GB, 512MiB, '0.5 GiB' "
+                        "(default: half the memory available when the run starts); sets "
+                        "--chunk when that is not given")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="per-sample scores held at once, each the size of the model "
+                        "(default: the largest that fits in --memory-budget)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                   help="the Hugging Face model's parameter and compute dtype (default "
+                        "float32; bfloat16 halves the model's memory)")
+    p.add_argument("--pad-id", type=int, default=None,
+                   help="token id that left-pads prompts and fills responses after EOS "
+                        "(default: the checkpoint's pad token, else its first EOS id)")
+
+
+def _model_overrides(args) -> dict:
+    """The Settings fields given by the model options (``--memory-budget`` parsed to bytes;
+    a ``ValueError`` naming the option for a bad value)."""
+    out = {}
+    for opt, field in MODEL_OPTIONS.items():
+        v = getattr(args, opt, None)
+        if v is None:
+            continue
+        if opt == "memory_budget":
+            v = parse_memory(v)
+        elif opt == "chunk" and v < 1:
+            raise ValueError(f"--chunk must be an integer >= 1, got {v}")
+        elif opt == "pad_id" and v < 0:
+            raise ValueError(f"--pad-id must be a token id >= 0, got {v}")
+        out[field] = v
+    return out
 
 
 def _takes_model(exp) -> bool:
@@ -116,10 +193,10 @@ def _model_experiments(exps: dict) -> list:
     return [n for n, e in exps.items() if _takes_model(e)]
 
 
-def _model_setting(exps: dict, name: str, setting: str, model: str):
-    """``dataclasses.replace(settings, model=<absolute path>)``; a ``ValueError`` when the
-    experiment has no model setting or the path is neither a directory nor a .gguf file (before
-    any cell runs)."""
+def _model_setting(exps: dict, name: str, setting: str, model: str, overrides=None):
+    """``dataclasses.replace(settings, model=<absolute path>, **overrides)`` (``overrides``:
+    the model options' Settings fields); a ``ValueError`` when the experiment has no model
+    setting or the path is neither a directory nor a .gguf file (before any cell runs)."""
     exp = exps[name]
     if not _takes_model(exp):
         raise ValueError(f"--model is accepted only by experiments with a model setting "
@@ -130,7 +207,7 @@ def _model_setting(exps: dict, name: str, setting: str, model: str):
                          "file; give a local Hugging Face checkpoint directory (config.json, "
                          "tokenizer.json, *.safetensors) or a llama.cpp .gguf file; nothing is "
                          "downloaded")
-    return dataclasses.replace(exp.get_settings(setting), model=str(path))
+    return dataclasses.replace(exp.get_settings(setting), model=str(path), **(overrides or {}))
 
 
 def _int_list(text: str) -> tuple:
@@ -142,7 +219,15 @@ def _int_list(text: str) -> tuple:
 
 def _advise_parser(sub) -> None:
     p = sub.add_parser("advise", help="estimate c1, c2, c3, G* of a model from its rollouts and "
-                       "recommend the group size G per budget (not an experiment)")
+                       "recommend the group size G per budget (not an experiment)",
+                       description="Estimate c1, c2, c3 and G* of a model from n responses to "
+                       "each of m prompts and recommend the group size G per budget. A Hugging "
+                       "Face checkpoint with a chat template gets each question as a user "
+                       "message in that template (the assistant's turn opened), as the lm-* "
+                       "studies do; --no-chat-template sends the raw question text. The "
+                       "printed result says which. Phases (loading, sampling, per-sample "
+                       "scores, per-prompt gradients) show progress on stderr.",
+                       epilog=EPILOG)
     p.add_argument("--prompts", required=True, type=Path,
                    help='JSONL file, one {"question": ..., "answer": ...} per line')
     p.add_argument("--model", default="instruct",
@@ -165,6 +250,10 @@ def _advise_parser(sub) -> None:
     p.add_argument("--seed", default=0, type=int)
     p.add_argument("--no-figures", action="store_true", help="skip the figure")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
+    p.add_argument("--no-chat-template", action="store_true",
+                   help="send the raw question text to a Hugging Face checkpoint (default: "
+                        "the checkpoint's chat template when it has one)")
+    _model_options(p)
 
 
 def _advise(args) -> int:
@@ -174,7 +263,10 @@ def _advise(args) -> int:
                      n_samples=args.n_samples, budgets=args.budgets,
                      group_sizes=args.group_sizes, out=args.out, seed=args.seed, fmt=args.fmt,
                      response_len=args.response_len, progress=not args.no_progress,
-                     warmup=args.warmup, figure=not args.no_figures)
+                     warmup=args.warmup, figure=not args.no_figures, chunk=args.chunk,
+                     memory_budget=None if args.memory_budget is None
+                     else parse_memory(args.memory_budget), dtype=args.dtype,
+                     pad_id=args.pad_id, chat_template=not args.no_chat_template)
     print(res.text())
     return 0
 
@@ -194,9 +286,14 @@ def _main(argv=None) -> int:
 
     chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
     setting = "quick" if args.quick else "full"
+    overrides = _model_overrides(args)
     if getattr(args, "model", None) is not None:
-        setting = _model_setting(exps, args.cmd, setting, args.model)
+        setting = _model_setting(exps, args.cmd, setting, args.model, overrides)
         chosen[args.cmd].cell_list(setting)  # the checkpoint's checks, before any cell runs
+    elif overrides:
+        given = ", ".join("--" + o.replace("_", "-") for o in MODEL_OPTIONS
+                          if getattr(args, o, None) is not None)
+        raise ValueError(f"{given} apply to a Hugging Face model only: give --model PATH")
     check_out_dir(args.out)
     t0 = time.time()
     with open_executor(workers=args.workers, scheduler=args.scheduler) as ex:

@@ -1,0 +1,206 @@
+r"""Memory of the per-sample score statistics: a chunk chosen from a memory budget, and an
+out-of-memory error of XLA turned into a ``ValueError`` that says what to change.
+
+The streamed statistics (:func:`grpo_theory.lm.policy.score_contractions`, used by the advisor
+and the language-model studies) hold ``chunk`` per-sample scores of the D parameters at once:
+each is computed in the model's dtype (``dtype_bytes`` per parameter) and accumulated in float64
+(8 bytes), so the memory is about
+
+.. math:: M(c) = D\,(2 b + 8 K) + c \cdot f\,D\,(b + 8)
+
+bytes for chunk c, with b = ``dtype_bytes``, K accumulated weight rows (``n_accumulators``),
+the fixed part the parameters (as a pytree and flattened) and the float64 accumulators, and
+``f`` = ``overhead_factor`` >= 1 a margin for the activations and XLA's temporaries (the
+per-sample scores dominate: SmolLM2-135M holds 1.6 GB per sample in float32, its activations
+of 64 tokens about 15 MB). The largest c with ``M(c) <= budget`` is
+:func:`chunk_for_budget`.
+
+The default budget (:func:`default_memory_budget`) is :data:`DEFAULT_BUDGET_FRACTION` of the
+memory available now: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else the available
+physical pages (``os.sysconf``); on an accelerator, that fraction of the device's memory limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+
+import jax
+
+from .. import _validation as V
+
+__all__ = ["chunk_for_budget", "chunk_bytes", "parse_memory", "format_bytes",
+           "available_memory", "default_memory_budget", "out_of_memory_as_value_error",
+           "is_out_of_memory", "DEFAULT_BUDGET_FRACTION", "OVERHEAD_FACTOR"]
+
+#: share of the available memory the default budget allows
+DEFAULT_BUDGET_FRACTION = 0.5
+#: margin on the per-sample bytes for activations and XLA temporaries
+OVERHEAD_FACTOR = 1.25
+#: the advice appended to every memory error
+HINT = "lower --chunk or --memory-budget (or --n-samples), or use --dtype bfloat16"
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes as a short string in GiB / MiB (``"8.00 GiB"``)."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def parse_memory(text) -> int:
+    """A memory size in bytes from text: a number and an optional unit, case-insensitive:
+    ``B``, decimal ``KB MB GB TB`` (also ``K M G T``) or binary ``KiB MiB GiB TiB``.
+
+    ``parse_memory("4GB") == 4 * 10**9``, ``parse_memory("512MiB") == 512 * 2**20``,
+    ``parse_memory("0.5 GiB") == 2**29``.
+
+    Raises:
+        ValueError: naming ``--memory-budget``, for anything else or a size below 1 byte.
+    """
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ValueError(f"--memory-budget must be a size such as '4GB', '512MiB' or "
+                         f"'0.5 GiB', got {text!r}")
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"--memory-budget must be a number with an optional unit (B, KB, MB, "
+                         f"GB, TB, KiB, MiB, GiB, TiB), such as '4GB', '512MiB' or '0.5 GiB'; "
+                         f"got {text!r}")
+    n = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(n) or n < 1:
+        raise ValueError(f"--memory-budget must be at least 1 byte, got {text!r}")
+    return int(n)
+
+
+def available_memory() -> int:
+    """Bytes of host memory available now: ``MemAvailable`` of ``/proc/meminfo`` (Linux),
+    else ``SC_AVPHYS_PAGES * SC_PAGE_SIZE`` of ``os.sysconf``.
+
+    Raises:
+        OSError: when neither can be read (give ``--memory-budget``).
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        raise OSError("the available memory cannot be read (no /proc/meminfo, no "
+                      "os.sysconf('SC_AVPHYS_PAGES')); give --memory-budget") from None
+
+
+def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:
+    """The default memory budget: ``fraction`` of the memory available now.
+
+    On a CPU, of :func:`available_memory`; on an accelerator (JAX's default device is not a
+    CPU and reports ``bytes_limit``), of the device's free memory ``bytes_limit -
+    bytes_in_use``.
+
+    Args:
+        fraction: in (0, 1].
+
+    Returns:
+        Bytes (an int >= 1).
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction!r}")
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        stats = dev.memory_stats() or {}
+        if "bytes_limit" in stats:
+            free = int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+            return max(1, int(fraction * free))
+    return max(1, int(fraction * available_memory()))
+
+
+def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
+                n_accumulators: int = 1, overhead_factor: float = OVERHEAD_FACTOR) -> int:
+    """Estimated peak bytes of the streamed statistics at ``chunk`` per-sample scores held at
+    once: ``D (2 b + 8 K) + chunk f D (b + 8)`` (module docstring)."""
+    d, b = int(n_params), int(dtype_bytes)
+    return int(d * (2 * b + 8 * int(n_accumulators))
+               + int(chunk) * math.ceil(overhead_factor * d * (b + 8)))
+
+
+def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
+                     n_items: int, n_accumulators: int = 1,
+                     overhead_factor: float = OVERHEAD_FACTOR) -> int:
+    """The largest chunk of per-sample scores whose statistics fit in the budget.
+
+    The largest ``c`` in ``[1, n_items]`` with ``chunk_bytes(n_params, c) <=
+    memory_budget_bytes``: ``floor((budget - D (2 b + 8 K)) / (f D (b + 8)))`` clipped to
+    ``n_items``.
+
+    Args:
+        n_params: D >= 1, the model's parameters.
+        dtype_bytes: bytes per parameter of the model's dtype (4 float32, 2 bfloat16).
+        memory_budget_bytes: the budget (>= 1).
+        n_items: the number of per-sample scores to compute (>= 1; no chunk exceeds it).
+        n_accumulators: K >= 1 float64 (D,) accumulators held (weight rows).
+        overhead_factor: f >= 1, the margin on the per-sample bytes.
+
+    Returns:
+        The chunk, an int in ``[1, n_items]``.
+
+    Raises:
+        ValueError: naming ``--memory-budget`` and the bytes needed, when chunk 1 does not fit.
+    """
+    vals = {name: V.integer(name, v, 1) for name, v in (
+        ("n_params", n_params), ("dtype_bytes", dtype_bytes),
+        ("memory_budget_bytes", memory_budget_bytes), ("n_items", n_items),
+        ("n_accumulators", n_accumulators))}
+    if not (isinstance(overhead_factor, (int, float)) and overhead_factor >= 1
+            and math.isfinite(overhead_factor)):
+        raise ValueError(f"overhead_factor must be a finite number >= 1, got {overhead_factor!r}")
+    d, b, budget = vals["n_params"], vals["dtype_bytes"], vals["memory_budget_bytes"]
+    k = vals["n_accumulators"]
+    need = chunk_bytes(d, 1, dtype_bytes=b, n_accumulators=k, overhead_factor=overhead_factor)
+    if need > budget:
+        raise ValueError(f"--memory-budget {format_bytes(budget)} is too small for the "
+                         f"per-sample statistics of a {d:,}-parameter model: even chunk 1 "
+                         f"needs about {format_bytes(need)} ({b}-byte parameters, float64 "
+                         f"accumulators); give --memory-budget of at least "
+                         f"{math.ceil(need / 2**30 * 100) / 100:g}GiB or use --dtype bfloat16")
+    per = math.ceil(overhead_factor * d * (b + 8))
+    fixed = d * (2 * b + 8 * k)
+    return int(max(1, min(vals["n_items"], (budget - fixed) // per)))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is XLA's out-of-memory error (``jax.errors.JaxRuntimeError`` /
+    ``XlaRuntimeError`` whose message holds ``RESOURCE_EXHAUSTED``) or a ``MemoryError``."""
+    if isinstance(exc, MemoryError):
+        return True
+    names = {t.__name__ for t in type(exc).__mro__}
+    return bool(names & {"JaxRuntimeError", "XlaRuntimeError"}) and \
+        "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def _oom_bytes(exc) -> str:
+    m = re.search(r"allocating (\d+) bytes", str(exc))
+    return f" allocating {format_bytes(int(m.group(1)))}" if m else ""
+
+
+@contextlib.contextmanager
+def out_of_memory_as_value_error(what: str):
+    """Re-raise XLA's out-of-memory error (or a ``MemoryError``) raised inside the block as a
+    one-line ``ValueError`` naming ``--memory-budget`` / ``--chunk``.
+
+    Args:
+        what: the phase, for the message (``"the per-sample scores (chunk 4)"``).
+    """
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - only the out-of-memory errors are converted
+        if not is_out_of_memory(e):
+            raise
+        raise ValueError(f"out of memory{_oom_bytes(e)} in {what}: {HINT}") from None
