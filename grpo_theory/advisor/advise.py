@@ -37,6 +37,7 @@ import numpy as np
 from .. import _validation as V
 from .._cache import cache_dir as default_cache_dir
 from ..lm.task import reward_answer_text, reward_text
+from ..core.stats import ResultMixin
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
                        t_quantile)
 
@@ -256,8 +257,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
 
 
 @dataclass(frozen=True, eq=False)
-class AdviceResult:
-    """What :func:`advise` found.
+class AdviceResult(ResultMixin):
+    """What :func:`advise` found (``conf_int``/``summary``: those of ``estimate``).
 
     Attributes:
         estimate: the :class:`~.estimate.ScalingEstimate` (c1, c2, c3, G*, intervals).
@@ -278,6 +279,12 @@ class AdviceResult:
     prompt_values: np.ndarray = field(repr=False)
     files: tuple = ()
     seconds: float = 0.0
+
+    def _params(self):
+        return self.estimate._params()
+
+    def _bounds(self, alpha):
+        return self.estimate._bounds(alpha)
 
     def text(self) -> str:
         """A plain-text report (what the command prints)."""

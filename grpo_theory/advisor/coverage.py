@@ -34,13 +34,18 @@ from ..core.scaling import scaling_constants
 from ..core.ustat import prompt_moments
 from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
+from ..core.stats import ResultMixin
 
 __all__ = ["Coverage", "interval_coverage", "group_outcomes", "enumerated_expectation"]
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(ResultMixin):
     """Shares of repetitions whose intervals contain the exact values.
+
+    The :class:`~grpo_theory.core.stats.Result` interface (``conf_int``, ``summary``) covers the
+    Monte Carlo means of the c1, c2, c3 estimates over the repetitions (rows c1, c2, c3:
+    ``mean -/+ z se_mean``), the check that the estimators are unbiased.
 
     Attributes:
         c: (3,) coverage of c1, c2, c3 (jackknife, t quantile).
@@ -63,6 +68,9 @@ class Coverage:
     n_prompts: int
     n_samples: int
     method: str
+
+    def _params(self):
+        return ("c1", "c2", "c3"), self.mean, self.se_mean, None
 
 
 def _bootstrap_g(key, z, q, gram, n_boot, alpha):
