@@ -696,7 +696,7 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
 
 def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=0, *,
                                prompts=None, reward=None, response_len=None, chunk: int = 64,
-                               alpha: float = 0.05, progress=None) -> ScalingEstimate:
+                               alpha: float = 0.05, progress=None, key=None) -> ScalingEstimate:
     """Unbiased c1, c2, c3 and G* with 95% intervals from sampled rollouts of ``policy``.
 
     ``policy`` may be
@@ -721,6 +721,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
         n_prompts: m >= 3 prompts (:data:`MIN_PROMPTS`).
         n_samples: n >= 3 responses per prompt (:data:`MIN_SAMPLES`).
         seed: integer seed or JAX key.
+        key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
         prompts, reward, response_len, chunk, progress: the language-model route (above).
         alpha: level of the ``*_ci`` attributes.
 
@@ -731,7 +732,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
     from ..lm.policy import LMPolicy
 
     n = V.integer("n_samples", n_samples)
-    key = V.key_or_seed(seed, "seed")
+    key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     if isinstance(policy, tuple):
         if len(policy) != 2 or not callable(policy[1]):
             raise ValueError("a model given as a tuple must be (params, apply_fn) with a callable "

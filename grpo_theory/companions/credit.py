@@ -283,7 +283,8 @@ class MLPSequencePolicy(_EnumerablePolicy):
 
     @float64
     def __init__(self, reward, n_prompts: int, vocab_size: int, horizon: int, hidden: int = 16,
-                 seed: int = 0, eos: bool = True, init_scale: float = 1.0, prompt_probs=None):
+                 seed: int = 0, eos: bool = True, init_scale: float = 1.0, prompt_probs=None,
+                 *, key=None):
         V.positive_int("n_prompts", n_prompts, 1)
         self.hidden = V.positive_int("hidden", hidden, 1)
         n_out = vocab_size + int(eos)
@@ -299,7 +300,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
         pp, tt, vv = np.meshgrid(np.arange(P), np.arange(T), np.arange(Vp), indexing="ij")
         feats = np.concatenate([np.eye(P)[pp], np.eye(T)[tt], np.eye(Vp)[vv]], axis=-1)
         self.features = jnp.asarray(feats)  # (P, T, V+1, d_in)
-        k1, k2 = jax.random.split(V.seed_key(seed))
+        k1, k2 = jax.random.split(V.random_key(seed, key))
         w1 = jax.random.normal(k1, (d_in, hidden)) / np.sqrt(d_in)
         w2 = init_scale * jax.random.normal(k2, (hidden, n_out)) / np.sqrt(hidden)
         self.params = jnp.concatenate([w1.ravel(), jnp.zeros(hidden), w2.ravel(),
