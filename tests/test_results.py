@@ -194,8 +194,10 @@ def test_no_call_site_unpacks_a_conf_int_table():
     bad = []
     for folder in ("grpo_theory", "simulations", "tests", "benchmarks", "notebooks"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            bad += [f"{path.relative_to(ROOT)}:{n}" for n in _unpacked_conf_int(
-                ast.parse(path.read_text()))]
+            text = path.read_text()
+            if "conf_int" in text:
+                bad += [f"{path.relative_to(ROOT)}:{n}"
+                        for n in _unpacked_conf_int(ast.parse(text))]
     for path in sorted((ROOT / "docs").rglob("*.md")):
         text = path.read_text()
         bad += [f"{path.relative_to(ROOT)}:{i + 1}" for i, line in enumerate(text.splitlines())
@@ -357,9 +359,8 @@ def test_key_and_seed_agree():
 
     a = C.MLPSequencePolicy(reward, 2, 2, 2, hidden=3, seed=7)
     b = C.MLPSequencePolicy(reward, 2, 2, 2, hidden=3, seed=0, key=jax.random.PRNGKey(7))
-    c = C.MLPSequencePolicy(reward, 2, 2, 2, hidden=3, key=7)
     np.testing.assert_array_equal(np.asarray(a.params), np.asarray(b.params))
-    np.testing.assert_array_equal(np.asarray(a.params), np.asarray(c.params))
     assert V.random_key(3, None).tolist() == jax.random.PRNGKey(3).tolist()
+    assert V.random_key(0, 3).tolist() == jax.random.PRNGKey(3).tolist()  # an integer key
     with pytest.raises(ValueError, match="key"):
         V.random_key(0, "not a key")
