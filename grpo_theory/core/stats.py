@@ -137,8 +137,8 @@ class ResultMixin:
         """
         names = list(self._params()[0])
         lo, hi = self._bounds(alpha)
-        return pd.DataFrame({"lower": np.asarray(lo, np.float64).reshape(-1),
-                             "upper": np.asarray(hi, np.float64).reshape(-1)},
+        return pd.DataFrame({c: np.asarray(v, np.float64).reshape(-1)
+                             for c, v in zip(CONF_INT_COLUMNS, (lo, hi))},
                             index=names, dtype=float)
 
     def summary(self, alpha: float = 0.05) -> pd.DataFrame:
@@ -166,7 +166,10 @@ class ScalarResultMixin(ResultMixin):
     __slots__ = ()
 
     def interval(self, alpha: float = 0.05) -> tuple[float, float]:
-        """Normal interval ``value -/+ z_value(alpha) * se`` as a pair of floats.
+        """The interval ``value -/+ q se`` as a pair of floats.
+
+        ``q`` is :func:`z_value` ``(alpha)``, or :func:`t_value` when ``_params`` gives degrees
+        of freedom.
 
         Args:
             alpha: 1 - coverage (default 0.05, a 95% interval).
@@ -175,7 +178,7 @@ class ScalarResultMixin(ResultMixin):
             ``(low, high)``.
         """
         _, values, ses, _ = self._params()
-        h = z_value(alpha) * float(ses[0])
+        h = self._quantile(alpha) * float(ses[0])
         v = float(values[0])
         return v - h, v + h
 
