@@ -13,6 +13,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
 import warnings
 from dataclasses import is_dataclass
 from pathlib import Path
@@ -188,7 +189,14 @@ def _unpacked_conf_int(tree):
     return out
 
 
+#: a tuple target assigned a conf_int call, in a documentation code block
+UNPACK_DOC = re.compile(r"^\s*\w+\s*,\s*\w+\s*=\s*\S*\.conf_int\(.*$", re.M)
+
+
 def test_no_call_site_unpacks_a_conf_int_table():
+    code = "lo, hi = e.conf_int(0.1)\nci = e.conf_int()\nlo, hi = e.interval()"
+    assert len(UNPACK_DOC.findall(code)) == 1
+    assert len(UNPACK_DOC.findall("x = 1\n  lo, hi = r.conf_int()\nci = e.conf_int()")) == 1
     assert _unpacked_conf_int(ast.parse("lo, hi = e.conf_int()")) == [1]  # the check can fail
     assert _unpacked_conf_int(ast.parse("lo, hi = e.interval()\nci = e.conf_int()")) == []
     bad = []
@@ -198,10 +206,10 @@ def test_no_call_site_unpacks_a_conf_int_table():
             if "conf_int" in text:
                 bad += [f"{path.relative_to(ROOT)}:{n}"
                         for n in _unpacked_conf_int(ast.parse(text))]
-    for path in sorted((ROOT / "docs").rglob("*.md")):
-        text = path.read_text()
-        bad += [f"{path.relative_to(ROOT)}:{i + 1}" for i, line in enumerate(text.splitlines())
-                if "= " in line and ".conf_int(" in line and "," in line.split("=")[0]]
+    for path in sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]):
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+            code = "\n".join(line.split("#")[0] for line in block.splitlines())
+            bad += [f"{path.relative_to(ROOT)}: {m}" for m in UNPACK_DOC.findall(code)]
     assert not bad, bad
 
 
