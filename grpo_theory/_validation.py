@@ -7,14 +7,17 @@ floats, complex numbers and strings are refused where an integer or a real array
 
 from __future__ import annotations
 
+import functools
 import numbers
+import warnings
 
 import numpy as np
 
 __all__ = [
     "finite_array", "real_array", "unit_interval", "probability_vector", "same_shape",
     "positive_int", "integer", "seed_key", "group_run", "check_memory", "GiB",
-    "key_or_seed", "boolean", "real_scalar", "token_array", "is_concrete",
+    "key_or_seed", "boolean", "real_scalar", "token_array", "is_concrete", "renamed_arguments",
+    "random_key",
 ]
 
 GiB = 2**30
@@ -192,6 +195,59 @@ def key_or_seed(value, name: str = "key"):
     except ValueError:
         raise ValueError(f"{name} must be a JAX PRNG key or an integer seed, got {value!r} "
                          f"({type(value).__name__})") from None
+
+
+def random_key(seed=0, key=None):
+    """The PRNG key of a public function that takes ``seed`` and ``key`` (the package's rule).
+
+    ``key`` (a JAX key, or an integer converted by :func:`key_or_seed`) wins when given; else the
+    integer ``seed`` gives :func:`seed_key` ``(seed)``, exactly as before ``key`` was added.
+    """
+    if key is not None:
+        return key_or_seed(key, "key")
+    return seed_key(seed)
+
+
+def renamed_arguments(**old_to_new: str):
+    """Decorator: keyword arguments renamed in this release keep working, with a warning.
+
+    ``@renamed_arguments(G="group_size")`` maps a call's ``G=`` to ``group_size=`` and emits a
+    ``DeprecationWarning`` naming the new argument; passing both names is a ``TypeError``. The
+    wrapped function's signature (``inspect.signature``) is the new one; the map is kept in
+    ``fn.__renamed_arguments__`` (old -> new).
+
+    Args:
+        **old_to_new: old keyword name -> new keyword name.
+
+    Returns:
+        The decorator.
+    """
+    for old, new in old_to_new.items():
+        if not isinstance(new, str) or not new.isidentifier() or new == old:
+            raise ValueError(f"renamed_arguments: the new name for {old!r} must be another "
+                             f"identifier, got {new!r}")
+
+    def decorate(fn):
+        name = getattr(fn, "__name__", "function")
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{name}() got both {old!r} (deprecated) and {new!r}; "
+                                        f"pass only {new!r}")
+                    warnings.warn(f"{name}(): the argument {old!r} is deprecated and will be "
+                                  f"removed in the next release; use {new!r}",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        wrapper.__renamed_arguments__ = {**getattr(fn, "__renamed_arguments__", {}),
+                                         **old_to_new}
+        return wrapper
+
+    return decorate
 
 
 def boolean(name: str, value) -> bool:

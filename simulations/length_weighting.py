@@ -124,7 +124,7 @@ def cell(config: dict, key):
     if part == "sweep":
         eos = config["policy"] == "varied"
         pol = problems.length_policy() if eos else problems.length_policy(eos=False)
-        rows = LW.alpha_sweep(pol, np.asarray(config["alphas"]), G=config["G"],
+        rows = LW.alpha_sweep(pol, np.asarray(config["alphas"]), group_size=config["G"],
                               estimator=config["estimator"])
         return [dict(r, policy=config["policy"]) for r in rows]
     if part == "mc":

@@ -92,7 +92,8 @@ def test_modes_map_to_alpha(small):
 
 
 def test_no_alpha_unbiased_and_length_invariant():
-    rows = pd.DataFrame(LW.alpha_sweep(problems.length_policy(), np.linspace(0, 1, 11), G=8))
+    rows = pd.DataFrame(LW.alpha_sweep(problems.length_policy(), np.linspace(0, 1, 11),
+                                       group_size=8))
     assert (rows[rows.alpha < 1].sin > 1e-3).all()
     assert rows[rows.alpha == 1].sin.iloc[0] < 1e-12
     np.testing.assert_allclose(rows.token_slope, rows.alpha, atol=1e-12)
@@ -100,7 +101,8 @@ def test_no_alpha_unbiased_and_length_invariant():
     one = rows[rows.alpha == 1].iloc[0]
     assert one.token_slope == pytest.approx(1.0) and abs(one.grad_slope) > 0.1
     # equal lengths: every alpha is unbiased in direction
-    eq = pd.DataFrame(LW.alpha_sweep(problems.length_policy(eos=False, horizon=3), [0, 0.5, 1], G=8))
+    eq = pd.DataFrame(LW.alpha_sweep(problems.length_policy(eos=False, horizon=3), [0, 0.5, 1],
+                                     group_size=8))
     assert (eq.sin < 1e-7).all() and eq.token_slope.isna().all()
 
 
@@ -145,11 +147,11 @@ def test_exact_optimal_uses_b_star(small):
     """The exact expectation of "optimal" subtracts b*(x) (enumeration agrees), and the
     conditional advantages refuse "optimal" without b*(x) instead of using V(x)."""
     for est in ("optimal", "oracle"):
-        _, per = LW.exact_expected_gradient(small, 0.5, est, G=2)
-        _, per_enum = LW.enumerate_expected_gradient(small, 0.5, est, G=2)
+        _, per = LW.exact_expected_gradient(small, 0.5, est, group_size=2)
+        _, per_enum = LW.enumerate_expected_gradient(small, 0.5, est, group_size=2)
         np.testing.assert_allclose(per, per_enum, rtol=0, atol=TOL)
-    _, per_opt = LW.exact_expected_gradient(small, 0.5, "optimal", G=2)
-    _, per_orc = LW.exact_expected_gradient(small, 0.5, "oracle", G=2)
+    _, per_opt = LW.exact_expected_gradient(small, 0.5, "optimal", group_size=2)
+    _, per_orc = LW.exact_expected_gradient(small, 0.5, "oracle", group_size=2)
     assert np.abs(np.asarray(per_opt - per_orc)).max() > 1e-6  # alpha < 1: b enters the mean
     with pytest.raises(ValueError, match="optimal_baseline"):
         LW.conditional_advantages("optimal", np.array([0.5]), 4)

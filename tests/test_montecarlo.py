@@ -73,8 +73,9 @@ def test_result_type_levels():
     r = gt.mc_mse(BANDITS["rand-3x4"], "grpo", 4, n_reps=2_000, seed=1)
     e = r.estimate
     assert (e.value, e.se, e.n) == (r.mse, r.se, 2_000)
-    assert r.conf_int() == (r.ci_low, r.ci_high)
-    lo99, hi99 = r.conf_int(alpha=0.01)
+    assert r.interval() == (r.ci_low, r.ci_high) and r.value == r.mse
+    assert r.conf_int().loc["mse"].tolist() == [r.ci_low, r.ci_high]
+    lo99, hi99 = r.interval(alpha=0.01)
     assert lo99 < r.ci_low and hi99 > r.ci_high
     assert abs((hi99 - lo99) / (r.ci_high - r.ci_low) - 2.5758293035489004 / 1.959963984540054) \
         < 1e-12

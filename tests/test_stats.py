@@ -23,11 +23,14 @@ def test_z_value_rejects_bad_alpha(alpha):
         z_value(alpha)
 
 
-def test_estimate_conf_int_and_contains():
+def test_estimate_interval_and_contains():
     e = Estimate(2.0, 0.5, 100)
-    lo, hi = e.conf_int()
+    lo, hi = e.interval()
     assert lo == 2.0 - z_value(0.05) * 0.5 and hi == 2.0 + z_value(0.05) * 0.5
-    lo90, hi90 = e.conf_int(alpha=0.10)
+    ci = e.conf_int()  # the table of the Result interface holds the same numbers
+    assert list(ci.index) == ["value"] and list(ci.columns) == ["lower", "upper"]
+    assert (ci.loc["value", "lower"], ci.loc["value", "upper"]) == (lo, hi)
+    lo90, hi90 = e.interval(alpha=0.10)
     assert lo < lo90 < hi90 < hi
     assert e.contains(2.9) and not e.contains(3.0)
     assert e.zscore(1.0) == 2.0 and float(e) == 2.0

@@ -39,6 +39,7 @@ from .. import _validation as V
 from .._cache import cache_dir as default_cache_dir
 from ..lm.memory import out_of_memory_as_value_error
 from ..lm.task import reward_answer_text, reward_text
+from ..core.stats import ResultMixin
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
                        resolve_chunk, t_quantile)
 
@@ -269,8 +270,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
 
 
 @dataclass(frozen=True, eq=False)
-class AdviceResult:
-    """What :func:`advise` found.
+class AdviceResult(ResultMixin):
+    """What :func:`advise` found (``conf_int``/``summary``: those of ``estimate``).
 
     Attributes:
         estimate: the :class:`~.estimate.ScalingEstimate` (c1, c2, c3, G*, intervals).
@@ -296,6 +297,12 @@ class AdviceResult:
     seconds: float = 0.0
     prompt_format: str = ""
     chunk: int | None = None
+
+    def _params(self):
+        return self.estimate._params()
+
+    def _bounds(self, alpha):
+        return self.estimate._bounds(alpha)
 
     def text(self) -> str:
         """A plain-text report (what the command prints)."""

@@ -34,13 +34,18 @@ from ..core.scaling import scaling_constants
 from ..core.ustat import prompt_moments
 from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
+from ..core.stats import ResultMixin
 
 __all__ = ["Coverage", "interval_coverage", "group_outcomes", "enumerated_expectation"]
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(ResultMixin):
     """Shares of repetitions whose intervals contain the exact values.
+
+    The :class:`~grpo_theory.core.stats.Result` interface (``conf_int``, ``summary``) covers the
+    Monte Carlo means of the c1, c2, c3 estimates over the repetitions (rows c1, c2, c3:
+    ``mean -/+ z se_mean``), the check that the estimators are unbiased.
 
     Attributes:
         c: (3,) coverage of c1, c2, c3 (jackknife, t quantile).
@@ -64,6 +69,9 @@ class Coverage:
     n_samples: int
     method: str
 
+    def _params(self):
+        return ("c1", "c2", "c3"), self.mean, self.se_mean, None
+
 
 def _bootstrap_g(key, z, q, gram, n_boot, alpha):
     m = z.shape[0]
@@ -82,7 +90,7 @@ def _bootstrap_g(key, z, q, gram, n_boot, alpha):
 
 def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int = 200,
                       seed=0, alpha: float = 0.05, method: str = "fieller",
-                      n_boot: int = 200) -> Coverage:
+                      n_boot: int = 200, *, key=None) -> Coverage:
     """Coverage of the 1 - alpha intervals over ``reps`` independent estimates.
 
     Args:
@@ -90,6 +98,7 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
         n_prompts, n_samples: m >= 3, n >= 3 per estimate.
         reps: repetitions (>= 2).
         seed: integer seed or JAX key.
+        key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
         alpha: 1 - nominal coverage.
         method: ``"fieller"`` or ``"bootstrap"`` (G* only; c1, c2, c3 always jackknife).
         n_boot: bootstrap resamples per repetition.
@@ -104,7 +113,7 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
     n_boot = V.positive_int("n_boot", n_boot, 2)
     if method not in ("fieller", "bootstrap"):
         raise ValueError(f"method must be 'fieller' or 'bootstrap', got {method!r}")
-    key = V.key_or_seed(seed, "seed")
+    key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     ex = scaling_constants(policy)
     if not ex.c1 > 0:
         raise ValueError(f"policy must have c1 > 0 for a finite G*, got c1 = {ex.c1!r}")

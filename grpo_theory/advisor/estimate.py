@@ -58,6 +58,7 @@ import numpy as np
 from .. import _validation as V
 from ..lm.memory import chunk_for_budget, default_memory_budget, out_of_memory_as_value_error
 from .intervals import group_size_interval, jackknife_cov, normal_interval
+from ..core.stats import ResultMixin
 from .._precision import float64
 
 __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
@@ -71,6 +72,8 @@ MIN_PROMPTS = 3
 #: the estimated parameter vector, in order (``c_v``: vanilla's per-sample term; ``grad_sq``:
 #: ``||grad J||^2``)
 PARAMETERS = ("c1", "c2", "c3", "c_v", "grad_sq")
+#: rows of ScalingEstimate.conf_int() and .summary()
+SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")
 _ESTIMATORS = ("vanilla", "oracle", "grpo", "rloo", "grpo_mean")
 
 
@@ -190,8 +193,12 @@ def _interval(lo, hi):
 
 
 @dataclass(frozen=True, eq=False)
-class ScalingEstimate:
+class ScalingEstimate(ResultMixin):
     """Sample-based c1, c2, c3, G* with 95% intervals (statsmodels-like result).
+
+    The :class:`~grpo_theory.core.stats.Result` interface: ``conf_int(alpha)`` (columns
+    ``lower``, ``upper``) and ``summary(alpha)`` (``estimate``, ``std_err``, ``ci_low``,
+    ``ci_high``) with rows c1, c2, c3, g_star, c_v, grad_norm_sq.
 
     Attributes:
         theta: (5,) estimates of :data:`PARAMETERS` (c1, c2, c3, c_v, ||grad J||^2), unbiased.
@@ -278,44 +285,33 @@ class ScalingEstimate:
 
         return ScalingConstants(self.c1, self.c2, self.c3)
 
-    # -- tables
-    def conf_int(self, alpha: float = 0.05):
-        """Intervals for c1, c2, c3 (jackknife, t on m - 1 df) and G* (Fieller).
+    # -- tables (the Result interface of grpo_theory.core.stats)
+    def _params(self):
+        se = self.bse
+        t = self.theta
+        return (SUMMARY_ROWS, (t[0], t[1], t[2], self.g_star, t[3], t[4]),
+                (se[0], se[1], se[2], np.nan, se[3], se[4]), self.n_prompts - 1)
 
-        Args:
-            alpha: 1 - coverage.
-
-        Returns:
-            ``pandas.DataFrame`` indexed by c1, c2, c3, g_star with columns ``lower``, ``upper``.
-        """
-        import pandas as pd
-
+    def _bounds(self, alpha):
+        """Jackknife t intervals (m - 1 df); G*'s is Fieller's, unbounded above if c1 may be 0."""
         r = self._intervals(alpha)
-        return pd.DataFrame({"lower": list(r["low"]) + [float(r["g_low"])],
-                             "upper": list(r["high"]) + [float(r["g_high"])]},
-                            index=["c1", "c2", "c3", "g_star"], dtype=float)
+        q = t_quantile(alpha, self.n_prompts)
+        se = self.bse
+        lo = [*r["low"][:3], r["g_low"], self.theta[3] - q * se[3], self.theta[4] - q * se[4]]
+        hi = [*r["high"][:3], r["g_high"], self.theta[3] + q * se[3], self.theta[4] + q * se[4]]
+        return np.asarray(lo, np.float64), np.asarray(hi, np.float64)
 
     def summary(self, alpha: float | None = None):
         """Estimates, standard errors and intervals as a ``pandas.DataFrame``.
 
         Rows c1, c2, c3, g_star, c_v, grad_norm_sq; columns ``estimate``, ``std_err`` (jackknife;
         NaN for G*, whose interval is Fieller's), ``ci_low``, ``ci_high``.
-        """
-        import pandas as pd
 
-        a = self.alpha if alpha is None else alpha
-        r = self._intervals(a)
-        q = t_quantile(a, self.n_prompts)
-        se = self.bse
-        rows = {}
-        for k in range(3):
-            rows[PARAMETERS[k]] = (self.theta[k], se[k], r["low"][k], r["high"][k])
-        rows["g_star"] = (float(r["g_star"]), np.nan, float(r["g_low"]), float(r["g_high"]))
-        for k, name in ((3, "c_v"), (4, "grad_norm_sq")):
-            rows[name] = (self.theta[k], se[k], self.theta[k] - q * se[k],
-                          self.theta[k] + q * se[k])
-        return pd.DataFrame.from_dict(rows, orient="index",
-                                      columns=["estimate", "std_err", "ci_low", "ci_high"])
+        Args:
+            alpha: 1 - coverage; ``None`` (default) uses the result's ``alpha`` field (0.05
+                unless set otherwise).
+        """
+        return super().summary(self.alpha if alpha is None else alpha)
 
     def prompt_table(self):
         """Per-prompt unbiased pieces (one row per sampled prompt) as a ``pandas.DataFrame``."""
@@ -788,7 +784,7 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
 def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=0, *,
                                prompts=None, reward=None, response_len=None,
                                chunk: int | None = 64, alpha: float = 0.05, progress=None,
-                               memory_budget=None, stage=None) -> ScalingEstimate:
+                               memory_budget=None, stage=None, key=None) -> ScalingEstimate:
     """Unbiased c1, c2, c3 and G* with 95% intervals from sampled rollouts of ``policy``.
 
     ``policy`` may be
@@ -813,6 +809,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
         n_prompts: m >= 3 prompts (:data:`MIN_PROMPTS`).
         n_samples: n >= 3 responses per prompt (:data:`MIN_SAMPLES`).
         seed: integer seed or JAX key.
+        key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
         prompts, reward, response_len, chunk, progress, memory_budget, stage: the
             language-model route (above; :func:`lm_rollout_statistics`).
         alpha: level of the ``*_ci`` attributes.
@@ -824,7 +821,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
     from ..lm.policy import LMPolicy
 
     n = V.integer("n_samples", n_samples)
-    key = V.key_or_seed(seed, "seed")
+    key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     if isinstance(policy, tuple):
         if len(policy) != 2 or not callable(policy[1]):
             raise ValueError("a model given as a tuple must be (params, apply_fn) with a callable "

@@ -283,7 +283,8 @@ class MLPSequencePolicy(_EnumerablePolicy):
 
     @float64
     def __init__(self, reward, n_prompts: int, vocab_size: int, horizon: int, hidden: int = 16,
-                 seed: int = 0, eos: bool = True, init_scale: float = 1.0, prompt_probs=None):
+                 seed: int = 0, eos: bool = True, init_scale: float = 1.0, prompt_probs=None,
+                 *, key=None):
         V.positive_int("n_prompts", n_prompts, 1)
         self.hidden = V.positive_int("hidden", hidden, 1)
         n_out = vocab_size + int(eos)
@@ -299,7 +300,7 @@ class MLPSequencePolicy(_EnumerablePolicy):
         pp, tt, vv = np.meshgrid(np.arange(P), np.arange(T), np.arange(Vp), indexing="ij")
         feats = np.concatenate([np.eye(P)[pp], np.eye(T)[tt], np.eye(Vp)[vv]], axis=-1)
         self.features = jnp.asarray(feats)  # (P, T, V+1, d_in)
-        k1, k2 = jax.random.split(V.seed_key(seed))
+        k1, k2 = jax.random.split(V.random_key(seed, key))
         w1 = jax.random.normal(k1, (d_in, hidden)) / np.sqrt(d_in)
         w2 = init_scale * jax.random.normal(k2, (hidden, n_out)) / np.sqrt(hidden)
         self.params = jnp.concatenate([w1.ravel(), jnp.zeros(hidden), w2.ravel(),
@@ -410,9 +411,10 @@ def _measures_table(grams) -> dict:
     return out
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def rank_study(policy, G: int, n_groups: int = 2000, seed: int = 0, estimator="grpo_std",
-               weight: str | None = None) -> dict:
+def rank_study(policy, group_size: int, n_groups: int = 2000, seed: int = 0,
+               estimator="grpo_std", weight: str | None = None, *, key=None) -> dict:
     """Monte Carlo effective-rank measures of GRPO gradient matrices for one policy and G.
 
     Draws ``n_groups`` groups (prompt ~ f, G responses, binary rewards); for every group with
@@ -420,9 +422,10 @@ def rank_study(policy, G: int, n_groups: int = 2000, seed: int = 0, estimator="g
     and of the class aggregates, :func:`class_plane_energy` and (``weight="W1"`` or ``"W2"`` for
     an :class:`MLPSequencePolicy`) those of the group's weight-gradient matrix. Returns means and
     standard errors over mixed groups, the mixed-group fraction, the mean number of distinct
-    responses in a group, and the exact response entropy and value.
+    responses in a group, and the exact response entropy and value (``G``: the group size).
+    ``key`` (a JAX key or an integer) overrides the integer ``seed``.
     """
-    V.positive_int("G", G, 2)
+    G = V.positive_int("group_size", group_size, 2)
     V.positive_int("n_groups", n_groups, 2)
     est = get_estimator(estimator)
     problem = as_problem(policy)
@@ -431,7 +434,7 @@ def rank_study(policy, G: int, n_groups: int = 2000, seed: int = 0, estimator="g
         if not isinstance(policy, MLPSequencePolicy):
             raise ValueError("weight needs an MLPSequencePolicy")
         wb = _WeightBlock(policy, weight)
-    grams, mixed, nd = _rank_batch(V.seed_key(seed), problem, est, n_groups, G, wb)
+    grams, mixed, nd = _rank_batch(V.random_key(seed, key), problem, est, n_groups, G, wb)
     mixed = np.asarray(mixed)
     out = dict(G=G, n_groups=n_groups, mixed_frac=float(mixed.mean()),
                n_mixed=int(mixed.sum()), distinct=float(np.asarray(nd)[mixed].mean()),
@@ -469,10 +472,11 @@ class _WeightBlock:
 # --- sparsity ---------------------------------------------------------------------------------
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def zero_advantage_probability(value, G: int):
+def zero_advantage_probability(value, group_size: int):
     """P(all G binary rewards equal) = ``V^G + (1 - V)^G`` (no gradient from the group)."""
-    V.positive_int("G", G, 1)
+    G = V.positive_int("group_size", group_size, 1)
     v = jnp.asarray(value, dtype=jnp.float64)
     if bool(jnp.any((v < 0) | (v > 1))):
         raise ValueError("value must lie in [0, 1]")
@@ -489,15 +493,17 @@ def zero_group_fraction(z) -> jnp.ndarray:
 # --- training: sparsity and rank along a GRPO run ---------------------------------------------
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def train_grpo_records(policy, n_steps: int, batch_size: int, G: int, lr: float, seeds,
+def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, lr: float, seeds,
                        estimator="grpo_std", weight: str | None = None):
     """Plain GRPO ascent ``theta += lr * ghat``: a use of
     :func:`grpo_theory.optim.train.make_train` (``lax.scan`` over steps, ``vmap`` over seeds).
 
     Args:
         policy: an enumerable policy (e.g. :class:`MLPSequencePolicy`).
-        n_steps, batch_size, G, lr: steps, prompts per step, group size, constant step size.
+        n_steps, batch_size, group_size, lr: steps, prompts per step (B), G, constant step
+            size.
         seeds: integer seeds, one run each.
         estimator: registry name (``"optimal"`` uses the exact ``b*(x)``).
         weight: ``"W1"`` or ``"W2"`` to also record the weight-gradient matrix's rank.
@@ -509,7 +515,7 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, G: int, lr: float,
     """
     from ..optim.train import TrainConfig, _Prepared, _run_many, _seed_keys
 
-    V.positive_int("G", G, 2)
+    G = V.positive_int("group_size", group_size, 2)
     est = get_estimator(estimator)
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     wb = _WeightBlock(policy, weight) if weight is not None else None

@@ -510,12 +510,13 @@ def _mc_pruned(keys, problem, lengths, estimator, scheme, batch_size, group_size
 @float64
 def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: KeepScheme,
                   n_reps: int = 20_000, seed: int = 0, lengths=None, chunk: int = 1000,
-                  methods=METHODS) -> dict:
+                  methods=METHODS, *, key=None) -> dict:
     """Monte Carlo over batch sampling and masks, every method in ``methods`` from the same draws.
 
     Returns ``{method: dict(mse, se, ci_low, ci_high)}``, plus ``"full"`` (the unpruned
     estimate from the same batches) and ``"kept_tokens"`` (total kept / total tokens, as in
     :func:`exact_pruned_mse`). ``n_reps`` is rounded up to a multiple of ``chunk``.
+    ``key`` (a JAX key or an integer) replaces the integer ``seed`` when given.
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)
@@ -525,7 +526,7 @@ def mc_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme: K
     L = response_lengths(bandit) if lengths is None else np.asarray(lengths, dtype=np.float64)
     chunk = min(chunk, n_reps)
     n = -(-n_reps // chunk) * chunk
-    keys = jax.random.split(V.seed_key(seed), n)
+    keys = jax.random.split(V.random_key(seed, key), n)
     methods = tuple(methods)
     for meth in methods:
         _check_method(meth)

@@ -198,8 +198,9 @@ def mode_coefficients(mode, lengths, max_length: int | None = None, *, batch: bo
 # --- exact expectations -----------------------------------------------------------------------
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def conditional_advantages(estimator, values, G: int, optimal_baseline=None):
+def conditional_advantages(estimator, values, group_size: int, optimal_baseline=None):
     """``c_z(x) = E[A_1 | Z_1 = z]`` for z = 1, 0: shapes (P,), jit friendly.
 
     ``A_1`` is the estimator's advantage of response 1 in a group whose other G - 1 rewards are
@@ -208,12 +209,13 @@ def conditional_advantages(estimator, values, G: int, optimal_baseline=None):
     Args:
         estimator: registry name or Estimator.
         values: ``V(x)`` (P,).
-        G: group size.
+        group_size: G, the group size.
         optimal_baseline: ``b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x]`` (P,), needed by
             ``estimator="optimal"`` (a ``ValueError`` without it; never replaced by V).
     Returns:
         ``(c_1, c_0)``, each (P,).
     """
+    G = group_size
     est = get_estimator(estimator)
     if est.batch_coupled:
         raise ValueError(f"estimator {est.name!r} normalises over the whole batch (batch-coupled), "
@@ -247,13 +249,15 @@ def _prompt_expectations(problem, lengths, alpha, estimator, G):
     return jnp.einsum("pk,pkd->pd", w, problem.scores)
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def exact_expected_gradient(policy, alpha, estimator="grpo_mean", G: int = 8, params=None):
+def exact_expected_gradient(policy, alpha, estimator="grpo_mean", group_size: int = 8,
+                            params=None):
     """Exact ``E ghat_alpha`` (full gradient, (D,)) and per prompt ((P, D)); see module doc."""
     _check_policy(policy)
     a = _check_alpha(alpha)
     est = get_estimator(estimator)
-    V.positive_int("G", G, max(2, est.min_group_size))
+    G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     problem = policy.problem(params)
     per = _prompt_expectations(problem, jnp.asarray(policy.lengths), a, est, G)
     return problem.prompt_probs @ per, per
@@ -265,8 +269,9 @@ def _check_policy(policy):
                          f"got {type(policy).__name__}")
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
+def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", group_size: int = 2,
                                 max_outcomes: int = 2_000_000, params=None):
     """Brute force: ``E[sum_i c_i A_i s_i]`` over every G-tuple of (response, reward) atoms.
 
@@ -276,7 +281,7 @@ def enumerate_expected_gradient(policy, mode, estimator="grpo_mean", G: int = 2,
     """
     _check_policy(policy)
     est = get_estimator(estimator)
-    V.positive_int("G", G, max(2, est.min_group_size))
+    G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     problem = policy.problem(params)
     P, K = problem.probs.shape
     n = (2 * K) ** G
@@ -375,8 +380,9 @@ def length_sensitivity(policy, alpha, params=None, _problem=None) -> dict:
                 grad_slope=_wls_slope(x, np.log(cont * Ls.astype(float) ** (a - 1)), pL))
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]:
+def alpha_sweep(policy, alphas, group_size: int = 8, estimator="grpo_mean") -> list[dict]:
     """Bias and length sensitivity of ``E ghat_alpha`` over a grid of alpha.
 
     Bias is measured against ``(G-1)/G grad J`` (the alpha = 1 expectation for mean-centred
@@ -384,7 +390,7 @@ def alpha_sweep(policy, alphas, G: int = 8, estimator="grpo_mean") -> list[dict]
     (``cos_vs_alpha1``: bias caused by length weighting alone). Per-prompt cosines included.
     """
     est = get_estimator(estimator)
-    V.positive_int("G", G, max(2, est.min_group_size))
+    G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     problem = policy.problem()
     lengths = jnp.asarray(policy.lengths)
     g = np.asarray(problem.gradient())
@@ -450,9 +456,10 @@ class _LengthWeighted:
         return conditional_lengths(dp, jnp.asarray(self.policy.lengths, dtype=jnp.float64))
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, lr: float,
-                          seeds, estimator="grpo_mean") -> dict:
+def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_size: int,
+                          lr: float, seeds, estimator="grpo_mean") -> dict:
     """Sampled GRPO ascent with f_alpha weights: a use of
     :func:`grpo_theory.optim.train.make_train` (``lax.scan`` over steps, ``vmap`` over seeds).
 
@@ -461,7 +468,7 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, 
 
     Args:
         policy: a SequencePolicy (or another enumerable policy with ``lengths``).
-        alpha: in [0, 1]; n_steps, batch_size, G, lr: steps, B, group size, step size.
+        alpha: in [0, 1]; n_steps, batch_size, group_size, lr: steps, B, G, step size.
         seeds: integer seeds, one run each; estimator: registry name.
     Returns:
         Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
@@ -471,7 +478,7 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, 
     _check_policy(policy)
     a = _check_alpha(alpha)
     est = get_estimator(estimator)
-    V.positive_int("G", G, max(2, est.min_group_size))
+    G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     _, keys = _seed_keys(seeds)
     prep = _Prepared(_LengthWeighted(policy, a), est, cfg, sup_objective=0.0)
@@ -480,14 +487,16 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, G: int, 
     return {k: np.asarray(v) for k, v in out["records"].items()}
 
 
+@V.renamed_arguments(G="group_size")
 @float64
-def expected_flow(policy, alpha, n_steps: int, G: int, lr: float, estimator="grpo_mean") -> dict:
+def expected_flow(policy, alpha, n_steps: int, group_size: int, lr: float,
+                  estimator="grpo_mean") -> dict:
     """Deterministic ascent along the exact expectation ``theta += lr E ghat_alpha(theta)``."""
     _check_policy(policy)
     a = _check_alpha(alpha)
     V.positive_int("n_steps", n_steps, 1)
     est = get_estimator(estimator)
-    V.positive_int("G", G, max(2, est.min_group_size))
+    G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     return {k: np.asarray(v) for k, v in
             _flow(_StaticProblem(policy), est, a, n_steps, G, float(lr)).items()}
 

@@ -57,7 +57,8 @@ from .estimators import Estimator, PromptContext, get_estimator
 from .problem import DiscreteProblem, as_problem
 from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
                        sample_from_uniforms, sample_groups)
-from .stats import Estimate, estimate_mean, moments_estimate, moments_init, moments_update
+from .stats import (Estimate, ScalarResultMixin, estimate_mean, moments_estimate, moments_init,
+                    moments_update)
 from .._precision import float64
 
 __all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
@@ -228,12 +229,14 @@ def mc_estimates(bandit, estimator, group_size: int, batch_size: int = 1, n_reps
 
 
 @dataclass(frozen=True)
-class MCResult:
+class MCResult(ScalarResultMixin):
     """Monte Carlo summary of R replicates (all in float64).
 
     ``mse``/``se`` are the mean and standard error of the squared errors; ``ci_low``/``ci_high``
-    the 95% normal interval (``conf_int(alpha)`` for other levels; ``estimate`` is the
-    :class:`~grpo_theory.core.stats.Estimate`).
+    the 95% normal interval (``interval(alpha)`` for other levels; ``estimate`` is the
+    :class:`~grpo_theory.core.stats.Estimate`). The :class:`~grpo_theory.core.stats.Result`
+    interface: ``conf_int(alpha)`` and ``summary(alpha)`` are one-row tables (row ``"mse"``),
+    ``value`` is ``mse``.
     """
 
     estimator: str
@@ -255,10 +258,13 @@ class MCResult:
         """The MSE as an :class:`Estimate` ``(mse, se, n_reps)``."""
         return Estimate(self.mse, self.se, self.n_reps)
 
-    @float64
-    def conf_int(self, alpha: float = 0.05) -> tuple[float, float]:
-        """Normal ``1 - alpha`` interval for the MSE."""
-        return self.estimate.conf_int(alpha)
+    @property
+    def value(self) -> float:
+        """The MSE (the :class:`~grpo_theory.core.stats.Result` interface's ``value``)."""
+        return self.mse
+
+    def _params(self):
+        return ("mse",), (self.mse,), (self.se,), None
 
     @property
     @float64
@@ -284,7 +290,7 @@ def summarize_squared_errors(err2) -> tuple[float, float, float, float]:
         ``(mean, se, low, high)`` (see :func:`grpo_theory.core.stats.estimate_mean`).
     """
     e = estimate_mean(err2)
-    lo, hi = e.conf_int()
+    lo, hi = e.interval()
     return e.value, e.se, lo, hi
 
 
@@ -335,7 +341,7 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     m_err, m_est = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
                                  jnp.dtype(uniforms), onehot)
     e = moments_estimate(m_err)
-    lo, hi = e.conf_int()
+    lo, hi = e.interval()
     mean = np.asarray(m_est.mean)
     trace_cov = float(jnp.sum(m_est.m2)) / (R - 1)
     return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean,

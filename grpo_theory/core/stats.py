@@ -1,9 +1,19 @@
-r"""One result type for Monte Carlo and statistical estimates, and a streaming moment accumulator.
+r"""The result interface of the package, the scalar :class:`Estimate`, and a streaming accumulator.
+
+Every result that carries estimates with standard errors (:class:`Estimate`,
+:class:`~grpo_theory.core.montecarlo.MCResult`, :class:`~grpo_theory.advisor.estimate.ScalingEstimate`,
+...) implements one interface (:class:`Result`, through :class:`ResultMixin`), statsmodels style:
+
+* ``conf_int(alpha=0.05)`` -> ``pandas.DataFrame`` indexed by parameter name, columns ``lower``,
+  ``upper`` (the ``1 - alpha`` intervals);
+* ``summary(alpha=0.05)`` -> ``pandas.DataFrame`` indexed by parameter name, columns ``estimate``,
+  ``std_err``, ``ci_low``, ``ci_high``;
+* one-parameter results also give ``value``, ``se`` and ``interval(alpha) -> (low, high)``, the
+  plain pair of floats.
 
 :class:`Estimate` holds a point estimate, its standard error and the sample size, and gives
-normal-approximation intervals ``value -/+ z_{1-alpha/2} se`` (statsmodels style:
-``conf_int(alpha=0.05)``). Every z quantile of the package comes from :func:`z_value`
-(``scipy.stats.norm.ppf``), so no 1.96 is written anywhere else.
+normal-approximation intervals ``value -/+ z_{1-alpha/2} se``. Every z quantile of the package
+comes from :func:`z_value` (``scipy.stats.norm.ppf``), so no 1.96 is written anywhere else.
 
 :class:`Moments` is a pytree of running sums (count, mean, centred sum of squares ``M2``) that is
 updated a batch at a time with Chan, Golub and LeVeque's pairwise merge
@@ -22,21 +32,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
+from scipy.special import ndtri, stdtrit  # norm.ppf's and t.ppf's kernels, not scipy.stats
 
 from .._precision import float64
 
-__all__ = ["z_value", "Estimate", "estimate_mean", "Moments", "moments_init", "moments_update",
-           "moments_estimate"]
+__all__ = ["z_value", "t_value", "Result", "ResultMixin", "ScalarResultMixin", "Estimate",
+           "estimate_mean", "Moments", "moments_init", "moments_update", "moments_estimate"]
 
 
 @lru_cache(maxsize=64)
 def _z(alpha: float) -> float:
-    from scipy.special import ndtri  # norm.ppf's kernel, without importing scipy.stats
-
     return float(ndtri(1.0 - alpha / 2.0))
 
 
@@ -58,22 +68,108 @@ def z_value(alpha: float = 0.05) -> float:
     return _z(a)
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate with standard error ``se`` from ``n`` observations.
+def t_value(alpha: float, df: float) -> float:
+    """Two-sided Student t quantile ``t_{df, 1-alpha/2}`` (``scipy.special.stdtrit``).
 
-    Attributes:
-        value: the estimate (e.g. a sample mean).
-        se: its standard error (e.g. ``std(ddof=1) / sqrt(n)``).
-        n: number of observations it was computed from.
+    Args:
+        alpha: the level, ``0 < alpha < 1``.
+        df: degrees of freedom, a real number > 0.
+
+    Returns:
+        The quantile as a float (:func:`z_value` as ``df -> inf``).
+    """
+    z_value(alpha)  # the same checks and messages for alpha
+    if isinstance(df, (bool, str)) or not isinstance(df, (int, float, np.floating, np.integer)):
+        raise ValueError(f"df must be a real number > 0, got {df!r}")
+    if not float(df) > 0.0:
+        raise ValueError(f"df must be > 0, got {df!r}")
+    return float(stdtrit(float(df), 1.0 - float(alpha) / 2.0))
+
+
+#: columns of every ``conf_int`` and ``summary`` table
+CONF_INT_COLUMNS = ("lower", "upper")
+SUMMARY_COLUMNS = ("estimate", "std_err", "ci_low", "ci_high")
+
+
+@runtime_checkable
+class Result(Protocol):
+    """What every result with standard errors offers (see the module docstring)."""
+
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame: ...
+
+    def summary(self, alpha: float = 0.05) -> pd.DataFrame: ...
+
+
+class ResultMixin:
+    """``conf_int`` and ``summary`` from one method, ``_params``.
+
+    A subclass implements ``_params() -> (names, values, ses, df)``: parameter names, point
+    estimates, standard errors (NaN where none), and the degrees of freedom of a Student t
+    interval (``None``: normal interval with :func:`z_value`). The default interval is
+    ``value -/+ q se``; a result whose intervals are not of that form (Fieller's interval of a
+    ratio) overrides ``_bounds(alpha) -> (lower, upper)``.
     """
 
-    value: float
-    se: float
-    n: int
+    __slots__ = ()
 
-    def conf_int(self, alpha: float = 0.05) -> tuple[float, float]:
-        """Normal interval ``value -/+ z_value(alpha) * se``.
+    def _params(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement _params()")
+
+    def _quantile(self, alpha: float) -> float:
+        df = self._params()[3]
+        return z_value(alpha) if df is None else t_value(alpha, df)
+
+    def _bounds(self, alpha: float):
+        _, values, ses, _ = self._params()
+        q = self._quantile(alpha)
+        v, s = np.asarray(values, np.float64), np.asarray(ses, np.float64)
+        return v - q * s, v + q * s
+
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+        """The ``1 - alpha`` intervals of every parameter.
+
+        Args:
+            alpha: 1 - coverage, ``0 < alpha < 1`` (default 0.05, 95% intervals).
+
+        Returns:
+            ``pandas.DataFrame`` indexed by parameter name with float columns ``lower``,
+            ``upper``.
+        """
+        names = list(self._params()[0])
+        lo, hi = self._bounds(alpha)
+        return pd.DataFrame({c: np.asarray(v, np.float64).reshape(-1)
+                             for c, v in zip(CONF_INT_COLUMNS, (lo, hi))},
+                            index=names, dtype=float)
+
+    def summary(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Estimates, standard errors and ``1 - alpha`` intervals.
+
+        Args:
+            alpha: 1 - coverage of the interval columns (default 0.05).
+
+        Returns:
+            ``pandas.DataFrame`` indexed by parameter name with float columns ``estimate``,
+            ``std_err`` (NaN where the interval is not estimate -/+ q se), ``ci_low``,
+            ``ci_high``.
+        """
+        names, values, ses, _ = self._params()
+        lo, hi = self._bounds(alpha)
+        cols = (values, ses, lo, hi)
+        return pd.DataFrame({c: np.asarray(v, np.float64).reshape(-1)
+                             for c, v in zip(SUMMARY_COLUMNS, cols)},
+                            index=list(names), dtype=float)
+
+
+class ScalarResultMixin(ResultMixin):
+    """One-parameter results: ``value``, ``se`` and ``interval(alpha) -> (low, high)``."""
+
+    __slots__ = ()
+
+    def interval(self, alpha: float = 0.05) -> tuple[float, float]:
+        """The interval ``value -/+ q se`` as a pair of floats.
+
+        ``q`` is :func:`z_value` ``(alpha)``, or :func:`t_value` when ``_params`` gives degrees
+        of freedom.
 
         Args:
             alpha: 1 - coverage (default 0.05, a 95% interval).
@@ -81,12 +177,35 @@ class Estimate:
         Returns:
             ``(low, high)``.
         """
-        h = z_value(alpha) * self.se
-        return self.value - h, self.value + h
+        _, values, ses, _ = self._params()
+        h = self._quantile(alpha) * float(ses[0])
+        v = float(values[0])
+        return v - h, v + h
+
+
+@dataclass(frozen=True)
+class Estimate(ScalarResultMixin):
+    """A point estimate with standard error ``se`` from ``n`` observations.
+
+    Attributes:
+        value: the estimate (e.g. a sample mean).
+        se: its standard error (e.g. ``std(ddof=1) / sqrt(n)``).
+        n: number of observations it was computed from.
+
+    ``interval(alpha)`` gives ``(low, high)``; ``conf_int(alpha)`` and ``summary(alpha)`` the
+    one-row tables (row ``"value"``) of the :class:`Result` interface.
+    """
+
+    value: float
+    se: float
+    n: int
+
+    def _params(self):
+        return ("value",), (self.value,), (self.se,), None
 
     def contains(self, x: float, alpha: float = 0.05) -> bool:
-        """Whether ``x`` lies in ``conf_int(alpha)`` (closed interval)."""
-        lo, hi = self.conf_int(alpha)
+        """Whether ``x`` lies in ``interval(alpha)`` (closed interval)."""
+        lo, hi = self.interval(alpha)
         return lo <= x <= hi
 
     def zscore(self, x: float) -> float:

@@ -94,8 +94,9 @@ def _sample(sample_fn, estimator, params, key, pool_x, pool_canon, scheme, batch
                 m=m, c=c, mask=response_mask(y, eos))
 
 
+@V.renamed_arguments(group="group_size")
 def sample_batch(policy: LMPolicy, key, pool_x, pool_canon, scheme: KeepScheme, batch: int,
-                 group: int, estimator: str = "grpo") -> dict:
+                 group_size: int, estimator: str = "grpo") -> dict:
     r"""One sampled batch with full-group advantages, keep probabilities and keep masks.
 
     Args:
@@ -103,7 +104,7 @@ def sample_batch(policy: LMPolicy, key, pool_x, pool_canon, scheme: KeepScheme, 
         key: JAX PRNG key.
         pool_x, pool_canon: (P, Lp) prompts and (P, R) canonical answers of the training pool.
         scheme: a :class:`KeepScheme` (``qp``, ``qc`` from the full-group advantages).
-        batch, group: B prompts, G responses each.
+        batch, group_size: B prompts, G responses each.
         estimator: registry name of the advantage estimator.
 
     Returns:
@@ -116,7 +117,7 @@ def sample_batch(policy: LMPolicy, key, pool_x, pool_canon, scheme: KeepScheme, 
         raise ValueError(f"scheme must be a KeepScheme, got {type(scheme).__name__}")
     return _sample(policy.sample_fn, estimator, policy.params, key, jnp.asarray(pool_x),
                    jnp.asarray(pool_canon), scheme, V.positive_int("batch", batch),
-                   V.positive_int("group", group, 2), policy.temperature, policy.eos_ids)
+                   V.positive_int("group_size", group_size, 2), policy.temperature, policy.eos_ids)
 
 
 def response_weights(b: dict, method: str = "dppo", estimator: str = "grpo", m=None, c=None):
@@ -310,10 +311,11 @@ def warm_up(policy: LMPolicy, opt, b: dict, capacity=None, epochs: int = 1, clip
     return len(sizes)
 
 
-def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group: int, n_steps: int,
-               checkpoints, lr: float, seed, scheme: KeepScheme = KeepScheme(),
+@V.renamed_arguments(group="group_size")
+def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group_size: int,
+               n_steps: int, checkpoints, lr: float, seed, scheme: KeepScheme = KeepScheme(),
                estimator: str = "grpo", epochs: int = 1, clip_eps=None, capacity=None,
-               method: str = "dppo", n_buckets: int = 8) -> list[dict]:
+               method: str = "dppo", n_buckets: int = 8, *, key=None) -> list[dict]:
     """GRPO with DPPO pruning from ``policy`` (answer-only format); one row per checkpoint.
 
     Each step is timed in two parts after a warm-up that compiles every shape:
@@ -325,10 +327,10 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group: int, n
     Args:
         policy: the starting :class:`LMPolicy` (``sample_fn`` required).
         pool, eval_questions: training pool and evaluation questions (:mod:`.task`).
-        batch, group: B prompts x G responses per step.
+        batch, group_size: B prompts x G responses per step.
         n_steps: steps; checkpoints: steps at which to evaluate (``n_steps`` is added).
         lr: Adam learning rate (global-norm clip 1, as :func:`~grpo_theory.lm.grpo.train_grpo`).
-        seed: integer or key.
+        seed: integer or key; key: a JAX key (or integer), used instead of ``seed`` when given.
         scheme: keep probabilities; ``KeepScheme()`` keeps everything (full GRPO).
         estimator, epochs, clip_eps: as :func:`~grpo_theory.lm.grpo.train_grpo`.
         capacity: None (one sequence per row) or the packed row length.
@@ -344,6 +346,7 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group: int, n
         batch's ``BG (Lp + R)``), the last
         three averaged since the previous checkpoint.
     """
+    group = group_size
     n_steps = V.positive_int("n_steps", n_steps)
     if int(epochs) != epochs or epochs < 1:
         raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
@@ -357,7 +360,7 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group: int, n
     ec = target_responses(eval_questions, "answer")
     opt = _optimizer(float(lr))
     params, state = policy.params, opt.init(policy.params)
-    key = V.key_or_seed(seed, "seed")
+    key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     n = batch * group
     # warm-up: compile sampling and every update bucket (not timed)
     b0 = jax.block_until_ready(sample_batch(policy, jax.random.fold_in(key, 1 << 20), pool_x,

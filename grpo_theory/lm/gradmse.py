@@ -38,7 +38,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .._validation import seed_key
+from .._validation import random_key
 from ..core.estimators import compute_advantages
 from ..core.montecarlo import summarize_squared_errors
 from ..core.stats import z_value
@@ -92,12 +92,13 @@ def reference_quantities(policy: LMPolicy, x, answers, fmt, n_ref: int, key, chu
 
 def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_sizes,
                        n_reps: int, seed: int, n_ref: int = 256, chunk: int = 256,
-                       progress=None) -> dict:
+                       progress=None, *, key=None) -> dict:
     """Measured and predicted MSEs for every estimator and G (see module doc).
 
     Returns ``{"rows": [...], "V": (B,), ...}``; each row has estimator, G, mse, se, ci_low,
     ci_high (the error is ``||ghat - grad J||^2`` summed over all parameters), the MSE relative
     to ``||grad J||^2``, and the predicted vanilla - oracle and grpo - oracle differences.
+    ``key`` (a JAX key or an integer) replaces the integer ``seed`` when given.
     """
     group_sizes = sorted(int(g) for g in group_sizes)
     if group_sizes[0] < 2:
@@ -106,7 +107,7 @@ def gradient_mse_study(policy: LMPolicy, questions, fmt: str, icl: bool, group_s
     b = len(questions)
     x = encode_prompts(questions, fmt, icl)
     canon = target_responses(questions, fmt) if fmt == "answer" else None
-    key = seed_key(seed)
+    key = random_key(seed, key)
     key, kref = jax.random.split(key)
     if fmt == "answer":
         v, s_star_sq, gj = exact_answer_quantities(policy, x, canon, chunk)

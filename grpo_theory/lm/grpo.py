@@ -134,18 +134,19 @@ def exact_accuracy(policy: LMPolicy, x, canon) -> float:
 
 
 def predicted_group_size(policy: LMPolicy, questions, n_samples: int, seed: int,
-                         chunk: int = 256) -> dict:
+                         chunk: int = 256, *, key=None) -> dict:
     """c1, c2, c3 and G* at the policy (module doc); ``n_samples`` responses per question.
 
     Also the spread of the per-question pass rates ``V(x)`` (quantiles, share below 5% and
     above 95%): the difficulty spread that decides how often a group is all-wrong or all-right.
+    ``key`` (a JAX key or an integer) is used instead of the integer ``seed`` when given.
     """
     x = encode_prompts(questions, "answer")
     canon = target_responses(questions, "answer")
     b = len(questions)
     v, s_star_sq, gj = exact_answer_quantities(policy, x, canon, chunk)
     xs = np.repeat(x, n_samples, axis=0)
-    y = np.asarray(policy.sample(V.seed_key(seed), xs, RESPONSE_LEN["answer"]))
+    y = np.asarray(policy.sample(V.random_key(seed, key), xs, RESPONSE_LEN["answer"]))
     _, sq = policy.score_contractions(xs, y, np.zeros((1, xs.shape[0])), chunk=chunk)
     s2 = sq.reshape(b, n_samples).mean(1)
     gx2 = v**2 * s_star_sq
@@ -231,12 +232,13 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
 def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
                n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
                epochs: int = 1, clip_eps: float | None = None, log=None,
-               on_checkpoint=None) -> list[dict]:
+               on_checkpoint=None, *, key=None) -> list[dict]:
     """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
     (step, exact held-out accuracy, mean training reward since the last checkpoint).
     ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant.
     Integers may be Python, NumPy or JAX integers; the seed becomes a key as everywhere else
-    (:func:`grpo_theory._validation.seed_key`). Calls with equal shapes, estimator and
+    (:func:`grpo_theory._validation.seed_key`); ``key`` (a JAX key or an integer) is used instead
+    of ``seed`` when given. Calls with equal shapes, estimator and
     learning rate reuse the compiled steps. Sampling and log-probs use the policy's
     ``temperature`` and ``eos_ids``. ``on_checkpoint(step, policy)``, when given, is called at
     step 0 and at every checkpoint with the policy at that step (e.g. to measure the gradient's
@@ -262,7 +264,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     opt = _optimizer(float(lr))
     params = policy.params
     opt_state = opt.init(params)
-    key = V.seed_key(seed)
+    key = V.random_key(seed, key)
     rows = [dict(step=0, accuracy=exact_accuracy(policy, ex, ec), train_reward=float("nan"))]
     if on_checkpoint is not None:
         on_checkpoint(0, policy)

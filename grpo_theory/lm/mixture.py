@@ -108,7 +108,7 @@ def concentrated_pool(fixed: Questions, rest: Questions, p: float,
 
 
 def mixture_parts(policy: LMPolicy, fixed: Questions, rest: Questions, n_samples: int,
-                  seed, chunk: int = 256) -> dict:
+                  seed, chunk: int = 256, *, key=None) -> dict:
     """Per-question pieces of the mixture's constants at ``policy`` (answer-only).
 
     Args:
@@ -116,13 +116,14 @@ def mixture_parts(policy: LMPolicy, fixed: Questions, rest: Questions, n_samples
         fixed, rest: the fixed set F and the other questions R.
         n_samples: sampled responses per question for ``E||s||^2`` (c2, c3).
         seed: integer seed or key for the samples.
+        key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
         chunk: samples per score block.
     Returns:
         ``{"F": {...}, "R": {...}}``, each with ``v``, ``s_star_sq``, ``s2`` (per question),
         ``g_mean`` (the mean of ``V s*`` over the set, shape (D,)).
     """
     n_samples = V.positive_int("n_samples", n_samples)
-    key = V.key_or_seed(seed, "seed")
+    key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
 
     out = {}
     for name, q, k in zip(("F", "R"), (fixed, rest), jax.random.split(key)):

@@ -387,13 +387,16 @@ def _mc_moments(key, problem, theta, est, batch_size, group_size, n_reps):
 
 @float64
 def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: int = 1,
-                        n_reps: int = 100_000, seed: int = 0):
-    """Monte Carlo ``(mean, mean_se, cov, cov_se)`` of ghat at ``theta`` (R replicates)."""
+                        n_reps: int = 100_000, seed: int = 0, *, key=None):
+    """Monte Carlo ``(mean, mean_se, cov, cov_se)`` of ghat at ``theta`` (R replicates).
+
+    ``key`` (a JAX key or an integer) replaces the integer ``seed`` when given.
+    """
     est = get_estimator(estimator)
     V.group_run(est, group_size, batch_size)
     V.positive_int("n_reps", n_reps, 2)
     theta = jnp.asarray(V.finite_array("theta", theta, ndim=1))
-    out = _mc_moments(V.seed_key(seed), problem, theta, est, int(batch_size),
+    out = _mc_moments(V.random_key(seed, key), problem, theta, est, int(batch_size),
                       int(group_size), int(n_reps))
     return tuple(np.asarray(o) for o in out)
 
@@ -401,7 +404,7 @@ def mc_gradient_moments(problem, theta, estimator, group_size: int, batch_size: 
 @float64
 def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, beta: float,
           schedule: str, n_steps: int, n_seeds: int, seed: int = 0, theta0=None,
-          log_steps=None, offset: float = 0.0) -> TrainResult:
+          log_steps=None, offset: float = 0.0, *, key=None) -> TrainResult:
     """Algorithm 1 on the Gaussian bandit: a thin use of :func:`grpo_theory.optim.train.make_train`.
 
     ``theta_i = theta_(i-1) + eta_i ghat_i`` with ``eta_i = beta`` (constant) or
@@ -409,6 +412,7 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
     steps for each of ``n_seeds`` independent seeds (run ``s`` uses ``fold_in(seed_key(seed),
     s)``), the exact gap ``Delta = 1/2 (theta - theta*)^T A (theta - theta*)`` logged at
     ``log_steps`` (default: every power of two and ``n_steps``; 0 allowed = the start).
+    ``key`` (a JAX key or an integer) replaces the integer ``seed`` when given.
 
     Returns:
         A :class:`~grpo_theory.optim.train.TrainResult`: ``log_steps``, ``gaps`` (S, n_log),
@@ -439,7 +443,7 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
                       schedule=schedule, lr=beta, offset=offset,
                       log_steps=tuple(int(s) for s in log_steps))
     prep = _Prepared(problem, est, cfg)
-    base = V.seed_key(seed)
+    base = V.random_key(seed, key)
     keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n_seeds))
     lr, off, idx = prep.step_args()
     out = _run_many(prep, keys, jnp.asarray(theta0, dtype=jnp.float64), np.full(n_seeds, lr),
