@@ -48,6 +48,7 @@ $(SMOLLM2):
 
 smollm2: $(SMOLLM2)
 
-# the study on the real model (issue 19 D) -> results-full/smollm2/ (about an hour on 2 cores)
+# the study on the real model (issue 19 D) -> results-full/smollm2/ (resumes from its saved tables)
 smollm2-study: $(STAMP) $(SMOLLM2)
-	$(PY) simulations/smollm2_study.py --model $(SMOLLM2) --out results-full/smollm2
+	$(PY) simulations/_smollm2_study.py --model $(SMOLLM2) --out results-full/smollm2 --tasks add1 \
+		--n-study 16 --n-samples 8 --chunk 2

@@ -287,6 +287,8 @@ class StudyConfig:
         task: the family of phase 2 (None: chosen from phase 1 by :func:`choose_task`).
         n_prompts: prompts per family (m; phase 2 uses the same prompts).
         n_ref: responses per prompt in phase 1.
+        n_study: prompts of phase 2 (None: all ``n_prompts``; else a random subset of the
+            chosen family's phase-1 prompts, drawn without replacement, >= 3).
         n_samples: responses per prompt in phase 2 (n >= 3).
         response_len: tokens per response (both phases).
         chunk: per-sample scores held at once in phase 2.
@@ -298,6 +300,7 @@ class StudyConfig:
     task: str | None = None
     n_prompts: int = 32
     n_ref: int = 8
+    n_study: int | None = None
     n_samples: int = 8
     response_len: int = 10
     chunk: int = 4
@@ -311,8 +314,21 @@ class StudyConfig:
 
 def _tag(cfg: StudyConfig, task: str) -> dict:
     return dict(model=Path(cfg.model).name, task=task, n_prompts=cfg.n_prompts, n_ref=cfg.n_ref,
-                n_samples=cfg.n_samples, response_len=cfg.response_len, chunk=cfg.chunk,
+                n_study=_n_study(cfg), n_samples=cfg.n_samples, response_len=cfg.response_len,
+                chunk=cfg.chunk,
                 seed=cfg.seed, version=grpo_theory.__version__)
+
+
+def _n_study(cfg: StudyConfig) -> int:
+    return cfg.n_prompts if cfg.n_study is None else cfg.n_study
+
+
+def _study_rows(cfg: StudyConfig) -> np.ndarray:
+    """Indices (sorted) of the phase-1 prompts that phase 2 uses."""
+    if cfg.n_study is None:
+        return np.arange(cfg.n_prompts)
+    m = V.integer("n_study", cfg.n_study, 3, cfg.n_prompts)
+    return np.sort(np.random.default_rng(cfg.seed + 1).choice(cfg.n_prompts, m, replace=False))
 
 
 def _with_tag(df: pd.DataFrame, tag: dict) -> pd.DataFrame:
@@ -335,7 +351,7 @@ def _phase1(policy, cfg: StudyConfig, out: Path, progress: bool, reward):
                       & (old.n_ref == cfg.n_ref) & (old.response_len == cfg.response_len)
                       & (old.seed == cfg.seed) & (old.model == Path(cfg.model).name)]
             if len(hit) == cfg.n_prompts:
-                frames.append(hit)
+                frames.append(hit.assign(**_tag(cfg, task)))
                 continue
         qs, pre, ans = candidate_questions(task, cfg.n_prompts, cfg.seed)
         t0 = time.time()
@@ -385,6 +401,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
         raise ValueError(f"task {cfg.task!r} must be one of the measured tasks {list(cfg.tasks)}")
     V.integer("n_samples", cfg.n_samples, 3)
     V.integer("n_prompts", cfg.n_prompts, 3)
+    rows = _study_rows(cfg)
     t0 = time.time()
     passrates, summary = _phase1(policy, cfg, out, progress, reward)
     task = cfg.task if cfg.task is not None else choose_task(summary)
@@ -392,14 +409,15 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     tag = _tag(cfg, task)
     summary = _with_tag(summary.drop(columns="task"), tag).assign(task=summary.task)
     summary.to_csv(out / "passrates_summary.csv", index=False)
-    _log(f"task: {task}; phase 2 on {cfg.n_prompts} prompts x {cfg.n_samples} responses", progress)
+    _log(f"task: {task}; phase 2 on {len(rows)} prompts x {cfg.n_samples} responses", progress)
 
     qs, pre, ans = candidate_questions(task, cfg.n_prompts, cfg.seed)
-    ref = passrates[passrates.task == task].sort_values("prompt")
+    qs, pre, ans = [qs[i] for i in rows], [pre[i] for i in rows], ans[rows]
+    ref = passrates[passrates.task == task].sort_values("prompt").iloc[rows]
     ref_z = np.asarray([[int(c) for c in str(s).zfill(cfg.n_ref)] for s in ref.rewards],
                        np.float64)
     roll = out / "rollouts.npz"
-    ckey = cfg.key("n_prompts", "n_samples", "response_len", "seed") + task
+    ckey = cfg.key("n_prompts", "n_study", "n_samples", "response_len", "seed") + task
     st = None
     if roll.is_file():
         with np.load(roll) as f:
@@ -431,14 +449,14 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     texts = _texts(policy, np.asarray(st["responses"]).reshape(-1, cfg.response_len))
     n = cfg.n_samples
     responses = _with_tag(pd.DataFrame(dict(
-        prompt=np.repeat(np.arange(len(qs)), n), sample=np.tile(np.arange(n), len(qs)),
+        prompt=np.repeat(rows, n), sample=np.tile(np.arange(n), len(qs)),
         question=np.repeat(qs, n), answer=np.repeat(ans, n), response=texts,
         reward=np.asarray(st["rewards"]).reshape(-1))), tag)
     constants = _with_tag(est.summary().rename_axis("parameter").reset_index(), tag)
     mse = _with_tag(mse_table(est), tag)
     zv = _with_tag(zero_variance_table(ref_z, st["rewards"]), tag)
     budgets = _with_tag(budget_table(est), tag)
-    prompts = _with_tag(est.prompt_table().assign(prompt=np.arange(len(qs)), question=qs,
+    prompts = _with_tag(est.prompt_table().assign(prompt=rows, question=qs,
                                                   answer=ans, ref_pass_rate=ref_z.mean(axis=1)),
                         tag)
     tables = dict(passrates=passrates, passrates_summary=summary, constants=constants, mse=mse,
@@ -567,20 +585,31 @@ def main(argv=None) -> int:
     ap.add_argument("--task", default=None, help="phase 2's family (default: chosen)")
     ap.add_argument("--n-prompts", type=int, default=StudyConfig.n_prompts)
     ap.add_argument("--n-ref", type=int, default=StudyConfig.n_ref)
+    ap.add_argument("--n-study", type=int, default=None,
+                    help="phase 2's prompts: a random subset of phase 1's (default: all)")
     ap.add_argument("--n-samples", type=int, default=StudyConfig.n_samples)
     ap.add_argument("--response-len", type=int, default=StudyConfig.response_len)
     ap.add_argument("--chunk", type=int, default=StudyConfig.chunk)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--passrates-only", action="store_true",
+                    help="phase 1 only: passrates.csv and passrates_summary.csv")
     a = ap.parse_args(argv)
     from grpo_theory.lm import from_pretrained
 
     cfg = StudyConfig(model=str(Path(a.model).expanduser()), tasks=tuple(a.tasks.split(",")),
-                      task=a.task, n_prompts=a.n_prompts, n_ref=a.n_ref,
+                      task=a.task, n_prompts=a.n_prompts, n_ref=a.n_ref, n_study=a.n_study,
                       n_samples=a.n_samples, response_len=a.response_len, chunk=a.chunk,
                       seed=a.seed)
     t0 = time.time()
     policy = from_pretrained(cfg.model)
     _log(f"loaded {cfg.model} ({time.time() - t0:.0f}s)", True)
+    if a.passrates_only:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table, summary = _phase1(policy, cfg, out, True, reward_answer_text)
+        summary.to_csv(out / "passrates_summary.csv", index=False)
+        print(summary.to_string())
+        return 0
     res = run_study(policy, cfg, a.out)
     print((Path(a.out) / "REPORT.md").read_text())
     del res

@@ -21,7 +21,7 @@ from test_lm_hf import _weights
 from grpo_theory import lm
 from grpo_theory.studies import _smollm2_study as S
 
-TAG = ["model", "task", "n_prompts", "n_ref", "n_samples", "response_len", "chunk", "seed",
+TAG = ["model", "task", "n_prompts", "n_ref", "n_study", "n_samples", "response_len", "chunk", "seed",
        "version"]
 
 
@@ -36,8 +36,8 @@ def run(tmp_path_factory):
     cfg = config("llama", True, theta=1e5)
     model = write_gguf(path / "tiny.gguf", cfg, _weights(dict(cfg), False, seed=4), "smollm")
     policy = lm.from_pretrained(model)
-    sc = S.StudyConfig(model=str(model), tasks=("add1", "mul1"), n_prompts=4, n_ref=6,
-                       n_samples=6, response_len=3, chunk=3, seed=1)
+    sc = S.StudyConfig(model=str(model), tasks=("add1", "mul1"), n_prompts=5, n_ref=6,
+                       n_study=4, n_samples=6, response_len=3, chunk=3, seed=1)
     out = path / "out"
     return policy, sc, out, S.run_study(policy, sc, out, progress=False, reward=parity)
 
@@ -55,7 +55,7 @@ def test_tables_files_and_configuration_columns(run):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["config"]["n_samples"] == 6 and meta["dim"] == policy.dim
     pr = res["passrates"]
-    assert len(pr) == 8 and set(pr.task) == {"add1", "mul1"}
+    assert len(pr) == 10 and set(pr.task) == {"add1", "mul1"}
     # the recorded rewards string gives the recorded pass rate
     for s, p in zip(pr.rewards.astype(str), pr.pass_rate):
         assert np.isclose(np.mean([int(c) for c in s.zfill(6)]), p)
@@ -89,9 +89,12 @@ def test_numbers_finite_and_consistent_with_the_constants(run):
         assert r.G == est.recommended_group_size(int(r.N))
     prompts = res["prompts"]
     np.testing.assert_allclose(prompts.value, np.asarray(est.rewards).mean(axis=1))
+    # phase 2 runs on a subset (n_study = 4) of phase 1's 5 prompts, matched by prompt index
     pr = res["passrates"]
-    np.testing.assert_allclose(prompts.ref_pass_rate,
-                               pr[pr.task == bud.task.iloc[0]].pass_rate.to_numpy())
+    assert len(prompts) == 4 and len(set(prompts.prompt)) == 4 and prompts.prompt.max() <= 4
+    ref = pr[pr.task == bud.task.iloc[0]].set_index("prompt")
+    np.testing.assert_allclose(prompts.ref_pass_rate, ref.loc[prompts.prompt, "pass_rate"])
+    assert list(prompts.question) == list(ref.loc[prompts.prompt, "question"])
 
 
 def test_rerun_loads_the_rollouts_and_gives_the_same_tables(run):
