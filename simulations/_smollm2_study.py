@@ -43,6 +43,7 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
+from grpo_theory.advisor.advise import c1_warning
 from grpo_theory.advisor.estimate import (ScalingEstimate, estimate_from_rollouts,
                                           lm_rollout_statistics, t_quantile)
 from grpo_theory.lm.task import reward_answer_text
@@ -467,6 +468,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
                 dim=int(sum(np.size(p) for p in jax.tree_util.tree_leaves(policy.params))), seconds_total=time.time() - t0,
                 seconds_phase2=float(st.get("seconds", np.nan)))
     meta["config"]["model"] = Path(cfg.model).name
+    meta["c1_warning"] = c1_warning(est)
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     figure(out)
     report(out)
@@ -557,11 +559,12 @@ def report(out) -> Path:
                    "share_zero", "share_one", "q10", "q90", "chosen"], "{:.3f}"),
         f"Chosen: **{meta['task']}** (largest share of prompts with pass rate in "
         f"[{WINDOW[0]}, {WINDOW[1]}]).", "",
-        f"## Constants (phase 2: {c['n_prompts']} prompts x {c['n_samples']} responses, "
-        f"scores in chunks of {c['chunk']})", "",
+        f"## Constants (phase 2: {c['n_study'] or c['n_prompts']} of those prompts x "
+        f"{c['n_samples']} responses, scores in chunks of {c['chunk']})", "",
         _md(const, ["parameter", "estimate", "std_err", "ci_low", "ci_high"]),
         f"c1 {'is' if c1.ci_low > 0 else 'is NOT'} resolved above zero (95% CI "
         f"[{c1.ci_low:.4g}, {c1.ci_high:.4g}]).", "",
+        *([meta["c1_warning"], ""] if meta.get("c1_warning") else []),
         "## Predicted MSE against G (B = 1; estimates from rollouts, not a Monte Carlo)", "",
         _md(piv, list(piv.columns)),
         "Intervals per row in `mse.csv` (`mse_low`, `mse_high`).", "",
