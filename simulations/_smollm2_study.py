@@ -497,8 +497,8 @@ def figure(out) -> list:
     for i, e in enumerate(("vanilla", "grpo", "oracle")):
         t = mse[mse.estimator == e]
         ax[1].plot(t.G, t.mse, "o-", color=f"C{i}", ms=3, label=e)
-        ax[1].fill_between(t.G, np.maximum(t.mse_low, t.mse.min() * 1e-3), t.mse_high,
-                           color=f"C{i}", alpha=0.15)
+        ax[1].fill_between(t.G, np.maximum(t.mse_low, mse.mse.min() / 4), t.mse_high,
+                           color=f"C{i}", alpha=0.15)  # a lower end <= 0 drawn at the floor
     ax[1].set(xscale="log", yscale="log", xlabel="G", ylabel="predicted MSE (B = 1)",
               title="Figure 4 analogue (estimates, 95% CI)")
     ax[1].legend()
@@ -520,6 +520,11 @@ def figure(out) -> list:
                    fmt="s", label="observed (disjoint groups)")
     ax[3].set(xlabel="G", ylabel="share", title="zero-variance groups", ylim=(0, 1))
     ax[3].legend(fontsize=8)
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for a in ax[1:3]:
+        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        a.xaxis.set_minor_formatter(NullFormatter())
     fig.suptitle(f"SmolLM2-135M-Instruct, task {task}", y=1.02)
     fig.tight_layout()
     return save_figure(fig, out / "smollm2")
