@@ -26,6 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 import grpo_theory as gt
 from grpo_theory import lm
+from grpo_theory.lm.hf import PROMPT_PAD
 from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_model, estimate_scaling_constants,
                                score_statistics, trl_preset, trl_sequence_weighting)
 from grpo_theory.torch import estimate as torch_estimate
@@ -218,7 +219,9 @@ def test_same_constants_as_the_jax_route(tmp_path, kind, tied):
     m, n, T = y.shape
     est = estimate_from_model(model, x, y, z, prompt_mask=xm)
     # JAX: per-sample squared norms and the per-prompt means ghat_a as weighted contractions
-    xs = np.repeat(x.numpy(), n, axis=0)
+    # the JAX route marks left padding outside the vocabulary (PROMPT_PAD), from the mask
+    xj = np.where(xm.numpy().astype(bool), x.numpy(), PROMPT_PAD)
+    xs = np.repeat(xj, n, axis=0)
     W = np.zeros((m, m * n))
     for a in range(m):
         W[a, a * n:(a + 1) * n] = z[a] / n
