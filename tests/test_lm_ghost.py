@@ -60,9 +60,11 @@ def test_pure_forward_equals_tunix(pol):
     np.testing.assert_allclose(lp, pol.log_probs(x, y), rtol=1e-5)
 
 
-@pytest.mark.parametrize("route", ["gram", "direct"])
-def test_ghost_equals_per_sample_float64(pol, route):
-    """Both per-layer routes, float64 parameters: relative 1e-5."""
+def test_ghost_equals_per_sample_float64(pol):
+    """float64 parameters: relative 1e-5; the per-layer route alternates with the model (the
+    tiny layers make "auto" mix them), so each route meets every kind of tensor."""
+    route = {"qwen2": "gram", "llama": "direct" if pol.config["tied"] else "auto"}[
+        pol.config["model_type"]]
     x, y, w = _batch()
     p64 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), pol.params)
     fwd = ghost.PureForward.of(pol.config)
@@ -81,15 +83,15 @@ def test_policy_default_is_ghost_float32(pol):
     vmap(grad)) in float32, one block and several blocks."""
     x, y, w = _batch(2)
     acc_ref, sq_ref = pol.score_contractions(x, y, w, chunk=3, method="per_sample")
-    for chunk in (6, 4):
+    for chunk in ((6, 4) if pol.config["model_type"] == "qwen2" else (4,)):
         acc, sq = pol.score_contractions(x, y, w, chunk=chunk)
         np.testing.assert_allclose(sq, sq_ref, rtol=2e-4)
         np.testing.assert_allclose(acc, acc_ref, atol=2e-4 * np.abs(acc_ref).max())
     # the score of a response is zero after its first EOS: changing those tokens changes nothing
     y2 = y.copy()
     y2[0, 3:] = 5
-    acc2, sq2 = pol.score_contractions(x, y2, w, chunk=6)
-    np.testing.assert_allclose(sq2, sq, rtol=1e-6)
+    acc2, sq2 = pol.score_contractions(x, y2, w, chunk=4)
+    np.testing.assert_allclose(sq2, sq, rtol=1e-5)
 
 
 def test_zero_weights_skip_the_sums_and_errors(pol):

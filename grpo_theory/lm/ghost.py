@@ -126,10 +126,9 @@ def _forward(ak: tuple, params, tokens, ops, rows=None):
         for name, heads in (("q", h), ("k", kv), ("v", kv)):
             w = at[f"{name}_proj"]["w"]
             y = ops.lin(z, w.reshape(d, heads * hd), pth + (f"{name}_proj", "w"))
-            y = y.reshape(n, t, heads, hd)
             if a["qkv_bias"]:
-                y = ops.bias(y, at[f"{name}_bias"], pth + (f"{name}_bias",))
-            proj[name] = y
+                y = ops.bias(y, at[f"{name}_bias"].reshape(heads * hd), pth + (f"{name}_bias",))
+            proj[name] = y.reshape(n, t, heads, hd)
         o = _attention(_rope(proj["q"], pos, a["rope_theta"]),
                        _rope(proj["k"], pos, a["rope_theta"]), proj["v"], mask)
         x = x + ops.lin(o.reshape(n, t, h * hd), at["o_proj"]["w"].reshape(h * hd, d),
