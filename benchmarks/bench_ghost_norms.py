@@ -162,7 +162,8 @@ def _table(rows, load, wall) -> str:
         p = plain.get(r["case"])
         tr = f"{r['time_s'] / p['time_s']:.2f}" if p else ""
         mr = f"{r['peak_rss_gb'] / p['peak_rss_gb']:.2f}" if p else ""
-        mode = r["mode"] + (f" (chunk {r['chunk']})" if "chunk" in r else "")
+        mode = r["mode"] + (f" (chunk {r['chunk']})" if "chunk" in r else "") + (
+            " (earlier run)" if r.get("earlier_run") else "")
         lines.append(f"| {r['case']} | {r['D']:,} | {mode} | {r['n']} | {r['time_s']:.2f} | "
                      f"{r['first_call_s']:.1f} | {r['peak_rss_gb']:.2f} | "
                      f"{r['base_rss_gb']:.2f} | {tr} | {mr} |")
@@ -174,6 +175,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", nargs=2, metavar=("CASE", "MODE"))
     ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--previous", default=None,
+                    help="JSON lines of rows measured by an earlier run, put in the table first")
     ap.add_argument("--n", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=2, help="per-sample route's chunk")
     ap.add_argument("--mem-limit-gb", type=float, default=6.0)
@@ -186,8 +190,11 @@ def main(argv=None):
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     rows = []
+    if _ARGS.previous:
+        with open(_ARGS.previous) as f:
+            rows = [dict(json.loads(line), earlier_run=True) for line in f if line.strip()]
     for case in _ARGS.cases.split(","):
-        for mode in MODES:
+        for mode in _ARGS.modes.split(","):
             r = _child(case, mode, _ARGS.chunk, _ARGS.mem_limit_gb, _ARGS.n)
             print(json.dumps(r), flush=True)
             rows.append(r)

@@ -11,8 +11,10 @@ attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns
 :class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
 teacher-forced log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the
 response up to and including its first EOS (the checkpoint's own EOS ids), KV-cached sampling
-and per-sample scores ``s = grad_theta log pi(y|x)`` by ``jax.grad`` (for the estimators of the
-main paper's Algorithm 1). Nothing is downloaded.
+and the score statistics ``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the
+estimators of the main paper's Algorithm 1) by ghost norms, one forward and one backward pass
+per block with no per-sample gradient formed (:mod:`grpo_theory.lm.ghost`; ``method=
+"per_sample"`` keeps the ``vmap(grad)`` route). Nothing is downloaded.
 
 A Llama checkpoint is the same computation without q/k/v biases (``attention_bias: false``), so
 it runs on the same module with the biases fixed at zero (tunix 0.1.7's own ``Llama3`` module
