@@ -91,6 +91,7 @@ def _run_case(case: str, mode: str, chunk: int, mem_limit_gb: float) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from grpo_theory.lm import ghost
     from grpo_theory.lm.policy import seq_log_probs
 
     pol, x, y, w = _build(case)
@@ -101,8 +102,13 @@ def _run_case(case: str, mode: str, chunk: int, mem_limit_gb: float) -> dict:
         f = jax.jit(jax.grad(lambda p: jnp.sum(seq_log_probs(pol.apply_fn, p, x, y,
                                                              pol.temperature, pol.eos_ids))))
         call = lambda: jax.block_until_ready(f(pol.params))
+        out["gflop"] = f.lower(pol.params).cost_analysis()["flops"] / 1e9
     elif mode == "ghost":
         call = lambda: pol.score_contractions(x, y, w, chunk=x.shape[0], method="ghost")
+        out["gflop"] = ghost._ghost_jit.lower(
+            ghost._arch_key(pol.config), pol.params, jnp.asarray(x, jnp.int32),
+            jnp.asarray(y, jnp.int32), jnp.asarray(w, jnp.float32), pol.temperature,
+            x.shape[0], pol.eos_ids, "auto", True).cost_analysis()["flops"] / 1e9
     else:
         need = (chunk * d * 4 + 3 * d * 4 + 2 * d * 8) / 2**30
         out["chunk"] = chunk
@@ -149,24 +155,28 @@ def _table(rows, load, wall) -> str:
         "sum sum_n w_n s_n (K = 1, the advisor's pass 1). Random weights (normal, sd 0.02).",
         "",
         "| model | D | mode | n | time (s) | first call incl. compile (s) | peak RSS (GB) | "
-        "RSS before work (GB) | time / plain | peak / plain |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "RSS before work (GB) | time / plain | peak / plain | GFLOP (XLA cost analysis) | "
+        "GFLOP / plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     plain = {r["case"]: r for r in rows if r["mode"] == "plain" and "time_s" in r}
     for r in rows:
         if "time_s" not in r:
             why = r.get("skipped") or r.get("failed")
             lines.append(f"| {r['case']} | {r.get('D', '')} | {r['mode']} | {r.get('n', '')} | "
-                         f"not run: {why} | | | | | |")
+                         f"not run: {why} | | | | | | | |")
             continue
         p = plain.get(r["case"])
         tr = f"{r['time_s'] / p['time_s']:.2f}" if p else ""
         mr = f"{r['peak_rss_gb'] / p['peak_rss_gb']:.2f}" if p else ""
         mode = r["mode"] + (f" (chunk {r['chunk']})" if "chunk" in r else "") + (
             " (earlier run)" if r.get("earlier_run") else "")
+        gf = f"{r['gflop']:.0f}" if "gflop" in r else "n/a"
+        fr = (f"{r['gflop'] / p['gflop']:.2f}" if p and "gflop" in r and "gflop" in p
+              else "")
         lines.append(f"| {r['case']} | {r['D']:,} | {mode} | {r['n']} | {r['time_s']:.2f} | "
                      f"{r['first_call_s']:.1f} | {r['peak_rss_gb']:.2f} | "
-                     f"{r['base_rss_gb']:.2f} | {tr} | {mr} |")
+                     f"{r['base_rss_gb']:.2f} | {tr} | {mr} | {gf} | {fr} |")
     return "\n".join(lines) + "\n"
 
 
