@@ -16,8 +16,8 @@ gradients ``b`` (T, d_out) of that sample, contributes ``G_n = a^T b`` to the sa
           = \sum_{t,t'} (a_t\cdot a_{t'})(b_t\cdot b_{t'}),
 
 O(T^2 (d_in + d_out)) without the d_in x d_out matrix (the "gram" route); when
-``T (d_in + d_out) > d_in d_out`` the matrix itself is cheaper (the "direct" route). The weighted sums
-are ``sum_n W_kn G_n = a^T diag(W_k) b`` over all (n, t) at once. Every linear map of the forward
+``T (d_in + d_out) > d_in d_out`` the matrix itself is cheaper (the "direct" route). The
+weighted sums are ``sum_n W_kn G_n = a^T diag(W_k) b`` over all (n, t) at once. Every linear map of the forward
 below is a ``jax.custom_vjp`` whose backward rule emits these two quantities as the cotangents of
 zero "statistic" inputs, so they are formed layer by layer as the backward pass reaches the layer
 and the output gradients are freed as in an ordinary backward pass. Other tensors are handled
