@@ -11,8 +11,10 @@ attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns
 :class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
 teacher-forced log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the
 response up to and including its first EOS (the checkpoint's own EOS ids), KV-cached sampling
-and per-sample scores ``s = grad_theta log pi(y|x)`` by ``jax.grad`` (for the estimators of the
-main paper's Algorithm 1). Nothing is downloaded.
+and the score statistics ``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the
+estimators of the main paper's Algorithm 1) by ghost norms, one forward and one backward pass
+per block with no per-sample gradient formed (:mod:`grpo_theory.lm.ghost`; ``method=
+"per_sample"`` keeps the ``vmap(grad)`` route). Nothing is downloaded.
 
 A Llama checkpoint is the same computation without q/k/v biases (``attention_bias: false``), so
 it runs on the same module with the biases fixed at zero (tunix 0.1.7's own ``Llama3`` module
@@ -54,7 +56,9 @@ from .. import _validation as V
 from . import checkpoint_io as io
 from . import gguf as _gguf
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
-from .policy import LMPolicy, _eos_ids
+from .ghost import ghost_contractions
+from .ghost import positions_mask as _positions_mask
+from .policy import LMPolicy, _eos_ids, _tokens
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
 
@@ -274,24 +278,6 @@ def _split_zero_biases(abstract: dict, qkv_bias: bool):
     return dict(abstract, layers=layers), tuple(taken)
 
 
-def _positions_mask(tokens):
-    """Rotary positions (N, T) and attention mask (N, T, T) for prompts left-padded with
-    :data:`PROMPT_PAD`.
-
-    Valid keys: every entry that is a token id (``>= 0``: padding is the marker, never a token
-    value, so a prompt token equal to the pad or EOS id is attended to); position of token t =
-    (number of valid tokens before t), so left padding shifts nothing; causal; the diagonal is
-    always kept (a padding query then attends to itself only, never to an empty set).
-    """
-    n, t = tokens.shape
-    idx = jnp.arange(t)
-    valid = tokens >= 0
-    pos = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
-    causal = idx[None, :] <= idx[:, None]
-    mask = causal[None] & (valid[:, None, :] | (idx[None, :] == idx[:, None])[None])
-    return pos, mask
-
-
 @partial(jax.jit, static_argnames=("spec", "response_len"))
 def _decode(spec: _Spec, params, key, prompts, forced, response_len: int, temperature=1.0):
     """KV-cached decoding: one prefill pass over the prompt, then one token per step.
@@ -412,6 +398,37 @@ class HFPolicy(LMPolicy):
         rows = max(1, int(2**31 // (p * self.vocab_size)))
         return super().sample_blocked(key, prompts, response_len,
                                       min(float(max_elems), float(rows * p * p)))
+
+    def score_contractions(self, prompts, responses, weights, chunk: int = 256,
+                           method: str = "ghost"):
+        """``(W @ S, ||s_n||^2)`` with ``S`` the (N, D) scores ``grad log pi(y_n|x_n)``.
+
+        Args:
+            prompts: (N, P) ids left-padded with :data:`PROMPT_PAD`; responses: (N, R) ids.
+            weights: (K, N) (or (N,)) finite real weights.
+            chunk: samples per block (>= 1).
+            method: "ghost" (default: one forward + one backward pass per block, per-layer
+                ghost norms, no per-sample gradient formed; :mod:`grpo_theory.lm.ghost`) or
+                "per_sample" (``vmap(grad)`` per block, C x D floats per block of C:
+                :func:`grpo_theory.lm.policy.score_contractions`).
+
+        Returns:
+            ``(acc, sq)``: (K, D) and (N,) NumPy float64 arrays (sums accumulated in float64
+            when JAX's 64-bit mode is on).
+        """
+        if method not in ("ghost", "per_sample"):
+            raise ValueError(f"method must be 'ghost' or 'per_sample', got {method!r}")
+        if method == "per_sample":
+            return super().score_contractions(prompts, responses, weights, chunk)
+        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        chunk = V.positive_int("chunk", chunk)
+        w = V.real_array("weights", weights)
+        if w.ndim not in (1, 2) or np.atleast_2d(w).shape[1] != prompts.shape[0]:
+            raise ValueError(f"weights must have shape (K, {prompts.shape[0]}) or "
+                             f"({prompts.shape[0]},), got {w.shape}")
+        self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
+        return ghost_contractions(self.config, self.params, prompts, responses,
+                                  np.atleast_2d(w), self.temperature, chunk, self.eos_ids)
 
     def cached_logits(self, prompts, responses):
         """Logits (N, R, V) of the response positions computed through the KV cache with the
