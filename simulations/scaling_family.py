@@ -97,6 +97,7 @@ import pandas as pd
 import grpo_theory as gt
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import bootstrap_argmin, interval_from_freq, spearman
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.optim.train import exact_objective, train_schedules
 from grpo_theory.problems import scaling_family_bandit
@@ -105,8 +106,7 @@ from .lm_groupsize import bootstrap_best_g
 
 __all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "LMPart", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "lm_cells", "grid_argmin", "read_step", "steps_to_reach",
-           "lm_checkpoint_table", "lm_reach", "lm_points", "ci_from_freq",
-           "bootstrap_best", "spearman", "summaries",
+           "lm_checkpoint_table", "lm_reach", "lm_points", "summaries",
            "checks", "report", "plot", "EXPERIMENT"]
 
 NAME = "scaling-family"
@@ -305,15 +305,10 @@ def _mse(config: dict, key) -> list[dict]:
                                                     key=k)) - grad) ** 2, axis=1)
                  for k in jax.random.split(kG, n_chunks)]
         err[G] = np.concatenate(parts)
-    rng = np.random.default_rng(key_seed(key))
-    boot = np.empty((config["n_boot"], len(grid)))
-    for j, G in enumerate(grid):
-        x = err[G]
-        boot[:, j] = x[rng.integers(0, x.size, size=(config["n_boot"], x.size))].mean(axis=1)
-    arg = np.argmin(boot, axis=1)
+    freq = bootstrap_argmin(err, n_boot=config["n_boot"], seed=key).freq  # grid is increasing
     return [dict(delta=d, N=N, G=G, B=N // G, exact=float(gt.exact_mse(pol, "grpo", G, N // G)),
                  mc=float(err[G].mean()), mc_se=float(err[G].std(ddof=1) / np.sqrt(err[G].size)),
-                 boot_freq=float(np.mean(arg == j)), n_reps=int(err[G].size))
+                 boot_freq=float(freq[j]), n_reps=int(err[G].size))
             for j, G in enumerate(grid)]
 
 
@@ -452,44 +447,6 @@ def cell(config: dict, key):
     return _train(config, key)
 
 
-def ci_from_freq(grid, freq, level: float = 0.95) -> tuple[int, int]:
-    """Percentile interval on the ordered ``grid`` from the bootstrap argmin frequencies."""
-    cdf = np.cumsum(np.asarray(freq, dtype=np.float64))
-    a = (1 - level) / 2
-    lo = int(np.searchsorted(cdf, a - 1e-12, side="right"))
-    hi = int(np.searchsorted(cdf, 1 - a - 1e-12, side="left"))
-    return int(grid[min(lo, len(grid) - 1)]), int(grid[min(hi, len(grid) - 1)])
-
-
-def bootstrap_best(gaps_by_G: dict, n_boot: int = 2000, seed: int = 0):
-    """Bootstrap over seeds (independently per G) of argmin_G mean final gap.
-
-    Args:
-        gaps_by_G: ``{G: final gaps of the runs at G}``.
-        n_boot: resamples; seed: the resampling's NumPy seed (the report is deterministic).
-    Returns:
-        ``(best G, CI low, CI high)``, a percentile 95% CI on the ordered grid.
-    """
-    grid = sorted(gaps_by_G)
-    rng = np.random.default_rng(seed)
-    means = np.empty((n_boot, len(grid)))
-    for j, G in enumerate(grid):
-        x = np.asarray(gaps_by_G[G], dtype=np.float64)
-        means[:, j] = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
-    arg = np.argmin(means, axis=1)
-    freq = [float(np.mean(arg == j)) for j in range(len(grid))]
-    best = grid[int(np.argmin([np.mean(gaps_by_G[G]) for G in grid]))]
-    return (int(best), *ci_from_freq(grid, freq))
-
-
-def spearman(x, y) -> float:
-    """Spearman's rank correlation (average ranks for ties); NaN with < 3 points or no spread."""
-    x, y = pd.Series(np.asarray(x, float)), pd.Series(np.asarray(y, float))
-    if len(x) < 3 or x.nunique() < 2 or y.nunique() < 2:
-        return float("nan")
-    return float(np.corrcoef(x.rank(), y.rank())[0, 1])
-
-
 def summaries(tables, n_boot: int = 2000) -> dict:
     """One row per (member, source[, N]): predicted and empirical best G with its CI.
 
@@ -510,13 +467,14 @@ def summaries(tables, n_boot: int = 2000) -> dict:
         ex = grid[int(np.argmin(e.exact.values))]
         rows.append(dict(delta=d, source="exact", N=int(N), G_pred=float(const.loc[d,
                          "G_continuous"]), G_grid=pred, best_G=ex, ci_low=ex, ci_high=ex))
-        lo, hi = ci_from_freq(grid, e.boot_freq.values)
+        lo, hi = interval_from_freq(grid, e.boot_freq.values)
         rows.append(dict(delta=d, source="mc", N=int(N), G_pred=float(const.loc[d,
                          "G_continuous"]), G_grid=pred, best_G=grid[int(np.argmin(e.mc.values))],
                          ci_low=lo, ci_high=hi))
     for (d, mode, N), e in tables["train"].groupby(["delta", "mode", "budget"]):
         by = {int(G): g.final_gap.values for G, g in e.groupby("G")}
-        best, lo, hi = bootstrap_best(by, n_boot=n_boot, seed=int(N))
+        b = bootstrap_argmin(by, n_boot=n_boot, seed=int(N))
+        best, lo, hi = int(b.best), int(b.lo), int(b.hi)
         c = gt.ScalingConstants(*(float(const.loc[d, k]) for k in ("c1", "c2", "c3")))
         rows.append(dict(delta=d, source=f"train_{mode}", N=int(N),
                          G_pred=float(const.loc[d, "G_continuous"]),
@@ -733,16 +691,14 @@ def report(tables, s: Settings) -> Section:
     for r in p.itertuples():
         lines.append(f"| {r.delta} | {r.source} {r.label} | {r.N} | {r.G_pred:.2f} | {r.G_grid} | "
                      f"{r.best_G} [{r.ci_low}, {r.ci_high}] | {'PASS' if r.in_ci else 'FAIL'} |")
-    lines += ["", "| source | members | Spearman ρ (predicted, best G) | share of CIs containing "
+    lines += ["", "| source | members | Spearman ρ (predicted, best G) (p-value) | share of CIs containing "
               "the prediction |", "|---|---|---|---|"]
     for src, e in p.groupby("source", sort=False):
-        rho = spearman(e.G_pred, e.best_G)
-        rho_s = "n/a (< 3 members)" if np.isnan(rho) else f"{rho:.3f}"
+        rho_s = _rho(e.G_pred, e.best_G)
         lines.append(f"| {src} | {len(e)} | {rho_s} | {e.in_ci.mean():.0%} |")
     both = p[(p.source == "train_per_step") | p.source.str.startswith("lm:")]
     if both.source.str.startswith("lm:").any() and (both.source == "train_per_step").any():
-        rho = spearman(both.G_pred, both.best_G)
-        rho_s = "n/a (< 3 members)" if np.isnan(rho) else f"{rho:.3f}"
+        rho_s = _rho(both.G_pred, both.best_G)
         lines.append(f"| training at a fixed per-step budget: bandit members + LM settings | "
                      f"{len(both)} | {rho_s} | {both.in_ci.mean():.0%} |")
     lm_lines, lm_checks = _lm_report(tables, s, p)
@@ -763,6 +719,12 @@ def report(tables, s: Settings) -> Section:
               "the best G there need not be G*.", "", "![](predicted_vs_best_G.png)"]
     return Section("The scaling law across a problem family (Theorem 7)", "\n".join(lines),
                    checks(sm) + lm_checks)
+
+
+def _rho(x, y) -> str:
+    """Spearman's rho (p-value) as report text; n/a below 3 distinct points."""
+    r = spearman(x, y)
+    return "n/a (< 3 members)" if np.isnan(r.rho) else f"{r.rho:.3f} (p = {r.pvalue:.2g})"
 
 
 def _lm_report(tables, s: Settings, points: pd.DataFrame) -> tuple[list, list]:

@@ -48,11 +48,12 @@ import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import bootstrap_argmin
 from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 from grpo_theory.problems import scaling_bandit
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "optimum", "grid_argmin",
-           "cells", "cell", "bootstrap_best", "summaries", "checks", "report", "plot",
+           "cells", "cell", "summaries", "checks", "report", "plot",
            "EXPERIMENT"]
 
 NAME = "scaling-law"
@@ -171,31 +172,6 @@ def cell(config: dict, key):
     return rows
 
 
-def bootstrap_best(gaps_by_G: dict, n_boot: int = 2000, seed: int = 0):
-    """Bootstrap over seeds (independently per G) of argmin_G mean gap.
-
-    Args:
-        gaps_by_G: ``{G: final gaps of the runs at G}``.
-        n_boot: bootstrap resamples; seed: the resampling's NumPy seed (a report is
-            deterministic).
-    Returns:
-        (best G, CI low, CI high, frequency of each G being best) with a percentile 95% CI
-        on the ordered grid.
-    """
-    grid = sorted(gaps_by_G)
-    rng = np.random.default_rng(seed)
-    means = np.empty((n_boot, len(grid)))
-    for j, G in enumerate(grid):
-        x = np.asarray(gaps_by_G[G], dtype=np.float64)
-        idx = rng.integers(0, x.size, size=(n_boot, x.size))
-        means[:, j] = x[idx].mean(axis=1)
-    arg = np.argmin(means, axis=1)
-    lo, hi = np.percentile(arg, [2.5, 97.5], method="inverted_cdf")
-    best = grid[int(np.argmin([np.mean(gaps_by_G[G]) for G in grid]))]
-    freq = {G: float(np.mean(arg == j)) for j, G in enumerate(grid)}
-    return best, grid[int(lo)], grid[int(hi)], freq
-
-
 def summaries(tables, n_boot: int = 2000) -> dict:
     """The report's three tables.
 
@@ -226,7 +202,8 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     pred = const.set_index("policy").G_grid
     for (mode, N, sch), d in tr.groupby(["mode", "budget", "schedule"]):
         by = {int(G): g.final_gap.values for G, g in d.groupby("G")}
-        best, lo, hi, freq = bootstrap_best(by, n_boot=n_boot, seed=int(N))
+        b = bootstrap_argmin(by, n_boot=n_boot, seed=int(N))
+        best, lo, hi, freq = b.best, b.lo, b.hi, dict(zip(b.options, b.freq))
         m = {G: float(np.mean(v)) for G, v in by.items()}
         se = {G: float(np.std(v, ddof=1) / np.sqrt(len(v))) for G, v in by.items()}
         plateau = float(np.mean(d.final_gap > 0.9 * d.gap0))

@@ -86,16 +86,6 @@ def test_lm_rows_enter_points(small_run):
     assert len(lm) == 1 and bool(lm.in_ci.iloc[0])
 
 
-def test_spearman_and_ci_helpers():
-    assert sf.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert sf.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert np.isnan(sf.spearman([1, 2], [1, 2]))
-    assert sf.ci_from_freq([2, 4, 8], [0.0, 1.0, 0.0]) == (4, 4)
-    assert sf.ci_from_freq([2, 4, 8], [0.5, 0.0, 0.5]) == (2, 8)
-
-
-# --- the language-model part: prompt concentration (grpo_theory.lm.mixture) ---
-
 def _synthetic_parts(seed=0, n=7, d=5):
     """Per-question pieces with known per-prompt gradients g(x) = V s*: one fixed question F
     and n others R (||s*||^2 = ||g||^2 / V^2, g_mean the set's mean gradient)."""
