@@ -145,3 +145,15 @@ def test_markdown_table():
         st.markdown_table(df, floatfmt={"nope": ".2f"})
     with pytest.raises(TypeError, match="df"):
         st.markdown_table([[1, 2]])
+
+
+def test_integer_ticks_label_a_log_axis_at_the_group_sizes():
+    from grpo_theory.plotting import integer_ticks, plt
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.plot([2, 32], [1, 2])
+    assert integer_ticks(ax.xaxis, [32, 2, 8.0, 8]) == [2, 8, 32]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "8", "32"]
+    assert list(ax.xaxis.get_minorticklocs()) == []
+    plt.close(fig)

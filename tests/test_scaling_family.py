@@ -45,6 +45,14 @@ def test_family_bad_delta():
             scaling_family_bandit(bad)
 
 
+def test_cell_kinds_dispatch_by_part():
+    # one cell function per kind (the LM rows of kind "lm" come from another study, no cell)
+    assert set(sf.PARTS) == set(sf.SCHEMA) - {"lm"}
+    assert {c.kind for c in sf.cells(sf.SETTINGS["full"])} == set(sf.PARTS)
+    with pytest.raises(ValueError, match="part"):
+        sf.cell(dict(part="nope"), None)
+
+
 def test_small_run_structure_and_pass(small_run):
     out, res = small_run
     assert res.verdict == "PASS"
