@@ -60,7 +60,7 @@ from ._family_lm_report import (lm_checkpoint_table, lm_points, lm_reach, lm_rep
                                 steps_to_reach)
 
 __all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "LMPart", "Settings", "SETTINGS", "SCHEMA",
-           "cells", "cell", "lm_cells", "grid_argmin", "read_step", "steps_to_reach",
+           "PARTS", "cells", "cell", "lm_cells", "grid_argmin", "read_step", "steps_to_reach",
            "lm_checkpoint_table", "lm_reach", "lm_points", "summaries", "checks", "report",
            "plot", "EXPERIMENT"]
 
