@@ -8,8 +8,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
-__all__ = ["plt", "save_figure"]
+__all__ = ["plt", "save_figure", "integer_ticks"]
 
 
 def save_figure(fig, path_stem) -> list[Path]:
@@ -23,3 +24,19 @@ def save_figure(fig, path_stem) -> list[Path]:
         out.append(p)
     plt.close(fig)
     return out
+
+
+def integer_ticks(axis, values) -> list[int]:
+    """Label ``axis`` (``ax.xaxis`` or ``ax.yaxis``) at exactly the integers ``values`` (group
+    sizes on a log axis: 2, 8, 32 rather than 10^0.5), with no minor ticks.
+
+    Args:
+        axis: a matplotlib Axis.
+        values: the tick positions (rounded to int, deduplicated, sorted).
+    Returns:
+        The ticks used.
+    """
+    ticks = sorted({int(round(float(v))) for v in values})
+    axis.set_minor_locator(NullLocator())
+    axis.set_ticks(ticks, [str(t) for t in ticks])
+    return ticks

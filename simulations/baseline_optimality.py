@@ -41,6 +41,7 @@ import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "a2_holds_bandit",
@@ -249,17 +250,18 @@ def report(tables, s: Settings) -> Section:
              f"{int(df.n_reps.iloc[0])} paired Monte Carlo replicates per (problem, G); "
              f"{n_b} prompt-only baselines per cell (shifts, line through b*, random, vanilla).",
              "",
-             "| problem | G | MSE oracle | min exact MSE(b) − oracle | max abs cross term | "
-             "best shift δ | best t | MSE(b*) − MSE(V): exact / MC [95% CI] | grpo − oracle |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in sm.itertuples():
-        lines.append(
-            f"| {r.problem} | {r.G} | {r.oracle:.5f} | {r.min_diff_exact:.2e} | "
-            f"{r.max_abs_cross:.2e} | {r.best_shift:+.2f} | "
-            f"{'— (b* = V)' if np.isnan(r.best_line_t) else f'{r.best_line_t:.2f}'} | "
-            f"{r.opt_minus_oracle_exact:.2e} / {r.opt_minus_oracle_mc:.2e} "
-            f"[{r.opt_minus_oracle_lo:.2e}, {r.opt_minus_oracle_hi:.2e}] | "
-            f"{r.grpo_minus_oracle_exact:.2e} |")
+             markdown_table(pd.DataFrame({
+                 "problem": sm.problem, "G": sm.G, "MSE oracle": sm.oracle,
+                 "min exact MSE(b) − oracle": sm.min_diff_exact,
+                 "max abs cross term": sm.max_abs_cross, "best shift δ": sm.best_shift,
+                 "best t": ["— (b* = V)" if np.isnan(t) else f"{t:.2f}" for t in sm.best_line_t],
+                 "MSE(b*) − MSE(V): exact / MC [95% CI]": [
+                     f"{r.opt_minus_oracle_exact:.2e} / {r.opt_minus_oracle_mc:.2e} "
+                     f"[{r.opt_minus_oracle_lo:.2e}, {r.opt_minus_oracle_hi:.2e}]"
+                     for r in sm.itertuples()],
+                 "grpo − oracle": sm.grpo_minus_oracle_exact}),
+                 {"MSE oracle": ".5f", "min exact MSE(b) − oracle": ".2e",
+                  "max abs cross term": ".2e", "best shift δ": "+.2f", "grpo − oracle": ".2e"})]
     lines += ["", "Under Assumption 2 (uniform policy, equal score norms) every prompt-only "
               "baseline has MSE >= the oracle's, exactly and in Monte Carlo (no paired difference "
               f"is below 0 by more than {Z_TOL:g} se; 1e-12 allows for rounding when b = V "

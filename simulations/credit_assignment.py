@@ -36,12 +36,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import credit as C
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.problems import sequence_policy
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "mlp_policy",
@@ -337,9 +339,23 @@ def checks(tables) -> list:
     return out
 
 
+def _rank_table(rk: pd.DataFrame) -> str:
+    """Mean effective rank ± se of diag(A)S per (policy, β) and G."""
+    gs = sorted(set(rk.G))
+    rows = []
+    for (pname, beta), d in rk.groupby(["policy", "beta"]):
+        d = d.sort_values("G")
+        rows.append([pname, f"{beta:g}", f"{d.entropy.iloc[0]:.2f}"]
+                    + [f"{v:.2f}±{e:.2f}" for v, e in zip(d.resp_erank, d.resp_erank_se)]
+                    + [f"{d.plane_energy.iloc[-1]:.3f}"])
+    return markdown_table(pd.DataFrame(rows, columns=["policy", "β", "entropy (nats)"]
+                                       + [f"G={g}" for g in gs] + ["plane energy at max G"]))
+
+
 def report(tables, s: Settings) -> Section:
     idt, rk, tr = tables["identities"], tables["rank"], tables["training"]
     sp, bl = tables["sparsity"], tables["baseline"]
+    b2 = bl[bl.G.isin([2, 8, 64, 128])]
     b = idt[idt.check == "binary_identity"]
     L = ["Tabular sequence policy (`problems.sequence_policy`, 3 prompts, vocab 2 + EOS, horizon 4, "
          "Bernoulli rewards) and a tiny MLP softmax sequence policy (16 tanh units, binary "
@@ -353,13 +369,7 @@ def report(tables, s: Settings) -> Section:
          f"{b.max_err_closed_form.max():.1e}.", "",
          "Effective rank of the per-response matrix diag(A)S over groups with mixed rewards "
          "(mean; G rows):", "",
-         "| policy | β | entropy (nats) | " + " | ".join(f"G={g}" for g in sorted(set(rk.G)))
-         + " | plane energy at max G |", "|---|---|---|" + "---|" * len(set(rk.G)) + "---|"]
-    for (pname, beta), d in rk.groupby(["policy", "beta"]):
-        d = d.sort_values("G")
-        L.append(f"| {pname} | {beta:g} | {d.entropy.iloc[0]:.2f} | " + " | ".join(
-            f"{v:.2f}±{e:.2f}" for v, e in zip(d.resp_erank, d.resp_erank_se))
-            + f" | {d.plane_energy.iloc[-1]:.3f} |")
+         _rank_table(rk)]
     mlp = rk[rk.policy == "mlp"].sort_values(["beta", "G"])
     L += ["", "MLP W1 weight-gradient matrix (10 x 16) of the group gradient, entropy erank: "
           + "; ".join(f"β={bb:g}: " + ", ".join(f"{v:.2f}" for v in d.weight_erank)
@@ -381,14 +391,17 @@ def report(tables, s: Settings) -> Section:
           f"Sparsity: Monte Carlo fraction of all-equal groups vs p^G + (1−p)^G over "
           f"{len(sp)} (p, G) cells: largest |z| = {sp.z.abs().max():.2f}.", "",
           "Optimal baseline b* = E[r||s||²]/E[||s||²] vs the group mean (exact MSE, B = 1):", "",
-          "| policy | corr(‖s‖², r) | max abs(V − b*) | G | MSE oracle | MSE b* | MSE GRPO | "
-          "GRPO / b* | within-prompt GRPO / b* | gap oracle − b* (pred.) |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in bl[bl.G.isin([2, 8, 64, 128])].iterrows():
-        L.append(f"| {r.policy} | {r.corr_s2_reward:.3f} | {r.max_abs_V_minus_bstar:.3f} | {r.G} "
-                 f"| {r.mse_oracle:.5f} | {r.mse_optimal:.5f} | {r.mse_grpo:.5f} | "
-                 f"{r.ratio_grpo_optimal:.3f} | {r.within_ratio_grpo_optimal:.3f} | "
-                 f"{r.gap_measured:.2e} ({r.gap_predicted:.2e}) |")
+          markdown_table(pd.DataFrame({
+              "policy": b2.policy, "corr(‖s‖², r)": b2.corr_s2_reward,
+              "max abs(V − b*)": b2.max_abs_V_minus_bstar, "G": b2.G,
+              "MSE oracle": b2.mse_oracle, "MSE b*": b2.mse_optimal, "MSE GRPO": b2.mse_grpo,
+              "GRPO / b*": b2.ratio_grpo_optimal,
+              "within-prompt GRPO / b*": b2.within_ratio_grpo_optimal,
+              "gap oracle − b* (pred.)": [f"{r.gap_measured:.2e} ({r.gap_predicted:.2e})"
+                                          for r in b2.itertuples()]}),
+              {"corr(‖s‖², r)": ".3f", "max abs(V − b*)": ".3f", "MSE oracle": ".5f",
+               "MSE b*": ".5f", "MSE GRPO": ".5f", "GRPO / b*": ".3f",
+               "within-prompt GRPO / b*": ".3f"})]
     L += ["", "When the reward correlates with ||s||² (here through length), b* ≠ V and the "
           "within-prompt MSE of GRPO's group mean stays a fixed factor above b*'s as G grows "
           "(the gap E||s||²(V−b*)²/G is of the order of the MSE itself); in the control "

@@ -40,6 +40,7 @@ from grpo_theory.companions import dppo
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",
            "trade_view", "report", "plot", "EXPERIMENT"]
@@ -326,6 +327,16 @@ def trade_view(trade: pd.DataFrame, est: str = "grpo") -> pd.DataFrame:
     return d.sort_values(["family", "kept_tokens"])
 
 
+def _scheme_table(batches: pd.DataFrame) -> str:
+    """The controls' relative bias over batch sampling, one row per (estimator, scheme, G, B)."""
+    rows = []
+    for (est, sch, G, B), g in batches.groupby(["estimator", "scheme", "G", "B"]):
+        g = g.set_index("method")
+        rows.append([est, sch, f"{int(G)},{int(B)}"] + [
+            f"{g.loc[m, 'bias_vs_full'] / g.loc[m, 'scale']:.3g}" for m in CONTROLS])
+    return markdown_table(pd.DataFrame(rows, columns=["estimator", "scheme", "G,B", *CONTROLS]))
+
+
 def report(tables, s: Settings) -> Section:
     masks, batches, trade = tables["masks"], tables["batches"], tables["tradeoff"]
     c = summary(tables)
@@ -338,19 +349,14 @@ def report(tables, s: Settings) -> Section:
         f"{masks.batch.nunique()} batches x {masks.scheme.nunique()} schemes x "
         f"{masks.estimator.nunique()} estimators): max relative bias of DPPO "
         f"{c['mask_dppo_bias']:.1e} (tolerance {EXACT_TOL:g}).", "",
-        "| method | max relative bias given the batch | max relative bias over batch sampling "
-        "(2x3 bandit, all batches x masks) |", "|---|---|---|",
-        f"| dppo | {c['mask_dppo_bias']:.2e} | {c['batch_dppo_bias']:.2e} |"]
-    for m in CONTROLS:
-        lines.append(f"| {m} | {c['mask_control_bias'][m]:.3g} | "
-                     f"{c['batch_control_bias'][m]:.3g} |")
-    lines += ["", "Per scheme (over batch sampling), the controls' relative biases:", "",
-              "| estimator | scheme | G,B | " + " | ".join(CONTROLS) + " |",
-              "|---|---|---|" + "---|" * len(CONTROLS)]
-    for (est, sch, G, B), g in batches.groupby(["estimator", "scheme", "G", "B"]):
-        g = g.set_index("method")
-        lines.append(f"| {est} | {sch} | {int(G)},{int(B)} | " + " | ".join(
-            f"{g.loc[m, 'bias_vs_full'] / g.loc[m, 'scale']:.3g}" for m in CONTROLS) + " |")
+        markdown_table(pd.DataFrame(
+            [("dppo", f"{c['mask_dppo_bias']:.2e}", f"{c['batch_dppo_bias']:.2e}")]
+            + [(m, f"{c['mask_control_bias'][m]:.3g}", f"{c['batch_control_bias'][m]:.3g}")
+               for m in CONTROLS],
+            columns=["method", "max relative bias given the batch", "max relative bias over "
+                     "batch sampling (2x3 bandit, all batches x masks)"])),
+        "", "Per scheme (over batch sampling), the controls' relative biases:", "",
+        _scheme_table(batches)]
     lines += [
         "", "A zero for `recompute` under the advantage-aware scheme with G = 2 is expected: "
         "there both completions of a mixed group have |A| = max|A| (kept surely), and pruning "
@@ -362,11 +368,11 @@ def report(tables, s: Settings) -> Section:
         f"closed form to {c['batch_closed_form_rel']:.1e}.", "",
         f"**Speed vs MSE** (difficulty policy, B={TRADE_B}, G={TRADE_G}, GRPO leave-one-out; "
         f"exact, MC within {c['trade_z']:.2f} se):", "",
-        "| family | rate | kept tokens | kept completions | MSE / MSE(full) |",
-        "|---|---|---|---|---|"]
-    for _, r in d.iterrows():
-        lines.append(f"| {r.family} | {r.rate:g} | {r.kept_tokens:.3f} | "
-                     f"{r.kept_completions:.3f} | {r.mse_ratio:.3f} |")
+        markdown_table(d[["family", "rate", "kept_tokens", "kept_completions",
+                          "mse_ratio"]].set_axis(["family", "rate", "kept tokens",
+                                                  "kept completions", "MSE / MSE(full)"], axis=1),
+                       {"rate": "g", "kept tokens": ".3f", "kept completions": ".3f",
+                        "MSE / MSE(full)": ".3f"})]
     adv = d[d.family == "advantage-aware"].sort_values("kept_tokens")
     if len(adv):
         r0 = adv.iloc[len(adv) // 2]

@@ -36,6 +36,7 @@ from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.optim import theory as opt
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "bound_values",
@@ -200,6 +201,18 @@ def checks(df: pd.DataFrame) -> list:
     return out
 
 
+def _row(r) -> dict:
+    """One run's report row (a diverged run has M = inf and no bound)."""
+    div = bool(r.diverged)
+    return {"schedule": r.schedule, "estimator": r.estimator, "beta": f"{r.beta:g}",
+            "M": "inf" if div else f"{r.M:.3f}", "Delta_max": "inf" if div else f"{r.gap_max:.3f}",
+            "n": r.n, "E[Delta_n] (95% CI high)": (
+                f"diverged in {r.diverged}/{r.n_seeds} seeds" if div
+                else f"{r.mean_gap:.3g} ({r.ci_high:.3g})"),
+            "bound": "inf" if div else f"{r.bound:.3g}",
+            "max over n >= 1 of CI-high / bound": "—" if div else f"{r.max_ratio:.3f}"}
+
+
 def report(tables, s: Settings) -> Section:
     df = tables["table"]
     sm = summary(df)
@@ -210,17 +223,7 @@ def report(tables, s: Settings) -> Section:
         f"Delta_0 = {r.gap0:.3f}. M = exact sup of the MSE over the sublevel set "
         "{Delta <= Delta_max} holding every iterate (Delta_max = largest gap any seed visited).",
         "",
-        "| schedule | estimator | beta | M | Delta_max | n | E[Delta_n] (95% CI high) | bound "
-        "| max over n >= 1 of CI-high / bound |",
-        "|---|---|---|---|---|---|---|---|---|"]
-    for _, row in sm.iterrows():
-        if row.diverged:
-            lines.append(f"| {row.schedule} | {row.estimator} | {row.beta:g} | inf | inf | "
-                         f"{row.n} | diverged in {row.diverged}/{row.n_seeds} seeds | inf | — |")
-            continue
-        lines.append(f"| {row.schedule} | {row.estimator} | {row.beta:g} | {row.M:.3f} | "
-                     f"{row.gap_max:.3f} | {row.n} | {row.mean_gap:.3g} ({row.ci_high:.3g}) | "
-                     f"{row.bound:.3g} | {row.max_ratio:.3f} |")
+        markdown_table(pd.DataFrame([_row(r) for r in sm.itertuples()]))]
     lines += ["", "PASS when CI-high / bound <= 1 at every logged n (n = 0 included, where both "
               "equal Delta_0) for every run with finite M, "
               "and the oracle and GRPO runs never diverge. A diverged run (some seed's gap "

@@ -37,6 +37,7 @@ from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.estimators import PromptContext
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "training_summary",
            "checks", "report", "plot", "EXPERIMENT"]
@@ -345,6 +346,17 @@ def _g0(var: pd.DataFrame) -> int:
     return 8 if 8 in set(var.G) else int(var.G.iloc[0])
 
 
+def _modes_table(md: pd.DataFrame) -> str:
+    """The aggregation modes' bias (— where a mode has no alpha form)."""
+    dash = {"alpha": lambda a: "—" if np.isnan(a) else f"{a:g}",
+            "max err vs alpha form": lambda e: "—" if np.isnan(e) else f"{e:.1e}",
+            "cos": ".5f", "sin": ".4f"}
+    return markdown_table(pd.DataFrame({
+        "mode": [f"{r.mode} ({r.description.split(':')[0]})" for r in md.itertuples()],
+        "alpha": md.alpha, "max err vs alpha form": md.err_vs_alpha, "cos": md.cos,
+        "sin": md.sin}), dash)
+
+
 def report(tables, s: Settings) -> Section:
     c = checks(tables)
     ex, md, sw, mc = tables["exact"], tables["modes"], tables["sweep"], tables["mc"]
@@ -353,6 +365,7 @@ def report(tables, s: Settings) -> Section:
     G0 = _g0(var)
     var = var[var.G == G0].sort_values("alpha")
     zero_grad = var.iloc[(var.grad_slope.abs()).argmin()]
+    v = var.iloc[::max(1, len(var) // 10)]  # about ten rows of the sweep
     std1 = sw[(sw.policy == "varied") & (sw.estimator != "grpo_mean") & (sw.alpha == 1)]
     std_bias = std1.sin.max() if len(std1) else float("nan")
     L = ["Weights f_alpha(L) = L^(alpha-1) on a tabular sequence policy (vocab 2 + EOS, lengths "
@@ -364,20 +377,15 @@ def report(tables, s: Settings) -> Section:
          f"* Monte Carlo mean (G={MC_G}, {int(mc.n_reps.iloc[0])} groups) vs exact: largest "
          f"|z| = {mc.max_abs_z.max():.2f} (PASS if <= {Z_TOL}).", "",
          f"Aggregation modes (G = {MODES_G}, enumeration; bias vs (G-1)/G ∇J, mean-centred):", "",
-         "| mode | alpha | max err vs alpha form | cos | sin |", "|---|---|---|---|---|"]
-    for _, r in md[md.estimator == "grpo_mean"].iterrows():
-        al = "—" if np.isnan(r.alpha) else f"{r.alpha:g}"
-        er = "—" if np.isnan(r.err_vs_alpha) else f"{r.err_vs_alpha:.1e}"
-        L.append(f"| {r['mode']} ({r.description.split(':')[0]}) | {al} | {er} | {r.cos:.5f} | "
-                 f"{r.sin:.4f} |")
+         _modes_table(md[md.estimator == "grpo_mean"])]
     L += ["", f"Alpha sweep (mean-centred, G = {G0}): bias as sin∠(E ĝ_α, ∇J), sensitivity as "
-          "slopes vs log L.", "", "| alpha | cos | sin | rel. norm bias | token slope | "
-          "grad-norm slope | cos prompt 0/1/2 |", "|---|---|---|---|---|---|---|"]
-    step = max(1, len(var) // 10)
-    for _, r in var.iloc[::step].iterrows():
-        L.append(f"| {r.alpha:.2f} | {r.cos:.5f} | {r.sin:.4f} | {r.rel_bias:.3f} | "
-                 f"{r.token_slope:.2f} | {r.grad_slope:.3f} | {r.cos_prompt0:.4f} / "
-                 f"{r.cos_prompt1:.4f} / {r.cos_prompt2:.4f} |")
+          "slopes vs log L.", "", markdown_table(pd.DataFrame({
+              "alpha": v.alpha, "cos": v.cos, "sin": v.sin, "rel. norm bias": v.rel_bias,
+              "token slope": v.token_slope, "grad-norm slope": v.grad_slope,
+              "cos prompt 0/1/2": [f"{r.cos_prompt0:.4f} / {r.cos_prompt1:.4f} / "
+                                   f"{r.cos_prompt2:.4f}" for r in v.itertuples()]}),
+              {"alpha": ".2f", "cos": ".5f", "sin": ".4f", "rel. norm bias": ".3f",
+               "token slope": ".2f", "grad-norm slope": ".3f"})]
     L += ["", f"Only alpha = 1 has zero bias; the token-weight slope (P2) is alpha itself, zero "
           f"only at alpha = 0; the gradient-norm slope crosses zero near alpha = "
           f"{zero_grad.alpha:.2f}, where the bias is sin = {zero_grad.sin:.3f}. No alpha reaches "
@@ -391,12 +399,16 @@ def report(tables, s: Settings) -> Section:
           f"Training (stop-or-run policy: answer token then free length; lr {TRAIN['lr']:g}, "
           f"B = G = {TRAIN['G']}; mean ± se over {int(tables['training'].n_seeds.iloc[0])} "
           "independent runs; flow = exact expected update):", "",
-          "| advantage | alpha | E[L \\| incorrect] start → end | drift ± se | flow drift | "
-          "drift of E[L \\| correct] | J end |", "|---|---|---|---|---|---|---|"]
-    for _, r in tr.iterrows():
-        L.append(f"| {r.estimator} | {r.alpha:g} | {r.L_incorrect_start:.3f} → "
-                 f"{r.L_incorrect_end:.3f} | {r.drift_incorrect:+.3f} ± {r.drift_incorrect_se:.3f}"
-                 f" | {r.flow_drift_incorrect:+.4f} | {r.drift_correct:+.3f} | {r.J_end:.3f} |")
+          markdown_table(pd.DataFrame({
+              "advantage": tr.estimator, "alpha": tr.alpha,
+              "E[L \\| incorrect] start → end": [f"{r.L_incorrect_start:.3f} → "
+                                                 f"{r.L_incorrect_end:.3f}" for r in tr.itertuples()],
+              "drift ± se": [f"{r.drift_incorrect:+.3f} ± {r.drift_incorrect_se:.3f}"
+                             for r in tr.itertuples()],
+              "flow drift": tr.flow_drift_incorrect, "drift of E[L \\| correct]": tr.drift_correct,
+              "J end": tr.J_end}),
+              {"alpha": "g", "flow drift": "+.4f", "drift of E[L \\| correct]": "+.3f",
+               "J end": ".3f"})]
     L += ["", "![](length_weighting.png)"]
     return Section("Length weighting f_alpha(L) = L^(alpha-1)", "\n".join(L), list(c.values()))
 

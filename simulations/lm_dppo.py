@@ -40,6 +40,7 @@ import pandas as pd
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import bootstrap_ci  # percentile CI of a mean (N_BOOT = 2000)
 from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import WarmupConfig
@@ -272,24 +273,6 @@ def _grad_cell(config, key, pol, pool, load0):
 # --- report -------------------------------------------------------------------------------------
 
 
-def bootstrap_ci(values, n_boot: int = N_BOOT, seed: int = 0, stat=np.mean):
-    """Percentile bootstrap 95% CI of ``stat`` over ``values`` (resampled with replacement).
-
-    Args:
-        values: 1-d array (one value per seed).
-        n_boot: resamples; seed: the NumPy seed; stat: the statistic.
-
-    Returns:
-        ``(lo, hi)``; ``(v, v)`` for a single value.
-    """
-    v = np.asarray(values, dtype=float)
-    if v.size == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    s = stat(v[rng.integers(0, v.size, (n_boot, v.size))], axis=1)
-    return float(np.quantile(s, 0.025)), float(np.quantile(s, 0.975))
-
-
 #: the clocks of the equal-time comparison: (sampling column, update column)
 CLOCKS = {"cpu": ("sample_cpu_seconds", "update_cpu_seconds"),
           "wall": ("sample_seconds", "update_seconds")}
@@ -344,7 +327,8 @@ def run_summary(train: pd.DataFrame, steps: int) -> pd.DataFrame:
 
 
 def _ratio_ci(full, pruned, seed=0):
-    """Bootstrap 95% CI of mean(full) / mean(pruned), resampling the seeds of both."""
+    """Bootstrap 95% CI of mean(full) / mean(pruned), resampling the seeds of both (a bootstrap,
+    not :func:`grpo_theory.experiments.stats.ratio_ci`'s delta method: a handful of seeds)."""
     f, p = np.asarray(full, float), np.asarray(pruned, float)
     rng = np.random.default_rng(seed)
     b = (f[rng.integers(0, f.size, (N_BOOT, f.size))].mean(1)

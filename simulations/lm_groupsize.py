@@ -43,6 +43,7 @@ import pandas as pd
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import bootstrap_argmin
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
@@ -220,7 +221,9 @@ def cell(config: dict, key) -> dict | list[dict]:
 
 
 def bootstrap_best_g(acc: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """The best G's distribution when seeds are resampled within each G.
+    """The best G's distribution when seeds are resampled within each G
+    (:func:`grpo_theory.experiments.stats.bootstrap_argmin` of the negated accuracies: ties to
+    the smallest G, percentile interval on the ordered G).
 
     Args:
         acc: accuracies, rows G, columns seeds.
@@ -228,21 +231,13 @@ def bootstrap_best_g(acc: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> 
         seed: the resampling's NumPy seed.
 
     Returns:
-        ``best`` (argmax of the mean), ``lo``/``hi`` (2.5% / 97.5% quantiles of the resampled
-        argmax), ``p_best`` (share of the most frequent argmax) and ``support``.
+        ``best`` (argmax of the mean), ``lo``/``hi`` (the 95% percentile interval of the
+        resampled argmax), ``p_best`` (share of the most frequent argmax) and ``support``.
     """
-    rng = np.random.default_rng(seed)
-    a = acc.to_numpy()
-    gs = np.asarray(acc.index)
-    k = a.shape[1]
-    idx = rng.integers(0, k, size=(n_boot, a.shape[0], k))
-    means = np.take_along_axis(np.broadcast_to(a, (n_boot,) + a.shape), idx, axis=2).mean(2)
-    best = gs[np.argmax(means, axis=1)]
-    vals, counts = np.unique(best, return_counts=True)
-    return dict(best=int(gs[np.argmax(a.mean(1))]), lo=int(np.quantile(best, 0.025,
-                method="lower")), hi=int(np.quantile(best, 0.975, method="higher")),
-                p_best=float(counts.max() / n_boot),
-                support={int(v): float(c / n_boot) for v, c in zip(vals, counts)})
+    b = bootstrap_argmin({int(g): -acc.loc[g].to_numpy(np.float64) for g in acc.index},
+                         n_boot=n_boot, seed=seed)
+    return dict(best=int(b.best), lo=int(b.lo), hi=int(b.hi), p_best=b.p_best,
+                support={int(g): f for g, f in b.support.items()})
 
 
 def summary(train: pd.DataFrame, sweep: str = "main") -> pd.DataFrame:

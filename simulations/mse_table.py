@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.plotting import plt, save_figure
+from grpo_theory.plotting import integer_ticks, plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
+from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.problems import default_bandit
 
 NAME = "mse-table"
@@ -63,14 +64,11 @@ def report(tables, s: Settings) -> Section:
     mc = df.pivot(index="G", columns="estimator", values="mc_mse")
     ests = [e for e in s.estimators if e in tbl.columns]
     zmax = float(df.z.abs().max())
+    both = pd.DataFrame({"G": tbl.index, **{
+        f"{e} exact / MC": [f"{tbl.loc[G, e]:.5f} / {mc.loc[G, e]:.5f}" for G in tbl.index]
+        for e in ests}})
     lines = [f"Default bandit (4 prompts x 6 responses), B = 1, {s.n_reps} Monte Carlo "
-             "replicates per cell.", "",
-             "| G | " + " | ".join(f"{e} exact / MC" for e in ests) + " |",
-             "|---|" + "---|" * len(ests)]
-    for G in tbl.index:
-        lines.append(f"| {G} | " + " | ".join(
-            f"{tbl.loc[G, e]:.5f} / {mc.loc[G, e]:.5f}" for e in ests) + " |")
-    lines += ["", "![](mse_exact_vs_mc.png)"]
+             "replicates per cell.", "", markdown_table(both), "", "![](mse_exact_vs_mc.png)"]
     checks = [check(f"every |MC - exact| / se <= {Z_TOL}", zmax <= Z_TOL, df.z.to_numpy(),
                     detail=f"largest {zmax:.2f} over {len(df)} cells")]
     return Section("Exact vs Monte Carlo MSE (core engine)", "\n".join(lines), checks)
@@ -86,8 +84,7 @@ def plot(tables, s: Settings, out_dir) -> None:
                     color=line.get_color(), ms=3, capsize=2)
     ax.set(xscale="log", yscale="log", xlabel="group size G", ylabel="MSE  E||ĝ − ∇J||²",
            title="Exact (lines) vs Monte Carlo (points, 95% CI), B = 1")
-    gs = sorted(df.G.unique())
-    ax.set_xticks(gs, [str(g) for g in gs])
+    integer_ticks(ax.xaxis, df.G)
     ax.legend(fontsize=8)
     save_figure(fig, out_dir / "mse_exact_vs_mc")
 

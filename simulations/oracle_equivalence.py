@@ -39,6 +39,7 @@ from grpo_theory import problems
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 from ._paired import mean_ci, paired_squared_errors
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
@@ -177,17 +178,19 @@ def report(tables, s: Settings) -> Section:
     lines = [f"B = 1; problems: {', '.join(sm.problem)}; G = "
              f"{', '.join(str(g) for g in sorted(df.G.unique()))}; >= {n_reps} paired Monte Carlo "
              "replicates per cell (vanilla, grpo and oracle on the same draws).", "",
-             "| problem | c3 | max rel. err of gap·G(G−1) = c3 | grpo/oracle at G=2 → G max | "
-             "vanilla/oracle at G max | slope (MC, WLS) [95% CI] | (slope + 2)/se | exact slope | "
-             "fit G | max abs(MC−exact)/se |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sm.itertuples():
-        lines.append(
-            f"| {r.problem} | {r.c3:.4f} | {r.identity_rel_err:.1e} | {r.ratio_G2:.3f} → "
-            f"{r.ratio_Gmax:.4f} | {r.vanilla_over_oracle_Gmax:.3f} | {r.slope:.3f} "
-            f"[{r.slope_lo:.3f}, {r.slope_hi:.3f}] | {r.z_slope_minus2:+.2f} | "
-            f"{r.exact_slope:.3f} | {r.fit_G} | "
-            f"{r.max_abs_z:.2f} |")
+             markdown_table(pd.DataFrame({
+                 "problem": sm.problem, "c3": sm.c3,
+                 "max rel. err of gap·G(G−1) = c3": sm.identity_rel_err,
+                 "grpo/oracle at G=2 → G max": [f"{r.ratio_G2:.3f} → {r.ratio_Gmax:.4f}"
+                                                for r in sm.itertuples()],
+                 "vanilla/oracle at G max": sm.vanilla_over_oracle_Gmax,
+                 "slope (MC, WLS) [95% CI]": [f"{r.slope:.3f} [{r.slope_lo:.3f}, "
+                                              f"{r.slope_hi:.3f}]" for r in sm.itertuples()],
+                 "(slope + 2)/se": sm.z_slope_minus2, "exact slope": sm.exact_slope,
+                 "fit G": sm.fit_G, "max abs(MC−exact)/se": sm.max_abs_z}),
+                 {"c3": ".4f", "max rel. err of gap·G(G−1) = c3": ".1e",
+                  "vanilla/oracle at G max": ".3f", "(slope + 2)/se": "+.2f",
+                  "exact slope": ".3f", "max abs(MC−exact)/se": ".2f"})]
     lines += ["", f"MC within {Z_TOL:g} se of exact; identity to {IDENTITY_TOL:g}; exact ratio "
               f"decreasing and <= {RATIO_TOL} at the largest G; slope within {Z_TOL:g} se of −2, "
               f"a {Z_TOL:g}-sigma band because several fits are judged at once. The 95% CI "

@@ -37,11 +37,13 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+import pandas as pd
 
 from grpo_theory.companions import practical as pr
 from grpo_theory.core.policies import SequencePolicy, n_sequences
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
+from grpo_theory.experiments.stats import markdown_table
 
 NAME = "practical-grpo"
 CLAIM = ("practical GRPO (std-normalised advantages, token ratios, K3 KL) is asymptotically "
@@ -246,33 +248,40 @@ def report(tables, s: Settings) -> Section:
              f"theta = theta_old + eta d (|d| = 1); lemma11/mc cells at eta = {s.eta}, "
              f"kappa = {s.kappa}, KL reference theta_old.", "",
              "**Lemma 11 / Theorem 12 over G (exact)**", "",
-             "| G | E‖ĝ−U‖² | G·E‖ĝ−U‖² (limit) | G·Var/trΣ₁ | trΣ₁ (ĝ / U) | MSE | bias²+trΣ₁/G |",
-             "|---|---|---|---|---|---|---|"]
-    for r in lm.itertuples():
-        lines.append(f"| {r.G} | {r.diff_sq:.3e} | {r.G_diff_sq:.4f} ({r.diff_limit:.4f}) | "
-                     f"{r.var_ratio:.4f} | {r.tr_sigma1:.4f} / {r.tr_sigma1_ustat:.4f} | "
-                     f"{r.mse:.5f} | {r.predicted:.5f} |")
+             markdown_table(pd.DataFrame({
+                 "G": lm.G, "E‖ĝ−U‖²": lm.diff_sq,
+                 "G·E‖ĝ−U‖² (limit)": [f"{r.G_diff_sq:.4f} ({r.diff_limit:.4f})"
+                                       for r in lm.itertuples()],
+                 "G·Var/trΣ₁": lm.var_ratio,
+                 "trΣ₁ (ĝ / U)": [f"{r.tr_sigma1:.4f} / {r.tr_sigma1_ustat:.4f}"
+                                  for r in lm.itertuples()],
+                 "MSE": lm.mse, "bias²+trΣ₁/G": lm.predicted}),
+                 {"E‖ĝ−U‖²": ".3e", "G·Var/trΣ₁": ".4f", "MSE": ".5f", "bias²+trΣ₁/G": ".5f"})]
     lines += ["", f"log-log slope of E‖ĝ−U‖² in G (G ≥ {FIT_FROM}): {_fmt_ci(sm['diff_slope'])} "
               "(predicted −1).", "", "**Asymptotic squared bias over eta (exact)**", "",
-              "| eta | KL ref | bias² (ratios only) | K3 part ‖E q‖² | bias² (total) | "
-              "bias² vs KL-regularised target |", "|---|---|---|---|---|---|"]
-    for r in et.itertuples():
-        lines.append(f"| {r.eta:g} | {r.kl_ref} | {r.bias_sq_is:.3e} | {r.bias_sq_kl:.3e} | "
-                     f"{r.bias_sq:.3e} | {r.bias_sq_reg:.3e} |")
+              markdown_table(et[["eta", "kl_ref", "bias_sq_is", "bias_sq_kl", "bias_sq",
+                                 "bias_sq_reg"]].set_axis(
+                  ["eta", "KL ref", "bias² (ratios only)", "K3 part ‖E q‖²", "bias² (total)",
+                   "bias² vs KL-regularised target"], axis=1),
+                  {"eta": "g", "bias² (ratios only)": ".3e", "K3 part ‖E q‖²": ".3e",
+                   "bias² (total)": ".3e", "bias² vs KL-regularised target": ".3e"})]
     lines += ["", f"slopes in eta (KL ref theta_old, eta > 0): ratio part "
               f"{_fmt_ci(sm['is_slope'])}, K3 part {_fmt_ci(sm['kl_slope'])}; slope of the K3 "
               f"part in kappa (eta = {s.eta}): {_fmt_ci(sm['kappa_slope'])}.", "",
               "**K3 gradient: jax autodiff vs closed forms (per token, all responses)**", "",
-              "| ref offset | max err (1−π_ref/π_θ)∇logπ | max err (1−π_θ/π_ref)∇logπ | "
-              "rel err (1−π_θ/π_ref) | rel err (π_θ/π_ref−1) |", "|---|---|---|---|---|"]
-    for r in k3.itertuples():
-        lines.append(f"| {r.ref_offset:g} | {r.err_corrected:.1e} | {r.err_inverted:.3e} | "
-                     f"{r.rel_err_inverted:.3f} | {r.rel_err_inverted_neg:.4f} |")
-    lines += ["", "**Monte Carlo vs exact**", "", "| G | MSE exact / MC ± se | E‖ĝ−U‖² exact / "
-              "MC ± se |", "|---|---|---|"]
-    for r in mc.itertuples():
-        lines.append(f"| {r.G} | {r.exact_mse:.5f} / {r.mc_mse:.5f} ± {r.mc_se:.5f} | "
-                     f"{r.exact_diff:.3e} / {r.mc_diff:.3e} ± {r.mc_diff_se:.1e} |")
+              markdown_table(k3[["ref_offset", "err_corrected", "err_inverted",
+                                 "rel_err_inverted", "rel_err_inverted_neg"]].set_axis(
+                  ["ref offset", "max err (1−π_ref/π_θ)∇logπ", "max err (1−π_θ/π_ref)∇logπ",
+                   "rel err (1−π_θ/π_ref)", "rel err (π_θ/π_ref−1)"], axis=1),
+                  {"ref offset": "g", "max err (1−π_ref/π_θ)∇logπ": ".1e",
+                   "max err (1−π_θ/π_ref)∇logπ": ".3e", "rel err (1−π_θ/π_ref)": ".3f",
+                   "rel err (π_θ/π_ref−1)": ".4f"})]
+    lines += ["", "**Monte Carlo vs exact**", "", markdown_table(pd.DataFrame({
+        "G": mc.G,
+        "MSE exact / MC ± se": [f"{r.exact_mse:.5f} / {r.mc_mse:.5f} ± {r.mc_se:.5f}"
+                                for r in mc.itertuples()],
+        "E‖ĝ−U‖² exact / MC ± se": [f"{r.exact_diff:.3e} / {r.mc_diff:.3e} ± {r.mc_diff_se:.1e}"
+                                    for r in mc.itertuples()]}))]
     lines += ["", "![](practical_grpo.png)"]
     zmax = float(max(mc.z_mse.abs().max(), mc.z_diff.abs().max()))
     ds, is_s, kl_s, kp_s = sm["diff_slope"], sm["is_slope"], sm["kl_slope"], sm["kappa_slope"]

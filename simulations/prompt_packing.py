@@ -32,6 +32,7 @@ import pandas as pd
 from grpo_theory.companions import packing as pk
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
+from grpo_theory.experiments.stats import markdown_table
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "sample_lengths", "cells", "cell",
            "summary", "summary_table", "report", "plot", "EXPERIMENT"]
@@ -225,11 +226,12 @@ def report(tables, s: Settings) -> Section:
         f"Rows of {CAPACITY} tokens; {int(dens.n_seq.iloc[0])} sequences per batch, "
         f"{int(dens.batch.nunique())} batches per length distribution (prompt 32-256 tokens + a "
         "response: uniform / lognormal / bimodal with 30% at the length limit).", "",
-        "| distribution | window | density (packed) | density (naive) | rows / lower bound | "
-        "rows saved x |", "|---|---|---|---|---|---|"]
-    for _, r in t.iterrows():
-        lines.append(f"| {r.dist} | {int(r.window)} | {r.density:.3f} | {r.naive:.3f} | "
-                     f"{r.rows:.1f} / {r.lower_bound:.1f} | {r.row_saving:.2f} |")
+        markdown_table(pd.DataFrame({
+            "distribution": t.dist, "window": t.window.astype(int), "density (packed)": t.density,
+            "density (naive)": t.naive,
+            "rows / lower bound": [f"{r.rows:.1f} / {r.lower_bound:.1f}" for r in t.itertuples()],
+            "rows saved x": t.row_saving}),
+            {"density (packed)": ".3f", "density (naive)": ".3f", "rows saved x": ".2f"})]
     lines += [
         "", f"Every token placed exactly once and recovered by unpacking: "
         f"{'PASS' if c['token_once'] else 'FAIL'}; largest row fill {c['max_fill']:.0f} <= "

@@ -45,14 +45,16 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
+from grpo_theory.core.scaling import grid_argmin
 from grpo_theory.core.stats import z_value
-from grpo_theory.plotting import plt, save_figure
+from grpo_theory.plotting import integer_ticks, plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
 from grpo_theory.optim.train import exact_objective, maximise, train_schedules
 from grpo_theory.problems import scaling_bandit
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "optimum", "grid_argmin",
-           "cells", "cell", "bootstrap_best", "summaries", "checks", "report", "plot",
+           "cells", "cell", "summaries", "checks", "report", "plot",
            "EXPERIMENT"]
 
 NAME = "scaling-law"
@@ -105,12 +107,6 @@ def _policies():
     bandit = scaling_bandit()
     th, val = optimum(bandit)
     return {"initial": bandit, "optimum": bandit.with_params(th)}, float(val)
-
-
-def grid_argmin(constants, grid) -> int:
-    """The G of ``grid`` minimising ``budget_mse`` (N * MSE = c1 G + c2 + c3/(G-1))."""
-    vals = [float(gt.budget_mse(constants, G)) for G in grid]
-    return int(grid[int(np.argmin(vals))])
 
 
 def _distinct_seeds(key, n: int) -> np.ndarray:
@@ -171,31 +167,6 @@ def cell(config: dict, key):
     return rows
 
 
-def bootstrap_best(gaps_by_G: dict, n_boot: int = 2000, seed: int = 0):
-    """Bootstrap over seeds (independently per G) of argmin_G mean gap.
-
-    Args:
-        gaps_by_G: ``{G: final gaps of the runs at G}``.
-        n_boot: bootstrap resamples; seed: the resampling's NumPy seed (a report is
-            deterministic).
-    Returns:
-        (best G, CI low, CI high, frequency of each G being best) with a percentile 95% CI
-        on the ordered grid.
-    """
-    grid = sorted(gaps_by_G)
-    rng = np.random.default_rng(seed)
-    means = np.empty((n_boot, len(grid)))
-    for j, G in enumerate(grid):
-        x = np.asarray(gaps_by_G[G], dtype=np.float64)
-        idx = rng.integers(0, x.size, size=(n_boot, x.size))
-        means[:, j] = x[idx].mean(axis=1)
-    arg = np.argmin(means, axis=1)
-    lo, hi = np.percentile(arg, [2.5, 97.5], method="inverted_cdf")
-    best = grid[int(np.argmin([np.mean(gaps_by_G[G]) for G in grid]))]
-    freq = {G: float(np.mean(arg == j)) for j, G in enumerate(grid)}
-    return best, grid[int(lo)], grid[int(hi)], freq
-
-
 def summaries(tables, n_boot: int = 2000) -> dict:
     """The report's three tables.
 
@@ -226,7 +197,8 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     pred = const.set_index("policy").G_grid
     for (mode, N, sch), d in tr.groupby(["mode", "budget", "schedule"]):
         by = {int(G): g.final_gap.values for G, g in d.groupby("G")}
-        best, lo, hi, freq = bootstrap_best(by, n_boot=n_boot, seed=int(N))
+        b = bootstrap_argmin(by, n_boot=n_boot, seed=int(N))
+        best, lo, hi, freq = b.best, b.lo, b.hi, dict(zip(b.options, b.freq))
         m = {G: float(np.mean(v)) for G, v in by.items()}
         se = {G: float(np.std(v, ddof=1) / np.sqrt(len(v))) for G, v in by.items()}
         plateau = float(np.mean(d.final_gap > 0.9 * d.gap0))
@@ -274,37 +246,41 @@ def checks(s: dict) -> list[Check]:
     ]
 
 
+def _train_table(t: pd.DataFrame) -> pd.DataFrame:
+    """The report's training table: one row per (budget, schedule)."""
+    return pd.DataFrame({
+        "budget": [f"per step N = BG = {r.budget}" if r.mode == "per_step"
+                   else f"total nBG = {r.budget} (B = {TRAIN_B_TOTAL})" for r in t.itertuples()],
+        "schedule": t.schedule, "seeds": t.n_seeds,
+        "best G [95% CI]": [f"{r.best_G} [{r.ci_low}, {r.ci_high}]" for r in t.itertuples()],
+        "predicted": [f"{r.pred_optimum} ({r.pred_initial})" for r in t.itertuples()],
+        "prediction in CI": t.pred_in_ci.map({True: "PASS", False: "FAIL"}),
+        "mean Δ_n ± 95% by G": t.gaps, "bootstrap P(best)": t.best_freq,
+        "runs with Δ_n > 0.9 Δ_0": t.plateau_frac})
+
+
 def report(tables, s: Settings) -> Section:
     sm = summaries(tables, n_boot=s.n_boot)
     c = sm["constants"]
     lines = ["Linear softmax bandit with an interior maximiser (`scaling_bandit()`, 4 prompts x 2 "
              "responses, θ ∈ R²; see the driver's docstring).", "",
-             "| policy | θ | J | c1 | c2 | c3 | √(c3/c1) (paper) | 1+√(c3/c1) | exact integer G* | "
-             "predicted best G on the grid |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in c.itertuples():
-        lines.append(f"| {r.policy} | ({r.theta}) | {r.J:.4f} | {r.c1:.4g} | {r.c2:.4g} | "
-                     f"{r.c3:.4g} | {r.G_paper:.2f} | {r.G_continuous:.2f} | {int(r.G_exact)} | "
-                     f"{int(r.G_grid)} |")
-    lines += ["", "**Gradient MSE under N = BG** (GRPO; exact closed form and Monte Carlo, "
-              f"{int(tables['mse'].n_reps.iloc[0])} replicates per cell):", "",
-              "| policy | N | predicted | exact argmin | MC argmin | G within CI of the MC best | "
-              "max abs(MC−exact)/se |", "|---|---|---|---|---|---|---|"]
-    for r in sm["mse"].itertuples():
-        lines.append(f"| {r.policy} | {r.N} | {r.predicted} | {r.exact_argmin} | {r.mc_argmin} | "
-                     f"{r.mc_not_worse} | {r.max_abs_z:.2f} |")
-    lines += ["", "**Training outcome** (Algorithm 1 with GRPO from θ0 = 0, exact final gap "
-              "Δ_n = J* − J(θ_n); best G with a bootstrap 95% CI over seeds; prediction = grid "
-              "argmin of the scaling law at θ*, with the one at θ0 in brackets):", "",
-              "| budget | schedule | seeds | best G [95% CI] | predicted | prediction in CI | "
-              "mean Δ_n ± 95% by G | bootstrap P(best) | runs with Δ_n > 0.9 Δ_0 |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for r in sm["train"].itertuples():
-        lab = (f"per step N = BG = {r.budget}" if r.mode == "per_step"
-               else f"total nBG = {r.budget} (B = {TRAIN_B_TOTAL})")
-        lines.append(f"| {lab} | {r.schedule} | {r.n_seeds} | {r.best_G} [{r.ci_low}, "
-                     f"{r.ci_high}] | {r.pred_optimum} ({r.pred_initial}) | "
-                     f"{'PASS' if r.pred_in_ci else 'FAIL'} | {r.gaps} | {r.best_freq} | "
-                     f"{r.plateau_frac:.1%} |")
+             markdown_table(pd.DataFrame({
+                 "policy": c.policy, "θ": "(" + c.theta.astype(str) + ")", "J": c.J, "c1": c.c1,
+                 "c2": c.c2, "c3": c.c3, "√(c3/c1) (paper)": c.G_paper,
+                 "1+√(c3/c1)": c.G_continuous, "exact integer G*": c.G_exact.astype(int),
+                 "predicted best G on the grid": c.G_grid.astype(int)}),
+                 {"J": ".4f", "√(c3/c1) (paper)": ".2f", "1+√(c3/c1)": ".2f"}), "",
+             "**Gradient MSE under N = BG** (GRPO; exact closed form and Monte Carlo, "
+             f"{int(tables['mse'].n_reps.iloc[0])} replicates per cell):", "",
+             markdown_table(sm["mse"][["policy", "N", "predicted", "exact_argmin", "mc_argmin",
+                                       "mc_not_worse", "max_abs_z"]].set_axis(
+                 ["policy", "N", "predicted", "exact argmin", "MC argmin",
+                  "G within CI of the MC best", "max abs(MC−exact)/se"], axis=1),
+                 {"max abs(MC−exact)/se": ".2f"}), "",
+             "**Training outcome** (Algorithm 1 with GRPO from θ0 = 0, exact final gap "
+             "Δ_n = J* − J(θ_n); best G with a bootstrap 95% CI over seeds; prediction = grid "
+             "argmin of the scaling law at θ*, with the one at θ0 in brackets):", "",
+             markdown_table(_train_table(sm["train"]), {"runs with Δ_n > 0.9 Δ_0": ".1%"})]
     t = sm["train"]
     agree = t[t.pred_in_ci]
     lines += ["", f"Training agrees with the gradient-MSE prediction (prediction inside the "
@@ -325,14 +301,6 @@ def report(tables, s: Settings) -> Section:
                    checks(sm))
 
 
-def _g_axis(ax, values):
-    from matplotlib.ticker import NullLocator
-
-    ticks = sorted(int(v) for v in set(values))
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.xaxis.set_minor_locator(NullLocator())
-
-
 def plot(tables, s: Settings, out_dir) -> None:
     const = tables["constants"].set_index("policy")
     mse = tables["mse"]
@@ -350,7 +318,7 @@ def plot(tables, s: Settings, out_dir) -> None:
         ax.axvline(c.G_paper, color="grey", ls=":", lw=0.8, label=f"√(c3/c1) = {c.G_paper:.2f}")
         ax.set(xscale="log", xlabel="group size G (B = N/G)", ylabel="N × MSE",
                title=f"{pname} policy: N·MSE vs G (exact curves coincide)")
-        _g_axis(ax, d.G)
+        integer_ticks(ax.xaxis, d.G)
         ax.legend(fontsize=7)
     save_figure(fig, out_dir / "budget_mse")
 
@@ -371,7 +339,7 @@ def plot(tables, s: Settings, out_dir) -> None:
                  else f"total budget nBG = {int(N)}, B = {TRAIN_B_TOTAL}")
         ax.set(xscale="log", yscale="log", xlabel="group size G",
                ylabel="mean final gap Δ_n (95% CI)", title=title)
-        _g_axis(ax, d.G)
+        integer_ticks(ax.xaxis, d.G)
         ax.legend(fontsize=7)
     save_figure(fig, out_dir / "training_gap_vs_G")
 

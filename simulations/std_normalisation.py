@@ -52,6 +52,7 @@ import grpo_theory as gt
 from grpo_theory.core.stats import z_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Cell, Check, Experiment, Section, check, key_seed, float64
+from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.optim.train import exact_objective, maximise, train
 from grpo_theory.problems import scaling_bandit
 
@@ -283,13 +284,16 @@ def report(tables, s: Settings) -> Section:
              "- exact grpo_std limit θ_G: " + ", ".join(
                  f"G={G}: ({fp.loc[G, 'theta1']:.3f}, {fp.loc[G, 'theta2']:.3f})"
                  for G in (4, 16, 64, 1024) if G in fp.index), "",
-             "| estimator | G | trained θ ± 95% CI | exact limit θ_G | max z to θ_G | max z to θ_V | "
-             "E[V] | E[2 arcsin √V] |", "|---|---|---|---|---|---|---|---|"]
-    for r in sm.itertuples():
-        lines.append(f"| {r.estimator} | {r.G} | ({r.theta1:.4f} ± {r.ci1:.4f}, {r.theta2:.4f} ± "
-                     f"{r.ci2:.4f}) | ({r.theta_G1:.4f}, {r.theta_G2:.4f}) | "
-                     f"{r.z_to_fixed_point:.2f} | {r.z_to_theta_V:.1f} | {r.J:.4f} | "
-                     f"{r.arcsin_obj:.4f} |")
+             markdown_table(pd.DataFrame({
+                 "estimator": sm.estimator, "G": sm.G,
+                 "trained θ ± 95% CI": [f"({r.theta1:.4f} ± {r.ci1:.4f}, {r.theta2:.4f} ± "
+                                        f"{r.ci2:.4f})" for r in sm.itertuples()],
+                 "exact limit θ_G": [f"({r.theta_G1:.4f}, {r.theta_G2:.4f})"
+                                     for r in sm.itertuples()],
+                 "max z to θ_G": sm.z_to_fixed_point, "max z to θ_V": sm.z_to_theta_V,
+                 "E[V]": sm.J, "E[2 arcsin √V]": sm.arcsin_obj}),
+                 {"max z to θ_G": ".2f", "max z to θ_V": ".1f", "E[V]": ".4f",
+                  "E[2 arcsin √V]": ".4f"})]
     lines += ["", "Std-normalised GRPO does not maximise E[V]: it settles at θ_G, the zero of its "
               "exact mean update, which tends to the maximiser of E[2 arcsin √V] as G grows "
               "(Proposition 13 is the large-G statement; at small G all-equal groups, which get "

@@ -84,6 +84,17 @@ def test_scaling_constants_reproduce_exact_grpo_mse():
     np.testing.assert_allclose(opt.paper, np.sqrt(c.c3 / c.c1))
 
 
+def test_grid_argmin_is_the_law_minimum_on_the_grid():
+    from grpo_theory.core.scaling import ScalingConstants, grid_argmin
+
+    c = ScalingConstants(1.0, 3.0, 49.0)  # G* = 1 + sqrt(49) = 8
+    assert grid_argmin(c, (2, 4, 8, 16, 32)) == 8
+    assert grid_argmin(c, [32, 2, 4]) == 4  # N MSE 36.6, 54, 23.3: any order of the grid
+    assert grid_argmin(c, (2,)) == 2
+    with pytest.raises(ValueError, match="grid"):
+        grid_argmin(c, ())
+
+
 def test_sigma_oracle_trace_matches_c2_and_oracle_mse():
     b = default_bandit()
     p = b.problem()

@@ -45,6 +45,14 @@ def test_family_bad_delta():
             scaling_family_bandit(bad)
 
 
+def test_cell_kinds_dispatch_by_part():
+    # one cell function per kind (the LM rows of kind "lm" come from another study, no cell)
+    assert set(sf.PARTS) == set(sf.SCHEMA) - {"lm"}
+    assert {c.kind for c in sf.cells(sf.SETTINGS["full"])} == set(sf.PARTS)
+    with pytest.raises(ValueError, match="part"):
+        sf.cell(dict(part="nope"), None)
+
+
 def test_small_run_structure_and_pass(small_run):
     out, res = small_run
     assert res.verdict == "PASS"
@@ -85,16 +93,6 @@ def test_lm_rows_enter_points(small_run):
     lm = pts[pts.source.str.startswith("lm")]
     assert len(lm) == 1 and bool(lm.in_ci.iloc[0])
 
-
-def test_spearman_and_ci_helpers():
-    assert sf.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert sf.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert np.isnan(sf.spearman([1, 2], [1, 2]))
-    assert sf.ci_from_freq([2, 4, 8], [0.0, 1.0, 0.0]) == (4, 4)
-    assert sf.ci_from_freq([2, 4, 8], [0.5, 0.0, 0.5]) == (2, 8)
-
-
-# --- the language-model part: prompt concentration (grpo_theory.lm.mixture) ---
 
 def _synthetic_parts(seed=0, n=7, d=5):
     """Per-question pieces with known per-prompt gradients g(x) = V s*: one fixed question F

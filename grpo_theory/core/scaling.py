@@ -22,7 +22,7 @@ from .ustat import _closed_forms
 from .._precision import float64
 
 __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
-           "budget_mse"]
+           "budget_mse", "grid_argmin"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,23 @@ def budget_mse(constants: ScalingConstants, group_size, budget: float = 1.0):
     budget = V.real_scalar("budget", budget, positive=True)
     c = constants
     return (c.c1 * G + c.c2 + c.c3 / (G - 1)) / budget
+
+
+def grid_argmin(constants: ScalingConstants, grid) -> int:
+    """The G of ``grid`` minimising ``N MSE = c1 G + c2 + c3/(G-1)`` (the law's prediction on a
+    grid of group sizes; ties to the first G of ``grid``).
+
+    Args:
+        constants: :class:`ScalingConstants`.
+        grid: group sizes > 1 (a non-empty sequence).
+    Returns:
+        The minimising G (int).
+    """
+    g = list(grid)
+    if not g:
+        raise ValueError("grid must hold at least one group size")
+    vals = [float(budget_mse(constants, G)) for G in g]
+    return int(g[int(np.argmin(vals))])
 
 
 @dataclass(frozen=True)
