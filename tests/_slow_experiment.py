@@ -22,7 +22,7 @@ import jax
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check
+from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
 
 __all__ = ["Settings", "SETTINGS", "SLOW_SETTINGS", "SCHEMA", "cells", "cell", "slow_cell",
            "report", "plot", "EXPERIMENT", "SLOW_EXPERIMENT"]
@@ -51,6 +51,7 @@ def cells(s: Settings) -> list[Cell]:
     return [Cell(f"c{i}", dict(i=i, n_rows=s.n_rows, sleep=s.sleep)) for i in range(s.n_cells)]
 
 
+@float64
 def cell(config: dict, key) -> pd.DataFrame:
     """``n_rows`` rows ``value = i + N(0, 1)`` from ``key`` (``note`` is NaN on odd rows)."""
     i, n = int(config["i"]), int(config["n_rows"])

@@ -137,6 +137,7 @@ def test_cli_workers_starts_a_local_cluster(tmp_path, monkeypatch, toy_cli):
         raise Started(n_workers, kw["threads_per_worker"])
 
     monkeypatch.setattr(distributed, "LocalCluster", fake_cluster)
+    monkeypatch.setenv("GRPO_THEORY_DEBUG", "1")  # re-raise instead of the one-line error
     with pytest.raises(Started) as started:
         cli.main(["toy", "--workers", "2", "--out", str(tmp_path), "--no-progress"])
     assert started.value.args == (2, 1)

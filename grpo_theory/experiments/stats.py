@@ -123,7 +123,7 @@ class ArgminBootstrap:
         return self.lo <= option <= self.hi
 
 
-def bootstrap_argmin(values_by_option: Mapping, n_boot: int = 2000, seed=0,
+def bootstrap_argmin(values_by_option: Mapping, n_boot: int = 2000, seed=0, key=None,
                      level: float = 0.95) -> ArgminBootstrap:
     """Bootstrap of ``argmin_o mean(values_by_option[o])`` (the rule of the module docstring).
 
@@ -132,6 +132,7 @@ def bootstrap_argmin(values_by_option: Mapping, n_boot: int = 2000, seed=0,
             each with at least one finite-or-inf replicate (NaN is not allowed).
         n_boot: resamples.
         seed: an int or a JAX PRNG key (turned into an int by ``key_seed``).
+        key: a JAX PRNG key (or an int), used instead of ``seed`` when given.
         level: the interval's coverage.
     Returns:
         :class:`ArgminBootstrap`.
@@ -140,7 +141,7 @@ def bootstrap_argmin(values_by_option: Mapping, n_boot: int = 2000, seed=0,
         raise ValueError("values_by_option must be a non-empty mapping {option: replicates}")
     n_boot = _n_boot(n_boot)
     options = tuple(sorted(values_by_option))
-    rng = np.random.default_rng(_seed(seed))
+    rng = np.random.default_rng(_seed(seed if key is None else key))
     boot = np.empty((n_boot, len(options)))
     means = np.empty(len(options))
     for j, o in enumerate(options):
@@ -156,13 +157,14 @@ def bootstrap_argmin(values_by_option: Mapping, n_boot: int = 2000, seed=0,
                            _level(level))
 
 
-def bootstrap_ci(values, n_boot: int = 2000, seed=0, stat=np.mean,
+def bootstrap_ci(values, n_boot: int = 2000, seed=0, stat=np.mean, key=None,
                  level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of ``stat`` over ``values`` (resampled with replacement).
 
     Args:
         values: 1-d sample (one value per seed, ...).
-        n_boot: resamples; seed: an int or a JAX PRNG key; stat: a reducer taking ``axis=``.
+        n_boot: resamples; seed: an int or a JAX PRNG key; stat: a reducer taking ``axis=``;
+            key: a JAX PRNG key (or an int), used instead of ``seed`` when given.
         level: the coverage.
     Returns:
         ``(lo, hi)`` (linear-interpolation quantiles); ``(nan, nan)`` for an empty sample.
@@ -172,7 +174,7 @@ def bootstrap_ci(values, n_boot: int = 2000, seed=0, stat=np.mean,
     n_boot = _n_boot(n_boot)
     if v.size == 0:
         return float("nan"), float("nan")
-    rng = np.random.default_rng(_seed(seed))
+    rng = np.random.default_rng(_seed(seed if key is None else key))
     s = stat(v[rng.integers(0, v.size, (n_boot, v.size))], axis=1)
     return float(np.quantile(s, a)), float(np.quantile(s, 1 - a))
 
