@@ -35,18 +35,24 @@ __all__ = ["read_json", "check_config", "shard_names", "tensor_shapes", "check_f
            "check_shape", "read_tensors", "read_tokenizer", "SUPPORTED_MODEL_TYPES"]
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
-_INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers)'
+_INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers, gguf)'
 _REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "vocab_size")
 
 
-def _need(module: str):
-    """Import an optional dependency, or a ValueError saying how to install it."""
+def need_extra(module: str, what: str = "reading checkpoints"):
+    """Import an optional dependency of the ``hf`` extra, or a ValueError saying how to install it.
+
+    Args:
+        module: the module to import.
+        what: the task that needs it, for the message.
+    """
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ValueError(f"reading checkpoints needs {module!r}, which is not installed ({e}); "
-                         f"install the optional extra: {_INSTALL}") from None
+        raise ValueError(f"{what} needs {module!r}, which is not installed ({e}); install the "
+                         f"optional extra: {_INSTALL}") from None
+
 
 
 def read_json(path: str, name: str, required: bool = True):
@@ -315,7 +321,7 @@ def read_tensors(file: str, wanted, shapes: dict | None = None, source: str | No
             unsupported dtype), a non-finite entry, or a wrong shape, naming the file and
             tensor.
     """
-    safetensors = _need("safetensors")
+    safetensors = need_extra("safetensors")
     source = source or f"{os.path.basename(file)} of checkpoint {os.path.dirname(file)!r}"
     out = {}
     name = None
@@ -341,7 +347,7 @@ def read_tokenizer(file: str):
         ValueError: the file is not a tokenizer the library can build (corrupt, incomplete,
             truncated JSON), naming the file.
     """
-    tokenizers = _need("tokenizers")
+    tokenizers = need_extra("tokenizers")
     try:
         return tokenizers.Tokenizer.from_file(file)
     except Exception as e:  # tokenizers raises a bare Exception

@@ -29,12 +29,12 @@ downloaded; ``gguf`` and ``tokenizers`` (the optional extra ``hf``) are imported
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 
 import numpy as np
 
+from .checkpoint_io import need_extra
 from .policy import _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
@@ -72,11 +72,7 @@ _PRE = {"default": _GPT2, "gpt2": _GPT2, "smollm": (None, True, False),
 
 
 def _need(module: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ValueError(f"reading GGUF files needs {module!r}, which is not installed ({e}); "
-                         f"install the optional extra: {_INSTALL}") from None
+    return need_extra(module, "reading GGUF files")
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:

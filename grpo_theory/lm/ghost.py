@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .policy import _acc_dtype, response_mask
+from .policy import _acc_dtype, pad_to_chunk, response_mask
 
 __all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ROUTES"]
 
@@ -451,12 +451,7 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
     prompts, responses = np.asarray(prompts), np.asarray(responses)
     weights = np.asarray(weights, np.float64)
     n = prompts.shape[0]
-    chunk = int(min(chunk, n))
-    pad = (-n) % chunk
-    if pad:
-        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
-        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
-        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
+    prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     need_ws = bool(np.any(weights != 0))
     acc = _acc_dtype()
     ws, sq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),

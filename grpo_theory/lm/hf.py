@@ -70,13 +70,7 @@ _INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers)'
 
 
 def _need(module: str):
-    """Import an optional dependency, or a ValueError saying how to install it."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ValueError(f"loading Hugging Face checkpoints needs {module!r}, which is not "
-                         f"installed ({e}); install the optional extra: {_INSTALL}") from None
+    return io.need_extra(module, "loading Hugging Face checkpoints")
 
 
 @contextlib.contextmanager

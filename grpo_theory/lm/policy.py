@@ -197,6 +197,20 @@ def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperatu
     return seq[:, p:]
 
 
+def pad_to_chunk(prompts, responses, weights, chunk: int):
+    """Rows padded to a multiple of ``chunk`` (copies of row 0 with weight 0), so every block
+    has one shape (one compilation). Returns ``(prompts, responses, weights, chunk)`` with
+    ``chunk`` capped at the number of rows."""
+    n = prompts.shape[0]
+    chunk = int(min(chunk, n))
+    pad = (-n) % chunk
+    if pad:
+        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
+        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
+        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
+    return prompts, responses, weights, chunk
+
+
 def _acc_dtype():
     """float64 when JAX's 64-bit mode is on (``jax_enable_x64``), else float32 (the widest
     type JAX then has; requesting float64 would be truncated with a warning)."""
@@ -258,12 +272,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
     n = prompts.shape[0]
     if weights.shape[1] != n:
         raise ValueError(f"weights must have shape (K, {n}), got {weights.shape}")
-    chunk = int(min(chunk, n))
-    pad = (-n) % chunk
-    if pad:
-        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
-        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
-        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
+    prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     acc, sq = _contract(apply_fn, params, jnp.asarray(prompts), jnp.asarray(responses),
                         jnp.asarray(weights, _acc_dtype()), temperature, chunk, eos)
     return np.asarray(acc, np.float64), np.asarray(sq, np.float64)[:n]
