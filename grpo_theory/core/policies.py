@@ -18,6 +18,8 @@ exact too.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,12 +74,71 @@ def _check_logit_spread(name, logits):
         raise ValueError(f"{name}: max - min within a row overflows float64; rescale the logits")
 
 
+def _static_key(value):
+    """A hashable stand-in for a non-array attribute (dicts and lists by value)."""
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _static_key(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_static_key(v) for v in value))
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+class _Aux:
+    """A non-array attribute of a policy as pytree auxiliary data, compared by value."""
+
+    __slots__ = ("value", "key")
+
+    def __init__(self, value):
+        self.value, self.key = value, _static_key(value)
+
+    def __eq__(self, other):
+        return isinstance(other, _Aux) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+
+def _is_child(value) -> bool:
+    return isinstance(value, (np.ndarray, jax.Array, _EnumerablePolicy))
+
+
+def _flatten_policy(policy):
+    """Arrays (and nested policies) are the leaves; ints, flags and shapes the static part."""
+    attrs = policy.__dict__
+    names = tuple(sorted(k for k, v in attrs.items() if _is_child(v)))
+    static = tuple(sorted((k, _Aux(v)) for k, v in attrs.items() if not _is_child(v)))
+    return tuple(attrs[k] for k in names), (names, static)
+
+
+def _unflatten_policy(cls, aux, children):
+    names, static = aux
+    new = object.__new__(cls)
+    new.__dict__.update(zip(names, children))
+    new.__dict__.update((k, a.value) for k, a in static)
+    return new
+
+
 class _EnumerablePolicy:
-    """Shared machinery: a log-prob function ``theta -> (P, K)`` and Bernoulli reward means."""
+    """Shared machinery: a log-prob function ``theta -> (P, K)`` and Bernoulli reward means.
+
+    Every subclass is a JAX pytree: its arrays (parameters, rewards, prompt probabilities,
+    features, index tables) are leaves, its integers, flags and shape tables static data. A
+    policy passed to a jitted function is therefore traced: policies with equal shapes (the
+    members of a problem family) share one compilation.
+    """
 
     params: jnp.ndarray
     reward_means: jnp.ndarray
     prompt_probs: jnp.ndarray
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        jax.tree_util.register_pytree_node(cls, _flatten_policy,
+                                           partial(_unflatten_policy, cls))
 
     @float64
     def log_probs(self, params=None) -> jnp.ndarray:  # pragma: no cover - abstract
