@@ -33,8 +33,9 @@ part: c1 > 0 at every trained concentration, their predicted G* span a factor >=
 J_p is a probability. Training agreement (and Spearman's rank correlation between predicted and
 best G) is reported, not gated.
 
-Cost: compilation dominates (one per (B, G) shape for Monte Carlo, one per member x G for
-training), 10-20 s each on the shared 2-core machine; quick 22-81 s, full in ``FULL_ESTIMATE``.
+Cost: compilation dominates (one per (B, G) shape for Monte Carlo, one per G for training:
+the members are traced pytrees of equal shapes and share the compiled loop), 5-20 s each on the
+shared 2-core machine; quick 22-81 s, full in ``FULL_ESTIMATE``.
 
     grpo-theory scaling-family [--full] [--workers N]
 """
@@ -87,7 +88,7 @@ class Settings:
     total_steps_at_Gmax: int  # steps at the largest G under the total budget
     n_seeds: int
     n_boot: int
-    train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per member x G)
+    train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per G)
     lm: LMPart | None = None  # the language-model part (None: no LM cells)
 
 

@@ -513,17 +513,15 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, l
         ``q = V^G + (1-V)^G`` for the sampled prompts, and the mean rank measures of the mixed
         groups (resp_erank, plane_energy, and weight_erank when ``weight`` is given).
     """
-    from ..optim.train import TrainConfig, _Prepared, _run_many, _seed_keys
+    from ..optim.train import TrainConfig, _seed_keys, train_batch
 
     G = V.positive_int("group_size", group_size, 2)
     est = get_estimator(estimator)
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     wb = _WeightBlock(policy, weight) if weight is not None else None
     _, keys = _seed_keys(seeds)
-    prep = _Prepared(_RecordedPolicy(policy, wb), est, cfg, sup_objective=0.0)
-    S = keys.shape[0]
-    out = _run_many(prep, keys, prep.theta0, np.full(S, cfg.lr), np.zeros(S), np.zeros(S, int))
-    rec = dict(out["records"])
+    rec = dict(train_batch(_RecordedPolicy(policy, wb), est, cfg, keys,
+                           sup_objective=0.0).records)
     grams = rec.pop("grams")
     mixed = np.asarray(rec.pop("mixed"))  # (S, n_steps, B)
     out = {k: np.asarray(v) for k, v in rec.items()}
@@ -535,10 +533,12 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, l
     return out
 
 
+@partial(jax.tree_util.register_dataclass, data_fields=["policy"], meta_fields=["weight_block"])
 @dataclass(frozen=True)
 class _RecordedPolicy:
     """An enumerable policy plus the per-step records of :func:`train_grpo_records` (the
-    ``step_record`` hook of the training loop); equal for equal policies and weight blocks."""
+    ``step_record`` hook of the training loop); a pytree (the policy traced, the weight block
+    static), so policies of equal shapes share one compiled loop."""
 
     policy: Any
     weight_block: Any = None

@@ -66,7 +66,6 @@ import numpy as np
 
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
-from ..optim.train import _StaticProblem
 from .._precision import float64
 
 __all__ = [
@@ -432,11 +431,13 @@ def conditional_lengths(problem, lengths) -> dict:
 # --- training dynamics ------------------------------------------------------------------------
 
 
+@partial(jax.tree_util.register_dataclass, data_fields=["policy", "alpha"], meta_fields=[])
 @dataclass(frozen=True)
 class _LengthWeighted:
     """An enumerable policy whose per-response terms carry ``f_alpha(L_y)`` (the
     ``response_weights`` hook of the training loop) and whose records are
-    :func:`conditional_lengths`; equal for equal policies and alphas."""
+    :func:`conditional_lengths`; a pytree (policy and alpha traced), so one compiled loop
+    serves every alpha and every policy of the same shapes."""
 
     policy: Any
     alpha: float
@@ -473,7 +474,7 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_si
     Returns:
         Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
     """
-    from ..optim.train import TrainConfig, _Prepared, _run_many, _seed_keys
+    from ..optim.train import TrainConfig, _seed_keys, train_batch
 
     _check_policy(policy)
     a = _check_alpha(alpha)
@@ -481,10 +482,8 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_si
     G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     _, keys = _seed_keys(seeds)
-    prep = _Prepared(_LengthWeighted(policy, a), est, cfg, sup_objective=0.0)
-    S = keys.shape[0]
-    out = _run_many(prep, keys, prep.theta0, np.full(S, cfg.lr), np.zeros(S), np.zeros(S, int))
-    return {k: np.asarray(v) for k, v in out["records"].items()}
+    rec = train_batch(_LengthWeighted(policy, a), est, cfg, keys, sup_objective=0.0).records
+    return {k: np.asarray(v) for k, v in rec.items()}
 
 
 @V.renamed_arguments(G="group_size")
@@ -498,11 +497,12 @@ def expected_flow(policy, alpha, n_steps: int, group_size: int, lr: float,
     est = get_estimator(estimator)
     G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     return {k: np.asarray(v) for k, v in
-            _flow(_StaticProblem(policy), est, a, n_steps, G, float(lr)).items()}
+            _flow(policy, est, a, n_steps, G, float(lr)).items()}
 
 
-@partial(jax.jit, static_argnames=("policy", "est", "n_steps", "G"))
+@partial(jax.jit, static_argnames=("est", "n_steps", "G"))
 def _flow(policy, est, alpha, n_steps, G, lr):
+    """The exact-expectation ascent, the policy traced (one compilation per shapes)."""
     lengths = jnp.asarray(policy.lengths, dtype=jnp.float64)
 
     def step(theta, _):

@@ -45,7 +45,7 @@ import scipy.stats
 
 from .. import _validation as V
 from ..core.estimators import Estimator, PromptContext, get_estimator
-from .train import SCHEDULES, TrainConfig, TrainResult, _Prepared, _run_many
+from .train import SCHEDULES, TrainConfig, TrainResult, train_batch
 from .._precision import float64
 
 __all__ = [
@@ -442,15 +442,12 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
     cfg = TrainConfig(batch_size=batch_size, group_size=group_size, n_steps=n_steps,
                       schedule=schedule, lr=beta, offset=offset,
                       log_steps=tuple(int(s) for s in log_steps))
-    prep = _Prepared(problem, est, cfg)
     base = V.random_key(seed, key)
     keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(n_seeds))
-    lr, off, idx = prep.step_args()
-    out = _run_many(prep, keys, jnp.asarray(theta0, dtype=jnp.float64), np.full(n_seeds, lr),
-                    np.full(n_seeds, off), np.full(n_seeds, idx))
-    return TrainResult(steps=log_steps, objective=np.asarray(out["objective"]),
-                       gap=np.asarray(out["gap"]), max_gap=np.asarray(out["max_gap"]),
-                       theta_final=np.asarray(out["theta_final"]), sup_objective=prep.sup,
+    r = train_batch(problem, est, cfg, keys, params=theta0)
+    return TrainResult(steps=log_steps, objective=np.asarray(r.objective),
+                       gap=np.asarray(r.gap), max_gap=np.asarray(r.max_gap),
+                       theta_final=np.asarray(r.theta_final), sup_objective=r.sup_objective,
                        config=cfg)
 
 

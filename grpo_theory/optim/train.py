@@ -10,8 +10,13 @@ the problem weights responses) and ascends
 
 **One loop** (purejaxrl style): :func:`make_train` ``(problem, estimator, config) -> train(key)``
 with a frozen, hashable :class:`TrainConfig`; the body is a ``lax.scan`` over steps inside one
-module-level ``jax.jit`` (equal configs and the same problem object reuse the compiled loop), and
-``jax.vmap(train)(keys)`` runs seeds in parallel. Step ``t`` uses ``fold_in(key, t)``, so a seed's
+module-level ``jax.jit``, and ``jax.vmap(train)(keys)`` runs seeds in parallel
+(:func:`train_batch` is the vmapped form every wrapper and companion uses). The problem is a
+*traced* pytree argument (its arrays are leaves, shapes and integers static), so equal configs
+and problems of equal shapes, e.g. every member of a problem family, share one compilation.
+The update is an optax ``GradientTransformation`` applied to the loss gradient ``-ghat``:
+:func:`ascent` (``optax.sgd``) with the step-size schedule as an optax schedule
+(:func:`schedule`), or ``TrainConfig(optimizer=...)``. Step ``t`` uses ``fold_in(key, t)``, so a seed's
 run does not depend on which other seeds run with it. At the logged steps the *exact* objective
 ``J(theta) = E_X V(X)`` and the suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6,
 Theorem 8) are recorded, and the running maximum of ``Delta`` over every step.
@@ -53,16 +58,17 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from .. import _validation as V
 from .._precision import float64
 from ..core.estimators import PromptContext, get_estimator
 from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from ..core.sampling import sample_groups
-from .._precision import float64
 
-__all__ = ["TrainConfig", "TrainResult", "make_train", "train", "train_schedules",
-           "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES"]
+__all__ = ["TrainConfig", "TrainResult", "make_train", "train_batch", "train", "train_schedules",
+           "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES",
+           "schedule", "ascent"]
 
 
 def _constant(t, lr, offset):
@@ -76,6 +82,40 @@ def _inverse(t, lr, offset):
 #: the one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)
 SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
 _SCHEDULE_NAMES = tuple(SCHEDULES)
+
+
+def schedule(name, lr, offset=0.0):
+    """A named schedule of :data:`SCHEDULES` as an optax schedule (traceable).
+
+    optax counts updates from 0, so ``count -> eta_(count + 1)``: ``constant`` gives
+    ``eta_t = lr``, ``inverse`` gives ``eta_t = lr / (t + offset)``.
+
+    Args:
+        name: a name in :data:`SCHEDULES`, or an int32 index into it (may be traced: the
+            schedules of a batch of runs are then chosen per run by ``lax.switch``).
+        lr, offset: ``beta`` and ``t_0`` (floats or traced scalars).
+    Returns:
+        ``count -> eta`` (an ``optax.Schedule``).
+    """
+    if isinstance(name, str):
+        fn = SCHEDULES[name]
+        return lambda count: fn(count + 1, lr, offset)
+    fns = [SCHEDULES[n] for n in _SCHEDULE_NAMES]
+    return lambda count: jax.lax.switch(name, fns, count + 1, lr, offset)
+
+
+def ascent(step_size) -> optax.GradientTransformation:
+    r"""Plain ascent ``theta_t = theta_(t-1) + eta_t ghat_t`` as an optax transformation.
+
+    The loop hands optax the *loss* gradient ``-ghat`` (optax minimises), so this is
+    ``optax.sgd(step_size)``: the update ``-eta_t (-ghat_t) = eta_t ghat_t``, bit for bit.
+
+    Args:
+        step_size: a float or an optax schedule ``count -> eta`` (e.g. :func:`schedule`).
+    Returns:
+        An ``optax.GradientTransformation``.
+    """
+    return optax.sgd(step_size)
 
 
 @float64
@@ -217,6 +257,10 @@ class TrainConfig:
             divide n). Default: only steps 0 and n.
         log_steps: log at these steps instead (sorted unique integers in ``[0, n]``).
         log_params: also log the parameters at the logged steps.
+        optimizer: an ``optax.GradientTransformation`` applied to the loss gradient ``-ghat``
+            instead of :func:`ascent` with the schedule (``schedule``, ``lr`` and ``offset`` are
+            then unused). It is a static part of the compiled loop: reuse one object to share
+            the compilation.
     """
 
     batch_size: int
@@ -228,6 +272,7 @@ class TrainConfig:
     log_every: int | None = None
     log_steps: tuple | None = None
     log_params: bool = False
+    optimizer: Any = None
 
     @float64
     def __post_init__(self):
@@ -259,6 +304,10 @@ class TrainConfig:
                 raise ValueError(f"log_every must divide n_steps={n}, got {every}")
             set_("log_every", every)
         set_("log_params", bool(self.log_params))
+        if self.optimizer is not None and not isinstance(self.optimizer,
+                                                         optax.GradientTransformation):
+            raise ValueError("optimizer must be an optax.GradientTransformation or None, got "
+                             f"{type(self.optimizer).__name__}")
 
     @property
     @float64
@@ -271,7 +320,7 @@ class TrainConfig:
     @float64
     def _static(self) -> TrainConfig:
         """The part that shapes the compiled loop (a named schedule's lr/offset are traced)."""
-        if callable(self.schedule):
+        if callable(self.schedule) or self.optimizer is not None:
             return self
         return replace(self, schedule="constant", lr=0.0, offset=0.0)
 
@@ -346,11 +395,15 @@ class TrainResult:
 # --- the loop ----------------------------------------------------------------------------------
 
 
-def _eta(cfg, t, lr, offset, sched):
+def _optimizer(cfg, lr, offset, sched):
+    """The loop's optax transformation: ``cfg.optimizer``, or :func:`ascent` with the schedule."""
+    if cfg.optimizer is not None:
+        return cfg.optimizer
     if callable(cfg.schedule):
-        return jnp.asarray(cfg.schedule(t - 1), dtype=jnp.float64)
-    fns = [SCHEDULES[n] for n in _SCHEDULE_NAMES]
-    return jax.lax.switch(sched, fns, t, lr, offset)
+        count_dtype = jnp.arange(1).dtype  # optax counts in int32; the schedule sees int64 (x64)
+        return ascent(lambda count: jnp.asarray(cfg.schedule(count.astype(count_dtype)),
+                                                dtype=jnp.float64))
+    return ascent(schedule(sched, lr, offset))
 
 
 def _enumerable_step(problem, est, cfg, key, theta):
@@ -370,17 +423,21 @@ def _enumerable_step(problem, est, cfg, key, theta):
     return ghat, dp.objective(), rec
 
 
-def _run_one(key, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
-    """Algorithm 1 for one key: ``lax.scan`` over steps t = 1..n (see module docstring)."""
-    problem = static if static is not None else data
+def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
+    """Algorithm 1 for one key: ``lax.scan`` over steps t = 1..n (see module docstring).
+
+    ``problem`` is a traced pytree (its arrays are leaves), so problems with equal shapes and
+    static data share one compilation.
+    """
     n, shape = cfg.n_steps, theta0.shape
     steps = cfg.logged_steps
     slots = np.full(n + 1, -1, dtype=np.int32)
     slots[list(steps)] = np.arange(len(steps))
     slots = jnp.asarray(slots)
     n_log = len(steps)
-    enumerable = static is not None
+    enumerable = _is_enumerable(problem)
     has_gap = (not enumerable) and callable(getattr(problem, "gap", None))
+    tx = _optimizer(cfg, lr, offset, sched)
 
     def objective_gap(theta):
         if enumerable:
@@ -397,7 +454,7 @@ def _run_one(key, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
         return jnp.where(slots[i] >= 0, buf.at[jnp.maximum(slots[i], 0)].set(val), buf)
 
     def step(carry, t):
-        theta, jbuf, gbuf, pbuf, mx = carry
+        theta, opt_state, jbuf, gbuf, pbuf, mx = carry
         k = jax.random.fold_in(key, t)
         if enumerable:
             ghat, j, rec = _enumerable_step(problem, est, cfg, k, theta)
@@ -410,13 +467,14 @@ def _run_one(key, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
         jbuf, gbuf = log(jbuf, t - 1, j), log(gbuf, t - 1, g)
         if cfg.log_params:
             pbuf = log(pbuf, t - 1, theta)
-        theta = theta + _eta(cfg, t, lr, offset, sched) * ghat.reshape(shape)
-        return (theta, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
+        updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
+        theta = optax.apply_updates(theta, updates)
+        return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
 
     zeros = jnp.zeros(n_log)
     pbuf = jnp.zeros((n_log, *shape)) if cfg.log_params else jnp.zeros(())
-    init = (theta0, zeros, zeros, pbuf, -jnp.inf)
-    (theta, jbuf, gbuf, pbuf, mx), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
+    init = (theta0, tx.init(theta0), zeros, zeros, pbuf, -jnp.inf)
+    (theta, _, jbuf, gbuf, pbuf, mx), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
     j, g = objective_gap(theta)  # theta_n
     jbuf, gbuf = log(jbuf, n, j), log(gbuf, n, g)
     if cfg.log_params:
@@ -425,74 +483,14 @@ def _run_one(key, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
                 params=pbuf if cfg.log_params else None, records=recs)
 
 
-_run = jax.jit(_run_one, static_argnames=("static", "est", "cfg"))
+_run = jax.jit(_run_one, static_argnames=("est", "cfg"))
 
 
-@partial(jax.jit, static_argnames=("static", "est", "cfg"))
-def _run_batch(keys, theta0, data, sup, lr, offset, sched, *, static, est, cfg):
+@partial(jax.jit, static_argnames=("est", "cfg"))
+def _run_batch(keys, theta0, problem, sup, lr, offset, sched, *, est, cfg):
     """``vmap`` of :func:`_run_one` over runs (keys and step-size settings)."""
-    return jax.vmap(lambda k, l, o, s: _run_one(k, theta0, data, sup, l, o, s, static=static,
-                                                est=est, cfg=cfg))(keys, lr, offset, sched)
-
-
-def _fingerprint(obj, depth: int = 0):
-    """A value key of a problem object for jit's static-argument cache.
-
-    Arrays by (shape, dtype, SHA-1 of the bytes); numbers, strings and tuples by value; nested
-    objects (a wrapped policy, a dataclass of hooks) recursively; anything else (functions) by
-    identity. ``params`` is left out: the loop receives the parameters as a traced argument.
-    """
-    import hashlib
-
-    if depth > 6:
-        return ("id", id(obj))
-    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes, np.generic)):
-        return obj
-    if isinstance(obj, (np.ndarray, jax.Array)):
-        a = np.ascontiguousarray(np.asarray(obj))
-        return ("array", a.shape, str(a.dtype), hashlib.sha1(a.tobytes()).hexdigest())
-    if isinstance(obj, (tuple, list)):
-        return (type(obj).__name__, tuple(_fingerprint(v, depth + 1) for v in obj))
-    if isinstance(obj, dict):
-        return ("dict", tuple((k, _fingerprint(v, depth + 1)) for k, v in sorted(obj.items())))
-    if callable(obj) and not hasattr(obj, "__dict__") or inspect_function(obj):
-        return ("id", id(obj))
-    attrs = getattr(obj, "__dict__", None)
-    if attrs is None:
-        try:
-            return ("hash", type(obj).__qualname__, hash(obj))
-        except TypeError:
-            return ("id", id(obj))
-    return (type(obj).__module__, type(obj).__qualname__,
-            tuple((k, _fingerprint(v, depth + 1)) for k, v in sorted(attrs.items())
-                  if k != "params"))
-
-
-def inspect_function(obj) -> bool:
-    import inspect
-
-    return inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj)
-
-
-class _StaticProblem:
-    """A problem as a static argument of jit, equal to any problem with the same content.
-
-    Two separately built but identical policies share one compiled loop (identity hashing
-    would compile, and keep, a new executable for every call).
-    """
-
-    def __init__(self, problem):
-        object.__setattr__(self, "_problem", problem)
-        object.__setattr__(self, "_key", _fingerprint(problem))
-
-    def __getattr__(self, name):
-        return getattr(self._problem, name)
-
-    def __eq__(self, other):
-        return isinstance(other, _StaticProblem) and self._key == other._key
-
-    def __hash__(self):
-        return hash(self._key)
+    return jax.vmap(lambda k, l, o, s: _run_one(k, theta0, problem, sup, l, o, s, est=est,
+                                                cfg=cfg))(keys, lr, offset, sched)
 
 
 class _Prepared:
@@ -501,15 +499,12 @@ class _Prepared:
     def __init__(self, problem, estimator, config, sup_objective=None):
         if not isinstance(config, TrainConfig):
             raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-        if _is_enumerable(problem):
-            self.static, self.data = _StaticProblem(problem), None
-        elif _is_generic(problem):
-            self.static, self.data = None, problem
-        else:
+        if not (_is_enumerable(problem) or _is_generic(problem)):
             raise ValueError(
                 "problem must be an enumerable policy (params and problem(params)) or a pytree "
                 "with params, objective(params) and sample_gradient(key, params, estimator, "
                 f"batch_size, group_size), got {type(problem).__name__}")
+        self.problem = problem
         self.est = get_estimator(estimator)
         V.group_run(self.est, config.group_size, config.batch_size)
         self.cfg = config
@@ -556,7 +551,8 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
     Returns:
         ``train(key, params=None) -> TrainResult``: ``key`` is a JAX key or an integer seed
         (:func:`grpo_theory._validation.seed_key`), ``params`` overrides the initial parameters.
-        ``jax.vmap(train)(keys)`` runs seeds in parallel; equal configs share one compilation.
+        ``jax.vmap(train)(keys)`` runs seeds in parallel; equal configs and problems of equal
+        shapes share one compilation.
     """
     prep = _Prepared(problem, estimator, config, sup_objective)
     cfg_static = config._static()
@@ -564,8 +560,8 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
 
     @float64
     def train(key, params=None) -> TrainResult:
-        out = _run(_as_key(key), prep.initial(params), prep.data, prep.sup, lr, offset, idx,
-                   static=prep.static, est=prep.est, cfg=cfg_static)
+        out = _run(_as_key(key), prep.initial(params), prep.problem, prep.sup, lr, offset, idx,
+                   est=prep.est, cfg=cfg_static)
         return TrainResult(steps=np.asarray(config.logged_steps), sup_objective=prep.sup,
                            config=config, **out)
 
@@ -573,10 +569,43 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
     return train
 
 
-def _run_many(prep, keys, theta0, lrs, offsets, idxs):
-    return _run_batch(keys, theta0, prep.data, prep.sup, jnp.asarray(lrs, jnp.float64),
-                      jnp.asarray(offsets, jnp.float64), jnp.asarray(idxs, jnp.int32),
-                      static=prep.static, est=prep.est, cfg=prep.cfg._static())
+@float64
+def train_batch(problem, estimator, config: TrainConfig, keys, *, params=None,
+                sup_objective=None, schedules=None) -> TrainResult:
+    """Algorithm 1 once per key, vmapped in one compiled loop (the companions' entry point).
+
+    Run ``i`` uses ``keys[i]`` and, when ``schedules`` is given, its own named schedule
+    ``schedules[i] = (name, lr, offset)`` (traced: mixing schedules does not recompile);
+    otherwise the config's.
+
+    Args:
+        problem, estimator, config, sup_objective: as in :func:`make_train`.
+        keys: (S, ...) JAX keys.
+        params: initial parameters (default: the problem's).
+        schedules: ``None`` or S triples ``(name, lr, offset)`` of :data:`SCHEDULES`.
+    Returns:
+        A :class:`TrainResult` with a leading run axis S (``records``: the problem's
+        ``step_record`` per run and step, or ``None``).
+    """
+    prep = _Prepared(problem, estimator, config, sup_objective)
+    S = int(keys.shape[0])
+    if schedules is None:
+        lr, off, idx = prep.step_args()
+        lrs, offs, idxs = np.full(S, lr), np.full(S, off), np.full(S, idx)
+    else:
+        if len(schedules) != S:
+            raise ValueError(f"schedules must hold one (name, lr, offset) per key ({S}), got "
+                             f"{len(schedules)}")
+        for sch in schedules:
+            _check_schedule(*sch)
+        lrs = [float(e) for _, e, _ in schedules]
+        offs = [float(o) for _, _, o in schedules]
+        idxs = [_SCHEDULE_NAMES.index(n) for n, _, _ in schedules]
+    out = _run_batch(keys, prep.initial(params), prep.problem, prep.sup,
+                     jnp.asarray(lrs, jnp.float64), jnp.asarray(offs, jnp.float64),
+                     jnp.asarray(idxs, jnp.int32), est=prep.est, cfg=config._static())
+    return TrainResult(steps=np.asarray(config.logged_steps), sup_objective=prep.sup,
+                       config=config, **out)
 
 
 def _seed_keys(seeds):
@@ -656,20 +685,19 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
     cfg = TrainConfig(batch_size=batch_size, group_size=group_size, n_steps=n_steps,
                       log_every=log_every, log_params=log_params)
     seeds, keys = _seed_keys(seeds)
-    prep = _Prepared(policy, est, cfg, max_objective)
-    theta0 = prep.initial(params)
     S, C = seeds.size, len(schedules)
-    out = _run_many(prep, jnp.tile(keys, (C, 1)), theta0,
-                    np.repeat([float(e) for _, e, _ in schedules], S),
-                    np.repeat([float(o) for _, _, o in schedules], S),
-                    np.repeat([_SCHEDULE_NAMES.index(s) for s, _, _ in schedules], S))
-    out = {k: (None if v is None else np.asarray(v)) for k, v in out.items()}
+    r = train_batch(policy, est, cfg, jnp.tile(keys, (C, 1)), params=params,
+                    sup_objective=max_objective, schedules=[sch for sch in schedules
+                                                            for _ in range(S)])
+    out = {k: (None if v is None else np.asarray(v)) for k, v in
+           dict(objective=r.objective, gap=r.gap, max_gap=r.max_gap,
+                theta_final=r.theta_final, params=r.params, records=r.records).items()}
     res = []
     for c, (sch, eta, off) in enumerate(schedules):
         sl = slice(c * S, (c + 1) * S)
         res.append(TrainResult(
-            steps=np.asarray(cfg.logged_steps), sup_objective=prep.sup, seeds=seeds,
-            config=dict(estimator=prep.est.name, batch_size=cfg.batch_size,
+            steps=np.asarray(cfg.logged_steps), sup_objective=r.sup_objective, seeds=seeds,
+            config=dict(estimator=est.name, batch_size=cfg.batch_size,
                         group_size=cfg.group_size, n_steps=cfg.n_steps, eta=float(eta),
                         schedule=sch, offset=float(off), log_every=cfg.log_every),
             **{k: (None if v is None else v[sl]) for k, v in out.items()}))
