@@ -111,3 +111,56 @@ def test_optimizer_in_the_config():
     assert adam.objective[-1] > adam.objective[0]  # Adam ascends J too
     with pytest.raises(ValueError, match="optimizer must be an optax"):
         T.TrainConfig(**base, optimizer="adam")
+
+
+# --- the clipped multi-epoch update, shared with the LM loops (grpo_theory.optim.clipped) -----
+
+
+def test_clipped_one_epoch_is_algorithm_1():
+    """At ratio 1 the clipped surrogate's gradient is ghat: one epoch = the plain step."""
+    bandit = problems.default_bandit()
+    base = dict(batch_size=2, group_size=4, n_steps=6, lr=0.5, log_every=3)
+    ref = T.make_train(bandit, "grpo", T.TrainConfig(**base))(1)
+    one = T.make_train(bandit, "grpo", T.TrainConfig(**base, clip_eps=0.2))(1)
+    np.testing.assert_allclose(one.theta_final, ref.theta_final, rtol=0, atol=1e-12)
+
+
+def test_two_unclipped_epochs_by_hand():
+    """epochs=2: theta_1 = theta_0 + eta_1 ghat, then theta_0' = theta_1 + eta_1 (1/BG) sum
+    A r s(theta_1) with r = pi_(theta_1)(y|x) / pi_(theta_0)(y|x); both epochs use eta_1."""
+    from grpo_theory._validation import seed_key
+    from grpo_theory.core.estimators import PromptContext, get_estimator
+    from grpo_theory.core.sampling import sample_groups
+
+    bandit = problems.default_bandit()
+    cfg = T.TrainConfig(batch_size=2, group_size=4, n_steps=1, schedule="inverse", lr=1.0,
+                        offset=1.0, epochs=2)
+    res = T.make_train(bandit, "grpo", cfg)(3)
+    dp0 = bandit.problem()
+    x, y, z = sample_groups(jax.random.fold_in(seed_key(3), 1), dp0, 2, 4)
+    adv = get_estimator("grpo").advantage(z, PromptContext(prompt=x, value=dp0.values()[x]))
+    eta = 0.5  # 1 / (1 + 1)
+    th1 = bandit.params + eta * (jnp.einsum("bg,bgd->d", adv, dp0.scores[x[:, None], y]) / 8
+                                 ).reshape(bandit.params.shape)
+    dp1 = bandit.problem(th1)
+    r = dp1.probs[x[:, None], y] / dp0.probs[x[:, None], y]
+    th2 = th1 + eta * (jnp.einsum("bg,bgd->d", adv * r, dp1.scores[x[:, None], y]) / 8
+                       ).reshape(bandit.params.shape)
+    np.testing.assert_allclose(res.theta_final, th2, rtol=0, atol=1e-12)
+    assert not np.allclose(th1, th2)
+
+
+def test_clipping_bounds_the_move_and_bad_settings_fail():
+    bandit = problems.default_bandit()
+    base = dict(batch_size=4, group_size=4, n_steps=1, lr=5.0)
+    free = T.make_train(bandit, "grpo", T.TrainConfig(**base, epochs=4))(0)
+    clip = T.make_train(bandit, "grpo", T.TrainConfig(**base, epochs=4, clip_eps=0.05))(0)
+    move = lambda r: float(np.linalg.norm(r.theta_final - bandit.params))  # noqa: E731
+    assert move(clip) < move(free)
+    with pytest.raises(ValueError, match="clip_eps"):
+        T.TrainConfig(**base, clip_eps=-0.1)
+    with pytest.raises(ValueError, match="epochs"):
+        T.TrainConfig(**base, epochs=0)
+    with pytest.raises(ValueError, match="enumerable"):
+        T.make_train(problems.default_gaussian_bandit(), "grpo",
+                     T.TrainConfig(**base, epochs=2))

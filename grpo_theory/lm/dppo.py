@@ -46,6 +46,7 @@ from .. import _validation as V
 from ..companions.dppo import KeepScheme, masked_advantages
 from ..companions.packing import pack
 from ..core.estimators import PromptContext, get_estimator
+from ..optim.clipped import clipped_surrogate, multi_epoch_update
 from .grpo import _optimizer, exact_accuracy
 from .policy import LMPolicy, response_mask
 from .task import PAD, encode_prompts, reward_exact_tokens, target_responses
@@ -240,18 +241,11 @@ def _update(apply_fn, opt, params, opt_state, tokens, seg, pos, tw, prompt_len, 
     old = jax.lax.stop_gradient(_token_lp(apply_fn, params, tokens, seg, pos, prompt_len,
                                           temperature))
 
-    def epoch(carry, _):
-        p, s = carry
+    def objective(q):
+        rt = jnp.exp(_token_lp(apply_fn, q, tokens, seg, pos, prompt_len, temperature) - old)
+        return jnp.sum(clipped_surrogate(rt, tw, eps))
 
-        def loss(q):
-            rt = jnp.exp(_token_lp(apply_fn, q, tokens, seg, pos, prompt_len, temperature) - old)
-            return -jnp.sum(jnp.minimum(rt * tw, jnp.clip(rt, 1 - eps, 1 + eps) * tw))
-
-        u, s = opt.update(jax.grad(loss)(p), s, p)
-        return (jax.tree_util.tree_map(jnp.add, p, u), s), None
-
-    (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state), None, length=epochs)
-    return params, opt_state
+    return multi_epoch_update(opt, params, opt_state, objective, epochs)
 
 
 def update(policy: LMPolicy, opt, params, opt_state, lay: dict, epochs: int = 1,

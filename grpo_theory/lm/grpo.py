@@ -36,6 +36,7 @@ import optax
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
 from ..core.scaling import ScalingConstants, budget_mse
+from ..optim.clipped import clipped_surrogate, multi_epoch_update
 from .gradmse import exact_answer_quantities
 from .hf import HFPolicy
 from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
@@ -103,11 +104,11 @@ def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
 
     At ``pi = pi_old`` (all ratios 1) its gradient is ``(1/N) sum_n A_n grad log pi(y_n|x_n)``,
     Algorithm 1's estimator; a token whose ratio has left ``[1 - eps, 1 + eps]`` in the direction
-    that its advantage favours contributes no gradient.
+    that its advantage favours contributes no gradient
+    (:func:`grpo_theory.optim.clipped.clipped_surrogate`, shared with the bandit loop).
     """
     r = jnp.exp(tok_lp - old_tok_lp)
-    a = adv[:, None]
-    obj = jnp.minimum(r * a, jnp.clip(r, 1.0 - clip_eps, 1.0 + clip_eps) * a)
+    obj = clipped_surrogate(r, adv[:, None], clip_eps)
     return jnp.sum(obj * mask) / tok_lp.shape[0]
 
 
@@ -214,14 +215,10 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
         mask = response_mask(y, eos)
         eps = jnp.inf if clip_eps is None else clip_eps
 
-        def epoch(carry, _):
-            p, s = carry
-            g = jax.grad(lambda q: -clipped_objective(
-                token_log_probs(apply_fn, q, x, y, temperature, eos), old, adv, mask, eps))(p)
-            u, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, u), s), None
-
-        (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state), None, length=epochs)
+        params, opt_state = multi_epoch_update(
+            opt, params, opt_state, lambda q: clipped_objective(
+                token_log_probs(apply_fn, q, x, y, temperature, eos), old, adv, mask, eps),
+            epochs)
         return (params, opt_state), jnp.mean(z)
 
     (params, opt_state), rewards = jax.lax.scan(step, (params, opt_state),

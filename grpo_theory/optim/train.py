@@ -65,6 +65,7 @@ from .._precision import float64
 from ..core.estimators import PromptContext, get_estimator
 from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from ..core.sampling import sample_groups
+from .clipped import clipped_surrogate, multi_epoch_update
 
 __all__ = ["TrainConfig", "TrainResult", "make_train", "train_batch", "train", "train_schedules",
            "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES",
@@ -261,6 +262,13 @@ class TrainConfig:
             instead of :func:`ascent` with the schedule (``schedule``, ``lr`` and ``offset`` are
             then unused). It is a static part of the compiled loop: reuse one object to share
             the compilation.
+        epochs: optimiser steps per sampled batch (>= 1; enumerable problems only). With
+            ``epochs > 1`` or ``clip_eps`` the step ascends the clipped surrogate of
+            :mod:`grpo_theory.optim.clipped` over the batch's responses (ratios
+            ``pi_theta(y|x) / pi_(theta_(t-1))(y|x)``, weights ``w A / (BG)``), ``epochs``
+            times; a named or callable schedule gives every epoch of step t the step size
+            ``eta_t`` (``cfg.optimizer`` counts epochs).
+        clip_eps: ``None`` (no clipping) or ``eps > 0``.
     """
 
     batch_size: int
@@ -273,6 +281,8 @@ class TrainConfig:
     log_steps: tuple | None = None
     log_params: bool = False
     optimizer: Any = None
+    epochs: int = 1
+    clip_eps: float | None = None
 
     @float64
     def __post_init__(self):
@@ -308,6 +318,19 @@ class TrainConfig:
                                                          optax.GradientTransformation):
             raise ValueError("optimizer must be an optax.GradientTransformation or None, got "
                              f"{type(self.optimizer).__name__}")
+        set_("epochs", V.integer("epochs", self.epochs, 1))
+        if self.clip_eps is not None:
+            if isinstance(self.clip_eps, (bool, np.bool_)) or not isinstance(
+                    self.clip_eps, (int, float, np.integer, np.floating)) or not (
+                    np.isfinite(self.clip_eps) and self.clip_eps > 0):
+                raise ValueError(f"clip_eps must be None or a finite number > 0, got "
+                                 f"{self.clip_eps!r}")
+            set_("clip_eps", float(self.clip_eps))
+
+    @property
+    def clipped(self) -> bool:
+        """Whether the step is the clipped multi-epoch update (``epochs > 1`` or ``clip_eps``)."""
+        return self.epochs > 1 or self.clip_eps is not None
 
     @property
     @float64
@@ -401,9 +424,13 @@ def _optimizer(cfg, lr, offset, sched):
         return cfg.optimizer
     if callable(cfg.schedule):
         count_dtype = jnp.arange(1).dtype  # optax counts in int32; the schedule sees int64 (x64)
-        return ascent(lambda count: jnp.asarray(cfg.schedule(count.astype(count_dtype)),
-                                                dtype=jnp.float64))
-    return ascent(schedule(sched, lr, offset))
+        fn = lambda count: jnp.asarray(cfg.schedule(count.astype(count_dtype)),  # noqa: E731
+                                       dtype=jnp.float64)
+    else:
+        fn = schedule(sched, lr, offset)
+    if cfg.epochs > 1:  # optax counts epochs: every epoch of step t gets eta_t
+        return ascent(lambda count: fn(count // cfg.epochs))
+    return ascent(fn)
 
 
 def _enumerable_step(problem, est, cfg, key, theta):
@@ -420,7 +447,22 @@ def _enumerable_step(problem, est, cfg, key, theta):
     ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y]) / (B * G)
     rec_fn = getattr(problem, "step_record", None)
     rec = rec_fn(dp, x, y, z, adv) if callable(rec_fn) else None
-    return ghat, dp.objective(), rec
+    return ghat, dp.objective(), rec, (x, y, coef / (B * G))
+
+
+def _clipped_step(problem, tx, cfg, theta, opt_state, batch):
+    """``cfg.epochs`` optax steps on the clipped surrogate of the sampled responses."""
+    x, y, weight = batch
+    lp = getattr(problem, "log_probs", None)
+    if not callable(lp):
+        lp = lambda th: jnp.log(problem.problem(th).probs)  # noqa: E731
+    old = jax.lax.stop_gradient(lp(theta)[x[:, None], y])
+    eps = jnp.inf if cfg.clip_eps is None else cfg.clip_eps
+
+    def objective(q):
+        return jnp.sum(clipped_surrogate(jnp.exp(lp(q)[x[:, None], y] - old), weight, eps))
+
+    return multi_epoch_update(tx, theta, opt_state, objective, cfg.epochs)
 
 
 def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
@@ -457,7 +499,7 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
         theta, opt_state, jbuf, gbuf, pbuf, mx = carry
         k = jax.random.fold_in(key, t)
         if enumerable:
-            ghat, j, rec = _enumerable_step(problem, est, cfg, k, theta)
+            ghat, j, rec, batch = _enumerable_step(problem, est, cfg, k, theta)
             g = sup - j
         else:
             ghat = problem.sample_gradient(k, theta, est, cfg.batch_size, cfg.group_size)
@@ -467,8 +509,12 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
         jbuf, gbuf = log(jbuf, t - 1, j), log(gbuf, t - 1, g)
         if cfg.log_params:
             pbuf = log(pbuf, t - 1, theta)
-        updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
-        theta = optax.apply_updates(theta, updates)
+        if enumerable and cfg.clipped:
+            theta_new, opt_state = _clipped_step(problem, tx, cfg, theta, opt_state, batch)
+        else:
+            updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
+            theta_new = optax.apply_updates(theta, updates)
+        theta = theta_new
         return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
 
     zeros = jnp.zeros(n_log)
@@ -505,6 +551,10 @@ class _Prepared:
                 "with params, objective(params) and sample_gradient(key, params, estimator, "
                 f"batch_size, group_size), got {type(problem).__name__}")
         self.problem = problem
+        if config.clipped and not _is_enumerable(problem):
+            raise ValueError("epochs > 1 and clip_eps need an enumerable policy (its "
+                             "log-probabilities give the ratios), got "
+                             f"{type(problem).__name__}")
         self.est = get_estimator(estimator)
         V.group_run(self.est, config.group_size, config.batch_size)
         self.cfg = config
