@@ -510,11 +510,10 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
         if cfg.log_params:
             pbuf = log(pbuf, t - 1, theta)
         if enumerable and cfg.clipped:
-            theta_new, opt_state = _clipped_step(problem, tx, cfg, theta, opt_state, batch)
+            theta, opt_state = _clipped_step(problem, tx, cfg, theta, opt_state, batch)
         else:
             updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
-            theta_new = optax.apply_updates(theta, updates)
-        theta = theta_new
+            theta = optax.apply_updates(theta, updates)
         return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
 
     zeros = jnp.zeros(n_log)
