@@ -43,9 +43,8 @@ from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key
 from grpo_theory.experiments.stats import bootstrap_ci  # percentile CI of a mean (N_BOOT = 2000)
 from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
 from grpo_theory.lm.task import eval_set, train_pool
-from grpo_theory.lm.warmup import WarmupConfig
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
 
-from .lm_mse import SETTINGS as MSE_SETTINGS
 from .lm_mse import policies
 
 __all__ = ["NAME", "CLAIM", "Z_TOL", "N_BOOT", "VARIANTS", "Settings", "SETTINGS", "SCHEMA",
@@ -108,12 +107,12 @@ class Settings:
 
 
 SETTINGS = {
-    "quick": Settings(warmup=MSE_SETTINGS["quick"].warmup, batch=16, group=8, steps=6, every=3,
+    "quick": Settings(warmup=QUICK_WARMUP, batch=16, group=8, steps=6, every=3,
                       max_factor=2.0, lr=1e-3, n_eval=24, n_pool=2000,
                       rates=((0.0, 0.0), (0.5, 0.5)), practical_rates=((0.0, 0.0),), seeds=1,
                       capacity=51, n_masks=24, n_buckets=4, practical_seeds=1),
     # full: 2040 s of cell time on the shared 2-core machine (load 3-10)
-    "full": Settings(warmup=MSE_SETTINGS["full"].warmup, batch=64, group=8, steps=40, every=10,
+    "full": Settings(warmup=WarmupConfig(), batch=64, group=8, steps=40, every=10,
                      max_factor=3.0, lr=1e-3, n_eval=500, n_pool=20000,
                      rates=_axes_and_diagonal((0.3, 0.5, 0.7)),
                      practical_rates=((0.0, 0.0), (0.5, 0.5)), seeds=3, capacity=51,

@@ -47,11 +47,12 @@ from grpo_theory.experiments.stats import bootstrap_argmin
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
-from grpo_theory.lm.warmup import WarmupConfig
+from grpo_theory.experiments.progress import phase_lines
+from grpo_theory.lm.local_model import (absolute_path, check_model_options, model_path,
+                                        model_policy)
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
 
-from .lm_mse import SETTINGS as MSE_SETTINGS
-from .lm_mse import (_absolute, check_model_options, model_path, model_policy, phase_lines,
-                     policies)
+from .lm_mse import policies
 
 __all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "bootstrap_best_g", "summary", "prediction", "report", "plot",
@@ -110,17 +111,17 @@ class Settings:
     def __post_init__(self):
         check_model_options(self)
         if self.model is not None:
-            object.__setattr__(self, "model", _absolute(self.model))
+            object.__setattr__(self, "model", absolute_path(self.model))
 
 
 SETTINGS = {
-    "quick": Settings(warmup=MSE_SETTINGS["quick"].warmup, budgets=(128,),
+    "quick": Settings(warmup=QUICK_WARMUP, budgets=(128,),
                       group_sizes=(4, 16, 64), seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3,
                       n_eval=100, n_pool=2000, gstar_samples=16,
                       knob=Sweep(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64),
                                  seeds=1),
                       practical=Sweep(budgets=(128,), group_sizes=(4, 64), seeds=1)),
-    "full": Settings(warmup=MSE_SETTINGS["full"].warmup, budgets=(256, 512, 1024),
+    "full": Settings(warmup=WarmupConfig(), budgets=(256, 512, 1024),
                      group_sizes=(2, 4, 8, 16, 32, 64, 128), seeds=5, steps=100,
                      checkpoints=(25, 50, 75, 100), lr=1e-3, n_eval=500, n_pool=20000,
                      gstar_samples=64,

@@ -60,9 +60,10 @@ from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_va
 from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
                                  target_responses, train_pool)
+from grpo_theory.lm.local_model import (absolute_path, check_model_options, model_path,
+                                        model_policy)
 from grpo_theory.lm.warmup import POLICIES, QUICK_WARMUP, WarmupConfig, cached_policies
 
-from .lm_mse import _absolute, check_model_options, model_path, model_policy
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
            "RUN_POLICY", "Run", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report",
@@ -140,7 +141,7 @@ class Settings:
     def __post_init__(self):
         check_model_options(self)
         if self.model is not None:
-            object.__setattr__(self, "model", _absolute(self.model))
+            object.__setattr__(self, "model", absolute_path(self.model))
         if not 1 <= self.n_questions <= 500:
             raise ValueError(f"n_questions must lie in [1, 500], got {self.n_questions!r}")
         if not self.group_sizes or min(self.group_sizes) < 2:
