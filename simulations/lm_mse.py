@@ -54,7 +54,8 @@ from grpo_theory.lm.local_model import (MODEL_DTYPES, absolute_path, check_model
                                         model_path, model_policy, response_texts)
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy, cached_policies
 
-from ._lm_mse_report import FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, plot, report
+from ._lm_mse_report import (FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, model_report, plot,
+                             report)
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "policies", "model_path", "model_policy", "response_texts",
