@@ -21,8 +21,6 @@ Z_TOL = 4.0
 EXACT_TOL = 1e-12  # relative to the scale of the estimate
 BIAS_MIN = 1e-8  # a control "shows a bias" when its bias exceeds this (>> rounding)
 CONTROLS = tuple(m for m in dppo.METHODS if m != "dppo")
-MASK_B, MASK_G = 2, 4
-TRADE_B, TRADE_G = 4, 8
 
 
 def summary(tables) -> dict:
@@ -118,7 +116,8 @@ def _scheme_table(batches: pd.DataFrame) -> str:
     return markdown_table(pd.DataFrame(rows, columns=["estimator", "scheme", "G,B", *CONTROLS]))
 
 
-def report(tables, s) -> Section:
+def report(tables, s, mask_shape: tuple, trade_shape: tuple) -> Section:
+    """The section; ``mask_shape`` and ``trade_shape``: (B, G) of the masks and trade-off cells."""
     masks, batches, trade = tables["masks"], tables["batches"], tables["tradeoff"]
     c = summary(tables)
     d = trade_view(trade)
@@ -126,7 +125,8 @@ def report(tables, s) -> Section:
         "DPPO (arXiv 2603.04135) keeps prompt b with probability qp and completion (b,g) with "
         "probability qc, rescales kept terms by 1/q and uses advantages of the full group. "
         "Exact checks enumerate every mask in float64.", "",
-        f"**Given a batch** (difficulty policy, B={MASK_B}, G={MASK_G}, 2^10 masks, "
+        f"**Given a batch** (difficulty policy, B={mask_shape[0]}, G={mask_shape[1]}, 2^10 "
+        "masks, "
         f"{masks.batch.nunique()} batches x {masks.scheme.nunique()} schemes x "
         f"{masks.estimator.nunique()} estimators): max relative bias of DPPO "
         f"{c['mask_dppo_bias']:.1e} (tolerance {EXACT_TOL:g}).", "",
@@ -147,7 +147,8 @@ def report(tables, s) -> Section:
         f"{c['var_mc_z']:.2f} se (PASS <= {Z_TOL}). Over batch sampling, MSE(DPPO) = MSE(full) + "
         f"E[added variance] to {c['batch_identity_rel']:.1e} and equals the binary-conditioning "
         f"closed form to {c['batch_closed_form_rel']:.1e}.", "",
-        f"**Speed vs MSE** (difficulty policy, B={TRADE_B}, G={TRADE_G}, GRPO leave-one-out; "
+        f"**Speed vs MSE** (difficulty policy, B={trade_shape[0]}, G={trade_shape[1]}, GRPO "
+        "leave-one-out; "
         f"exact, MC within {c['trade_z']:.2f} se):", "",
         markdown_table(d[["family", "rate", "kept_tokens", "kept_completions",
                           "mse_ratio"]].set_axis(["family", "rate", "kept tokens",

@@ -17,9 +17,6 @@ __all__ = ["training_summary", "checks", "report", "plot"]
 
 EXACT_TOL = 1e-12
 Z_TOL = 4.5
-MODES_G = 3
-MC_G = 8
-TRAIN = dict(lr=2.0, G=8, B=8)  # stop-or-run policy training
 
 
 def training_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -138,7 +135,9 @@ def _modes_table(md: pd.DataFrame) -> str:
         "sin": md.sin}), dash)
 
 
-def report(tables, s) -> Section:
+def report(tables, s, mc_g: int, modes_g: int, train: dict) -> Section:
+    """The section; ``mc_g``, ``modes_g``: G of the Monte Carlo and aggregation-mode cells,
+    ``train``: the training cells' ``lr``, ``G``, ``B``."""
     c = checks(tables)
     ex, md, sw, mc = tables["exact"], tables["modes"], tables["sweep"], tables["mc"]
     tr = training_summary(tables["training"])
@@ -155,9 +154,9 @@ def report(tables, s) -> Section:
          f"{sorted(set(int(g) for g in ex.G))}): max error {ex.err_enum.max():.1e}; mean-centred "
          f"E ĝ_α = (G-1)/G ∇E[f_α(L)(r-b)]|b=V: max error {ex.err_surrogate.max():.1e}; "
          f"α = 1 equals (G-1)/G ∇J: {ex.err_gradJ.max():.1e}.",
-         f"* Monte Carlo mean (G={MC_G}, {int(mc.n_reps.iloc[0])} groups) vs exact: largest "
+         f"* Monte Carlo mean (G={mc_g}, {int(mc.n_reps.iloc[0])} groups) vs exact: largest "
          f"|z| = {mc.max_abs_z.max():.2f} (PASS if <= {Z_TOL}).", "",
-         f"Aggregation modes (G = {MODES_G}, enumeration; bias vs (G-1)/G ∇J, mean-centred):", "",
+         f"Aggregation modes (G = {modes_g}, enumeration; bias vs (G-1)/G ∇J, mean-centred):", "",
          _modes_table(md[md.estimator == "grpo_mean"])]
     L += ["", f"Alpha sweep (mean-centred, G = {G0}): bias as sin∠(E ĝ_α, ∇J), sensitivity as "
           "slopes vs log L.", "", markdown_table(pd.DataFrame({
@@ -177,8 +176,8 @@ def report(tables, s) -> Section:
           "biased even at alpha = 1 (sin "
           f"{std_bias:.3f}"
           "): a prompt reweighting (Proposition 13), not a length effect.", "",
-          f"Training (stop-or-run policy: answer token then free length; lr {TRAIN['lr']:g}, "
-          f"B = G = {TRAIN['G']}; mean ± se over {int(tables['training'].n_seeds.iloc[0])} "
+          f"Training (stop-or-run policy: answer token then free length; lr {train['lr']:g}, "
+          f"B = G = {train['G']}; mean ± se over {int(tables['training'].n_seeds.iloc[0])} "
           "independent runs; flow = exact expected update):", "",
           markdown_table(pd.DataFrame({
               "advantage": tr.estimator, "alpha": tr.alpha,

@@ -16,10 +16,9 @@ from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Section, check
 from grpo_theory.lm.warmup import POLICIES
 
-__all__ = ["FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2", "report", "plot"]
+__all__ = ["FORMATS", "Z_TOL", "IDENTITY_TOL", "RANK2", "report", "plot"]
 
 FORMATS = ("answer", "trace")
-ESTIMATOR = "grpo_std"
 Z_TOL = 4.0
 IDENTITY_TOL = 1e-8
 #: "rank about 2": mean entropy effective rank at most this
@@ -64,7 +63,8 @@ def _summary_lines(df, key: str) -> list[str]:
     return out
 
 
-def report(tables, s) -> Section:
+def report(tables, s, estimator: str) -> Section:
+    """The section; ``estimator``: the advantages of the GRPO run (named in the text)."""
     df = tables["table"]
     run = tables["run"]
     lines = [] if s.model is None else [
@@ -74,7 +74,7 @@ def report(tables, s) -> Section:
         "the package's character tokenizer).", ""]
     lines += [f"{s.n_questions} evaluation questions x {s.n_reps} groups of "
               f"G_max = {max(s.group_sizes)} responses per (policy, format); G-groups are nested "
-              f"prefixes; advantages `{ESTIMATOR}` (std-normalised); model of "
+              f"prefixes; advantages `{estimator}` (std-normalised); model of "
               f"{int(df.dim.iloc[0])} parameters (all enter the scores). Entropy: "
               "-E log pi(y|x) in nats. Rank measures: mean [95% CI] over groups with mixed "
               "rewards. Zero share: observed vs mean_x[V^G + (1-V)^G] (answer: exact V; "
@@ -108,7 +108,7 @@ def report(tables, s) -> Section:
         gtop = int(run.G.max())
         f_, l_ = first[first.G == gtop].iloc[0], last[last.G == gtop].iloc[0]
         lines += ["", f"**Along a GRPO run** from the {r0.policy} policy (answer-only format; "
-                  f"Algorithm 1 with `{ESTIMATOR}` advantages, Adam, G = {int(r0.train_G)}, "
+                  f"Algorithm 1 with `{estimator}` advantages, Adam, G = {int(r0.train_G)}, "
                   f"N = {int(r0.train_N)} responses per step; train reward: mean since the "
                   "previous checkpoint), the same measurements at every checkpoint; V(1-V): "
                   "mean_x V(x)(1 - V(x)), which falls as the pass rates move to 0 or 1.", "",

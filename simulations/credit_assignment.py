@@ -250,7 +250,7 @@ def cell(config: dict, key) -> list[dict]:
     raise ValueError(f"config['part'] must be one of {sorted(SCHEMA)}, got {part!r}")
 
 
-# --- report -----------------------------------------------------------------------------------
+# --- checks, report, figure: simulations/_credit_assignment_report.py ----------------------------
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,

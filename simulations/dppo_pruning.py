@@ -38,8 +38,8 @@ from grpo_theory import problems
 from grpo_theory.companions import dppo
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 
-from ._dppo_pruning_report import (BIAS_MIN, CONTROLS, EXACT_TOL, MASK_B, MASK_G, TRADE_B, TRADE_G,
-                                   Z_TOL, plot, report, summary, trade_view)
+from . import _dppo_pruning_report as _report
+from ._dppo_pruning_report import BIAS_MIN, CONTROLS, EXACT_TOL, Z_TOL, plot, summary, trade_view
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",
            "trade_view", "report", "plot", "EXPERIMENT"]
@@ -50,6 +50,8 @@ CLAIM = ("DPPO pruning with 1/q rescaling and full-group advantages is exactly u
 MAX_BATCH_DRAWS = 1000  # draws allowed to find a batch with a non-zero advantage
 SMALL = dict(logits=[[0.3, -0.2, 0.9], [1.0, 0.0, -1.0]], means=[[0.2, 0.9, 0.5], [1.0, 0.0, 0.4]],
              prompt_probs=[0.3, 0.7], lengths=[1.0, 3.0, 7.0])
+MASK_B, MASK_G = 2, 4
+TRADE_B, TRADE_G = 4, 8
 MASK_SCHEMES = {"uniform": dppo.KeepScheme("uniform", 0.6, 0.7),
                 "advantage": dppo.KeepScheme("advantage", 0.8, floor=0.3, zero_group_prompt=0.4)}
 
@@ -234,7 +236,12 @@ def _trade_cell(config, key):
     return rows
 
 
-# --- summary, report, figure -------------------------------------------------------------------
+# --- summary, report, figure: simulations/_dppo_pruning_report.py --------------------------------
+
+
+def report(tables, s):
+    """The section (:func:`._dppo_pruning_report.report`) with this driver's batch shapes."""
+    return _report.report(tables, s, mask_shape=(MASK_B, MASK_G), trade_shape=(TRADE_B, TRADE_G))
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,

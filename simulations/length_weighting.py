@@ -36,8 +36,8 @@ from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.estimators import PromptContext
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 
-from ._length_weighting_report import (EXACT_TOL, MC_G, MODES_G, TRAIN, Z_TOL, checks, plot,
-                                      report, training_summary)
+from . import _length_weighting_report as _report
+from ._length_weighting_report import EXACT_TOL, Z_TOL, checks, plot, training_summary
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "training_summary",
            "checks", "report", "plot", "EXPERIMENT"]
@@ -46,6 +46,9 @@ NAME = "length-weighting"
 CLAIM = ("f_alpha(L)=L^(alpha-1): alpha=1 unbiased, alpha<1 ascends E[f(L)(r-b)]; no alpha is "
          "unbiased and length-invariant; alpha=0 lengthens incorrect answers")
 ESTIMATORS = ("grpo_mean", "grpo_std_trl")
+MODES_G = 3
+MC_G = 8
+TRAIN = dict(lr=2.0, G=8, B=8)  # stop-or-run policy training
 MC_ALPHAS = (0.0, 0.5, 1.0)
 
 
@@ -233,7 +236,12 @@ def _training_rows(config, key):
     return rows
 
 
-# --- summary, checks, report, figure -----------------------------------------------------------
+# --- summary, checks, report, figure: simulations/_length_weighting_report.py --------------------
+
+
+def report(tables, s):
+    """The section (:func:`._length_weighting_report.report`) with this driver's cell shapes."""
+    return _report.report(tables, s, mc_g=MC_G, modes_g=MODES_G, train=TRAIN)
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,

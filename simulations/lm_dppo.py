@@ -266,7 +266,7 @@ def _grad_cell(config, key, pol, pool, load0):
     return out
 
 
-# --- report -------------------------------------------------------------------------------------
+# --- summaries, report, figure: simulations/_lm_dppo_report.py -----------------------------------
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,

@@ -59,7 +59,8 @@ from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
 from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, cached_policies
 
-from ._lm_rank_report import ESTIMATOR, FORMATS, IDENTITY_TOL, RANK2, Z_TOL, plot, report
+from . import _lm_rank_report as _report
+from ._lm_rank_report import FORMATS, IDENTITY_TOL, RANK2, Z_TOL, plot
 
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RANK2",
@@ -69,6 +70,7 @@ __all__ = ["NAME", "CLAIM", "FORMATS", "ESTIMATOR", "Z_TOL", "IDENTITY_TOL", "RA
 NAME = "lm-rank"
 CLAIM = ("small transformer: effective rank of the G x D per-response gradient matrix vs G "
          "(the 'rank about 2' claim), with the zero-advantage share vs V^G + (1-V)^G")
+ESTIMATOR = "grpo_std"
 CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("icl", "answer"),
               ("base", "trace"), ("instruct", "trace"), ("icl", "trace"))
 #: the GRPO run starts from this policy (answer-only prompts without in-context shots)
@@ -319,6 +321,11 @@ def cell(config: dict, key) -> list[dict]:
     reward_at = {r["step"]: r["train_reward"] for r in trained}
     return [dict(r, train_G=run.group_size, train_N=run.budget,
                  train_reward=reward_at[r["step"]]) for r in out]
+
+
+def report(tables, s):
+    """The section (:func:`._lm_rank_report.report`), naming this driver's ESTIMATOR."""
+    return _report.report(tables, s, estimator=ESTIMATOR)
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
