@@ -41,9 +41,8 @@ from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.experiments.stats import bootstrap_ci
 from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
 from grpo_theory.lm.task import eval_set, train_pool
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
-from .lm_mse import policies
 from ._lm_dppo_report import CLOCKS, N_BOOT, Z_TOL, plot, rate_summary, report, run_summary
 
 __all__ = ["NAME", "CLAIM", "Z_TOL", "N_BOOT", "VARIANTS", "Settings", "SETTINGS", "SCHEMA",
@@ -163,7 +162,7 @@ def _scheme(rq, ro) -> KeepScheme:
 def cell(config: dict, key):
     """One training run, or the gradient study (module docstring)."""
     wcfg = config["warmup"]
-    pol = policies(wcfg)["instruct"][0]
+    pol = study_policies(wcfg)["instruct"][0]
     pool = train_pool(wcfg.task, config["n_pool"])
     load0 = os.getloadavg()[0]
     if config["measure"] == "grad":

@@ -44,9 +44,8 @@ from grpo_theory.lm.grpo import predicted_group_size, train_grpo
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
-from .lm_mse import policies
 from ._lm_groupsize_report import N_BOOT, bootstrap_best_g, plot, prediction, report, summary
 
 __all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
@@ -188,7 +187,7 @@ def cell(config: dict, key) -> dict | list[dict]:
     training run from it (rows per checkpoint)."""
     wcfg = config["warmup"]
     model = config.get("model")
-    start = (policies(wcfg)["instruct"][0] if model is None else
+    start = (study_policies(wcfg)["instruct"][0] if model is None else
              model_policy(model, config.get("model_dtype", "float32"),
                           config.get("model_pad_id")))
     task = dataclasses.replace(wcfg.task, hard_fraction=config["hard_fraction"])

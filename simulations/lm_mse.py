@@ -46,13 +46,14 @@ import jax
 import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
-from grpo_theory.experiments.runner import Cell, Experiment, cache_dir, key_seed, float64
+from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.local_model import (MODEL_DTYPES, absolute_path, check_model_options,
                                         model_path, model_policy, response_texts)
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy, cached_policies
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy
+from grpo_theory.lm.warmup import study_policies as policies  # also imported by other LM drivers
 
 from ._lm_mse_report import (FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, model_report, plot,
                              report)
@@ -189,11 +190,6 @@ def cells(s: Settings) -> list[Cell]:
                 n_ref=s.n_ref, chunk=s.chunk)))
     return out
 
-
-def policies(wcfg: WarmupConfig) -> dict:
-    """The warm-up policies of ``wcfg`` from ``cache_dir()/lm`` (trained there on first use,
-    then loaded once per process): ``{name: (LMPolicy, uses solved-example prompt)}``."""
-    return cached_policies(cache_dir() / "lm", wcfg, log=lambda m: None)[0]
 
 
 @float64

@@ -48,16 +48,16 @@ import jax
 import numpy as np
 
 from grpo_theory.companions.credit import RANK_FIELDS
-from grpo_theory.core.stats import Estimate, estimate_mean
-from grpo_theory.experiments.runner import Cell, Experiment, cache_dir, float64, key_seed
+from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
 from grpo_theory.advisor.estimate import resolve_chunk, score_memory
 from grpo_theory.lm.grpo import task_tokens, train_grpo
 from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
-from grpo_theory.lm.rank import group_rank_table, group_score_grams, zero_share_unbiased
+from grpo_theory.lm.rank import (group_rank_table, group_score_grams, zero_share_difference,
+                                 zero_share_unbiased)
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
                                  train_pool)
 from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, cached_policies
+from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
 from . import _lm_rank_report as _report
 from ._lm_rank_report import FORMATS, IDENTITY_TOL, RANK2, Z_TOL, plot
@@ -199,31 +199,6 @@ def cells(s: Settings) -> list[Cell]:
     return out
 
 
-def _zero_share_diff(zero, qx, exact: bool) -> Estimate:
-    """Observed minus predicted zero-advantage share, with the standard error of check (iii).
-
-    Args:
-        zero: (reps, b) indicators that a group (rep, question) has equal rewards.
-        qx: (b,) predicted ``V^G + (1 - V)^G`` per question.
-        exact: whether ``qx`` is exact (answer-only, ``V = pi(y*|x)``); else it is the unbiased
-            estimate from the question's reference responses (trace format).
-
-    Returns:
-        :class:`~grpo_theory.core.stats.Estimate` of ``mean(zero) - mean(qx)`` over ``b``
-        questions. Exact ``qx``: under the claim each indicator is Bernoulli(qx), so
-        ``se^2 = sum_x qx (1 - qx) / (reps b^2)`` exactly (no variance estimated from the few
-        questions whose groups can be mixed, which made the se itself noisy). Estimated ``qx``:
-        a question's groups share its estimate, so the question is the unit and
-        ``se = sd_x(mean_rep zero - qx) / sqrt(b)`` carries both the groups' and the reference
-        sample's noise.
-    """
-    reps, b = zero.shape
-    d = zero.mean(0) - qx
-    if not exact:
-        return estimate_mean(d)
-    return Estimate(float(d.mean()), float(np.sqrt(np.sum(qx * (1 - qx)) / reps) / b), b)
-
-
 def _model_chunk(pol, config: dict, gmax: int, n_items: int) -> int:
     """A checkpoint's chunk: ``model_chunk``, else the largest that fits in
     ``model_memory_budget`` (:func:`~grpo_theory.advisor.estimate.resolve_chunk`); the
@@ -284,7 +259,7 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
         G = r["G"]
         qx = (V**G + (1 - V) ** G) if n_ref is None else zero_share_unbiased(kref, n_ref, G)
         zero = np.all(z[:, :G] == z[:, :1], axis=1).astype(float)
-        diff = _zero_share_diff(zero.reshape(reps, b), qx, exact=n_ref is None)
+        diff = zero_share_difference(zero.reshape(reps, b), qx, exact=n_ref is None)
         out.append(dict(r, policy=config["policy"], fmt=fmt, zero_pred=float(qx.mean()),
                         zero_se=diff.se, zero_z=diff.zscore(0.0),
                         entropy=float(-lp.mean()),
@@ -303,8 +278,7 @@ def cell(config: dict, key) -> list[dict]:
         pol, icl = model_policy(config["model"], config.get("model_dtype", "float32"),
                                 config.get("model_pad_id")), False
     else:
-        pol, icl = cached_policies(cache_dir() / "lm", wcfg,
-                                   log=lambda m: None)[0][config["policy"]]
+        pol, icl = study_policies(wcfg)[config["policy"]]
     q = eval_set(wcfg.task).subset(np.arange(config["n_questions"]))
     if "run" not in config:
         return _measure(pol, icl, q, config, key)[0]
