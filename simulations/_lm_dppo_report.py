@@ -11,7 +11,7 @@ import pandas as pd
 
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import bootstrap_ci
+from grpo_theory.experiments.stats import bootstrap_ci, bootstrap_ratio_ci
 
 __all__ = ["Z_TOL", "N_BOOT", "CLOCKS", "run_summary", "rate_summary", "report", "plot"]
 
@@ -70,15 +70,6 @@ def run_summary(train: pd.DataFrame, steps: int) -> pd.DataFrame:
     return runs
 
 
-def _ratio_ci(full, pruned, seed=0):
-    """Bootstrap 95% CI of mean(full) / mean(pruned), resampling the seeds of both (a bootstrap,
-    not :func:`grpo_theory.experiments.stats.ratio_ci`'s delta method: a handful of seeds)."""
-    f, p = np.asarray(full, float), np.asarray(pruned, float)
-    rng = np.random.default_rng(seed)
-    b = (f[rng.integers(0, f.size, (N_BOOT, f.size))].mean(1)
-         / p[rng.integers(0, p.size, (N_BOOT, p.size))].mean(1))
-    return float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))
-
 
 def rate_summary(runs: pd.DataFrame) -> pd.DataFrame:
     """Per (variant, r_q, r_o): means over seeds; speed-ups over full GRPO (ratio of mean
@@ -97,7 +88,8 @@ def rate_summary(runs: pd.DataFrame) -> pd.DataFrame:
         for clock in CLOCKS:
             col = f"{clock}_per_step"
             row[f"speedup_{clock}"] = full[col].mean() / d[col].mean()
-            row[f"speedup_{clock}_lo"], row[f"speedup_{clock}_hi"] = _ratio_ci(full[col], d[col])
+            row[f"speedup_{clock}_lo"], row[f"speedup_{clock}_hi"] = bootstrap_ratio_ci(
+                full[col], d[col], n_boot=N_BOOT)
             at = d[f"acc_time_{clock}"].dropna()
             row[f"acc_time_{clock}"] = at.mean() if len(at) else float("nan")
             row[f"acc_time_{clock}_lo"], row[f"acc_time_{clock}_hi"] = bootstrap_ci(at)
