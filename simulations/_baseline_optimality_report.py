@@ -1,7 +1,9 @@
-"""The PASS rule, report section and figure of ``baseline-optimality`` (:mod:`.baseline_optimality`).
+"""The PASS rule, report section and figure of ``baseline-optimality``
+(:mod:`.baseline_optimality`).
 
-:func:`summary` reduces the paired squared errors per baseline; :func:`checks` evaluates the criteria
-of the driver's docstring; :func:`report` and :func:`plot` write the section and the figure.
+:func:`summary` reduces the paired squared errors per baseline; :func:`checks` evaluates the
+criteria of the driver's docstring; :func:`report` and :func:`plot` write the section and the
+figure.
 """
 
 from __future__ import annotations
