@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import problems
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from grpo_theory.experiments.runner import Cell, Experiment, float64
 from grpo_theory.optim import theory as opt
 
 from . import _asymptotic_distribution_report as _report
@@ -155,7 +155,7 @@ def cell(config: dict, key) -> pd.DataFrame:
     theta0 = c.theta_star + np.asarray(config["start_offset"])[: problem.dim]
     S, log_steps = config["n_seeds"], config["log_steps"]
     res = opt.train(problem, config["estimator"], config["G"], config["B"], config["beta"],
-                    config["schedule"], config["n_steps"], S, seed=key_seed(key),
+                    config["schedule"], config["n_steps"], S, key=key,
                     theta0=theta0, log_steps=log_steps)
     return pd.DataFrame(dict(
         run=config["run"], problem=config["problem"], estimator=config["estimator"],

@@ -177,7 +177,7 @@ def _rank_rows(pname, beta, group_sizes, n_groups, estimator, key):
     pol = C.scaled_policy(base, beta)
     rows = []
     for G in group_sizes:  # one independent key per G, derived from the cell's key
-        r = C.rank_study(pol, G, n_groups, seed=key_seed(jax.random.fold_in(key, G)),
+        r = C.rank_study(pol, G, n_groups, key=jax.random.fold_in(key, G),
                          estimator=estimator, weight="W1" if pname == "mlp" else None)
         r.update(policy=pname, beta=beta)
         rows.append({c: np.nan for c in _RANK_COLS} | r)  # weight_* only for the MLP

@@ -36,7 +36,7 @@ import numpy as np
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import dppo
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from grpo_theory.experiments.runner import Cell, Experiment, float64
 
 from . import _dppo_pruning_report as _report
 from ._dppo_pruning_report import BIAS_MIN, CONTROLS, EXACT_TOL, Z_TOL, plot, summary, trade_view
@@ -212,7 +212,7 @@ def _trade_cell(config, key):
     problem, lengths = problems.difficulty_problem()
     est, sch, B, G = config["estimator"], config["scheme"], config["B"], config["G"]
     ex = dppo.exact_pruned_mse(problem, est, G, B, sch, lengths=lengths)
-    mc = dppo.mc_pruned_mse(problem, est, G, B, sch, n_reps=config["n_reps"], seed=key_seed(key),
+    mc = dppo.mc_pruned_mse(problem, est, G, B, sch, n_reps=config["n_reps"], key=key,
                             lengths=lengths)
     # uniform pruning at exactly the same expected kept-token share (equal compute), exact
     kt = ex["kept_tokens"]
