@@ -38,12 +38,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
-from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
-from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
+from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
 from ._lm_groupsize_report import N_BOOT, bootstrap_best_g, plot, prediction, report, summary

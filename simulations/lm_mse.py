@@ -49,9 +49,9 @@ from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
-from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.local_model import (MODEL_DTYPES, absolute_path, check_model_options,
                                         model_path, model_policy, response_texts)
+from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy
 from grpo_theory.lm.warmup import study_policies as policies  # also imported by other LM drivers
 

@@ -51,12 +51,12 @@ from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
 from grpo_theory.advisor.estimate import resolve_chunk, score_memory
 from grpo_theory.lm.grpo import task_tokens, train_grpo
+from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
 from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
 from grpo_theory.lm.rank import (group_rank_table, group_score_grams, zero_share_difference,
                                  zero_share_unbiased)
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
                                  train_pool)
-from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
 from . import _lm_rank_report as _report
