@@ -99,6 +99,18 @@ def test_bootstrap_ci_is_the_percentile_interval_of_resampled_means():
     assert lo <= lo50 <= hi50 <= hi
 
 
+def test_bootstrap_ratio_ci_resamples_each_sample_within_itself():
+    f, p = np.array([2.0, 3.0, 5.0]), np.array([1.0, 1.5, 2.0, 2.5])
+    lo, hi = st.bootstrap_ratio_ci(f, p, n_boot=3000, seed=4)
+    rng = np.random.default_rng(4)
+    b = f[rng.integers(0, 3, (3000, 3))].mean(1) / p[rng.integers(0, 4, (3000, 4))].mean(1)
+    assert np.allclose((lo, hi), (np.quantile(b, 0.025), np.quantile(b, 0.975)), rtol=1e-12)
+    assert lo < f.mean() / p.mean() < hi
+    assert st.bootstrap_ratio_ci([4.0], [2.0], n_boot=10) == (2.0, 2.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        st.bootstrap_ratio_ci([], [1.0])
+
+
 def test_spearman_against_scipy_and_ranks():
     rng = np.random.default_rng(1)
     x = rng.normal(size=12)

@@ -15,7 +15,7 @@ from grpo_theory.lm import model
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.rank import (binary_identity_residual, dense_scores, distinct_responses,
                                  group_rank_table, group_score_grams, numerical_rank,
-                                 weighted_grams, zero_share_unbiased)
+                                 weighted_grams, zero_share_difference, zero_share_unbiased)
 from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
 from grpo_theory.studies import lm_rank
 
@@ -97,7 +97,7 @@ def _z_scores(reps, n_ref, exact, per_group=False, sims=4000, b=32, G=8, seed=0)
     if per_group:  # the se before issue 18: every group's residual as if independent
         resid = (zero - qx[:, None, :]).reshape(sims, -1)
         return resid.mean(1) / (resid.std(1, ddof=1) / np.sqrt(resid.shape[1]))
-    return np.array([lm_rank._zero_share_diff(zero[i], qx[i], exact).zscore(0.0)
+    return np.array([zero_share_difference(zero[i], qx[i], exact).zscore(0.0)
                      for i in range(sims)])
 
 

@@ -1,7 +1,8 @@
 """Progress of a sweep: a tqdm bar on a terminal, plain lines in logs (CI, files, pipes).
 
 Shows cells done / total, the cells reused from disk, the number of workers, the last cell and
-its time, and tqdm's ETA.
+its time, and tqdm's ETA. :func:`phase_lines` is the progress inside one long cell (the phases of
+an LM study's model cell), as plain lines.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import time
 
 from tqdm.auto import tqdm
 
-__all__ = ["CellProgress"]
+__all__ = ["CellProgress", "phase_lines"]
 
 
 class CellProgress:
@@ -68,3 +69,21 @@ class CellProgress:
             self.bar.close()
         elif self.enabled:
             self._line(f"{self.done}/{self.total} cells on disk after {time.time() - self.t0:.1f}s")
+
+
+def phase_lines(name: str, stream=None):
+    """A ``stage(phase, done, total)`` callback (:func:`grpo_theory.advisor.estimate.
+    lm_rollout_statistics`) printing ``[name] phase done/total (seconds)`` lines to stderr:
+    the progress inside a long model cell."""
+    t0 = {}
+
+    def stage(phase, done, total):
+        t0.setdefault(phase, time.time())
+        if done == 0:
+            return
+        step = max(1, total // 10)
+        if done == total or done % step == 0:
+            print(f"[{name}] {phase} {done}/{total} ({time.time() - t0[phase]:.1f}s)",
+                  file=stream if stream is not None else sys.stderr, flush=True)
+
+    return stage

@@ -10,6 +10,9 @@ One rule each, written once:
   ``level`` interval is the percentile interval of the resampled argmin on the ordered options
   (:func:`interval_from_freq`). For an argmax pass the negated values.
 * :func:`bootstrap_ci`: the percentile interval of a statistic of one sample.
+* :func:`bootstrap_ratio_ci`: the percentile interval of ``mean(num) / mean(den)`` for two
+  independent samples, each resampled within itself (for a handful of seeds, where the delta
+  method of :func:`ratio_ci` is not trusted).
 * :func:`spearman`: Spearman's rank correlation and its p-value, via
   :func:`scipy.stats.spearmanr` (average ranks for ties).
 * :func:`ratio_ci`: the delta-method interval of a ratio of two independent estimates,
@@ -31,7 +34,7 @@ from ..core.stats import z_value
 from .runner import key_seed
 
 __all__ = ["ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
-           "SpearmanResult", "spearman", "ratio_ci", "markdown_table"]
+           "bootstrap_ratio_ci", "SpearmanResult", "spearman", "ratio_ci", "markdown_table"]
 
 
 def _seed(seed) -> int:
@@ -177,6 +180,33 @@ def bootstrap_ci(values, n_boot: int = 2000, seed=0, stat=np.mean, key=None,
     rng = np.random.default_rng(_seed(seed if key is None else key))
     s = stat(v[rng.integers(0, v.size, (n_boot, v.size))], axis=1)
     return float(np.quantile(s, a)), float(np.quantile(s, 1 - a))
+
+
+def bootstrap_ratio_ci(num, den, n_boot: int = 2000, seed=0, key=None,
+                       level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``mean(num) / mean(den)`` for independent samples.
+
+    One NumPy generator seeded by ``seed`` (or ``key``) draws ``n_boot`` resamples of ``num``,
+    then ``n_boot`` of ``den``, each with replacement within its own sample; the interval is the
+    percentile interval of the ratios of the resampled means.
+
+    Args:
+        num, den: 1-d samples (one value per seed, ...), each non-empty.
+        n_boot: resamples; seed: an int or a JAX PRNG key; key: used instead of ``seed`` when
+            given; level: the coverage.
+    Returns:
+        ``(lo, hi)`` (linear-interpolation quantiles).
+    """
+    a = (1 - _level(level)) / 2
+    n_boot = _n_boot(n_boot)
+    f = np.asarray(num, dtype=np.float64).reshape(-1)
+    p = np.asarray(den, dtype=np.float64).reshape(-1)
+    if not f.size or not p.size:
+        raise ValueError(f"num and den must be non-empty, got sizes {f.size} and {p.size}")
+    rng = np.random.default_rng(_seed(seed if key is None else key))
+    b = (f[rng.integers(0, f.size, (n_boot, f.size))].mean(1)
+         / p[rng.integers(0, p.size, (n_boot, p.size))].mean(1))
+    return float(np.quantile(b, a)), float(np.quantile(b, 1 - a))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ rank <= 2; and ``rank M <= #distinct responses`` (equal responses have equal sco
 
 Sparsity: a group has no gradient when all G rewards are equal, with probability
 ``q(x) = V^G + (1 - V)^G``; :func:`zero_share_unbiased` estimates ``q`` without bias from an
-independent sample of n >= G rewards (``[C(k, G) + C(n - k, G)] / C(n, G)``).
+independent sample of n >= G rewards (``[C(k, G) + C(n - k, G)] / C(n, G)``);
+:func:`zero_share_difference` is the observed minus predicted share with its standard error.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from scipy.special import gammaln
 from .. import _validation as V
 from ..companions.credit import RANK_FIELDS, rank_measures_from_gram
 from ..core.estimators import compute_advantages
+from ..core.stats import Estimate, estimate_mean
 from .policy import LMPolicy, _tokens, seq_log_probs
 
 __all__ = ["group_score_grams", "dense_scores", "weighted_grams", "numerical_rank",
            "distinct_responses", "binary_identity_residual", "zero_share_unbiased",
-           "group_rank_table"]
+           "zero_share_difference", "group_rank_table"]
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "qchunk", "eos"))
@@ -199,6 +201,31 @@ def zero_share_unbiased(k, n: int, G: int) -> np.ndarray:
     t1 = np.where(k >= G, np.exp(_log_comb(k, np.minimum(k, G)) - ln), 0.0)
     t0 = np.where(n - k >= G, np.exp(_log_comb(n - k, np.minimum(n - k, G)) - ln), 0.0)
     return t1 + t0
+
+
+def zero_share_difference(zero, qx, exact: bool) -> Estimate:
+    """Observed minus predicted zero-advantage share, with the standard error of check (iii).
+
+    Args:
+        zero: (reps, b) indicators that a group (rep, question) has equal rewards.
+        qx: (b,) predicted ``V^G + (1 - V)^G`` per question.
+        exact: whether ``qx`` is exact (answer-only, ``V = pi(y*|x)``); else it is the unbiased
+            estimate from the question's reference responses (trace format).
+
+    Returns:
+        :class:`~grpo_theory.core.stats.Estimate` of ``mean(zero) - mean(qx)`` over ``b``
+        questions. Exact ``qx``: under the claim each indicator is Bernoulli(qx), so
+        ``se^2 = sum_x qx (1 - qx) / (reps b^2)`` exactly (no variance estimated from the few
+        questions whose groups can be mixed, which made the se itself noisy). Estimated ``qx``:
+        a question's groups share its estimate, so the question is the unit and
+        ``se = sd_x(mean_rep zero - qx) / sqrt(b)`` carries both the groups' and the reference
+        sample's noise.
+    """
+    reps, b = zero.shape
+    d = zero.mean(0) - qx
+    if not exact:
+        return estimate_mean(d)
+    return Estimate(float(d.mean()), float(np.sqrt(np.sum(qx * (1 - qx)) / reps) / b), b)
 
 
 def group_rank_table(K, z, responses, group_sizes, estimator: str = "grpo_std") -> list[dict]:

@@ -37,6 +37,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .._cache import cache_dir as _cache_dir
 from .._validation import seed_key
 from .model import ModelConfig, init_params, make_apply, make_sampler
 from .policy import LMPolicy, response_mask
@@ -45,7 +46,7 @@ from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eva
 
 __all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
            "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
-           "POLICIES", "QUICK_WARMUP"]
+           "study_policies", "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
 #: (easy, hard) answer-corruption probabilities of each corpus
@@ -264,3 +265,10 @@ def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
                 _MEMO.pop(next(iter(_MEMO)))
             _MEMO[memo_key] = hit
         return hit
+
+
+def study_policies(wcfg: WarmupConfig = WarmupConfig()) -> dict:
+    """The warm-up policies of ``wcfg`` that the LM studies share: :func:`cached_policies` in
+    ``cache_dir()/lm`` (:func:`grpo_theory._cache.cache_dir`; trained there on first use, then
+    loaded once per process), silently. ``{name: (LMPolicy, uses solved-example prompt)}``."""
+    return cached_policies(_cache_dir() / "lm", wcfg, log=lambda m: None)[0]
