@@ -37,7 +37,8 @@ from grpo_theory.lm.task import RESPONSE_LEN, encode_prompts, target_responses
 
 from ._family_lm import setup
 
-__all__ = ["MC_SCHEMA", "LMMCPart", "mc_cells", "mc_cell", "mc_points", "mc_report"]
+__all__ = ["MC_SCHEMA", "LMMCPart", "mc_cells", "mc_cell", "mc_points", "mc_groups",
+           "mc_report"]
 
 #: the ``lm_mc`` table's columns (one row per p, N, G; the per-(p, N) columns repeated)
 MC_SCHEMA = dict(p="float", N="int", G="int", B="int", n_reps="int", mc="float", mc_se="float",
@@ -148,6 +149,15 @@ def mc_points(tables) -> list[dict]:
                  best_G=int(e.best_G.iloc[0]), ci_low=int(e.ci_low.iloc[0]),
                  ci_high=int(e.ci_high.iloc[0]))
             for (p, n), e in t.groupby(["p", "N"], sort=True)]
+
+
+def mc_groups(points: pd.DataFrame) -> list:
+    """The Spearman group of scaling-family's agreement table: the Monte Carlo MSE argmins of
+    the bandit members (``mc``) and of the transformer (``lm:mc``) together."""
+    mse = points[points.source.isin(["mc", "lm:mc"])]
+    if not ((mse.source == "lm:mc").any() and (mse.source == "mc").any()):
+        return []
+    return [("Monte Carlo MSE argmin: bandit members + transformer (lm:mc)", mse)]
 
 
 def mc_report(tables) -> list[str]:

@@ -22,8 +22,7 @@ stays readable by ``grpo-theory report``):
   candidate knobs (difficulty, temperature, response format, prompt concentration p) and GRPO
   runs at the concentrations ``Settings.lm.ps``; their analysis (the read step, the LM rows of
   the report) is in ``_family_lm_report``.
-* ``lm_mc`` (``_family_lm_mc``, full only): the measured fixed-budget MSE argmin on the
-  transformer at the concentrations ``Settings.lm_mc.ps`` (prompts drawn from the mixture).
+* ``lm_mc`` (``_family_lm_mc``, full only): the transformer's Monte Carlo MSE argmin over G.
 * ``lm`` (no cell here): optional rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
   language-model settings from another study; when present they enter the figure and the
   statistics.
@@ -58,7 +57,8 @@ from ._family_bandit import (ETA0, bandit_cells, bandit_points, constants_cell, 
                              train_cell)
 from ._family_lm import LMPart, knob_cell, lm_cells
 from ._family_lm import train_cell as lm_train_cell
-from ._family_lm_mc import MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_points, mc_report
+from ._family_lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points,
+                            mc_report)
 from ._family_lm_report import (lm_checkpoint_table, lm_points, lm_reach, lm_report, read_step,
                                 steps_to_reach)
 
@@ -221,9 +221,7 @@ def _agreement(p: pd.DataFrame) -> pd.DataFrame:
     both = p[(p.source == "train_per_step") | p.source.str.startswith("lm:")]
     if both.source.str.startswith("lm:").any() and (both.source == "train_per_step").any():
         groups.append(("training at a fixed per-step budget: bandit members + LM settings", both))
-    mse = p[p.source.isin(["mc", "lm:mc"])]
-    if (mse.source == "lm:mc").any() and (mse.source == "mc").any():
-        groups.append(("Monte Carlo MSE argmin: bandit members + transformer (lm:mc)", mse))
+    groups += mc_groups(p)
     return pd.DataFrame([{"source": name, "members": len(e),
                           "Spearman ρ (predicted, best G) (p-value)": _rho(e.G_pred, e.best_G),
                           "share of CIs containing the prediction": f"{e.in_ci.mean():.0%}"}

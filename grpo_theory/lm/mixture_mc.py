@@ -115,9 +115,16 @@ def grpo_mse_replicates(policy: LMPolicy, questions: Questions, weights, grad, N
     keys = jax.random.split(key, n_blk * block)
     keys = keys.reshape((n_blk, block) + keys.shape[1:])
     out = _replicates(policy.apply_fn, _sampler(policy), get_estimator(estimator), policy.params,
-                      jnp.asarray(x), jnp.asarray(canon), jnp.asarray(np.log(w)),
+                      jnp.asarray(x), jnp.asarray(canon), jnp.asarray(_log(w)),
                       jnp.asarray(grad), keys, policy.temperature, N // G, G, policy.eos_ids)
     return np.asarray(out, np.float64).reshape(-1)[:n_reps]
+
+
+def _log(w):
+    """log w with log 0 = -inf (no warning): rows of mass 0 are never drawn."""
+    out = np.full(w.shape, -np.inf)
+    np.log(w, out=out, where=w > 0)
+    return out
 
 
 _SAMPLERS: dict = {}
