@@ -90,3 +90,30 @@ def test_replicates_validate_and_are_reproducible():
         mm.grpo_mse_replicates(pol, q, w[:-1], grad, 8, 2, 10, 7)
     with pytest.raises(ValueError, match="p must"):
         mm.mixture_weights(1.5, 1, 3)
+
+
+def test_driver_points_report_and_spearman_group():
+    import pandas as pd
+
+    from simulations import scaling_family as sf
+    from simulations._family_lm_mc import mc_groups, mc_points, mc_report
+
+    rows = [dict(p=p, N=256, G=g, B=256 // g, n_reps=10, mc=m / 256, mc_se=0.01, mc_ci_low=0.0,
+                 mc_ci_high=1.0, exact=m / 256, exact_se=0.01, z=0.5, boot_freq=float(g == b),
+                 c1=1.0, c2=1.0, c3=1.0, G_pred=gp, G_grid=b, best_G=b, ci_low=b // 2,
+                 ci_high=2 * b, advisor_G=gp, advisor_ci_low=1.0, advisor_ci_high=9.0,
+                 fixed="1+1", V_fixed=0.5, grad_norm2=1.0)
+            for p, gp, b in ((0.0, 3.6, 4), (0.99, 21.0, 16)) for g, m in ((4, 300), (16, 400))]
+    t = {"lm_mc": pd.DataFrame(rows)}
+    pts = pd.DataFrame(mc_points(t))
+    assert list(pts.label) == ["p=0 N=256", "p=0.99 N=256"] and list(pts.best_G) == [4, 16]
+    assert list(pts.ci_low) == [2, 8] and list(pts.source) == ["lm:mc", "lm:mc"]
+    md = "\n".join(mc_report(t))
+    assert "Measured MSE argmin" in md and "4 [2, 8]" in md and "max |z|" in md
+    assert mc_groups(pts) == []  # no bandit rows: no joint group
+    both = pd.concat([pts, pts.assign(source="mc")])
+    assert len(mc_groups(both)) == 1 and len(mc_groups(both)[0][1]) == 4
+    assert mc_points({}) == [] and mc_report({"lm_mc": pd.DataFrame()}) == []
+    assert sf.SCHEMA["lm_mc"] is not None and "lm_mc" in sf.PARTS
+    assert [c.id for c in sf.cells(sf.SETTINGS["full"]) if c.kind == "lm_mc"] == [
+        "lm_mc_p0.0", "lm_mc_p0.9", "lm_mc_p0.99"]
