@@ -51,7 +51,8 @@ MC_SCHEMA = dict(p="float", N="int", G="int", B="int", n_reps="int", mc="float",
 
 @dataclass(frozen=True)
 class LMMCPart:
-    """``ps`` concentrations; ``budgets`` ``((N, replicates), ...)``; ``grid`` group sizes
+    """``ps`` concentrations; ``budgets`` ``((N, replicates), ...)`` (``budgets_concentrated``
+    at p > 0 when set); ``grid`` group sizes
     dividing every N; ``s2_samples`` responses per held-out question and ``s2_fixed`` for the
     fixed one (E||s||^2); ``advisor_prompts`` x ``advisor_samples`` rollouts for the advisor;
     ``rep_chunk`` replicates per compiled call; ``n_boot`` bootstrap resamples."""
@@ -59,6 +60,7 @@ class LMMCPart:
     warmup: object
     ps: tuple = (0.0, 0.9, 0.99)
     budgets: tuple = ((256, 200), (1024, 50))
+    budgets_concentrated: tuple = ()
     grid: tuple = (2, 4, 8, 16, 32, 64, 128)
     s2_samples: int = 8
     s2_fixed: int = 512
@@ -75,11 +77,16 @@ def mc_cells(m: LMMCPart | None) -> list[Cell]:
     if m is None:
         return []
     base = dict(part="lm_mc", warmup=m.warmup, n_eval=m.n_eval, n_candidates=m.n_candidates,
-                budgets=tuple(tuple(b) for b in m.budgets), grid=tuple(m.grid),
+                grid=tuple(m.grid),
                 s2_samples=m.s2_samples, s2_fixed=m.s2_fixed,
                 advisor_prompts=m.advisor_prompts, advisor_samples=m.advisor_samples,
                 rep_chunk=m.rep_chunk, n_boot=m.n_boot)
-    return [Cell(f"lm_mc_p{p}", dict(base, p=float(p)), kind="lm_mc") for p in m.ps]
+    def budgets(p):
+        return tuple(tuple(b) for b in (m.budgets_concentrated if p > 0 and
+                                         m.budgets_concentrated else m.budgets))
+
+    return [Cell(f"lm_mc_p{p}", dict(base, budgets=budgets(p), p=float(p)), kind="lm_mc")
+            for p in m.ps]
 
 
 def _advisor(pol, fixed, rest, p, n_prompts, n_samples, key) -> tuple:

@@ -113,7 +113,7 @@ SETTINGS = {
                                ps=(0.0, 0.95, 0.99), grid=(2, 4, 8, 16, 32, 64, 128), N=256,
                                steps=80, seeds=3, steps_concentrated=40, checkpoint_every=2),
                      lm_mc=LMMCPart(warmup=WarmupConfig(), budgets=((256, 240), (1024, 40)),
-                                    rep_chunk=20)),
+                                    budgets_concentrated=((256, 160),), rep_chunk=20)),
 }
 
 SCHEMA = {
