@@ -45,7 +45,7 @@ MC_SCHEMA = dict(p="float", N="int", G="int", B="int", n_reps="int", mc="float",
                  mc_ci_low="float", mc_ci_high="float", exact="float", exact_se="float",
                  z="float", boot_freq="float", c1="float", c2="float", c3="float",
                  G_pred="float", G_grid="int", best_G="int", ci_low="int", ci_high="int",
-                 advisor_G="float", advisor_ci_low="float", advisor_ci_high="float",
+                 advisor_G="float", advisor_ci_low="float?", advisor_ci_high="float?",
                  fixed="str", V_fixed="float", grad_norm2="float")
 
 
@@ -102,8 +102,8 @@ def _advisor(pol, fixed, rest, p, n_prompts, n_samples, key) -> tuple:
     e = estimate_scaling_constants(pol, n_prompts, n_samples, key=key,
                                    prompts=encode_prompts(pool, "answer"), reward=rew,
                                    response_len=RESPONSE_LEN["answer"])
-    lo, hi = e.g_star_ci
-    return float(e.g_star), float(lo), float(hi)
+    lo, hi = e.g_star_ci  # an unbounded end (c1's CI reaching 0) is stored as missing
+    return tuple(float(v) if np.isfinite(v) else float("nan") for v in (e.g_star, lo, hi))
 
 
 def mc_cell(config: dict, key) -> list[dict]:
@@ -167,6 +167,11 @@ def mc_groups(points: pd.DataFrame) -> list:
     return [("Monte Carlo MSE argmin: bandit members + transformer (lm:mc)", mse)]
 
 
+def _g(v) -> str:
+    """A G* or CI end as text; missing (unbounded) as ∞."""
+    return f"{v:.1f}" if np.isfinite(v) else "∞"
+
+
 def mc_report(tables) -> list[str]:
     """Report lines: the measured MSE over G per (p, N) against the exact curve."""
     t = tables.get("lm_mc")
@@ -183,8 +188,8 @@ def mc_report(tables) -> list[str]:
     s = t.groupby(["p", "N"], sort=True).first().reset_index()
     best = pd.DataFrame({"p": s.p, "N": s.N, "c1": s.c1, "c2": s.c2, "c3": s.c3,
                          "1+√(c3/c1) exact": s.G_pred, "grid prediction": s.G_grid,
-                         "advisor G* [95% CI]": [f"{r.advisor_G:.1f} [{r.advisor_ci_low:.1f}, "
-                                                 f"{r.advisor_ci_high:.1f}]"
+                         "advisor G* [95% CI]": [f"{_g(r.advisor_G)} [{_g(r.advisor_ci_low)}, "
+                                                 f"{_g(r.advisor_ci_high)}]"
                                                  for r in s.itertuples()],
                          "MC argmin [95% CI]": [f"{r.best_G} [{r.ci_low}, {r.ci_high}]"
                                                 for r in s.itertuples()]})
