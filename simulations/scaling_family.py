@@ -75,7 +75,8 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
                  "cell times at load 12 was about 45 min. The LM training cells (63, "
                  "checkpoints every 2 steps, 80 steps at p = 0 and 40 at p > 0; knob cells and "
                  "full warm-up cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 "
-                 "observed")
+                 "observed. The lm_mc cells (load 11-14): p = 0 1474 s (240 and 40 replicates "
+                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256)")
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,8 @@ def _agreement(p: pd.DataFrame) -> pd.DataFrame:
     """Per source (and training bandit + LM together): Spearman and the share of CIs holding
     the prediction."""
     groups = list(p.groupby("source", sort=False))
-    both = p[(p.source == "train_per_step") | p.source.str.startswith("lm:")]
+    lm_train = p.source.str.startswith("lm:") & (p.source != "lm:mc")  # lm:mc is not training
+    both = p[(p.source == "train_per_step") | lm_train]
     if both.source.str.startswith("lm:").any() and (both.source == "train_per_step").any():
         groups.append(("training at a fixed per-step budget: bandit members + LM settings", both))
     groups += mc_groups(p)
