@@ -22,6 +22,7 @@ stays readable by ``grpo-theory report``):
   candidate knobs (difficulty, temperature, response format, prompt concentration p) and GRPO
   runs at the concentrations ``Settings.lm.ps``; their analysis (the read step, the LM rows of
   the report) is in ``_family_lm_report``.
+* ``lm_mc`` (``_family_lm_mc``, full only): the transformer's Monte Carlo MSE argmin over G.
 * ``lm`` (no cell here): optional rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
   language-model settings from another study; when present they enter the figure and the
   statistics.
@@ -57,6 +58,8 @@ from ._family_bandit import (ETA0, bandit_cells, bandit_points, constants_cell, 
                              train_cell)
 from ._family_lm import LMPart, knob_cell, lm_cells
 from ._family_lm import train_cell as lm_train_cell
+from ._family_lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points,
+                            mc_report)
 from ._family_lm_report import (lm_checkpoint_table, lm_points, lm_reach, lm_report, read_step,
                                 steps_to_reach)
 
@@ -73,7 +76,8 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
                  "cell times at load 12 was about 45 min. The LM training cells (63, "
                  "checkpoints every 2 steps, 80 steps at p = 0 and 40 at p > 0; knob cells and "
                  "full warm-up cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 "
-                 "observed")
+                 "observed. The lm_mc cells (load 11-14): p = 0 1474 s (240 and 40 replicates "
+                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256)")
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Settings:
     n_boot: int
     train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per G)
     lm: LMPart | None = None  # the language-model part (None: no LM cells)
+    lm_mc: LMMCPart | None = None  # the transformer's measured MSE argmin (None: no cells)
 
 
 SETTINGS = {
@@ -108,7 +113,9 @@ SETTINGS = {
                                       ("temperature", (0.5, 0.7, 1.0, 1.5)),
                                       ("format", ("answer", "trace"))),
                                ps=(0.0, 0.95, 0.99), grid=(2, 4, 8, 16, 32, 64, 128), N=256,
-                               steps=80, seeds=3, steps_concentrated=40, checkpoint_every=2)),
+                               steps=80, seeds=3, steps_concentrated=40, checkpoint_every=2),
+                     lm_mc=LMMCPart(warmup=WarmupConfig(), budgets=((256, 240), (1024, 40)),
+                                    budgets_concentrated=((256, 160),), rep_chunk=20)),
 }
 
 SCHEMA = {
@@ -128,17 +135,18 @@ SCHEMA = {
     "lm_train": dict(p="float", G="int", B="int", N="int", run_seed="int", step="int",
                      J_mix="float", acc_rest="float", V_fixed="float", train_reward="float?",
                      steps_per_s="float"),
+    "lm_mc": MC_SCHEMA,
 }
 
 
 def cells(s: Settings) -> list[Cell]:
-    """The bandit cells, then (full) the LM part's."""
-    return bandit_cells(s) + (lm_cells(s.lm) if s.lm is not None else [])
+    """The bandit cells, then (full) the LM part's and the transformer's MSE cells."""
+    return bandit_cells(s) + (lm_cells(s.lm) if s.lm is not None else []) + mc_cells(s.lm_mc)
 
 
 #: the cell function of each ``config["part"]``
 PARTS = {"constants": constants_cell, "mse": mse_cell, "train": train_cell,
-         "lm_knob": knob_cell, "lm_train": lm_train_cell}
+         "lm_knob": knob_cell, "lm_train": lm_train_cell, "lm_mc": mc_cell}
 
 
 @float64
@@ -172,6 +180,7 @@ def summaries(tables, n_boot: int = 2000) -> dict:
         rows += [dict(delta=float("nan"), source="lm:train", label=f"p={r.p:g}", N=r.N,
                       G_pred=r.G_pred, G_grid=r.G_grid, best_G=r.best_G, ci_low=r.ci_low,
                       ci_high=r.ci_high) for r in lm_points(tables, n_boot).itertuples()]
+    rows += mc_points(tables)
     pts = pd.DataFrame(rows, columns=["delta", "source", "label", "N", "G_pred", "G_grid",
                                       "best_G", "ci_low", "ci_high"])
     pts["label"] = pts.label.astype(object).where(pts.label.notna(), "")
@@ -211,9 +220,11 @@ def _agreement(p: pd.DataFrame) -> pd.DataFrame:
     """Per source (and training bandit + LM together): Spearman and the share of CIs holding
     the prediction."""
     groups = list(p.groupby("source", sort=False))
-    both = p[(p.source == "train_per_step") | p.source.str.startswith("lm:")]
+    lm_train = p.source.str.startswith("lm:") & (p.source != "lm:mc")  # lm:mc is not training
+    both = p[(p.source == "train_per_step") | lm_train]
     if both.source.str.startswith("lm:").any() and (both.source == "train_per_step").any():
         groups.append(("training at a fixed per-step budget: bandit members + LM settings", both))
+    groups += mc_groups(p)
     return pd.DataFrame([{"source": name, "members": len(e),
                           "Spearman ρ (predicted, best G) (p-value)": _rho(e.G_pred, e.best_G),
                           "share of CIs containing the prediction": f"{e.in_ci.mean():.0%}"}
@@ -240,7 +251,7 @@ def report(tables, s: Settings) -> Section:
              "mean final gap with a bootstrap 95% CI over seeds):", "",
              markdown_table(best, {"1+√(c3/c1)": ".2f"}), "", markdown_table(_agreement(p))]
     lm_lines, lm_checks = lm_report(tables, s)
-    lines += lm_lines
+    lines += lm_lines + mc_report(tables)
     tr = p[p.source.str.startswith("train")]
     miss = p[~p.in_ci]
     lines += ["", "Rows whose CI misses the prediction: " + (", ".join(
@@ -262,7 +273,8 @@ def report(tables, s: Settings) -> Section:
 MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin"),
            "train_per_step": ("^", "training, per-step budget"),
            "train_total": ("v", "training, total budget"),
-           "lm:train": ("D", "language model, training (concentration p)")}
+           "lm:train": ("D", "language model, training (concentration p)"),
+           "lm:mc": ("P", "language model, Monte Carlo MSE argmin (p, N)")}
 
 
 def plot(tables, s: Settings, out_dir) -> None:
