@@ -153,7 +153,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
     # the budget of 5 per-sample scores holds all 9 sequences' activations on the ghost route
     assert "9 responses per block of the score pass" in cap.out
     # progress of every phase (plain lines: stderr is not a terminal)
-    for phase in ("loading the model 1/1", "sampling responses 1/1", "per-sample scores 2/2",
+    for phase in ("loading the model 1/1", "sampling responses 1/1", "per-sample scores 1/1",
                   "advise: gradients 3/3 prompts"):
         assert phase in cap.err, (phase, cap.err)
     # the loaded policy again (its compiled functions): raw text, with and without a template
