@@ -14,14 +14,16 @@ and two cases, each in its own process (so compilation is included and the peak 
 case's): ``plain``, the gradient of the summed log-probability of the n responses (one
 forward+backward pass, what a training step costs), and ``stats``, the advisor's statistics
 over the same n responses (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`: the
-squared norm of every per-sample score in chunks, then one backward pass per prompt for the
-weighted sums) at the chunk the memory budget picks
-(:func:`grpo_theory.lm.memory.chunk_for_budget`). Each timed call runs twice; the first
+squared norm of every per-sample score by ghost norms in blocks of ``chunk`` responses, then one
+backward pass per prompt for the weighted sums) at the chunk the memory budget picks
+(:func:`grpo_theory.lm.memory.chunk_for_budget` with the activations per sequence,
+:func:`grpo_theory.lm.memory.ghost_row_bytes`). Each timed call runs twice; the first
 includes compilation. Peak memory: ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a
 wrapper process whose only child is the case.
 
     python benchmarks/bench_lm_statistics.py                      # both shapes, n = 16
-    python benchmarks/bench_lm_statistics.py --models smollm2 --memory-budget 8GB
+    python benchmarks/bench_lm_statistics.py --models smollm2 --n-prompts 16 --n-samples 8 \
+        --memory-budget 4GB --out benchmarks/results/lm_statistics_smollm2_16x8.md
 
 Writes ``benchmarks/results/lm_statistics.md`` (the table, the machine and its load) and the
 raw rows as ``lm_statistics.json``.
@@ -133,7 +135,9 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
         out.update(sample_s=t_sample, first_s=t1, second_s=t2, chunk=None)
         return out
     budget = default_memory_budget() if memory_budget is None else memory_budget
-    chunk = resolve_chunk(pol, None, n, budget)
+    chunk = resolve_chunk(pol, None, n, budget, seq_len=prompt_len + response_len,
+                          response_len=response_len)
+    row_bytes = pol.ghost_row_bytes(prompt_len + response_len, response_len)
     marks = {}
 
     def stage(phase, done, total):
@@ -150,7 +154,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     first = {k: v[1] - v[0] for k, v in marks.items()}
     _, t2 = _timed(stats)
     second = {k: v[1] - v[0] for k, v in marks.items()}
-    out.update(chunk=chunk, budget=budget, first_s=t1, second_s=t2,
+    out.update(chunk=chunk, budget=budget, row_bytes=row_bytes, first_s=t1, second_s=t2,
                first_phases=first, second_phases=second)
     return out
 
@@ -255,40 +259,47 @@ def _flags(args) -> list:
     return out
 
 
+def _estimate(r) -> int:
+    """The memory model's bytes for a stats row (the ghost route: its activations per row)."""
+    return chunk_bytes(r["D"], r["chunk"], dtype_bytes=4, row_bytes=r.get("row_bytes"))
+
+
 def _report(rows, args, machine, load) -> str:
     n = args.n_prompts * args.n_samples
-    lines = ["# Per-sample statistics vs one forward+backward pass", "",
-             f"`python benchmarks/bench_lm_statistics.py"
-             f"{' --memory-budget ' + args.memory_budget if args.memory_budget else ''}`: "
-             f"n = {n} responses ({args.n_prompts} prompts x {args.n_samples} samples), "
-             f"prompts of {args.prompt_len} random tokens, responses of {args.response_len} "
-             f"sampled tokens (random weights rarely emit EOS: "
+    flags = " ".join(_flags(args))
+    lines = ["# The advisor's statistics (ghost norms) vs one forward+backward pass", "",
+             f"`python benchmarks/bench_lm_statistics.py --models {' '.join(args.models)} "
+             f"{flags}`: n = {n} responses ({args.n_prompts} prompts x {args.n_samples} "
+             f"samples), prompts of {args.prompt_len} random tokens, responses of "
+             f"{args.response_len} sampled tokens (random weights rarely emit EOS: "
              f"{args.prompt_len + args.response_len} tokens per sequence), float32.", "",
              f"Machine: {machine}. Load average at start {load[0]:.2f} / {load[1]:.2f} / "
-             f"{load[2]:.2f} (1/5/15 min): the cores are shared with other jobs, so times "
-             f"are slower and noisier than on an idle machine.", "",
+             f"{load[2]:.2f} (1/5/15 min; 2 cores: above 2 the cores are shared with other "
+             f"jobs and times are slower and noisier than on an idle machine).", "",
              "`plain`: the gradient of the summed log-probability of the n responses (one "
-             "forward+backward pass). `stats`: the advisor's statistics over the same n "
-             "(`lm_rollout_statistics`: the n per-sample squared norms in chunks of `chunk`, "
+             "forward+backward pass over all n at once). `stats`: the advisor's statistics "
+             "over the same n (`lm_rollout_statistics`: every per-sample squared norm by "
+             "ghost norms in blocks of `chunk` responses, with the weighted sum of all scores, "
              "then one backward pass per prompt), sampling included; its phases are listed "
              "after the table. First call includes compilation. Peak RSS: "
              "`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper whose only child is the "
              "case.", "",
              "`estimate GiB`: the budget's memory model at that chunk "
-             "(`grpo_theory.lm.memory.chunk_bytes`, float32).", "",
+             "(`grpo_theory.lm.memory.chunk_bytes` with `row_bytes = ghost_row_bytes`, "
+             "float32).", "",
              "| model | D | case | chunk | budget GiB | estimate GiB | first call s | "
              "second call s | peak RSS GiB | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {TITLES[r['shape']]} | | {r['case']} | | | | refused: "
+            lines.append(f"| {TITLES[r['shape']]} | | {r['case']} | | | | failed: "
                          f"{r['error']} | | {_gib(r['peak_rss_bytes'])} | "
                          f"{r['load_before']:.1f} |")
             continue
         lines.append(f"| {TITLES[r['shape']]} | {r['D']:,} | {r['case']} | "
                      f"{r.get('chunk') or '-'} | "
                      f"{_gib(r['budget']) if r.get('budget') else '-'} | "
-                     f"{_gib(chunk_bytes(r['D'], r['chunk'], dtype_bytes=4)) if r.get('chunk') else '-'} | "
+                     f"{_gib(_estimate(r)) if r.get('chunk') else '-'} | "
                      f"{r['first_s']:.1f} | "
                      f"{r['second_s']:.1f} | {_gib(r['peak_rss_bytes'])} | "
                      f"{r['load_before']:.1f} |")
@@ -299,48 +310,22 @@ def _report(rows, args, machine, load) -> str:
         if not (p and s):
             continue
         ph = s["second_phases"]
-        score_t = ph.get("scores", float("nan"))
+        score_t, grad_t = ph.get("scores", float("nan")), ph.get("gradients", float("nan"))
         lines.append(f"* {TITLES[shape]}: sampling {ph.get('sampling', float('nan')):.1f}, "
-                     f"per-sample scores {score_t:.1f}, per-prompt gradients "
-                     f"{ph.get('gradients', float('nan')):.1f}; stats / plain time "
-                     f"{s['second_s'] / p['second_s']:.1f}x (per-sample scores alone "
-                     f"{score_t / p['second_s']:.1f}x), peak memory "
-                     f"{s['peak_rss_bytes'] / p['peak_rss_bytes']:.1f}x.")
-    for r in rows:
-        if "error" in r:
-            lines.append(f"* {TITLES[r['shape']]}, `{r['case']}`: refused before any "
-                         f"allocation ({'the default budget, half the available memory' if args.memory_budget is None else 'the given budget'}); "
-                         f"a larger `--memory-budget` would run it where that memory is free "
-                         f"(not forced here: the machine's memory is shared with other jobs).")
+                     f"ghost-norm score pass {score_t:.1f}, per-prompt gradients "
+                     f"{grad_t:.1f}; without sampling, stats / plain time "
+                     f"{(score_t + grad_t) / p['second_s']:.2f}x (score pass alone "
+                     f"{score_t / p['second_s']:.2f}x); with sampling "
+                     f"{s['second_s'] / p['second_s']:.2f}x; peak memory "
+                     f"{s['peak_rss_bytes'] / p['peak_rss_bytes']:.2f}x "
+                     f"({_gib(s['peak_rss_bytes'])} vs {_gib(p['peak_rss_bytes'])} GiB).")
     for r in rows:
         if "error" not in r and r.get("chunk"):
-            est = chunk_bytes(r["D"], r["chunk"], dtype_bytes=4)
+            est = _estimate(r)
             lines.append(f"* Memory model, {TITLES[r['shape']]}: {_gib(est)} GiB estimated at "
                          f"chunk {r['chunk']}, {_gib(r['peak_rss_bytes'])} GiB measured "
                          f"(the whole process: Python, JAX, the model, sampling and both "
                          f"passes); the estimate is {est / r['peak_rss_bytes']:.2f}x the peak.")
-    ghost = [(TITLES[sh], by[(sh, "stats")]["second_phases"].get("scores", float("nan")),
-              by[(sh, "plain")]["second_s"], by[(sh, "stats")]["chunk"],
-              by[(sh, "stats")]["D"]) for sh in args.models
-             if (sh, "plain") in by and (sh, "stats") in by]
-    if ghost:
-        lines += ["", "**What ghost norms would save** (not implemented). For a linear layer "
-                  "``W`` with inputs ``a_t`` and output gradients ``g_t`` at the T positions of "
-                  "one sequence, the per-sample gradient is ``sum_t g_t a_t^T``, and its squared "
-                  "Frobenius norm is ``sum_{t,t'} (a_t . a_t')(g_t . g_t')``. That can be read "
-                  "from one batched backward pass at O(T^2 (d_in + d_out)) per layer and "
-                  "sample, with no D-sized vector per sample. The embedding (tied with the "
-                  "output layer here) needs the same trick on its one-hot inputs. The "
-                  "per-sample phase would then cost about one plain pass plus the T^2 "
-                  "terms, and its memory would be the plain pass's plus the float64 "
-                  "accumulators, with no chunk of D-sized scores:", ""]
-        for title, score_t, plain_t, chunk, d in ghost:
-            lines.append(f"* {title}: the per-sample scores took {score_t:.1f} s, "
-                         f"{score_t / plain_t:.1f}x the plain pass ({plain_t:.1f} s), so ghost "
-                         f"norms would save about {max(0.0, score_t - plain_t):.0f} s of "
-                         f"{score_t:.0f} s at n = {n}. They would also drop the chunk's "
-                         f"{chunk} x {d:,} scores (about "
-                         f"{chunk * d * 12 / 2**30:.1f} GiB in float32 + float64).")
     return "\n".join(lines) + "\n"
 
 

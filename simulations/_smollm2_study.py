@@ -6,10 +6,11 @@ clone, which has no model file): the real file comes from ``make smollm2`` and t
     make smollm2-study        # = python simulations/_smollm2_study.py --model <gguf> --out results-full/smollm2
 
 Phase 1 (task choice): for each candidate prompt family (:data:`CANDIDATES`: one-digit
-additions, subtractions, multiplications, a few-shot two-digit format) ``n_prompts`` questions,
-``n_ref`` responses each, sampled at T = 1 with the checkpoint's chat template and scored by
-:func:`grpo_theory.lm.task.reward_answer_text`; the family with the most prompts whose pass rate
-lies in [0.2, 0.8] is the task (``passrates.csv``, ``passrates_summary.csv``).
+additions, subtractions, multiplications, one- and two-digit additions, and the one-digit
+families with the instruction "Answer with the number only.") ``n_prompts`` questions (or all
+the family has), ``n_ref`` responses each, sampled at T = 1 with the checkpoint's chat template
+and scored by :func:`grpo_theory.lm.task.reward_answer_text`; the family with the most prompts
+whose pass rate lies in [0.2, 0.8] is the task (``passrates.csv``, ``passrates_summary.csv``).
 
 Phase 2 (the advisor): on the chosen family's same prompts, ``n_samples`` fresh responses each
 and their per-sample scores (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`, scores
@@ -23,7 +24,9 @@ share observed in phase 2 (disjoint sub-groups of G of each prompt's ``n_samples
 ``zero_variance.csv``); the recommended G per budget N = B G (``budgets.csv``). Every row of every
 table carries the configuration, seed and package version; the figure is drawn from the saved
 tables and ``REPORT.md`` is written from them. Phase 2's rollouts are saved (``rollouts.npz``),
-so a rerun with the same configuration only redraws the tables.
+so a rerun with the same configuration only redraws the tables (tables, figure and report:
+``_smollm2_report``). Phase 2's mean pass rate is compared with phase 1's on the same prompts
+(a paired t interval in ``meta.json`` and the report): both sample the same policy.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -44,45 +46,51 @@ import pandas as pd
 import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import c1_warning
-from grpo_theory.advisor.estimate import (ScalingEstimate, estimate_from_rollouts,
-                                          lm_rollout_statistics, t_quantile)
+from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
 from grpo_theory.lm.task import reward_answer_text
-from grpo_theory.plotting import plt, save_figure
+from grpo_theory.studies._smollm2_report import (WINDOW, _mean_ci, budget_table, figure,
+                                                 mse_table, report, zero_variance_table)
 
 __all__ = ["CANDIDATES", "StudyConfig", "candidate_questions", "sample_pass_rates",
            "choose_task", "zero_variance_table", "mse_table", "budget_table", "run_study",
            "figure", "report", "main"]
 
-#: the pass-rate window the task must spread over
-WINDOW = (0.2, 0.8)
-#: G values of the MSE table (the MSE scales as 1/B: the table is at B = 1)
-MSE_GROUP_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-BUDGETS = (16, 64, 256, 1024, 4096)
-
-
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-#: candidate families: name -> (operator, pairs (a, b)); one-digit +, -, x, one-digit + two-digit,
-#: two-digit + two-digit
-_PAIRS = {
-    "add1": ("+", [(a, b) for a in range(1, 10) for b in range(1, 10)]),
-    "sub1": ("-", [(a, b) for a in range(1, 10) for b in range(1, a + 1)]),
-    "mul1": ("*", [(a, b) for a in range(2, 10) for b in range(2, 10)]),
-    "add12": ("+", [(a, b) for a in range(2, 10) for b in range(11, 99, 7)]),
-    "add2": ("+", [(a, b) for a in range(11, 99, 6) for b in range(11, 99, 7)]),
+_ADD1 = [("+", a, b) for a in range(1, 10) for b in range(1, 10)]
+_SUB1 = [("-", a, b) for a in range(1, 10) for b in range(1, a + 1)]
+#: the instruction appended to the user turn of the ``-n`` families
+NUMBER_ONLY = " Answer with the number only."
+#: candidate families: name -> (questions (op, a, b), instruction appended to the user turn);
+#: one-digit +, -, x, one-digit + two-digit, two-digit + two-digit, and the one-digit
+#: additions and subtractions with the instruction :data:`NUMBER_ONLY` (``addsub1-n``: both)
+_FAMILIES = {
+    "add1": (_ADD1, ""),
+    "sub1": (_SUB1, ""),
+    "mul1": ([("*", a, b) for a in range(2, 10) for b in range(2, 10)], ""),
+    "add12": ([("+", a, b) for a in range(2, 10) for b in range(11, 99, 7)], ""),
+    "add2": ([("+", a, b) for a in range(11, 99, 6) for b in range(11, 99, 7)], ""),
+    "add1-n": (_ADD1, NUMBER_ONLY),
+    "sub1-n": (_SUB1, NUMBER_ONLY),
+    "addsub1-n": (_ADD1 + _SUB1, NUMBER_ONLY),
 }
-#: candidate prompt families (:data:`_PAIRS`); every prompt is the user turn "What is a op b?"
-#: with the assistant's turn opened by the chat template and prefilled with "a op b =", so the
-#: response starts at the answer
-CANDIDATES = tuple(_PAIRS)
+#: candidate prompt families (:data:`_FAMILIES`); every prompt is the user turn "What is a op b?"
+#: (plus the family's instruction) with the assistant's turn opened by the chat template and
+#: prefilled with "a op b =", so the response starts at the answer
+CANDIDATES = tuple(_FAMILIES)
 
 
 def _family(name):
     """(user questions, assistant prefills, answers) of a candidate family, in a fixed order."""
-    if name not in _PAIRS:
+    if name not in _FAMILIES:
         raise ValueError(f"task must be one of {list(CANDIDATES)}, got {name!r}")
-    op, pairs = _PAIRS[name]
-    return ([f"What is {a} {op} {b}?" for a, b in pairs], [f"{a} {op} {b} =" for a, b in pairs],
-            [_OPS[op](a, b) for a, b in pairs])
+    items, instruction = _FAMILIES[name]
+    return ([f"What is {a} {op} {b}?{instruction}" for op, a, b in items],
+            [f"{a} {op} {b} =" for op, a, b in items], [_OPS[op](a, b) for op, a, b in items])
+
+
+def family_size(name: str) -> int:
+    """How many distinct questions family ``name`` has."""
+    return len(_family(name)[0])
 
 
 def candidate_questions(name: str, n_prompts: int, seed: int):
@@ -90,7 +98,7 @@ def candidate_questions(name: str, n_prompts: int, seed: int):
 
     Args:
         name: one of :data:`CANDIDATES`.
-        n_prompts: how many (at most the family's size).
+        n_prompts: how many (at most the family's size, :func:`family_size`).
         seed: integer seed (the same seed gives the same questions).
 
     Returns:
@@ -172,107 +180,12 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
 
 
 def choose_task(summary: pd.DataFrame) -> str:
-    """The family with the largest share of prompts whose pass rate lies in :data:`WINDOW`
-    (ties: the mean pass rate closest to 1/2)."""
+    """The family with the most prompts whose pass rate lies in :data:`WINDOW` (``n_in_window``;
+    the prompts that carry the signal of c1; ties: the larger share, then the mean pass rate
+    closest to 1/2)."""
     s = summary.assign(_d=(summary.mean_pass_rate - 0.5).abs())
-    s = s.sort_values(["share_in_window", "_d"], ascending=[False, True])
+    s = s.sort_values(["n_in_window", "share_in_window", "_d"], ascending=[False, False, True])
     return str(s.task.iloc[0])
-
-
-# --- the tables -------------------------------------------------------------------------------------
-
-def _unbiased_all_equal(k, n, G):
-    """Per prompt, the unbiased estimate ``(C(k,G) + C(n-k,G)) / C(n,G)`` of ``V^G + (1-V)^G``."""
-    tot = math.comb(n, G)
-    return np.asarray([(math.comb(int(kk), G) + math.comb(n - int(kk), G)) / tot
-                       for kk in np.asarray(k)])
-
-
-def _mean_ci(x, alpha=0.05):
-    """Mean and t interval over prompts (the spread of per-prompt values)."""
-    x = np.asarray(x, np.float64)
-    m = x.shape[0]
-    se = float(np.std(x, ddof=1) / np.sqrt(m)) if m > 1 else float("nan")
-    q = t_quantile(alpha, m) if m > 1 else float("nan")
-    mu = float(np.mean(x))
-    return mu, se, mu - q * se, mu + q * se
-
-
-def zero_variance_table(ref_rewards, rewards, group_sizes=None) -> pd.DataFrame:
-    r"""Share of zero-variance (all-equal) groups of G: predicted vs observed.
-
-    Predicted: ``mean_x [V(x)^G + (1 - V(x))^G]`` with each prompt's ``V^G`` estimated without
-    bias from independent reference responses (``C(k,G)/C(n_ref,G)``, k correct of ``n_ref``),
-    and the plug-in ``V-hat^G + (1 - V-hat)^G`` of those pass rates (biased upwards, shown for
-    comparison). Observed: each prompt's ``n`` responses split into ``floor(n/G)`` disjoint
-    sub-groups of G in sampling order; the share of them that are all-equal. Intervals: t over
-    prompts (95%).
-
-    Args:
-        ref_rewards: (m, n_ref) binary rewards of the reference (pass-rate) responses.
-        rewards: (m, n) binary rewards of the study's responses, the same m prompts.
-        group_sizes: G values (default: every G in [2, n] that divides n).
-
-    Returns:
-        ``pandas.DataFrame`` one row per G: ``G, groups_per_prompt, predicted, predicted_low,
-        predicted_high, predicted_plugin, observed, observed_low, observed_high, z`` (observed
-        minus predicted over the standard error of the per-prompt differences).
-    """
-    zr = V.finite_array("ref_rewards", ref_rewards, ndim=2)
-    z = V.finite_array("rewards", rewards, ndim=2)
-    for name, a in (("ref_rewards", zr), ("rewards", z)):
-        if not np.all((a == 0) | (a == 1)):
-            raise ValueError(f"{name} must be binary (0/1)")
-    if zr.shape[0] != z.shape[0]:
-        raise ValueError(f"ref_rewards and rewards must have the same prompts (rows), got "
-                         f"{zr.shape[0]} and {z.shape[0]}")
-    m, n = z.shape
-    n_ref = zr.shape[1]
-    if group_sizes is None:
-        group_sizes = [G for G in range(2, n + 1) if n % G == 0]
-    k = zr.sum(axis=1)
-    v = k / n_ref
-    rows = []
-    for G in group_sizes:
-        G = V.integer("group_sizes", G, 1, min(n, n_ref))
-        pred = _unbiased_all_equal(k, n_ref, G)
-        nb = n // G
-        blocks = z[:, :nb * G].reshape(m, nb, G)
-        obs = np.mean(np.all(blocks == blocks[:, :, :1], axis=2), axis=1)
-        mp, _, pl, ph = _mean_ci(pred)
-        mo, _, ol, oh = _mean_ci(obs)
-        _, sd, _, _ = _mean_ci(obs - pred)
-        rows.append(dict(G=G, groups_per_prompt=nb, predicted=mp, predicted_low=pl,
-                         predicted_high=ph, predicted_plugin=float(np.mean(v**G + (1 - v)**G)),
-                         observed=mo, observed_low=ol, observed_high=oh,
-                         z=(mo - mp) / sd if sd > 0 else float("nan")))
-    return pd.DataFrame(rows)
-
-
-def mse_table(est: ScalingEstimate, group_sizes=MSE_GROUP_SIZES) -> pd.DataFrame:
-    """Predicted per-prompt MSE (B = 1; at B prompts divide by B) of vanilla, GRPO and oracle
-    against G, with 95% jackknife intervals (:meth:`ScalingEstimate.mse_ci`)."""
-    rows = []
-    for est_name in ("vanilla", "grpo", "oracle"):
-        for G in group_sizes:
-            lo, hi = est.mse_ci(1, G, est_name)
-            rows.append(dict(estimator=est_name, G=int(G), B=1, mse=est.mse(1, G, est_name),
-                             mse_low=lo, mse_high=hi,
-                             budget_mse=G * est.mse(1, G, est_name)))
-    return pd.DataFrame(rows)
-
-
-def budget_table(est: ScalingEstimate, budgets=BUDGETS) -> pd.DataFrame:
-    """Recommended G per budget N = B G (:meth:`ScalingEstimate.recommended_group_size`) and the
-    integer range the G* interval allows (floor(low) .. ceil(high), clipped to [2, N])."""
-    lo, hi = est.g_star_ci
-    rows = []
-    for N in budgets:
-        G = est.recommended_group_size(N)
-        g_lo = 2 if not math.isfinite(lo) else min(max(2, math.floor(lo)), N)
-        g_hi = N if not math.isfinite(hi) else min(max(2, math.ceil(hi)), N)
-        rows.append(dict(N=int(N), G=int(G), B=int(N // G), G_low=g_lo, G_high=g_hi))
-    return pd.DataFrame(rows)
 
 
 # --- the study ---------------------------------------------------------------------------------
@@ -286,7 +199,8 @@ class StudyConfig:
             :func:`grpo_theory.lm.from_pretrained`.
         tasks: candidate families measured in phase 1 (:data:`CANDIDATES`).
         task: the family of phase 2 (None: chosen from phase 1 by :func:`choose_task`).
-        n_prompts: prompts per family (m; phase 2 uses the same prompts).
+        n_prompts: prompts per family (m; a family with fewer questions, e.g. ``sub1`` with
+            45, uses all of them; phase 2 uses the same prompts).
         n_ref: responses per prompt in phase 1.
         n_study: prompts of phase 2 (None: all ``n_prompts``; else a random subset of the
             chosen family's phase-1 prompts, drawn without replacement, >= 3).
@@ -314,22 +228,28 @@ class StudyConfig:
 
 
 def _tag(cfg: StudyConfig, task: str) -> dict:
-    return dict(model=Path(cfg.model).name, task=task, n_prompts=cfg.n_prompts, n_ref=cfg.n_ref,
-                n_study=_n_study(cfg), n_samples=cfg.n_samples, response_len=cfg.response_len,
+    return dict(model=Path(cfg.model).name, task=task, n_prompts=_n_task(cfg, task), n_ref=cfg.n_ref,
+                n_study=_n_study(cfg, task), n_samples=cfg.n_samples, response_len=cfg.response_len,
                 chunk=cfg.chunk,
                 seed=cfg.seed, version=grpo_theory.__version__)
 
 
-def _n_study(cfg: StudyConfig) -> int:
-    return cfg.n_prompts if cfg.n_study is None else cfg.n_study
+def _n_task(cfg: StudyConfig, task: str) -> int:
+    """Phase 1's prompts of family ``task``: ``n_prompts`` or all the family has."""
+    return min(cfg.n_prompts, family_size(task))
 
 
-def _study_rows(cfg: StudyConfig) -> np.ndarray:
-    """Indices (sorted) of the phase-1 prompts that phase 2 uses."""
+def _n_study(cfg: StudyConfig, task: str) -> int:
+    return _n_task(cfg, task) if cfg.n_study is None else cfg.n_study
+
+
+def _study_rows(cfg: StudyConfig, task: str) -> np.ndarray:
+    """Indices (sorted) of the phase-1 prompts of ``task`` that phase 2 uses."""
+    m_all = _n_task(cfg, task)
     if cfg.n_study is None:
-        return np.arange(cfg.n_prompts)
-    m = V.integer("n_study", cfg.n_study, 3, cfg.n_prompts)
-    return np.sort(np.random.default_rng(cfg.seed + 1).choice(cfg.n_prompts, m, replace=False))
+        return np.arange(m_all)
+    m = V.integer("n_study", cfg.n_study, 3, m_all)
+    return np.sort(np.random.default_rng(cfg.seed + 1).choice(m_all, m, replace=False))
 
 
 def _with_tag(df: pd.DataFrame, tag: dict) -> pd.DataFrame:
@@ -348,13 +268,13 @@ def _phase1(policy, cfg: StudyConfig, out: Path, progress: bool, reward):
     frames = []
     for t_i, task in enumerate(cfg.tasks):
         if old is not None:
-            hit = old[(old.task == task) & (old.n_prompts == cfg.n_prompts)
+            hit = old[(old.task == task) & (old.n_prompts == _n_task(cfg, task))
                       & (old.n_ref == cfg.n_ref) & (old.response_len == cfg.response_len)
                       & (old.seed == cfg.seed) & (old.model == Path(cfg.model).name)]
-            if len(hit) == cfg.n_prompts:
+            if len(hit) == _n_task(cfg, task):
                 frames.append(hit.assign(**_tag(cfg, task)))
                 continue
-        qs, pre, ans = candidate_questions(task, cfg.n_prompts, cfg.seed)
+        qs, pre, ans = candidate_questions(task, _n_task(cfg, task), cfg.seed)
         t0 = time.time()
         z, texts = sample_pass_rates(policy, qs, pre, ans, cfg.n_ref, cfg.response_len,
                                      cfg.seed * 1000 + t_i, progress=progress, reward=reward)
@@ -369,6 +289,8 @@ def _phase1(policy, cfg: StudyConfig, out: Path, progress: bool, reward):
     table.to_csv(path, index=False)
     lo, hi = WINDOW
     summary = table.groupby("task", sort=False).agg(
+        prompts=("pass_rate", "size"),
+        n_in_window=("pass_rate", lambda v: int(np.sum((v >= lo) & (v <= hi)))),
         mean_pass_rate=("pass_rate", "mean"), median_pass_rate=("pass_rate", "median"),
         share_in_window=("pass_rate", lambda v: float(np.mean((v >= lo) & (v <= hi)))),
         share_zero=("pass_rate", lambda v: float(np.mean(v == 0))),
@@ -402,7 +324,6 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
         raise ValueError(f"task {cfg.task!r} must be one of the measured tasks {list(cfg.tasks)}")
     V.integer("n_samples", cfg.n_samples, 3)
     V.integer("n_prompts", cfg.n_prompts, 3)
-    rows = _study_rows(cfg)
     t0 = time.time()
     passrates, summary = _phase1(policy, cfg, out, progress, reward)
     task = cfg.task if cfg.task is not None else choose_task(summary)
@@ -410,9 +331,10 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     tag = _tag(cfg, task)
     summary = _with_tag(summary.drop(columns="task"), tag).assign(task=summary.task)
     summary.to_csv(out / "passrates_summary.csv", index=False)
-    _log(f"task: {task}; phase 2 on {len(rows)} prompts x {cfg.n_samples} responses", progress)
 
-    qs, pre, ans = candidate_questions(task, cfg.n_prompts, cfg.seed)
+    rows = _study_rows(cfg, task)
+    _log(f"task: {task}; phase 2 on {len(rows)} prompts x {cfg.n_samples} responses", progress)
+    qs, pre, ans = candidate_questions(task, _n_task(cfg, task), cfg.seed)
     qs, pre, ans = [qs[i] for i in rows], [pre[i] for i in rows], ans[rows]
     ref = passrates[passrates.task == task].sort_values("prompt").iloc[rows]
     ref_z = np.asarray([[int(c) for c in str(s).zfill(cfg.n_ref)] for s in ref.rewards],
@@ -465,123 +387,20 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     for name, df in tables.items():
         df.to_csv(out / f"{name}.csv", index=False)
     meta = dict(config=asdict(cfg), task=task, version=grpo_theory.__version__,
-                dim=int(sum(np.size(p) for p in jax.tree_util.tree_leaves(policy.params))), seconds_total=time.time() - t0,
+                dim=int(sum(np.size(p) for p in jax.tree_util.tree_leaves(policy.params))),
+                seconds_total=time.time() - t0,
                 seconds_phase2=float(st.get("seconds", np.nan)))
     meta["config"]["model"] = Path(cfg.model).name
     meta["c1_warning"] = c1_warning(est)
+    # phase 2 redraws the same prompts' responses: its pass rates must agree with phase 1's
+    diff = _mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
+    meta["pass_rate"] = dict(phase1=float(ref_z.mean()), phase2=float(np.mean(st["rewards"])),
+                             diff=diff[0], diff_low=diff[2], diff_high=diff[3],
+                             z=diff[0] / diff[1] if diff[1] > 0 else float("nan"))
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     figure(out)
     report(out)
     return dict(tables, estimate=est)
-
-
-def figure(out) -> list:
-    """The study's figure from the saved tables under ``out`` (``smollm2.png``/``.pdf``)."""
-    out = Path(out)
-    pr = pd.read_csv(out / "passrates.csv")
-    summ = pd.read_csv(out / "passrates_summary.csv")
-    mse = pd.read_csv(out / "mse.csv")
-    zv = pd.read_csv(out / "zero_variance.csv")
-    const = pd.read_csv(out / "constants.csv").set_index("parameter")
-    task = str(summ.loc[summ.chosen.astype(bool), "task"].iloc[0])
-    fig, ax = plt.subplots(1, 4, figsize=(18, 3.8))
-    bins = np.linspace(0, 1, 18)
-    for t in summ.task:
-        v = pr.loc[pr.task == t, "pass_rate"]
-        ax[0].hist(v, bins=bins, histtype="step", lw=2.5 if t == task else 1,
-                   label=t + (" (chosen)" if t == task else ""))
-    ax[0].axvspan(*WINDOW, color="0.9", zorder=0)
-    ax[0].set(xlabel="pass rate per prompt (T = 1)", ylabel="prompts",
-              title="task choice: pass rates")
-    ax[0].legend(fontsize=7)
-    for i, e in enumerate(("vanilla", "grpo", "oracle")):
-        t = mse[mse.estimator == e]
-        ax[1].plot(t.G, t.mse, "o-", color=f"C{i}", ms=3, label=e)
-        ax[1].fill_between(t.G, np.maximum(t.mse_low, mse.mse.min() / 4), t.mse_high,
-                           color=f"C{i}", alpha=0.15)  # a lower end <= 0 drawn at the floor
-    ax[1].set(xscale="log", yscale="log", xlabel="G", ylabel="predicted MSE (B = 1)",
-              title="Figure 4 analogue (estimates, 95% CI)")
-    ax[1].legend()
-    t = mse[mse.estimator == "grpo"]
-    ax[2].plot(t.G, t.budget_mse, "o-", color="C1")
-    g, lo, hi = (const.loc["g_star", c] for c in ("estimate", "ci_low", "ci_high"))
-    if np.isfinite(g):
-        ax[2].axvline(g, color="C3", label=f"G* = {g:.1f}")
-    ax[2].axvspan(max(lo, 1) if np.isfinite(lo) else 1, hi if np.isfinite(hi) else t.G.max(),
-                  color="C3", alpha=0.15, label="95% CI")
-    ax[2].set(xscale="log", xlabel="G", ylabel="N x MSE_grpo(N/G, G)",
-              title="GRPO at a fixed budget N = BG")
-    ax[2].legend()
-    ax[3].errorbar(zv.G - 0.08, zv.predicted, yerr=[zv.predicted - zv.predicted_low,
-                                                    zv.predicted_high - zv.predicted],
-                   fmt="o", label="predicted (phase 1 pass rates)")
-    ax[3].errorbar(zv.G + 0.08, zv.observed, yerr=[zv.observed - zv.observed_low,
-                                                   zv.observed_high - zv.observed],
-                   fmt="s", label="observed (disjoint groups)")
-    ax[3].set(xlabel="G", ylabel="share", title="zero-variance groups", ylim=(0, 1))
-    ax[3].legend(fontsize=8)
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    for a in ax[1:3]:
-        a.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        a.xaxis.set_minor_formatter(NullFormatter())
-    fig.suptitle(f"SmolLM2-135M-Instruct, task {task}", y=1.02)
-    fig.tight_layout()
-    return save_figure(fig, out / "smollm2")
-
-
-def _md(df: pd.DataFrame, cols, fmt="{:.4g}") -> str:
-    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    body = ""
-    for _, r in df.iterrows():
-        cells = [fmt.format(r[c]) if isinstance(r[c], (float, np.floating)) else str(r[c])
-                 for c in cols]
-        body += "| " + " | ".join(cells) + " |\n"
-    return head + body
-
-
-def report(out) -> Path:
-    """REPORT.md under ``out`` from the saved tables and meta.json."""
-    out = Path(out)
-    meta = json.loads((out / "meta.json").read_text())
-    summ = pd.read_csv(out / "passrates_summary.csv")
-    const = pd.read_csv(out / "constants.csv")
-    mse = pd.read_csv(out / "mse.csv")
-    zv = pd.read_csv(out / "zero_variance.csv")
-    bud = pd.read_csv(out / "budgets.csv")
-    c = meta["config"]
-    c1 = const.set_index("parameter").loc["c1"]
-    piv = mse.pivot(index="G", columns="estimator", values="mse").reset_index()
-    lines = [
-        "# SmolLM2-135M-Instruct: the advisor on a real model (issue 19 D)", "",
-        f"Command: `make smollm2-study` (model file `{c['model']}`, D = {meta['dim']:,} "
-        f"parameters; package {meta['version']}; seed {c['seed']}). Total "
-        f"{meta['seconds_total'] / 60:.1f} min, of which the advisor's rollouts and gradients "
-        f"{meta['seconds_phase2'] / 60:.1f} min (nan: loaded from rollouts.npz).", "",
-        f"## Task choice (phase 1: {c['n_prompts']} prompts x {c['n_ref']} responses of "
-        f"{c['response_len']} tokens, T = 1, chat template)", "",
-        _md(summ, ["task", "mean_pass_rate", "median_pass_rate", "share_in_window",
-                   "share_zero", "share_one", "q10", "q90", "chosen"], "{:.3f}"),
-        f"Chosen: **{meta['task']}** (largest share of prompts with pass rate in "
-        f"[{WINDOW[0]}, {WINDOW[1]}]).", "",
-        f"## Constants (phase 2: {c['n_study'] or c['n_prompts']} of those prompts x "
-        f"{c['n_samples']} responses, scores in chunks of {c['chunk']})", "",
-        _md(const, ["parameter", "estimate", "std_err", "ci_low", "ci_high"]),
-        f"c1 {'is' if c1.ci_low > 0 else 'is NOT'} resolved above zero (95% CI "
-        f"[{c1.ci_low:.4g}, {c1.ci_high:.4g}]).", "",
-        *([meta["c1_warning"], ""] if meta.get("c1_warning") else []),
-        "## Predicted MSE against G (B = 1; estimates from rollouts, not a Monte Carlo)", "",
-        _md(piv, list(piv.columns)),
-        "Intervals per row in `mse.csv` (`mse_low`, `mse_high`).", "",
-        "## Zero-variance share: predicted (phase 1) vs observed (phase 2, disjoint groups)", "",
-        _md(zv, ["G", "groups_per_prompt", "predicted", "predicted_low", "predicted_high",
-                 "predicted_plugin", "observed", "observed_low", "observed_high", "z"], "{:.3f}"),
-        "## Recommended G per budget N = B G", "",
-        _md(bud, ["N", "G", "B", "G_low", "G_high"]),
-        "![figure](smollm2.png)", ""]
-    p = out / "REPORT.md"
-    p.write_text("\n".join(lines))
-    return p
 
 
 def main(argv=None) -> int:

@@ -150,9 +150,10 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
                for t in seen["texts"])
     assert {t[len("<|eot|>user "):].split("<|im_end|>")[0] for t in seen["texts"]} <= set(WORDS)
     assert "prompts: each question as a user message in the checkpoint's chat template" in cap.out
-    assert "5 per-sample scores at once" in cap.out  # 9 responses, the budget's chunk 5
+    # the budget of 5 per-sample scores holds all 9 sequences' activations on the ghost route
+    assert "9 responses per block of the score pass" in cap.out
     # progress of every phase (plain lines: stderr is not a terminal)
-    for phase in ("loading the model 1/1", "sampling responses 1/1", "per-sample scores 2/2",
+    for phase in ("loading the model 1/1", "sampling responses 1/1", "per-sample scores 1/1",
                   "advise: gradients 3/3 prompts"):
         assert phase in cap.err, (phase, cap.err)
     # the loaded policy again (its compiled functions): raw text, with and without a template
@@ -166,7 +167,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
                        **kw)
         assert set(seen["texts"]) <= set(WORDS)
         assert res.prompt_format == said and res.chunk == 2
-        assert f"prompts: {said}" in res.text() and "2 per-sample scores at once" in res.text()
+        assert f"prompts: {said}" in res.text() and "2 responses per block of the score pass" in res.text()
 
 
 def test_study_model_options_reach_settings_and_cells(files):

@@ -45,6 +45,45 @@ def test_smollm2_user_report_numbers():
     assert 6e9 < M.chunk_bytes(d, 4, dtype_bytes=4, overhead_factor=1.0) < 9e9
 
 
+SMOLLM2 = dict(n_layers=30, d_model=576, d_ff=1536, n_heads=9, vocab_size=49152)
+QWEN05 = dict(n_layers=24, d_model=896, d_ff=4864, n_heads=14, vocab_size=151936)
+
+
+def test_ghost_row_bytes_formula_and_the_measured_pass():
+    # a = T L (6 d + 4 f + 2 H T) b + 12 R V, by hand for SmolLM2-135M at T = 64, R = 24
+    a = M.ghost_row_bytes(SMOLLM2, 64, 24)
+    assert a == 64 * 30 * (6 * 576 + 4 * 1536 + 2 * 9 * 64) * 4 + 12 * 24 * 49152
+    # benchmarks/results/ghost_norms.md: 16 sequences held 3.97 - 1.41 - 1.08 GB above the
+    # process base and the float64 output, about 92 MB each; the model says 97 MB
+    assert 0.9 < a / ((3.97 - 1.41 - 1.08) * 1e9 / 16) < 1.2
+    assert M.ghost_row_bytes(SMOLLM2, 64, 24, dtype_bytes=2) < a  # bfloat16 activations
+    for kw, match in [(dict(seq_len=0), "seq_len"), (dict(response_len=65), "response_len"),
+                      (dict(arch={"n_layers": 2}), "arch must be")]:
+        args = dict(arch=SMOLLM2, seq_len=64, response_len=24)
+        with pytest.raises(ValueError, match=match):
+            M.ghost_row_bytes(**{**args, **kw})
+
+
+def test_ghost_route_budget_fits_what_per_sample_scores_cannot():
+    """Qwen2.5-0.5B at a 7.77 GiB budget: one per-sample score already needs 14.3 GiB (refused,
+    the issue's "a 0.5B model cannot run at all"); the ghost route needs the parameters, the
+    accumulator and one sequence's activations."""
+    d, budget = 494_032_768, int(7.77 * 2**30)
+    with pytest.raises(ValueError, match="per-sample statistics .* even chunk 1"):
+        M.chunk_for_budget(d, dtype_bytes=4, memory_budget_bytes=budget, n_items=128)
+    a = M.ghost_row_bytes(QWEN05, 64, 24)
+    c = M.chunk_for_budget(d, dtype_bytes=4, memory_budget_bytes=budget, n_items=128,
+                           row_bytes=a)
+    assert M.chunk_bytes(d, c, dtype_bytes=4, row_bytes=a) <= budget
+    assert budget < M.chunk_bytes(d, c + 1, dtype_bytes=4, row_bytes=a)
+    # SmolLM2 at 16 x 8 under a 4 GB budget: all 128 sequences do not fit, a chunk of some
+    c = M.chunk_for_budget(134_515_008, dtype_bytes=4, memory_budget_bytes=4 * 10**9,
+                           n_items=128, row_bytes=M.ghost_row_bytes(SMOLLM2, 64, 24))
+    assert 8 <= c < 128
+    with pytest.raises(ValueError, match="ghost-norm statistics"):
+        M.chunk_for_budget(d, dtype_bytes=4, memory_budget_bytes=2**30, n_items=8, row_bytes=a)
+
+
 def test_chunk_for_budget_too_small_names_the_option():
     need = M.chunk_bytes(10**6, 1, dtype_bytes=4)
     with pytest.raises(ValueError, match=r"--memory-budget .* even chunk 1 needs about "
@@ -184,3 +223,22 @@ def test_out_of_memory_in_the_statistics_names_the_options(policy, monkeypatch):
     with pytest.raises(ValueError, match=r"out of memory allocating 64\.66 GiB in the "
                                          r"per-sample scores \(chunk 2 .*--memory-budget"):
         E.lm_rollout_statistics(policy, x, lambda r, y: np.zeros(len(r)), 3, 0, 3, chunk=2)
+
+
+def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
+    """A checkpoint (ghost-norm route) is budgeted by ghost_row_bytes when the lengths are
+    known (lm_rollout_statistics, advise); without them by per-sample scores."""
+    from test_lm_gguf import config, write_gguf
+    from test_lm_hf import _weights
+
+    from grpo_theory import lm
+
+    cfg = config("llama", True, theta=1e5)
+    pol = lm.from_pretrained(write_gguf(tmp_path / "t.gguf", cfg,
+                                        _weights(dict(cfg), False, seed=4), "smollm"))
+    d, b = E.score_memory(pol)
+    a = pol.ghost_row_bytes(20, 4)
+    assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)
+    budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
+    assert E.resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
+    assert E.resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2

@@ -19,6 +19,7 @@ from test_lm_gguf import config, write_gguf
 from test_lm_hf import _weights
 
 from grpo_theory import lm
+from grpo_theory.lm.rank import zero_share_unbiased
 from grpo_theory.studies import _smollm2_study as S
 
 TAG = ["model", "task", "n_prompts", "n_ref", "n_study", "n_samples", "response_len", "chunk", "seed",
@@ -121,7 +122,7 @@ def test_zero_variance_share_on_known_pass_rates():
     # exact unbiasedness: averaging C(k,G)/C(n,G) over every k ~ Binomial(n, p) gives p^G + q^G
     n, G, p = 6, 3, 0.3
     pk = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
-    e = sum(w * S._unbiased_all_equal([k], n, G)[0] for k, w in enumerate(pk))
+    e = sum(w * zero_share_unbiased([k], n, G)[0] for k, w in enumerate(pk))
     assert np.isclose(e, p**G + (1 - p) ** G)
 
 

@@ -310,7 +310,8 @@ class AdviceResult(ResultMixin):
         qs = np.quantile(v, [0.1, 0.5, 0.9])
         lines = [f"advise: {e.n_prompts} prompts x {e.n_samples} responses "
                  f"({self.seconds:.1f}s)"
-                 + (f", {self.chunk} per-sample scores at once" if self.chunk else ""),
+                 + (f", {self.chunk} responses per block of the score pass" if self.chunk
+                    else ""),
                  f"V-hat: mean {v.mean():.3f}, q10/median/q90 {qs[0]:.3f}/{qs[1]:.3f}/"
                  f"{qs[2]:.3f}, share V-hat=0 {np.mean(v == 0):.3f}, V-hat=1 {np.mean(v == 1):.3f}",
                  "constants (95% CI):"]
@@ -540,8 +541,6 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     with out_of_memory_as_value_error("loading the model"):
         policy, kind = load_model(model, cache_dir, warmup, dtype=dtype, pad_id=pad_id)
     bar.stage("loading", 1, 1)
-    if chunk is None:  # before any sampling: a budget too small for chunk 1 fails now
-        chunk = resolve_chunk(policy, None, m * n, memory_budget)
     if reward is None and kind == "hf":  # a chat model's answer may end a sentence: "42."
         reward_fn = reward_answer_text
     questions = [r["question"] for r in rows]
@@ -567,6 +566,11 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                                                                           response_len)
         texts_of = lambda y: [decode(row) for row in np.asarray(y)]
 
+    # before any sampling: a budget too small for chunk 1 fails now (a checkpoint on the
+    # ghost-norm route is budgeted by its activations per sequence)
+    chunk = resolve_chunk(policy, chunk, m * n, memory_budget, seq_len=pool.shape[1] + R,
+                          response_len=R)
+
     def tok_reward(rws, y):
         out = np.empty(len(rws))
         for i, (r, t) in enumerate(zip(np.asarray(rws).tolist(), texts_of(y))):
@@ -578,8 +582,8 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         return out
 
     if progress:
-        print(f"advise: {m} x {n} responses of {R} tokens, {chunk} per-sample scores at once; "
-              f"prompts: {prompt_format}", file=sys.stderr, flush=True)
+        print(f"advise: {m} x {n} responses of {R} tokens, {chunk} responses per block of the "
+              f"score pass; prompts: {prompt_format}", file=sys.stderr, flush=True)
     est = estimate_scaling_constants(policy, m, n, seed, prompts=pool, reward=tok_reward,
                                      response_len=R, chunk=chunk, progress=bar,
                                      stage=bar.stage)

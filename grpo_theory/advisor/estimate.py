@@ -653,10 +653,15 @@ def score_memory(policy) -> tuple[int, int]:
     return d, max(widths, default=4)
 
 
-def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulators: int = 1):
-    """The chunk of per-sample scores: ``chunk`` when given (an int >= 1), else the largest
-    that fits in ``memory_budget`` bytes (None: :func:`grpo_theory.lm.memory.
+def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulators: int = 1,
+                  *, seq_len: int | None = None, response_len: int | None = None):
+    """The chunk of sequences per block of pass 1: ``chunk`` when given (an int >= 1), else
+    the largest that fits in ``memory_budget`` bytes (None: :func:`grpo_theory.lm.memory.
     default_memory_budget`) by :func:`grpo_theory.lm.memory.chunk_for_budget`.
+
+    A policy on the ghost-norm route (one with ``ghost_row_bytes(seq_len, response_len)``, a
+    :class:`grpo_theory.lm.hf.HFPolicy`) is budgeted by its activations per sequence when
+    ``seq_len`` and ``response_len`` are given; otherwise by per-sample scores of D floats.
 
     Raises:
         ValueError: naming ``--memory-budget`` when even chunk 1 does not fit.
@@ -666,8 +671,11 @@ def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulator
     d, b = score_memory(policy)
     budget = default_memory_budget() if memory_budget is None else V.positive_int(
         "memory_budget", memory_budget)
+    row = None
+    if seq_len is not None and response_len is not None and hasattr(policy, "ghost_row_bytes"):
+        row = policy.ghost_row_bytes(seq_len, response_len)
     return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
-                            n_accumulators=n_accumulators)
+                            n_accumulators=n_accumulators, row_bytes=row)
 
 
 #: pass 1 of :func:`lm_rollout_statistics` runs in at most this many calls (progress steps)
@@ -749,7 +757,8 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
     m = x.shape[0]
     n = V.positive_int("n_samples", n_samples)
     R = V.positive_int("response_len", response_len)
-    chunk = resolve_chunk(policy, chunk, m * n, memory_budget)
+    chunk = resolve_chunk(policy, chunk, m * n, memory_budget, seq_len=x.shape[1] + R,
+                          response_len=R)
     xs = np.repeat(x, n, axis=0)
     if stage is not None:
         stage("sampling", 0, 1)

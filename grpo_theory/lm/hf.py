@@ -58,6 +58,7 @@ from . import gguf as _gguf
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .ghost import ghost_contractions
 from .ghost import positions_mask as _positions_mask
+from .memory import ghost_row_bytes
 from .policy import LMPolicy, _eos_ids, _tokens
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
@@ -392,6 +393,14 @@ class HFPolicy(LMPolicy):
         rows = max(1, int(2**31 // (p * self.vocab_size)))
         return super().sample_blocked(key, prompts, response_len,
                                       min(float(max_elems), float(rows * p * p)))
+
+    def ghost_row_bytes(self, seq_len: int, response_len: int) -> int:
+        """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them
+        a response) adds to the ghost-norm pass (:func:`grpo_theory.lm.memory.ghost_row_bytes`
+        in the parameters' dtype)."""
+        b = max((np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(self.params)
+                 if np.issubdtype(np.dtype(x.dtype), np.floating)), default=4)
+        return ghost_row_bytes(self.config, seq_len, response_len, b)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256,
                            method: str = "ghost"):

@@ -15,6 +15,16 @@ per-sample scores dominate: SmolLM2-135M holds 1.6 GB per sample in float32, its
 of 64 tokens about 15 MB). The largest c with ``M(c) <= budget`` is
 :func:`chunk_for_budget`.
 
+**The ghost-norm route** (:mod:`grpo_theory.lm.ghost`, the default of a pretrained checkpoint,
+:meth:`grpo_theory.lm.hf.HFPolicy.score_contractions`) forms no per-sample score: a chunk of c
+sequences costs its activations instead, ``a`` bytes per sequence (:func:`ghost_row_bytes`), so
+
+.. math:: M_\text{ghost}(c) = D\,(2 b + 8 K) + c \cdot f\,a,
+
+with ``a`` about 100 MB for SmolLM2-135M at 64 positions against 1.6 GB for one per-sample
+score: the chunk is no longer what limits the model size (``row_bytes`` of
+:func:`chunk_for_budget`).
+
 The default budget (:func:`default_memory_budget`) is :data:`DEFAULT_BUDGET_FRACTION` of the
 memory available now: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else the available
 physical pages (``os.sysconf``); on an accelerator, that fraction of the device's memory limit.
@@ -31,7 +41,7 @@ import jax
 
 from .. import _validation as V
 
-__all__ = ["chunk_for_budget", "chunk_bytes", "parse_memory", "format_bytes",
+__all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
            "available_memory", "default_memory_budget", "out_of_memory_as_value_error",
            "is_out_of_memory", "DEFAULT_BUDGET_FRACTION", "OVERHEAD_FACTOR"]
 
@@ -123,22 +133,63 @@ def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:
 
 
 def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
-                n_accumulators: int = 1, overhead_factor: float = OVERHEAD_FACTOR) -> int:
-    """Estimated peak bytes of the streamed statistics at ``chunk`` per-sample scores held at
-    once: ``D (2 b + 8 K) + chunk f D (b + 8)`` (module docstring)."""
+                n_accumulators: int = 1, overhead_factor: float = OVERHEAD_FACTOR,
+                row_bytes: int | None = None) -> int:
+    """Estimated peak bytes of the streamed statistics at ``chunk`` sequences at once:
+    ``D (2 b + 8 K) + chunk f D (b + 8)`` (per-sample scores) or, given ``row_bytes`` = a (the
+    ghost route's activations per sequence, :func:`ghost_row_bytes`), ``D (2 b + 8 K) + chunk f
+    a`` (module docstring)."""
     d, b = int(n_params), int(dtype_bytes)
+    per = d * (b + 8) if row_bytes is None else int(row_bytes)
     return int(d * (2 * b + 8 * int(n_accumulators))
-               + int(chunk) * math.ceil(overhead_factor * d * (b + 8)))
+               + int(chunk) * math.ceil(overhead_factor * per))
+
+
+def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: int = 4) -> int:
+    r"""Activation bytes one sequence adds to the ghost-norm pass of a Llama/Qwen2 model.
+
+    Per layer and position the pass keeps the inputs of the seven projections and the SwiGLU
+    intermediates (about ``6 d + 4 f`` values), the attention probabilities and their gradient
+    (``2 H T``); the logits and their softmax gradient at the response positions add ``3 R V``
+    float32 values:
+
+    .. math:: a = T L (6 d + 4 f + 2 H T)\,b + 12 R V.
+
+    Measured against it (``benchmarks/results/ghost_norms.md``): SmolLM2-135M's shape at
+    T = 64, R = 24 gives a = 97 MB, the pass held about 92 MB per sequence above its base.
+
+    Args:
+        arch: the architecture (:func:`grpo_theory.lm.checkpoint_io.check_config`: ``n_layers``,
+            ``d_model``, ``d_ff``, ``n_heads``, ``vocab_size``).
+        seq_len: T >= 1 positions (prompt plus response).
+        response_len: R >= 1 response positions (at most T).
+        dtype_bytes: b, bytes per activation (4 float32, 2 bfloat16).
+
+    Returns:
+        Bytes (int).
+    """
+    t = V.positive_int("seq_len", seq_len)
+    r = V.integer("response_len", response_len, 1, t)
+    b = V.positive_int("dtype_bytes", dtype_bytes)
+    try:
+        L, d, f, h, v = (int(arch[k]) for k in ("n_layers", "d_model", "d_ff", "n_heads",
+                                                  "vocab_size"))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("arch must be an architecture dict with n_layers, d_model, d_ff, "
+                         f"n_heads and vocab_size, got {arch!r}") from None
+    return int(t * L * (6 * d + 4 * f + 2 * h * t) * b + 12 * r * v)
 
 
 def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
                      n_items: int, n_accumulators: int = 1,
-                     overhead_factor: float = OVERHEAD_FACTOR) -> int:
-    """The largest chunk of per-sample scores whose statistics fit in the budget.
+                     overhead_factor: float = OVERHEAD_FACTOR,
+                     row_bytes: int | None = None) -> int:
+    """The largest chunk of sequences whose statistics fit in the budget.
 
     The largest ``c`` in ``[1, n_items]`` with ``chunk_bytes(n_params, c) <=
-    memory_budget_bytes``: ``floor((budget - D (2 b + 8 K)) / (f D (b + 8)))`` clipped to
-    ``n_items``.
+    memory_budget_bytes``: ``floor((budget - D (2 b + 8 K)) / (f D (b + 8)))`` (per-sample
+    scores) or ``floor((budget - D (2 b + 8 K)) / (f a))`` (the ghost route, ``row_bytes`` = a)
+    clipped to ``n_items``.
 
     Args:
         n_params: D >= 1, the model's parameters.
@@ -147,6 +198,8 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
         n_items: the number of per-sample scores to compute (>= 1; no chunk exceeds it).
         n_accumulators: K >= 1 float64 (D,) accumulators held (weight rows).
         overhead_factor: f >= 1, the margin on the per-sample bytes.
+        row_bytes: a >= 1, the bytes one sequence adds on the ghost route
+            (:func:`ghost_row_bytes`); None: the per-sample route (``D (b + 8)``).
 
     Returns:
         The chunk, an int in ``[1, n_items]``.
@@ -163,14 +216,18 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
         raise ValueError(f"overhead_factor must be a finite number >= 1, got {overhead_factor!r}")
     d, b, budget = vals["n_params"], vals["dtype_bytes"], vals["memory_budget_bytes"]
     k = vals["n_accumulators"]
-    need = chunk_bytes(d, 1, dtype_bytes=b, n_accumulators=k, overhead_factor=overhead_factor)
+    if row_bytes is not None:
+        row_bytes = V.integer("row_bytes", row_bytes, 1)
+    need = chunk_bytes(d, 1, dtype_bytes=b, n_accumulators=k, overhead_factor=overhead_factor,
+                       row_bytes=row_bytes)
     if need > budget:
+        route = "per-sample" if row_bytes is None else "ghost-norm"
         raise ValueError(f"--memory-budget {format_bytes(budget)} is too small for the "
-                         f"per-sample statistics of a {d:,}-parameter model: even chunk 1 "
+                         f"{route} statistics of a {d:,}-parameter model: even chunk 1 "
                          f"needs about {format_bytes(need)} ({b}-byte parameters, float64 "
                          f"accumulators); give --memory-budget of at least "
                          f"{math.ceil(need / 2**30 * 100) / 100:g}GiB or use --dtype bfloat16")
-    per = math.ceil(overhead_factor * d * (b + 8))
+    per = math.ceil(overhead_factor * (d * (b + 8) if row_bytes is None else row_bytes))
     fixed = d * (2 * b + 8 * k)
     return int(max(1, min(vals["n_items"], (budget - fixed) // per)))
 
