@@ -706,14 +706,27 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
         with out_of_memory_as_value_error(f"the per-sample scores (chunk {chunk} of "
                                           f"{score_memory(policy)[0]:,} parameters)"):
             a, q = policy.score_contractions(bx, by, bw, chunk=chunk)
-        if acc is None:  # one host copy, then added in place (no third D-sized array)
-            acc = np.array(a, dtype=np.float64)
+        if acc is None:  # the first result itself when writeable float64, then added in place
+            acc = np.asarray(a, dtype=np.float64)
+            if not acc.flags.writeable:
+                acc = acc.copy()
         else:
             acc += np.asarray(a)
         sq.append(np.asarray(q)[:rows - pad if calls > 1 else None])
         if stage is not None:
             stage("scores", i + 1, calls)
     return acc, np.concatenate(sq)
+
+
+def _dots64(g, s, block: int = 1 << 22):
+    """``(g . g, g . s)`` accumulated in float64 over slices of ``block`` entries (no float64
+    copy of the whole D-vector ``g``)."""
+    gg = gs = 0.0
+    for i in range(0, g.shape[0], block):
+        gi = np.asarray(g[i:i + block], np.float64)
+        gg += float(gi @ gi)
+        gs += float(gi @ s[i:i + block])
+    return gg, gs
 
 
 def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response_len: int,
@@ -779,9 +792,8 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         with out_of_memory_as_value_error(f"the gradient of prompt {a + 1}'s {n} responses"):
             g = np.asarray(_weighted_grad(policy.apply_fn, policy.params, jnp.asarray(xs[sl]),
                                           jnp.asarray(y[sl]), jnp.asarray(zz[a] / n),
-                                          policy.temperature, tuple(policy.eos_ids)),
-                           np.float64)
-        mean_sq[a], mean_dot[a] = g @ g, g @ s_total
+                                          policy.temperature, tuple(policy.eos_ids)))
+        mean_sq[a], mean_dot[a] = _dots64(g, s_total)
         if progress is not None:
             progress(a + 1, m)
         if stage is not None:
