@@ -87,24 +87,25 @@ def _mixture_grad(apply_fn, params, x, canon, w, temperature, eos):
     return jax.grad(j)(flat)
 
 
-def grpo_mse_replicates(policy: LMPolicy, questions: Questions, weights, grad, N: int, G: int,
-                        n_reps: int, key, estimator: str = "grpo", block: int = 1) -> np.ndarray:
+def grpo_mse_replicates(policy: LMPolicy, questions: Questions, weights, grad, N: int,
+                        group_size: int, n_reps: int, key, estimator: str = "grpo",
+                        block: int = 1) -> np.ndarray:
     """Squared errors ``||g_hat - grad||^2`` of ``n_reps`` independent replicates (module doc).
 
     Args:
         policy: the language-model policy.
         questions: the question table; ``weights`` (len(questions),) the prompt distribution.
         grad: (D,) the exact gradient (:func:`mixture_gradient`).
-        N, G: budget and group size, ``G >= 2`` dividing ``N`` (``B = N / G``).
+        N, group_size: budget and group size G, ``G >= 2`` dividing ``N`` (``B = N / G``).
         n_reps: replicates; key: a JAX key or an integer seed.
         estimator: a registered estimator name (``grpo``: leave-one-out).
         block: replicates vmapped together (throughput; results do not depend on it).
     Returns:
         (n_reps,) float64 squared errors.
     """
-    N, G = V.positive_int("N", N), V.positive_int("G", G, 2)
+    N, G = V.positive_int("N", N), V.positive_int("group_size", group_size, 2)
     if N % G:
-        raise ValueError(f"G must divide N, got N={N}, G={G}")
+        raise ValueError(f"group_size must divide N, got N={N}, group_size={G}")
     n_reps, block = V.positive_int("n_reps", n_reps), V.positive_int("block", block)
     key = V.key_or_seed(key)
     x, canon, w = _table(questions, weights)
