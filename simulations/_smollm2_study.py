@@ -48,9 +48,10 @@ import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import c1_warning
 from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
+from grpo_theory.lm.local_model import response_texts
 from grpo_theory.lm.task import reward_answer_text
 from grpo_theory.studies._smollm2_tasks import (CANDIDATES, _family, _prompts,
-                                                _rewards, _texts, candidate_questions,
+                                                _rewards, candidate_questions,
                                                 choose_task, family_size, sample_pass_rates)
 from grpo_theory.studies._smollm2_report import (WINDOW, _mean_ci, budget_table, figure,
                                                  mse_table, report, zero_variance_table)
@@ -225,7 +226,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
                    file=sys.stderr)
 
         def tok_reward(rows, y):
-            return _rewards(_texts(policy, y), ans[np.asarray(rows)], reward)
+            return _rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
 
         t1 = time.time()
         _log("phase 2: sampling and per-sample scores (chunks of "
@@ -238,7 +239,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
         np.savez(roll, key=ckey, **st)
     est = estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"], mean_sq=st["mean_sq"],
                                  mean_dot=st["mean_dot"])
-    texts = _texts(policy, np.asarray(st["responses"]).reshape(-1, cfg.response_len))
+    texts = response_texts(policy, np.asarray(st["responses"]).reshape(-1, cfg.response_len))
     n = cfg.n_samples
     responses = _with_tag(pd.DataFrame(dict(
         prompt=np.repeat(rows, n), sample=np.tile(np.arange(n), len(qs)),

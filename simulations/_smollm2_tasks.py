@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
+from grpo_theory.lm.local_model import response_texts
 from grpo_theory.lm.task import reward_answer_text
 
 __all__ = ["NUMBER_ONLY", "CANDIDATES", "family_size", "candidate_questions", "sample_pass_rates",
@@ -76,15 +77,6 @@ def candidate_questions(name: str, n_prompts: int, seed: int):
     return [qs[i] for i in rows], [pre[i] for i in rows], np.asarray(ans)[rows]
 
 
-def _texts(policy, responses):
-    """Response ids (N, R) -> texts cut at the first EOS, special tokens dropped."""
-    out = []
-    for row in np.asarray(responses).tolist():
-        cut = next((j for j, t in enumerate(row) if t in policy.eos_ids), len(row))
-        out.append(policy.tokenizer.decode(row[:cut], skip_special_tokens=True))
-    return out
-
-
 def _prompts(policy, questions, prefills):
     """Chat-template prompts (left-padded ids): the user turn, the assistant's turn opened and
     prefilled (plain ``question prefill`` text without a template)."""
@@ -140,7 +132,7 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
             ys.append(np.asarray(policy.sample(k, xs[b * block:(b + 1) * block], R)))
             bar.update(min(block, total - b * block))
     y = np.concatenate(ys)[:total]
-    texts = _texts(policy, y)
+    texts = response_texts(policy, y)
     z = _rewards(texts, np.repeat(answers, n), reward)
     return z.reshape(-1, n), [texts[i * n:(i + 1) * n] for i in range(len(questions))]
 

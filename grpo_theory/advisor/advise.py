@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from .. import _validation as V
 from .._cache import cache_dir as default_cache_dir
+from ..lm.local_model import response_texts
 from ..lm.memory import out_of_memory_as_value_error
 from ..lm.task import reward_answer_text, reward_text
 from ..core.stats import ResultMixin
@@ -226,14 +227,6 @@ def _package_prompts(questions, fmt):
     for row, i in zip(out, ids):
         row[width - len(i):] = i
     return out
-
-
-def _hf_texts(policy, responses):
-    texts = []
-    for row in np.asarray(responses).tolist():
-        cut = next((j for j, t in enumerate(row) if t in policy.eos_ids), len(row))
-        texts.append(policy.tokenizer.decode(row[:cut], skip_special_tokens=True))
-    return texts
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -556,7 +549,7 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                              and policy.chat_template is not None else
                              "raw question text (the checkpoint has no chat template)")
         R = 32 if response_len is None else V.positive_int("response_len", response_len)
-        texts_of = lambda y: _hf_texts(policy, y)
+        texts_of = lambda y: response_texts(policy, y)
     else:
         from ..lm.task import RESPONSE_LEN, decode
 
