@@ -110,3 +110,62 @@ def test_errors_name_the_argument(pol):
         pol.score_contractions(np.full_like(x, PP), y, np.ones(6))  # rows of padding only
     with pytest.raises(ValueError, match="route"):
         ghost.ghost_contractions(pol.config, pol.params, x, y, np.ones((1, 6)), route="fast")
+
+
+@pytest.mark.parametrize("gs,chunk", [(2, 2), (3, 6)])
+def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
+    """ghost_moments (S, ||s_n||^2, group norms ||sum_{n in a} w_n s_n||^2) and score_dots
+    (<s_n, v> by jax.jvp) against the per-sample scores formed (vmap(grad)), float64: relative
+    1e-5. Groups straddle nothing: blocks of ``chunk`` hold whole groups (one block and a scan
+    over three)."""
+    route = {"qwen2": "gram", "llama": "direct" if pol.config["tied"] else "auto"}[
+        pol.config["model_type"]]
+    x, y, _ = _batch(4)
+    w = np.random.default_rng(5).standard_normal(6)
+    p64 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), pol.params)
+    fwd = ghost.PureForward.of(pol.config)
+    scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(6), pol.temperature, 3,
+                                                 pol.eos_ids)
+    s, sq, gsq = ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
+                                     eos=pol.eos_ids, route=route)
+    flat = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(s)])
+    s_ref = w @ scores
+    np.testing.assert_allclose(flat, s_ref, rtol=1e-5, atol=1e-5 * np.abs(s_ref).max())
+    np.testing.assert_allclose(sq, sq_ref, rtol=1e-5)
+    g_ref = (w[:, None] * scores).reshape(6 // gs, gs, -1).sum(1)
+    np.testing.assert_allclose(gsq, np.sum(g_ref ** 2, axis=1), rtol=1e-5)
+    assert gsq.shape == (6 // gs,) and np.all(gsq > 0)
+    dots = ghost.score_dots(pol.config, p64, x, y, s, pol.temperature, chunk=4, eos=pol.eos_ids)
+    ref = scores @ s_ref
+    np.testing.assert_allclose(dots, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+    with pytest.raises(ValueError, match="group_size"):
+        ghost.ghost_moments(pol.config, p64, x, y, w, 4, pol.temperature, chunk=4)
+
+
+def test_advisor_ghost_route_equals_per_prompt_route(pol):
+    """lm_rollout_statistics on a checkpoint: the ghost route (group ghost norms + forward-mode
+    dots; chunk 6 and 9 = 2 and 3 prompts of 3 responses, the last call padded) gives the
+    per-prompt route's statistics (chunk 2 < n: per-sample scores + one backward pass per
+    prompt) on the same sampled responses: relative 1e-4 (float32 parameters)."""
+    from grpo_theory.advisor import estimate as E
+
+    x = _batch(6)[0][:4]
+
+    def reward(rows, y):
+        return (y[:, 0] % 3 == 0) + 0.25 * (rows + 1)
+
+    ref = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=2)
+    assert ref["chunk"] == 2 and np.all(ref["mean_sq"] > 0)
+    for chunk in (6, 9):
+        seen, done = [], []
+        st = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=chunk,
+                                     stage=lambda *a: seen.append(a),
+                                     progress=lambda *a: done.append(a))
+        assert st["chunk"] == chunk
+        np.testing.assert_array_equal(st["responses"], ref["responses"])
+        np.testing.assert_array_equal(st["rewards"], ref["rewards"])
+        for k in ("sq_norms", "mean_sq", "mean_dot"):
+            np.testing.assert_allclose(st[k], ref[k], rtol=1e-4,
+                                       atol=1e-6 * np.abs(ref[k]).max(), err_msg=k)
+        assert ("scores", 2, 2) in seen and ("dots", 2, 2) in seen and done[-1] == (4, 4)
+    assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7)["chunk"] == 6

@@ -718,6 +718,61 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
     return acc, np.concatenate(sq)
 
 
+def _call_rows(n_rows: int, chunk: int) -> int:
+    """Rows per call: whole blocks of ``chunk``, at most :data:`SCORE_CALLS` calls."""
+    n_chunks = -(-n_rows // chunk)
+    return -(-n_chunks // SCORE_CALLS) * chunk
+
+
+def _padded(arrays, rows: int):
+    """Each array's leading axis padded to ``rows`` with copies of row 0 (zero-weighted by
+    the caller)."""
+    return [a if a.shape[0] == rows else
+            np.concatenate([a, np.repeat(a[:1], rows - a.shape[0], 0)]) for a in arrays]
+
+
+def _ghost_statistics(policy, xs, y, w, n: int, chunk: int, stage, progress):
+    """The ghost route of :func:`lm_rollout_statistics` (a policy with ``ghost_moments``):
+    pass 1, one backward pass per block, gives ``S``, every ``||s_ai||^2`` and every
+    ``||ghat_a||^2`` (group ghost norms); pass 2, forward mode, gives every ``<s_ai, S>``, so
+    ``<ghat_a, S> = sum_i w_ai <s_ai, S>``. Blocks hold whole groups (``chunk`` a multiple of
+    n); the last call is padded with zero-weight copies of row 0 (whole groups)."""
+    big = xs.shape[0]
+    m = big // n
+    rows = _call_rows(big, chunk)
+    calls = -(-big // rows)
+    what = f"the ghost-norm statistics (chunk {chunk} of {score_memory(policy)[0]:,} parameters)"
+    s_total, sq, gsq = None, [], []
+    if stage is not None:
+        stage("scores", 0, calls)
+    for i in range(calls):
+        sl = slice(i * rows, min(big, (i + 1) * rows))
+        k = sl.stop - sl.start
+        bx, by = _padded([xs[sl], y[sl]], rows)
+        bw = np.concatenate([w[sl], np.zeros(rows - k)])
+        with out_of_memory_as_value_error(what):
+            s, q, gq = policy.ghost_moments(bx, by, bw, n, chunk=chunk)
+        s_total = s if s_total is None else jax.tree_util.tree_map(jnp.add, s_total, s)
+        sq.append(q[:k])
+        gsq.append(gq[:k // n])
+        if stage is not None:
+            stage("scores", i + 1, calls)
+    dots = []
+    if stage is not None:
+        stage("dots", 0, calls)
+    for i in range(calls):
+        sl = slice(i * rows, min(big, (i + 1) * rows))
+        bx, by = _padded([xs[sl], y[sl]], rows)
+        with out_of_memory_as_value_error(f"the score dot products (chunk {chunk})"):
+            dots.append(policy.score_dots(bx, by, s_total, chunk=chunk)[:sl.stop - sl.start])
+        if progress is not None:
+            progress(sl.stop // n, m)
+        if stage is not None:
+            stage("dots", i + 1, calls)
+    mean_dot = (w * np.concatenate(dots)).reshape(m, n).sum(axis=1)
+    return np.concatenate(sq), np.concatenate(gsq), mean_dot
+
+
 def _dots64(g, s, block: int = 1 << 22):
     """``(g . g, g . s)`` accumulated in float64 over slices of ``block`` entries (no float64
     copy of the whole D-vector ``g``)."""
@@ -734,10 +789,18 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
                           stage=None):
     """Rewards and inner products of a language-model policy, streamed (O(D) memory).
 
-    Two passes over the same sampled responses: (1) per-sample scores in chunks of ``chunk``
-    (:func:`grpo_theory.lm.policy.score_contractions`) give every ``||s_ai||^2`` and
-    ``S = sum_a ghat_a``; (2) one backward pass per prompt gives ``ghat_a`` (the gradient of
-    ``(1/n) sum_i Z_ai log pi(y_ai|x_a)``), hence ``||ghat_a||^2`` and ``<ghat_a, S>``.
+    Two passes over the same sampled responses, with ``ghat_a`` the gradient of
+    ``(1/n) sum_i Z_ai log pi(y_ai|x_a)`` and ``S = sum_a ghat_a``:
+
+    * a policy with ghost norms (``ghost_moments``: :class:`grpo_theory.lm.hf.HFPolicy`),
+      ``chunk`` rounded down to whole prompts (a multiple of n): (1) one backward pass per
+      block gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
+      ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence ``<ghat_a, S>``
+      (:func:`grpo_theory.lm.ghost.ghost_moments`, :func:`grpo_theory.lm.ghost.score_dots`);
+    * otherwise (1) per-sample scores in chunks of ``chunk``
+      (:func:`grpo_theory.lm.policy.score_contractions`) give every ``||s_ai||^2`` and ``S``;
+      (2) one backward pass per prompt gives ``ghat_a``, hence ``||ghat_a||^2`` and
+      ``<ghat_a, S>``.
 
     Args:
         policy: an :class:`grpo_theory.lm.policy.LMPolicy`.
@@ -755,7 +818,8 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
             :func:`grpo_theory.lm.memory.default_memory_budget`).
         stage: optional ``stage(phase, done, total)`` callback, ``phase`` one of
             ``"sampling"`` (0/1 then 1/1), ``"scores"`` (the calls of pass 1) and
-            ``"gradients"`` (the prompts of pass 2).
+            ``"dots"`` (the calls of the forward-mode pass 2) or ``"gradients"`` (the prompts
+            of the per-prompt pass 2).
 
     Returns:
         dict with ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq`` (m,), ``mean_dot`` (m,),
@@ -783,10 +847,17 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
     z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
     if z.shape[0] != m * n:
         raise ValueError(f"reward must return one reward per response ({m * n}), got {z.shape[0]}")
+    zz = z.reshape(m, n)
+    group_chunk = (min(chunk, m * n) // n) * n
+    if hasattr(policy, "ghost_moments") and group_chunk >= n:
+        chunk = group_chunk
+        sq, mean_sq, mean_dot = _ghost_statistics(policy, xs, y, z / n, n, chunk, stage,
+                                                  progress)
+        return dict(rewards=zz, sq_norms=sq.reshape(m, n), mean_sq=mean_sq, mean_dot=mean_dot,
+                    responses=y.reshape(m, n, R), chunk=chunk)
     acc, sq = _streamed_contractions(policy, xs, y, (z / n)[None, :], chunk, stage)
     s_total = acc[0]
     mean_sq, mean_dot = np.zeros(m), np.zeros(m)
-    zz = z.reshape(m, n)
     for a in range(m):
         sl = slice(a * n, (a + 1) * n)
         with out_of_memory_as_value_error(f"the gradient of prompt {a + 1}'s {n} responses"):

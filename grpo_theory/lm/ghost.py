@@ -49,7 +49,8 @@ import numpy as np
 
 from .policy import _acc_dtype, pad_to_chunk, response_mask
 
-__all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ROUTES"]
+__all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ghost_moments",
+           "score_dots", "ROUTES"]
 
 #: how a linear layer's per-sample squared norm is formed: "auto" (the cheaper of the two),
 #: "gram" (<a a^T, b b^T>) or "direct" (||a^T b||^2)
@@ -219,98 +220,137 @@ def _sq_linear(x, b, route, acc):
 
 
 def _ws_linear(wts, x, b, acc):
-    """(K, i, o) ``sum_n W_kn x_n^T b_n``."""
-    bw = jnp.einsum("kn,nto->knto", wts, b.astype(acc))
-    return jnp.einsum("nti,knto->kio", x.astype(acc), bw)
+    """(K, i, o) ``sum_n W_kn x_n^T b_n``: per weight row one contraction over (n, t), the
+    narrower of ``x`` and ``b`` scaled by the row (no (K, N, T, o) intermediate)."""
+    x, b = x.astype(acc), b.astype(acc)
+    if x.shape[-1] <= b.shape[-1]:
+        return jnp.stack([jnp.einsum("nti,nto->io", x * w[:, None, None], b) for w in wts])
+    return jnp.stack([jnp.einsum("nti,nto->io", x, b * w[:, None, None]) for w in wts])
+
+
+def _group(x, gs):
+    """(N, T, ...) -> (N / gs, gs T, ...): the rows of each group of ``gs`` consecutive samples
+    as one sequence."""
+    return x.reshape((x.shape[0] // gs, gs * x.shape[1]) + x.shape[2:])
+
+
+def _gsq_linear(x, b, gw, gs, route, acc):
+    """(N / gs,) ``||sum_{n in group} gw_n x_n^T b_n||_F^2`` (:func:`_sq_linear` of the groups
+    as sequences of gs T positions, the output gradients weighted)."""
+    return _sq_linear(_group(x, gs), _group(b * gw[:, None, None].astype(b.dtype), gs), route,
+                      acc)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_lin(flags, x, w, ws0, sq0, wts):
+def _g_lin(flags, x, w, ws0, sq0, gsq0, wts, gw):
     return jnp.einsum("nti,io->nto", x, w)
 
 
-def _g_lin_fwd(flags, x, w, ws0, sq0, wts):
-    return jnp.einsum("nti,io->nto", x, w), (x, w, wts)
+def _g_lin_fwd(flags, x, w, ws0, sq0, gsq0, wts, gw):
+    return jnp.einsum("nti,io->nto", x, w), (x, w, wts, gw)
 
 
 def _g_lin_bwd(flags, res, b):
-    route, need_ws = flags
-    x, w, wts = res
+    route, need_ws, gs = flags
+    x, w, wts, gw = res
     acc = wts.dtype
     dx = jnp.einsum("nto,io->nti", b, w)
     ws = _ws_linear(wts, x, b, acc) if need_ws else None
-    return dx, jnp.zeros_like(w), ws, _sq_linear(x, b, route, acc), jnp.zeros_like(wts)
+    gsq = _gsq_linear(x, b, gw, gs, route, acc) if gs else None
+    return (dx, jnp.zeros_like(w), ws, _sq_linear(x, b, route, acc), gsq, jnp.zeros_like(wts),
+            None if gw is None else jnp.zeros_like(gw))
 
 
 _g_lin.defvjp(_g_lin_fwd, _g_lin_bwd)
 
 
-def _small_stats(pg, wts, need_ws):
-    """(ws (K, ...), sq (N,)) of formed per-sample gradients pg (N, ...)."""
+def _small_stats(pg, wts, flags, gw):
+    """(ws (K, ...), sq (N,), gsq (N / gs,)) of formed per-sample gradients pg (N, ...)."""
+    need_ws, gs = flags
     pg = pg.astype(wts.dtype)
-    sq = jnp.sum(pg.reshape(pg.shape[0], -1) ** 2, axis=1)
+    flat = pg.reshape(pg.shape[0], -1)
+    sq = jnp.sum(flat ** 2, axis=1)
     ws = jnp.tensordot(wts, pg, axes=1) if need_ws else None
-    return ws, sq
+    gsq = None
+    if gs:
+        g = (flat * gw[:, None].astype(flat.dtype)).reshape(flat.shape[0] // gs, gs, -1).sum(1)
+        gsq = jnp.sum(g * g, axis=1)
+    return ws, sq, gsq
+
+
+def _zero_cots(wts, gw):
+    return jnp.zeros_like(wts), None if gw is None else jnp.zeros_like(gw)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_scale(need_ws, xhat, w, ws0, sq0, wts):
+def _g_scale(flags, xhat, w, ws0, sq0, gsq0, wts, gw):
     return xhat * w
 
 
-def _g_scale_fwd(need_ws, xhat, w, ws0, sq0, wts):
-    return xhat * w, (xhat, w, wts)
+def _g_scale_fwd(flags, xhat, w, ws0, sq0, gsq0, wts, gw):
+    return xhat * w, (xhat, w, wts, gw)
 
 
-def _g_scale_bwd(need_ws, res, b):
-    xhat, w, wts = res
-    ws, sq = _small_stats(jnp.sum(xhat * b, axis=1), wts, need_ws)
-    return b * w, jnp.zeros_like(w), ws, sq, jnp.zeros_like(wts)
+def _g_scale_bwd(flags, res, b):
+    xhat, w, wts, gw = res
+    ws, sq, gsq = _small_stats(jnp.sum(xhat * b, axis=1), wts, flags, gw)
+    return (b * w, jnp.zeros_like(w), ws, sq, gsq) + _zero_cots(wts, gw)
 
 
 _g_scale.defvjp(_g_scale_fwd, _g_scale_bwd)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_bias(need_ws, y, c, ws0, sq0, wts):
+def _g_bias(flags, y, c, ws0, sq0, gsq0, wts, gw):
     return y + c
 
 
-def _g_bias_fwd(need_ws, y, c, ws0, sq0, wts):
-    return y + c, (c, wts)
+def _g_bias_fwd(flags, y, c, ws0, sq0, gsq0, wts, gw):
+    return y + c, (c, wts, gw)
 
 
-def _g_bias_bwd(need_ws, res, b):
-    c, wts = res
-    ws, sq = _small_stats(jnp.sum(b, axis=1), wts, need_ws)
-    return b, jnp.zeros_like(c), ws, sq, jnp.zeros_like(wts)
+def _g_bias_bwd(flags, res, b):
+    c, wts, gw = res
+    ws, sq, gsq = _small_stats(jnp.sum(b, axis=1), wts, flags, gw)
+    return (b, jnp.zeros_like(c), ws, sq, gsq) + _zero_cots(wts, gw)
 
 
 _g_bias.defvjp(_g_bias_fwd, _g_bias_bwd)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_tied(flags, z, emb, ids, ws0, sq0, cross0, wts):
+def _g_tied(flags, z, emb, ids, ws0, sq0, gsq0, cross0, crossg0, wts, gw):
     return jnp.einsum("ntd,vd->ntv", z, emb)
 
 
-def _g_tied_fwd(flags, z, emb, ids, ws0, sq0, cross0, wts):
-    return jnp.einsum("ntd,vd->ntv", z, emb), (z, emb, ids, wts)
+def _g_tied_fwd(flags, z, emb, ids, ws0, sq0, gsq0, cross0, crossg0, wts, gw):
+    return jnp.einsum("ntd,vd->ntv", z, emb), (z, emb, ids, wts, gw)
+
+
+def _head_rows(g, z, ids, acc):
+    """(N, T, d) ``r_{n,t} = sum_r g[n, r, id_t] z[n, r]``: the rows of sample n's head
+    gradient at its own token ids."""
+    m = jnp.take_along_axis(g, jnp.broadcast_to(ids[:, None, :], g.shape[:2] + ids.shape[1:]),
+                            axis=2)  # (N, R, T): g[n, r, id_t]
+    return jnp.einsum("nrt,nrd->ntd", m.astype(acc), z.astype(acc))
 
 
 def _g_tied_bwd(flags, res, g):
     """Head part of the tied matrix; ``cross0`` receives ``r_{n,t} = G^head_n[id_t]`` (N, T, d)
-    (the rows of the sample's head gradient at its own token ids), for the cross term."""
-    route, need_ws = flags
-    z, emb, ids, wts = res
+    (:func:`_head_rows`, for the cross term) and ``crossg0`` the same of each group's weighted
+    head gradient (N / gs, gs T, d)."""
+    route, need_ws, gs = flags
+    z, emb, ids, wts, gw = res
     acc = wts.dtype
     dz = jnp.einsum("ntv,vd->ntd", g, emb)
     ws = jnp.swapaxes(_ws_linear(wts, z, g, acc), 1, 2) if need_ws else None
-    m = jnp.take_along_axis(g, jnp.broadcast_to(ids[:, None, :], g.shape[:2] + ids.shape[1:]),
-                            axis=2)  # (N, R, T): g[n, r, id_t]
-    rows = jnp.einsum("nrt,nrd->ntd", m.astype(acc), z.astype(acc))
-    return (dz, jnp.zeros_like(emb), None, ws, _sq_linear(z, g, route, acc), rows,
-            jnp.zeros_like(wts))
+    gsq = rows_g = None
+    if gs:
+        gwg = g * gw[:, None, None].astype(g.dtype)
+        gsq = _gsq_linear(z, g, gw, gs, route, acc)
+        rows_g = _head_rows(_group(gwg, gs), _group(z, gs), _group(ids, gs), acc)
+    return ((dz, jnp.zeros_like(emb), None, ws, _sq_linear(z, g, route, acc), gsq,
+             _head_rows(g, z, ids, acc), rows_g) + _zero_cots(wts, gw))
 
 
 _g_tied.defvjp(_g_tied_fwd, _g_tied_bwd)
@@ -324,12 +364,14 @@ def _leaf(tree, path):
 
 class _Ghost:
     """The forward's operations with statistics: ``ws`` (params' structure, leading K axis, or
-    None when no weighted sum is needed), ``sq`` (N,), the embedding tap (N, T, d) and the cross
-    term's receiver (N, T, d) are zero inputs whose cotangents are the statistics."""
+    None when no weighted sum is needed), ``sq`` (N,), ``gsq`` (N / gs,) or None, the embedding
+    tap (N, T, d) and the cross terms' receivers (N, T, d) and (N / gs, gs T, d) are zero inputs
+    whose cotangents are the statistics; ``gw`` (N,) weights the group sums."""
 
-    def __init__(self, ws, sq, tap, cross, wts, route):
-        self.ws, self.sq, self.tap, self.cross, self.wts = ws, sq, tap, cross, wts
-        self.route, self.need_ws = route, ws is not None
+    def __init__(self, ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs):
+        self.ws, self.sq, self.gsq, self.tap, self.wts, self.gw = ws, sq, gsq, tap, wts, gw
+        self.cross, self.crossg = cross, crossg
+        self.route, self.need_ws, self.gs = route, ws is not None, gs
 
     def _ws(self, path, shape):
         if self.ws is None:
@@ -341,23 +383,37 @@ class _Ghost:
         return jnp.take(emb, ids, axis=0) + self.tap
 
     def lin(self, x, w, path):
-        return _g_lin((self.route, self.need_ws), x, w, self._ws(path, w.shape), self.sq,
-                      self.wts)
+        return _g_lin((self.route, self.need_ws, self.gs), x, w, self._ws(path, w.shape),
+                      self.sq, self.gsq, self.wts, self.gw)
 
     def scale(self, xhat, w, path):
-        return _g_scale(self.need_ws, xhat, w, self._ws(path, w.shape), self.sq, self.wts)
+        return _g_scale((self.need_ws, self.gs), xhat, w, self._ws(path, w.shape), self.sq,
+                        self.gsq, self.wts, self.gw)
 
     def bias(self, y, c, path):
-        return _g_bias(self.need_ws, y, c, self._ws(path, c.shape), self.sq, self.wts)
+        return _g_bias((self.need_ws, self.gs), y, c, self._ws(path, c.shape), self.sq,
+                       self.gsq, self.wts, self.gw)
 
     def tied_head(self, z, emb, ids):
-        return _g_tied((self.route, self.need_ws), z, emb, ids,
-                       self._ws(("embedder", "input_embedding"), emb.shape), self.sq,
-                       self.cross, self.wts)
+        return _g_tied((self.route, self.need_ws, self.gs), z, emb, ids,
+                       self._ws(("embedder", "input_embedding"), emb.shape), self.sq, self.gsq,
+                       self.cross, self.crossg, self.wts, self.gw)
 
 
-def _block_stats(ak, params, prompts, responses, wts, temperature, eos, route, need_ws):
-    """(ws tree or None, sq (C,)) of one block of C samples: one forward + one backward."""
+def _embedding_sq(b, ids, rows, acc):
+    """(N,) squared norm of the embedding's gradient plus, with a tied head's rows (the head
+    gradient at the token ids, :func:`_head_rows`), twice the cross term."""
+    same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
+    sq = jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
+    if rows is not None:
+        sq = sq + 2.0 * jnp.sum(b * rows, axis=(1, 2))
+    return sq
+
+
+def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, route, need_ws,
+                 gs):
+    """(ws tree or None, sq (C,), gsq (C / gs,) or None) of one block of C samples: one forward
+    + one backward."""
     a = dict(ak)
     acc = wts.dtype
     tokens = jnp.concatenate([prompts, responses], axis=1)
@@ -367,8 +423,8 @@ def _block_stats(ak, params, prompts, responses, wts, temperature, eos, route, n
     dt = params["embedder"]["input_embedding"].dtype
     mask = response_mask(responses, eos)
 
-    def total_log_prob(ws, sq, tap, cross):
-        ops = _Ghost(ws, sq, tap, cross, wts, route)
+    def total_log_prob(ws, sq, gsq, tap, cross, crossg):
+        ops = _Ghost(ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs)
         logits = _forward(ak, params, tokens, ops, rows=slice(p - 1, t - 1))
         logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
         lp = jax.nn.log_softmax(logits, axis=-1)
@@ -378,48 +434,52 @@ def _block_stats(ak, params, prompts, responses, wts, temperature, eos, route, n
     ws0 = (jax.tree_util.tree_map(lambda x: jnp.zeros((wts.shape[0],) + x.shape, acc), params)
            if need_ws else None)
     sq0 = jnp.zeros((n,), acc)
+    gsq0 = jnp.zeros((n // gs,), acc) if gs else None
     tap0 = jnp.zeros((n, t, d), dt)
     cross0 = jnp.zeros((n, t, d), acc) if a["tied"] else None
-    ws, sq, b, rows = jax.grad(total_log_prob, argnums=(0, 1, 2, 3))(ws0, sq0, tap0, cross0)
+    crossg0 = jnp.zeros((n // gs, gs * t, d), acc) if a["tied"] and gs else None
+    ws, sq, gsq, b, rows, rows_g = jax.grad(total_log_prob, argnums=tuple(range(6)))(
+        ws0, sq0, gsq0, tap0, cross0, crossg0)
     # the embedding: gradient rows grouped by token id (padding slots carry b = 0 and no id)
     ids = jnp.where(tokens >= 0, tokens, -1)
     b = b.astype(acc) * (tokens >= 0)[..., None]
-    same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
-    sq = sq + jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
-    if a["tied"]:
-        sq = sq + 2.0 * jnp.sum(b * rows, axis=(1, 2))
+    sq = sq + _embedding_sq(b, ids, rows, acc)
+    if gs:
+        bw = _group(b * gw[:, None, None].astype(acc), gs)
+        gsq = gsq + _embedding_sq(bw, _group(ids, gs), rows_g, acc)
     if need_ws:
         v = params["embedder"]["input_embedding"].shape[0]
-        contrib = jnp.einsum("kn,ntd->kntd", wts, b).reshape(wts.shape[0], n * t, d)
-        emb_ws = jnp.zeros((wts.shape[0], v, d), acc).at[:, jnp.maximum(ids, 0).reshape(-1)]\
-            .add(contrib)
+        emb_ws = jnp.stack([jnp.zeros((v, d), acc).at[jnp.maximum(ids, 0).reshape(-1)].add(
+            (b * w[:, None, None]).reshape(n * t, d)) for w in wts])
         ws = dict(ws, embedder=dict(ws["embedder"], input_embedding=ws["embedder"][
             "input_embedding"] + emb_ws))
-    return ws, sq
+    return ws, sq, gsq
 
 
-@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws"))
-def _ghost_jit(ak, params, prompts, responses, weights, temperature, chunk, eos, route,
-               need_ws):
+@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws", "gs"))
+def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, eos, route,
+               need_ws, gs=0):
     n = prompts.shape[0]
     nc = n // chunk
     if nc == 1:
-        return _block_stats(ak, params, prompts, responses, weights, temperature, eos, route,
-                            need_ws)
+        return _block_stats(ak, params, prompts, responses, weights, gw, temperature, eos,
+                            route, need_ws, gs)
     xs = prompts.reshape(nc, chunk, -1)
     ys = responses.reshape(nc, chunk, -1)
     wb = weights.reshape(weights.shape[0], nc, chunk).transpose(1, 0, 2)
+    gwb = None if gw is None else gw.reshape(nc, chunk)
 
     def body(acc, inp):
-        x, y, w = inp
-        ws, sq = _block_stats(ak, params, x, y, w, temperature, eos, route, need_ws)
-        return (jax.tree_util.tree_map(jnp.add, acc, ws) if need_ws else acc), sq
+        x, y, w, g = inp
+        ws, sq, gsq = _block_stats(ak, params, x, y, w, g, temperature, eos, route, need_ws,
+                                   gs)
+        return (jax.tree_util.tree_map(jnp.add, acc, ws) if need_ws else acc), (sq, gsq)
 
     acc0 = (jax.tree_util.tree_map(lambda x: jnp.zeros((weights.shape[0],) + x.shape,
                                                        weights.dtype), params)
             if need_ws else None)
-    acc, sq = jax.lax.scan(body, acc0, (xs, ys, wb))
-    return acc, sq.reshape(-1)
+    acc, (sq, gsq) = jax.lax.scan(body, acc0, (xs, ys, wb, gwb))
+    return acc, sq.reshape(-1), None if gsq is None else gsq.reshape(-1)
 
 
 def ghost_contractions(arch: dict, params, prompts, responses, weights, temperature=1.0,
@@ -454,9 +514,9 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     need_ws = bool(np.any(weights != 0))
     acc = _acc_dtype()
-    ws, sq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
-                        jnp.asarray(responses, jnp.int32), jnp.asarray(weights, acc),
-                        temperature, chunk, tuple(int(e) for e in eos), route, need_ws)
+    ws, sq, _ = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
+                           jnp.asarray(responses, jnp.int32), jnp.asarray(weights, acc), None,
+                           temperature, chunk, tuple(int(e) for e in eos), route, need_ws)
     sq = np.asarray(sq, np.float64)[:n]
     leaves = jax.tree_util.tree_leaves(params)
     out = np.zeros((weights.shape[0], sum(int(x.size) for x in leaves)), np.float64)
@@ -467,3 +527,105 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
             out[:, off:off + size] = np.asarray(leaf).reshape(leaf.shape[0], size)
             off += size
     return out, sq
+
+
+def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: int,
+                  temperature=1.0, chunk: int = 256, eos=(0,), route: str = "auto"):
+    r"""The advisor's pass 1 by ghost norms: ``S = sum_n w_n s_n``, every ``||s_n||^2`` and
+    every group's ``||sum_{n in a} w_n s_n||^2`` (no per-sample gradient is formed).
+
+    Groups are ``group_size`` consecutive rows (a prompt's responses). A group's weighted
+    gradient of a linear layer is ``x_a^T diag(w) b_a`` over its ``group_size x T`` positions,
+    so its squared norm is the ghost norm of the group taken as one sequence (module
+    docstring); with the per-sample norms it comes from the same backward pass.
+
+    Args:
+        arch: the checked architecture (:func:`grpo_theory.lm.hf.read_config`).
+        params: tunix's Qwen2 parameter dict (``policy.params``).
+        prompts: (N, P) ids left-padded with ``-1``; responses: (N, R) ids (checked by the
+            caller: :meth:`grpo_theory.lm.hf.HFPolicy.ghost_moments`).
+        weights: (N,) finite real weights.
+        group_size: rows per group (>= 1, divides N and ``chunk``).
+        temperature: > 0.
+        chunk: samples per block (a multiple of ``group_size``).
+        eos: tuple of end-of-sequence ids.
+        route: per-layer squared-norm route, one of :data:`ROUTES`.
+
+    Returns:
+        ``(S, sq, gsq)``: ``S`` a JAX pytree shaped like ``params`` and (N,), (N / group_size,)
+        NumPy float64 arrays; sums accumulated in float64 when JAX's 64-bit mode is on, else
+        float32.
+
+    Raises:
+        ValueError: for a route not in :data:`ROUTES` or a group size that does not divide N
+            and ``chunk``.
+    """
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {route!r}")
+    prompts, responses = np.asarray(prompts), np.asarray(responses)
+    weights = np.asarray(weights, np.float64).reshape(1, -1)
+    n = prompts.shape[0]
+    gs = int(group_size)
+    if gs < 1 or n % gs or chunk % gs:
+        raise ValueError(f"group_size must be >= 1 and divide the number of rows ({n}) and "
+                         f"chunk ({chunk}), got {group_size!r}")
+    prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
+    acc = _acc_dtype()
+    w = jnp.asarray(weights, acc)
+    ws, sq, gsq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
+                             jnp.asarray(responses, jnp.int32), w, w[0], temperature, chunk,
+                             tuple(int(e) for e in eos), route, True, gs)
+    s = jax.tree_util.tree_map(lambda x: x[0], ws)
+    return (s, np.asarray(sq, np.float64)[:n],
+            np.asarray(gsq, np.float64)[:n // gs])
+
+
+@partial(jax.jit, static_argnames=("ak", "chunk", "eos"))
+def _dots_jit(ak, params, direction, prompts, responses, temperature, chunk, eos):
+    n = prompts.shape[0]
+    nc = n // chunk
+
+    def block(inp):
+        x, y = inp
+        tokens = jnp.concatenate([x, y], axis=1)
+        p, t = x.shape[1], tokens.shape[1]
+        mask = response_mask(y, eos)
+
+        def log_probs(prm):
+            logits = _forward(ak, prm, tokens, _Plain, rows=slice(p - 1, t - 1))
+            logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
+            lp = jax.nn.log_softmax(logits, axis=-1)
+            return jnp.sum(jnp.take_along_axis(lp, y[..., None], axis=-1)[..., 0] * mask, 1)
+
+        return jax.jvp(log_probs, (params,), (direction,))[1]
+
+    out = jax.lax.map(block, (prompts.reshape(nc, chunk, -1), responses.reshape(nc, chunk, -1)))
+    return out.reshape(-1)
+
+
+def score_dots(arch: dict, params, prompts, responses, direction, temperature=1.0,
+               chunk: int = 256, eos=(0,)):
+    r"""``<s_n, v>`` for every sample: the directional derivative of ``log pi(y_n|x_n)`` along
+    ``v`` (forward mode, ``jax.jvp``: about two forward passes, no backward pass and no
+    per-sample gradient).
+
+    Args:
+        arch, params, prompts, responses, temperature, eos: as :func:`ghost_moments`.
+        direction: ``v``, a pytree shaped like ``params`` (e.g. ``S`` of :func:`ghost_moments`).
+        chunk: samples per block (>= 1).
+
+    Returns:
+        (N,) NumPy float64; computed in float64 when JAX's 64-bit mode is on (parameters and
+        direction cast), else in the parameters' precision.
+    """
+    prompts, responses = np.asarray(prompts), np.asarray(responses)
+    n = prompts.shape[0]
+    prompts, responses, _, chunk = pad_to_chunk(prompts, responses, np.zeros((1, n)), chunk)
+    acc = _acc_dtype()
+    cast = (lambda x: x.astype(acc)) if acc == jnp.float64 else None
+    prm = params if cast is None else jax.tree_util.tree_map(cast, params)
+    v = jax.tree_util.tree_map(lambda d, x: jnp.asarray(d, x.dtype), direction, prm)
+    out = _dots_jit(_arch_key(arch), prm, v, jnp.asarray(prompts, jnp.int32),
+                    jnp.asarray(responses, jnp.int32), temperature, chunk,
+                    tuple(int(e) for e in eos))
+    return np.asarray(out, np.float64)[:n]

@@ -56,7 +56,7 @@ from .. import _validation as V
 from . import checkpoint_io as io
 from . import gguf as _gguf
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
-from .ghost import ghost_contractions
+from .ghost import ghost_contractions, ghost_moments, score_dots
 from .ghost import positions_mask as _positions_mask
 from .memory import ghost_row_bytes
 from .policy import LMPolicy, _eos_ids, _tokens
@@ -432,6 +432,39 @@ class HFPolicy(LMPolicy):
         self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
         return ghost_contractions(self.config, self.params, prompts, responses,
                                   np.atleast_2d(w), self.temperature, chunk, self.eos_ids)
+
+    def ghost_moments(self, prompts, responses, weights, group_size: int, chunk: int = 256):
+        """``(S, ||s_n||^2, group norms)`` by ghost norms in one backward pass per block
+        (:func:`grpo_theory.lm.ghost.ghost_moments`: ``S = sum_n w_n s_n`` a pytree like
+        ``params``, the groups ``group_size`` consecutive rows).
+
+        Args:
+            prompts: (N, P) ids left-padded with :data:`PROMPT_PAD`; responses: (N, R) ids.
+            weights: (N,) finite real weights.
+            group_size: rows per group (divides N and ``chunk``).
+            chunk: samples per block (>= 1).
+        """
+        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        chunk = V.positive_int("chunk", chunk)
+        w = V.real_array("weights", weights)
+        if w.shape != (prompts.shape[0],):
+            raise ValueError(f"weights must have shape ({prompts.shape[0]},), got {w.shape}")
+        self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
+        return ghost_moments(self.config, self.params, prompts, responses, w,
+                             V.positive_int("group_size", group_size), self.temperature,
+                             min(chunk, prompts.shape[0]), self.eos_ids)
+
+    def score_dots(self, prompts, responses, direction, chunk: int = 256):
+        """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.ghost.score_dots`);
+        ``direction`` a pytree like ``params``."""
+        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        chunk = V.positive_int("chunk", chunk)
+        if (jax.tree_util.tree_structure(direction)
+                != jax.tree_util.tree_structure(self.params)):
+            raise ValueError("direction must be a pytree with the structure of params")
+        self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
+        return score_dots(self.config, self.params, prompts, responses, direction,
+                          self.temperature, chunk, self.eos_ids)
 
     def cached_logits(self, prompts, responses):
         """Logits (N, R, V) of the response positions computed through the KV cache with the
