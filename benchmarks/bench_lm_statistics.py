@@ -14,8 +14,10 @@ and two cases, each in its own process (so compilation is included and the peak 
 case's): ``plain``, the gradient of the summed log-probability of the n responses (one
 forward+backward pass, what a training step costs), and ``stats``, the advisor's statistics
 over the same n responses (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`: the
-squared norm of every per-sample score by ghost norms in blocks of ``chunk`` responses, then one
-backward pass per prompt for the weighted sums) at the chunk the memory budget picks
+squared norm of every per-sample score and of every prompt's weighted sum by ghost norms in
+blocks of ``chunk`` responses (one backward pass per block), then the dot products with the
+total weighted sum in one forward-mode pass) at the chunk the memory budget picks (rounded down
+to whole prompts)
 (:func:`grpo_theory.lm.memory.chunk_for_budget` with the activations per sequence,
 :func:`grpo_theory.lm.memory.ghost_row_bytes`). Each timed call runs twice; the first
 includes compilation. Peak memory: ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a
@@ -150,11 +152,11 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
         return lm_rollout_statistics(pol, x, lambda rows, y: z, n_samples, 0, response_len,
                                      chunk=chunk, stage=stage)
 
-    _, t1 = _timed(stats)
+    st, t1 = _timed(stats)
     first = {k: v[1] - v[0] for k, v in marks.items()}
     _, t2 = _timed(stats)
     second = {k: v[1] - v[0] for k, v in marks.items()}
-    out.update(chunk=chunk, budget=budget, row_bytes=row_bytes, first_s=t1, second_s=t2,
+    out.update(chunk=st["chunk"], budget_chunk=chunk, budget=budget, row_bytes=row_bytes, first_s=t1, second_s=t2,
                first_phases=first, second_phases=second)
     return out
 
@@ -184,7 +186,7 @@ def _machine() -> str:
     from grpo_theory.lm.memory import available_memory
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return (f"{cpu}, {os.cpu_count()} cores visible, {total / 2**30:.1f} GiB RAM "
+    return (f"{cpu}, {os.cpu_count()} cores visible ({len(os.sched_getaffinity(0))} in this run's CPU affinity), {total / 2**30:.1f} GiB RAM "
             f"({available_memory() / 2**30:.1f} GiB available at start), Python "
             f"{platform.python_version()}, jax {__import__('jax').__version__}, CPU backend")
 
@@ -279,8 +281,10 @@ def _report(rows, args, machine, load) -> str:
              "`plain`: the gradient of the summed log-probability of the n responses (one "
              "forward+backward pass over all n at once). `stats`: the advisor's statistics "
              "over the same n (`lm_rollout_statistics`: every per-sample squared norm by "
-             "ghost norms in blocks of `chunk` responses, with the weighted sum of all scores, "
-             "then one backward pass per prompt), sampling included; its phases are listed "
+             "ghost norms in blocks of `chunk` responses (the budget's chunk rounded down to "
+             "whole prompts), with every prompt's weighted sum of scores (its ghost norm) and "
+             "the total weighted sum S, one backward pass per block; then every <s_i, S> in "
+             "one forward-mode pass), sampling included; its phases are listed "
              "after the table. First call includes compilation. Peak RSS: "
              "`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper whose only child is the "
              "case.", "",
@@ -310,11 +314,13 @@ def _report(rows, args, machine, load) -> str:
         if not (p and s):
             continue
         ph = s["second_phases"]
-        score_t, grad_t = ph.get("scores", float("nan")), ph.get("gradients", float("nan"))
+        score_t = ph.get("scores", float("nan"))
+        grad_t = ph.get("dots", ph.get("gradients", float("nan")))
+        pass2 = "forward-mode dots" if "dots" in ph else "per-prompt gradients"
         lines.append(f"* {TITLES[shape]}: sampling {ph.get('sampling', float('nan')):.1f}, "
-                     f"ghost-norm score pass {score_t:.1f}, per-prompt gradients "
+                     f"ghost-norm pass {score_t:.1f}, {pass2} "
                      f"{grad_t:.1f}; without sampling, stats / plain time "
-                     f"{(score_t + grad_t) / p['second_s']:.2f}x (score pass alone "
+                     f"{(score_t + grad_t) / p['second_s']:.2f}x (ghost-norm pass alone "
                      f"{score_t / p['second_s']:.2f}x); with sampling "
                      f"{s['second_s'] / p['second_s']:.2f}x; peak memory "
                      f"{s['peak_rss_bytes'] / p['peak_rss_bytes']:.2f}x "

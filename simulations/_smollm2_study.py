@@ -222,15 +222,15 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
         from tqdm.auto import tqdm
 
         x = _prompts(policy, qs, pre)
-        bar = tqdm(total=len(qs), desc="advisor: per-prompt gradients", disable=not progress,
+        bar = tqdm(total=len(qs), desc="advisor: pass 2 (prompts)", disable=not progress,
                    file=sys.stderr)
 
         def tok_reward(rows, y):
             return _rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
 
         t1 = time.time()
-        _log("phase 2: sampling and per-sample scores (chunks of "
-             f"{cfg.chunk}); then one gradient per prompt", progress)
+        _log("phase 2: sampling, then per-sample and per-prompt ghost norms (chunks of "
+             f"{cfg.chunk}), then the per-prompt dot products", progress)
         st = lm_rollout_statistics(policy, x, tok_reward, cfg.n_samples, cfg.seed + 7,
                                    cfg.response_len, cfg.chunk,
                                    progress=lambda d, t: bar.update(d - bar.n))

@@ -75,7 +75,7 @@ def test_advise_package_model_end_to_end(files, tmp_path, monkeypatch, capsys):
                  "--group-sizes", "2,4,8", "--response-len", "3", "--out", str(out)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
-    assert "advise: gradients 6/6 prompts" in cap.err  # plain progress lines (not a tty)
+    assert "advise: pass 2 6/6 prompts" in cap.err  # plain progress lines (not a tty)
     _check_outputs(out, cap.out)
 
 
@@ -190,7 +190,7 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
             p(i, 20)
     assert "20/20" in tty.getvalue() and "advise: prompts" in tty.getvalue()  # tqdm's bar
     lines = log.getvalue().splitlines()
-    assert lines[-1] == "advise: gradients 20/20 prompts" and len(lines) <= 11
+    assert lines[-1] == "advise: pass 2 20/20 prompts" and len(lines) <= 11
     silent = io.StringIO()
     A._Progress(False, silent)(1, 2)
     assert silent.getvalue() == ""

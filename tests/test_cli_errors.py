@@ -154,7 +154,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
     assert "9 responses per block of the score pass" in cap.out
     # progress of every phase (plain lines: stderr is not a terminal)
     for phase in ("loading the model 1/1", "sampling responses 1/1", "per-sample scores 1/1",
-                  "advise: gradients 3/3 prompts"):
+                  "advise: pass 2 3/3 prompts"):
         assert phase in cap.err, (phase, cap.err)
     # the loaded policy again (its compiled functions): raw text, with and without a template
     pol = seen["policy"][0]

@@ -410,8 +410,8 @@ _STAGES = {"loading": "loading the model", "sampling": "sampling responses",
 
 class _Progress:
     """tqdm bars on a terminal, plain lines otherwise (``enabled=False``: silent): one per
-    phase (:meth:`stage`: loading, sampling, per-sample scores) and the per-prompt gradients
-    (``__call__``)."""
+    phase (:meth:`stage`: loading, sampling, per-sample scores) and pass 2's prompts
+    (``__call__``: forward-mode dot products on a checkpoint, else per-prompt gradients)."""
 
     def __init__(self, enabled, stream=None):
         self.stream = stream if stream is not None else sys.stderr
@@ -453,7 +453,7 @@ class _Progress:
         step = max(1, total // 10)
         if done == total or done // step != self.last:
             self.last = done // step
-            print(f"advise: gradients {done}/{total} prompts", file=self.stream, flush=True)
+            print(f"advise: pass 2 {done}/{total} prompts", file=self.stream, flush=True)
 
 
 # --- the command's logic --------------------------------------------------------------------------
@@ -489,7 +489,7 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
             largest that fits in ``memory_budget``
             (:func:`grpo_theory.lm.memory.chunk_for_budget`).
         progress: progress bars (terminal) or plain lines (stderr) for loading, sampling,
-            per-sample scores and per-prompt gradients.
+            per-sample scores and pass 2 (per-prompt dot products or gradients).
         cache_dir, warmup: the package checkpoints' cache (:func:`load_model`).
         figure: draw the figure when ``out`` is given.
         memory_budget: bytes the statistics may use for ``chunk=None`` (None: half the

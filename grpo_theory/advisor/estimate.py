@@ -751,8 +751,7 @@ def _ghost_statistics(policy, xs, y, w, n: int, chunk: int, stage, progress):
         bx, by = _padded([xs[sl], y[sl]], rows)
         bw = np.concatenate([w[sl], np.zeros(rows - k)])
         with out_of_memory_as_value_error(what):
-            s, q, gq = policy.ghost_moments(bx, by, bw, n, chunk=chunk)
-        s_total = s if s_total is None else jax.tree_util.tree_map(jnp.add, s_total, s)
+            s_total, q, gq = policy.ghost_moments(bx, by, bw, n, chunk=chunk, init=s_total)
         sq.append(q[:k])
         gsq.append(gq[:k // n])
         if stage is not None:

@@ -226,7 +226,7 @@ def _advise_parser(sub) -> None:
                        "message in that template (the assistant's turn opened), as the lm-* "
                        "studies do; --no-chat-template sends the raw question text. The "
                        "printed result says which. Phases (loading, sampling, per-sample "
-                       "scores, per-prompt gradients) show progress on stderr.",
+                       "scores, pass 2 over the prompts) show progress on stderr.",
                        epilog=EPILOG)
     p.add_argument("--prompts", required=True, type=Path,
                    help='JSONL file, one {"question": ..., "answer": ...} per line')

@@ -456,14 +456,24 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     return ws, sq, gsq
 
 
-@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws", "gs"))
+@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws", "gs"),
+         donate_argnames=("acc0",))
 def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, eos, route,
-               need_ws, gs=0):
+               need_ws, gs=0, acc0=None):
+    """Blocks of ``chunk`` scanned. The weighted sums come back with their K axis, or (K = 1,
+    ``acc0`` given: a tree like ``params``, donated) added to ``acc0`` in place."""
     n = prompts.shape[0]
     nc = n // chunk
+
+    def add(acc, ws):
+        if acc0 is None:
+            return jax.tree_util.tree_map(jnp.add, acc, ws)
+        return jax.tree_util.tree_map(lambda a, w: a + w[0].astype(a.dtype), acc, ws)
+
     if nc == 1:
-        return _block_stats(ak, params, prompts, responses, weights, gw, temperature, eos,
-                            route, need_ws, gs)
+        ws, sq, gsq = _block_stats(ak, params, prompts, responses, weights, gw, temperature,
+                                   eos, route, need_ws, gs)
+        return (ws if acc0 is None or not need_ws else add(acc0, ws)), sq, gsq
     xs = prompts.reshape(nc, chunk, -1)
     ys = responses.reshape(nc, chunk, -1)
     wb = weights.reshape(weights.shape[0], nc, chunk).transpose(1, 0, 2)
@@ -473,12 +483,14 @@ def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, 
         x, y, w, g = inp
         ws, sq, gsq = _block_stats(ak, params, x, y, w, g, temperature, eos, route, need_ws,
                                    gs)
-        return (jax.tree_util.tree_map(jnp.add, acc, ws) if need_ws else acc), (sq, gsq)
+        return (add(acc, ws) if need_ws else acc), (sq, gsq)
 
-    acc0 = (jax.tree_util.tree_map(lambda x: jnp.zeros((weights.shape[0],) + x.shape,
-                                                       weights.dtype), params)
-            if need_ws else None)
-    acc, (sq, gsq) = jax.lax.scan(body, acc0, (xs, ys, wb, gwb))
+    if acc0 is not None or not need_ws:
+        start = acc0
+    else:
+        start = jax.tree_util.tree_map(lambda x: jnp.zeros((weights.shape[0],) + x.shape,
+                                                           weights.dtype), params)
+    acc, (sq, gsq) = jax.lax.scan(body, start, (xs, ys, wb, gwb))
     return acc, sq.reshape(-1), None if gsq is None else gsq.reshape(-1)
 
 
@@ -530,7 +542,8 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
 
 
 def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: int,
-                  temperature=1.0, chunk: int = 256, eos=(0,), route: str = "auto"):
+                  temperature=1.0, chunk: int = 256, eos=(0,), route: str = "auto",
+                  init=None):
     r"""The advisor's pass 1 by ghost norms: ``S = sum_n w_n s_n``, every ``||s_n||^2`` and
     every group's ``||sum_{n in a} w_n s_n||^2`` (no per-sample gradient is formed).
 
@@ -550,6 +563,9 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
         chunk: samples per block (a multiple of ``group_size``).
         eos: tuple of end-of-sequence ids.
         route: per-layer squared-norm route, one of :data:`ROUTES`.
+        init: None, or an ``S`` of an earlier call (a JAX pytree like ``params`` in the
+            accumulation dtype): the sum is added to it in place (its buffers are donated and
+            must not be used afterwards), so a streamed pass holds one ``S``.
 
     Returns:
         ``(S, sq, gsq)``: ``S`` a JAX pytree shaped like ``params`` and (N,), (N / group_size,)
@@ -572,10 +588,11 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     acc = _acc_dtype()
     w = jnp.asarray(weights, acc)
-    ws, sq, gsq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
-                             jnp.asarray(responses, jnp.int32), w, w[0], temperature, chunk,
-                             tuple(int(e) for e in eos), route, True, gs)
-    s = jax.tree_util.tree_map(lambda x: x[0], ws)
+    if init is None:
+        init = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, acc), params)
+    s, sq, gsq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
+                            jnp.asarray(responses, jnp.int32), w, w[0], temperature, chunk,
+                            tuple(int(e) for e in eos), route, True, gs, init)
     return (s, np.asarray(sq, np.float64)[:n],
             np.asarray(gsq, np.float64)[:n // gs])
 

@@ -433,7 +433,8 @@ class HFPolicy(LMPolicy):
         return ghost_contractions(self.config, self.params, prompts, responses,
                                   np.atleast_2d(w), self.temperature, chunk, self.eos_ids)
 
-    def ghost_moments(self, prompts, responses, weights, group_size: int, chunk: int = 256):
+    def ghost_moments(self, prompts, responses, weights, group_size: int, chunk: int = 256,
+                      init=None):
         """``(S, ||s_n||^2, group norms)`` by ghost norms in one backward pass per block
         (:func:`grpo_theory.lm.ghost.ghost_moments`: ``S = sum_n w_n s_n`` a pytree like
         ``params``, the groups ``group_size`` consecutive rows).
@@ -443,6 +444,7 @@ class HFPolicy(LMPolicy):
             weights: (N,) finite real weights.
             group_size: rows per group (divides N and ``chunk``).
             chunk: samples per block (>= 1).
+            init: None or the ``S`` of an earlier call, added to in place (donated).
         """
         prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
@@ -452,7 +454,7 @@ class HFPolicy(LMPolicy):
         self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
         return ghost_moments(self.config, self.params, prompts, responses, w,
                              V.positive_int("group_size", group_size), self.temperature,
-                             min(chunk, prompts.shape[0]), self.eos_ids)
+                             min(chunk, prompts.shape[0]), self.eos_ids, init=init)
 
     def score_dots(self, prompts, responses, direction, chunk: int = 256):
         """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.ghost.score_dots`);
