@@ -204,25 +204,26 @@ def noise_report(t: pd.DataFrame, n_boot: int = 2000) -> list[str]:
         return []
     gs = sorted(int(g) for g in t.G.unique())
     tab = pd.DataFrame({
-        "p": pts.p, "seeds": pts.seeds, "G* = 1+√(c3/c1)": pts.G_pred, "grid prediction":
-        pts.G_grid, **{f"gain G={g} (± se)": [f"{r.mean_by_G.get(g, np.nan):+.4f} ± "
-                                               f"{r.se_by_G.get(g, np.nan):.4f}"
-                                               for r in pts.itertuples()] for g in gs},
+        "p": pts.p, "steps": pts.steps, "seeds": pts.seeds, "G* = 1+√(c3/c1)": pts.G_pred,
+        "grid prediction": pts.G_grid,
+        **{f"gain G={g} (± se)": [f"{r.mean_by_G.get(g, np.nan):+.4f} ± "
+                                  f"{r.se_by_G.get(g, np.nan):.4f}" for r in pts.itertuples()]
+           for g in gs},
         "best G [95% CI]": [f"{r.best_G} [{r.ci_low}, {r.ci_high}]" for r in pts.itertuples()],
         "p(best)": pts.p_best})
-    j0 = t.groupby("p").J0.mean()
+    m = t.groupby(["p", "G"])[["J0", "J", "V_fixed0", "V_fixed"]].mean().groupby("p").max()
     by_pred = pts.sort_values("G_pred")
     follows = bool(np.all(np.diff(by_pred.best_G.to_numpy()) >= 0))
     sep = _separated(pts)
-    r0 = pts.iloc[0]
     return ["", f"**Noise-limited training** (`lm_noise`: {t.optimizer.iloc[0]} at lr "
-            f"{t.lr.iloc[0]:g} after clipping at norm 1, "
-            f"{int(r0.steps)} steps at N = {int(r0.N)} from the instruct policy; J_p read at "
-            "the last step for every G; gain = J_p(T) − J_p(0), mean ± se over seeds; best G "
-            "maximises the mean gain, 95% bootstrap CI over seeds):", "",
+            f"{t.lr.iloc[0]:g} after clipping at norm 1, `steps` steps at N = "
+            f"{int(pts.N.iloc[0])} from the instruct policy; J_p read at the last step for every "
+            "G; gain = J_p(T) − J_p(0), mean ± se over seeds; best G maximises the mean gain, "
+            "95% bootstrap CI over seeds):", "",
             markdown_table(tab, {"G* = 1+√(c3/c1)": ".1f", "p(best)": ".2f"}), "",
-            "J_p at step 0: " + ", ".join(f"p = {p:g}: {v:.4f}" for p, v in j0.items())
-            + f"; largest mean J_p at the read step: {t.groupby(['p', 'G']).J.mean().max():.4f}.",
+            "Distance from saturation (J_p ≤ 1; largest mean over G at the read step): "
+            + "; ".join(f"p = {p:g}: J_p {r.J0:.4f} → {r.J:.4f}, V(x_F) {r.V_fixed0:.3f} → "
+                        f"{r.V_fixed:.3f}" for p, r in m.iterrows()) + ".",
             f"Ordering of best G by increasing predicted G*: "
             f"{', '.join(str(int(b)) for b in by_pred.best_G)} "
             f"({'non-decreasing: follows' if follows else 'does not follow'} the ordering of "
