@@ -23,6 +23,9 @@ stays readable by ``grpo-theory report``):
   runs at the concentrations ``Settings.lm.ps``; their analysis (the read step, the LM rows of
   the report) is in ``_family_lm_report``.
 * ``lm_mc`` (``_family_lm_mc``, full only): the transformer's Monte Carlo MSE argmin over G.
+* ``lm_noise`` (``_family_lm_noise``, full only): noise-limited transformer training (Adam at a
+  small rate, J_p read at a step fixed in advance, many seeds): best G per concentration with
+  a bootstrap CI over seeds (source ``lm:noise``).
 * ``lm`` (no cell here): optional rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
   language-model settings from another study; when present they enter the figure and the
   statistics.
@@ -79,7 +82,9 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
                  "checkpoints every 2 steps, 80 steps at p = 0 and 40 at p > 0; knob cells and "
                  "full warm-up cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 "
                  "observed. The lm_mc cells (load 11-14): p = 0 1474 s (240 and 40 replicates "
-                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256)")
+                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256). "
+                 "The lm_noise cells (15, 32 seeds each, warm-up cached): 652.6 s wall, 644.6 s "
+                 "of cell time, one worker pinned to one core")
 
 
 @dataclass(frozen=True)
