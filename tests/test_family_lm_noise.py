@@ -92,7 +92,7 @@ def _two_token_policy(digit: int):
     return policy.LMPolicy(p, model.make_apply(cfg), model.make_sampler(cfg))
 
 
-@pytest.mark.slow  # about 15 s of CPU (compiling a tiny model's GRPO chunk and pass rates)
+@pytest.mark.slow  # about 26 s alone on one core (compiling a tiny GRPO chunk, pass rates)
 def test_runs_are_deterministic_given_the_seed():
     """The same seeds give the same J_p, another seed another; J_p(0) is the starting one."""
     q = eval_set(n=400, seed=3)
