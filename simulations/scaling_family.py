@@ -23,6 +23,9 @@ stays readable by ``grpo-theory report``):
   runs at the concentrations ``Settings.lm.ps``; their analysis (the read step, the LM rows of
   the report) is in ``_family_lm_report``.
 * ``lm_mc`` (``_family_lm_mc``, full only): the transformer's Monte Carlo MSE argmin over G.
+* ``lm_noise`` (``_family_lm_noise``, full only): noise-limited transformer training (Adam at a
+  small rate, J_p read at a step fixed in advance, many seeds): best G per concentration with
+  a bootstrap CI over seeds (source ``lm:noise``).
 * ``lm`` (no cell here): optional rows ``source, label, G_pred, best_G, ci_low, ci_high`` of
   language-model settings from another study; when present they enter the figure and the
   statistics.
@@ -60,6 +63,8 @@ from ._family_lm import LMPart, knob_cell, lm_cells
 from ._family_lm import train_cell as lm_train_cell
 from ._family_lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points,
                             mc_report)
+from ._family_lm_noise import (NOISE_SCHEMA, LMNoisePart, noise_cell, noise_cells, noise_report,
+                               noise_rows)
 from ._family_lm_report import (lm_checkpoint_table, lm_points, lm_reach, lm_report, read_step,
                                 steps_to_reach)
 
@@ -77,7 +82,9 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
                  "checkpoints every 2 steps, 80 steps at p = 0 and 40 at p > 0; knob cells and "
                  "full warm-up cached): 1236 s wall, 1225 s of cell time, one worker, load 8-16 "
                  "observed. The lm_mc cells (load 11-14): p = 0 1474 s (240 and 40 replicates "
-                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256)")
+                 "per G at N = 256, 1024), p = 0.9 810 s and p = 0.99 408 s (160 at N = 256). "
+                 "The lm_noise cells (15, 32 seeds each, warm-up cached): 652.6 s wall, 644.6 s "
+                 "of cell time, one worker pinned to one core")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ class Settings:
     train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per G)
     lm: LMPart | None = None  # the language-model part (None: no LM cells)
     lm_mc: LMMCPart | None = None  # the transformer's measured MSE argmin (None: no cells)
+    lm_noise: LMNoisePart | None = None  # noise-limited transformer training (None: no cells)
 
 
 SETTINGS = {
@@ -115,7 +123,8 @@ SETTINGS = {
                                ps=(0.0, 0.95, 0.99), grid=(2, 4, 8, 16, 32, 64, 128), N=256,
                                steps=80, seeds=3, steps_concentrated=40, checkpoint_every=2),
                      lm_mc=LMMCPart(warmup=WarmupConfig(), budgets=((256, 240), (1024, 40)),
-                                    budgets_concentrated=((256, 160),), rep_chunk=20)),
+                                    budgets_concentrated=((256, 160),), rep_chunk=20),
+                     lm_noise=LMNoisePart(warmup=WarmupConfig())),
 }
 
 SCHEMA = {
@@ -136,17 +145,21 @@ SCHEMA = {
                      J_mix="float", acc_rest="float", V_fixed="float", train_reward="float?",
                      steps_per_s="float"),
     "lm_mc": MC_SCHEMA,
+    "lm_noise": NOISE_SCHEMA,
 }
 
 
 def cells(s: Settings) -> list[Cell]:
-    """The bandit cells, then (full) the LM part's and the transformer's MSE cells."""
-    return bandit_cells(s) + (lm_cells(s.lm) if s.lm is not None else []) + mc_cells(s.lm_mc)
+    """The bandit cells, then (full) the LM part's, the transformer's MSE and its noise-limited
+    training cells."""
+    return (bandit_cells(s) + (lm_cells(s.lm) if s.lm is not None else []) + mc_cells(s.lm_mc)
+            + noise_cells(s.lm_noise))
 
 
 #: the cell function of each ``config["part"]``
 PARTS = {"constants": constants_cell, "mse": mse_cell, "train": train_cell,
-         "lm_knob": knob_cell, "lm_train": lm_train_cell, "lm_mc": mc_cell}
+         "lm_knob": knob_cell, "lm_train": lm_train_cell, "lm_mc": mc_cell,
+         "lm_noise": noise_cell}
 
 
 @float64
@@ -164,7 +177,7 @@ def summaries(tables, n_boot: int = 2000) -> dict:
 
     Args:
         tables: the experiment's tables (``constants``, ``mse``, ``train``, optional ``lm``,
-            ``lm_knob``, ``lm_train``).
+            ``lm_knob``, ``lm_train``, ``lm_mc``, ``lm_noise``).
         n_boot: bootstrap resamples for the training CIs.
     Returns:
         ``{"constants": ..., "points": DataFrame(delta, source, label, N, G_pred, G_grid,
@@ -180,7 +193,7 @@ def summaries(tables, n_boot: int = 2000) -> dict:
         rows += [dict(delta=float("nan"), source="lm:train", label=f"p={r.p:g}", N=r.N,
                       G_pred=r.G_pred, G_grid=r.G_grid, best_G=r.best_G, ci_low=r.ci_low,
                       ci_high=r.ci_high) for r in lm_points(tables, n_boot).itertuples()]
-    rows += mc_points(tables)
+    rows += mc_points(tables) + noise_rows(tables.get("lm_noise"), n_boot)
     pts = pd.DataFrame(rows, columns=["delta", "source", "label", "N", "G_pred", "G_grid",
                                       "best_G", "ci_low", "ci_high"])
     pts["label"] = pts.label.astype(object).where(pts.label.notna(), "")
@@ -251,7 +264,7 @@ def report(tables, s: Settings) -> Section:
              "mean final gap with a bootstrap 95% CI over seeds):", "",
              markdown_table(best, {"1+√(c3/c1)": ".2f"}), "", markdown_table(_agreement(p))]
     lm_lines, lm_checks = lm_report(tables, s)
-    lines += lm_lines + mc_report(tables)
+    lines += lm_lines + mc_report(tables) + noise_report(tables.get("lm_noise"), s.n_boot)
     tr = p[p.source.str.startswith("train")]
     miss = p[~p.in_ci]
     lines += ["", "Rows whose CI misses the prediction: " + (", ".join(
@@ -274,7 +287,8 @@ MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin")
            "train_per_step": ("^", "training, per-step budget"),
            "train_total": ("v", "training, total budget"),
            "lm:train": ("D", "language model, training (concentration p)"),
-           "lm:mc": ("P", "language model, Monte Carlo MSE argmin (p, N)")}
+           "lm:mc": ("P", "language model, Monte Carlo MSE argmin (p, N)"),
+           "lm:noise": ("X", "language model, noise-limited training (p)")}
 
 
 def plot(tables, s: Settings, out_dir) -> None:

@@ -44,7 +44,7 @@ from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target
 
 __all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
            "pass_rate_spread", "best_integer_group_size", "predicted_group_size", "train_grpo",
-           "clipped_objective"]
+           "clipped_objective", "OPTIMIZERS"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
@@ -179,11 +179,16 @@ def pass_rate_spread(v) -> dict:
                 frac_V_above_95pct=float(np.mean(v > 0.95)))
 
 
+#: the optimisers :func:`train_grpo` accepts (each after global-norm clipping at 1)
+OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
+
+
 @lru_cache(maxsize=None)
-def _optimizer(lr: float):
-    """One optimiser object per learning rate: it is a static argument of the jitted chunk, so
-    a fresh object per run would recompile (and keep) a new executable for every run."""
-    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(lr))
+def _optimizer(lr: float, name: str = "adam"):
+    """One optimiser object per (learning rate, name): it is a static argument of the jitted
+    chunk, so a fresh object per run would recompile (and keep) a new executable for every
+    run."""
+    return optax.chain(optax.clip_by_global_norm(1.0), OPTIMIZERS[name](lr))
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
@@ -229,9 +234,11 @@ def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, poo
 def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
                n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
                epochs: int = 1, clip_eps: float | None = None, log=None,
-               on_checkpoint=None, *, key=None) -> list[dict]:
+               on_checkpoint=None, *, key=None, optimizer: str = "adam") -> list[dict]:
     """Algorithm 1 (Adam) from ``policy`` at budget ``N = B G``; returns one row per checkpoint
     (step, exact held-out accuracy, mean training reward since the last checkpoint).
+    ``optimizer="sgd"`` takes plain SGD steps instead of Adam (both after clipping the update's
+    global norm at 1, :data:`OPTIMIZERS`).
     ``epochs > 1`` or ``clip_eps`` select the practical clipped multi-epoch variant.
     Integers may be Python, NumPy or JAX integers; the seed becomes a key as everywhere else
     (:func:`grpo_theory._validation.seed_key`); ``key`` (a JAX key or an integer) is used instead
@@ -253,12 +260,14 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
         raise ValueError(f"clip_eps must be None or lie in (0, 1), got {clip_eps!r}")
     if policy.sample_fn is None:
         raise ValueError("policy needs a jit-able sample_fn for GRPO training")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
     batch = budget // group_size
     checkpoints = sorted({int(c) for c in checkpoints if 0 < c <= n_steps} | {n_steps})
     px, pc = task_tokens(policy, pool)
     pool_x, pool_c = jnp.asarray(px), jnp.asarray(pc)
     ex, ec = task_tokens(policy, eval_questions)
-    opt = _optimizer(float(lr))
+    opt = _optimizer(float(lr), optimizer)
     params = policy.params
     opt_state = opt.init(params)
     key = V.random_key(seed, key)
