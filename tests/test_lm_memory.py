@@ -242,3 +242,21 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
     assert E.resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
     assert E.resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
+
+
+def test_the_process_base_is_counted_first(policy, monkeypatch):
+    """resolve_chunk counts the process's resident memory beyond the parameters before the
+    chunk: budget = base + M(c)."""
+    d, b = E.score_memory(policy)
+    base = 50 * d * (b + 8)
+    monkeypatch.setattr(E, "process_rss", lambda: d * b + base)
+    budget = M.chunk_bytes(d, 3, dtype_bytes=b, base_bytes=base)
+    assert budget == M.chunk_bytes(d, 3, dtype_bytes=b) + base
+    assert E.resolve_chunk(policy, None, 100, budget) == 3
+    assert E.resolve_chunk(policy, None, 100, budget - 1) == 2
+    with pytest.raises(ValueError, match="already resident"):
+        E.resolve_chunk(policy, None, 100, base)
+    monkeypatch.setattr(E, "process_rss", lambda: 0)  # nothing readable: no base
+    assert E.resolve_chunk(policy, None, 100, budget) == 43  # + base / (1.25 D (b + 8)) = 40
+    rss = M.process_rss()
+    assert 10 * 2**20 < rss < M.available_memory() + rss  # this process: tens of MB at least

@@ -56,7 +56,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..lm.memory import chunk_for_budget, default_memory_budget, out_of_memory_as_value_error
+from ..lm.memory import chunk_for_budget, default_memory_budget, out_of_memory_as_value_error, \
+    process_rss
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 from ..core.stats import ResultMixin
 from .._precision import float64
@@ -659,6 +660,9 @@ def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulator
     the largest that fits in ``memory_budget`` bytes (None: :func:`grpo_theory.lm.memory.
     default_memory_budget`) by :func:`grpo_theory.lm.memory.chunk_for_budget`.
 
+    The budget is the whole process's: what it holds besides the parameters now
+    (:func:`grpo_theory.lm.memory.process_rss`) is counted first.
+
     A policy on the ghost-norm route (one with ``ghost_row_bytes(seq_len, response_len)``, a
     :class:`grpo_theory.lm.hf.HFPolicy`) is budgeted by its activations per sequence when
     ``seq_len`` and ``response_len`` are given; otherwise by per-sample scores of D floats.
@@ -675,7 +679,8 @@ def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulator
     if seq_len is not None and response_len is not None and hasattr(policy, "ghost_row_bytes"):
         row = policy.ghost_row_bytes(seq_len, response_len)
     return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
-                            n_accumulators=n_accumulators, row_bytes=row)
+                            n_accumulators=n_accumulators, row_bytes=row,
+                            base_bytes=max(0, process_rss() - d * b))
 
 
 #: pass 1 of :func:`lm_rollout_statistics` runs in at most this many calls (progress steps)

@@ -25,6 +25,11 @@ with ``a`` about 100 MB for SmolLM2-135M at 64 positions against 1.6 GB for one 
 score: the chunk is no longer what limits the model size (``row_bytes`` of
 :func:`chunk_for_budget`).
 
+The budget is for the whole process: the resident memory already held beyond the
+parameters (the Python interpreter, JAX's runtime, the tokenizer: ``B``, ``base_bytes``,
+:func:`process_rss` minus the parameters' bytes, read when the chunk is chosen) is added, so
+the chunk is the largest c with ``B + M(c) <= budget``.
+
 The default budget (:func:`default_memory_budget`) is :data:`DEFAULT_BUDGET_FRACTION` of the
 memory available now: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else the available
 physical pages (``os.sysconf``); on an accelerator, that fraction of the device's memory limit.
@@ -42,7 +47,7 @@ import jax
 from .. import _validation as V
 
 __all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
-           "available_memory", "default_memory_budget", "out_of_memory_as_value_error",
+           "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
            "is_out_of_memory", "DEFAULT_BUDGET_FRACTION", "OVERHEAD_FACTOR"]
 
 #: share of the available memory the default budget allows
@@ -108,6 +113,16 @@ def available_memory() -> int:
                       "os.sysconf('SC_AVPHYS_PAGES')); give --memory-budget") from None
 
 
+def process_rss() -> int:
+    """Bytes resident in this process now (``/proc/self/statm``, Linux); 0 where it cannot be
+    read (the base is then left out of the budget)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0
+
+
 def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:
     """The default memory budget: ``fraction`` of the memory available now.
 
@@ -134,14 +149,15 @@ def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:
 
 def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
                 n_accumulators: int = 1, overhead_factor: float = OVERHEAD_FACTOR,
-                row_bytes: int | None = None) -> int:
+                row_bytes: int | None = None, base_bytes: int = 0) -> int:
     """Estimated peak bytes of the streamed statistics at ``chunk`` sequences at once:
-    ``D (2 b + 8 K) + chunk f D (b + 8)`` (per-sample scores) or, given ``row_bytes`` = a (the
-    ghost route's activations per sequence, :func:`ghost_row_bytes`), ``D (2 b + 8 K) + chunk f
-    a`` (module docstring)."""
+    ``B + D (2 b + 8 K) + chunk f D (b + 8)`` (per-sample scores) or, given ``row_bytes`` = a
+    (the ghost route's activations per sequence, :func:`ghost_row_bytes`), ``B + D (2 b + 8 K)
+    + chunk f a``, with ``B = base_bytes`` the process's other resident memory (module
+    docstring)."""
     d, b = int(n_params), int(dtype_bytes)
     per = d * (b + 8) if row_bytes is None else int(row_bytes)
-    return int(d * (2 * b + 8 * int(n_accumulators))
+    return int(int(base_bytes) + d * (2 * b + 8 * int(n_accumulators))
                + int(chunk) * math.ceil(overhead_factor * per))
 
 
@@ -183,7 +199,7 @@ def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: in
 def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
                      n_items: int, n_accumulators: int = 1,
                      overhead_factor: float = OVERHEAD_FACTOR,
-                     row_bytes: int | None = None) -> int:
+                     row_bytes: int | None = None, base_bytes: int = 0) -> int:
     """The largest chunk of sequences whose statistics fit in the budget.
 
     The largest ``c`` in ``[1, n_items]`` with ``chunk_bytes(n_params, c) <=
@@ -200,6 +216,8 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
         overhead_factor: f >= 1, the margin on the per-sample bytes.
         row_bytes: a >= 1, the bytes one sequence adds on the ghost route
             (:func:`ghost_row_bytes`); None: the per-sample route (``D (b + 8)``).
+        base_bytes: B >= 0, the process's resident memory besides the parameters
+            (subtracted from the budget first).
 
     Returns:
         The chunk, an int in ``[1, n_items]``.
@@ -218,17 +236,19 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
     k = vals["n_accumulators"]
     if row_bytes is not None:
         row_bytes = V.integer("row_bytes", row_bytes, 1)
+    base = V.integer("base_bytes", base_bytes, 0)
     need = chunk_bytes(d, 1, dtype_bytes=b, n_accumulators=k, overhead_factor=overhead_factor,
-                       row_bytes=row_bytes)
+                       row_bytes=row_bytes, base_bytes=base)
     if need > budget:
         route = "per-sample" if row_bytes is None else "ghost-norm"
         raise ValueError(f"--memory-budget {format_bytes(budget)} is too small for the "
                          f"{route} statistics of a {d:,}-parameter model: even chunk 1 "
                          f"needs about {format_bytes(need)} ({b}-byte parameters, float64 "
-                         f"accumulators); give --memory-budget of at least "
-                         f"{math.ceil(need / 2**30 * 100) / 100:g}GiB or use --dtype bfloat16")
+                         f"accumulators, {format_bytes(base)} already resident); give "
+                         f"--memory-budget of at least {math.ceil(need / 2**30 * 100) / 100:g}"
+                         f"GiB or use --dtype bfloat16")
     per = math.ceil(overhead_factor * (d * (b + 8) if row_bytes is None else row_bytes))
-    fixed = d * (2 * b + 8 * k)
+    fixed = base + d * (2 * b + 8 * k)
     return int(max(1, min(vals["n_items"], (budget - fixed) // per)))
 
 
