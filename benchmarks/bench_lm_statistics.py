@@ -24,8 +24,8 @@ includes compilation. Peak memory: ``resource.getrusage(RUSAGE_CHILDREN).ru_maxr
 wrapper process whose only child is the case.
 
     python benchmarks/bench_lm_statistics.py                      # both shapes, n = 16
-    python benchmarks/bench_lm_statistics.py --models smollm2 --n-prompts 16 --n-samples 8 \
-        --memory-budget 4GB --out benchmarks/results/lm_statistics_smollm2_16x8.md
+    python benchmarks/bench_lm_statistics.py --n-prompts 16 --n-samples 8 \
+        --memory-budget smollm2=4GB qwen05=12GB                   # the committed run
 
 Writes ``benchmarks/results/lm_statistics.md`` (the table, the machine and its load) and the
 raw rows as ``lm_statistics.json``.
@@ -114,7 +114,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     from grpo_theory.advisor.estimate import _weighted_grad, lm_rollout_statistics, \
         resolve_chunk, score_memory
     from grpo_theory.lm import from_pretrained
-    from grpo_theory.lm.memory import default_memory_budget
+    from grpo_theory.lm.memory import default_memory_budget, process_rss
 
     pol, t_load = _timed(lambda: from_pretrained(ckpt))
     d, b = score_memory(pol)
@@ -137,6 +137,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
         out.update(sample_s=t_sample, first_s=t1, second_s=t2, chunk=None)
         return out
     budget = default_memory_budget() if memory_budget is None else memory_budget
+    base = max(0, process_rss() - d * b)  # what resolve_chunk counts first
     chunk = resolve_chunk(pol, None, n, budget, seq_len=prompt_len + response_len,
                           response_len=response_len)
     row_bytes = pol.ghost_row_bytes(prompt_len + response_len, response_len)
@@ -156,7 +157,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     first = {k: v[1] - v[0] for k, v in marks.items()}
     _, t2 = _timed(stats)
     second = {k: v[1] - v[0] for k, v in marks.items()}
-    out.update(chunk=st["chunk"], budget_chunk=chunk, budget=budget, row_bytes=row_bytes, first_s=t1, second_s=t2,
+    out.update(chunk=st["chunk"], budget_chunk=chunk, budget=budget, base_bytes=base, row_bytes=row_bytes, first_s=t1, second_s=t2,
                first_phases=first, second_phases=second)
     return out
 
@@ -202,8 +203,9 @@ def main(argv=None) -> None:
     ap.add_argument("--n-samples", type=int, default=4)
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--response-len", type=int, default=16)
-    ap.add_argument("--memory-budget", default=None,
-                    help="budget of the stats case (default: half the available memory)")
+    ap.add_argument("--memory-budget", nargs="+", default=None,
+                    help="budget of the stats case, for every model or per model as "
+                         "MODEL=BUDGET (default: half the available memory)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "lm_statistics.md")
     ap.add_argument("--report-only", action="store_true",
                     help="rewrite the markdown from the rows of the last run (the .json next "
@@ -212,14 +214,15 @@ def main(argv=None) -> None:
     ap.add_argument("--measure", nargs=2, metavar=("CKPT", "CASE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    budget = None if args.memory_budget is None else parse_memory(args.memory_budget)
     if args.run:
+        b = _budget_for(args, None)
+        budget = None if b is None else parse_memory(b)
         ckpt, case = args.run
         print(json.dumps(run_case(ckpt, case, args.n_prompts, args.n_samples, args.prompt_len,
                                   args.response_len, budget)))
         return
     if args.measure:
-        _measure([*args.measure, *_flags(args)])
+        _measure([*args.measure, *_flags(args, None)])
         return
     if args.report_only:
         saved = json.loads(args.out.with_suffix(".json").read_text())
@@ -237,7 +240,7 @@ def main(argv=None) -> None:
                   flush=True)
             for case in ("plain", "stats"):
                 p = subprocess.run([sys.executable, __file__, "--measure", str(ckpt), case,
-                                    *_flags(args)], capture_output=True, text=True)
+                                    *_flags(args, shape)], capture_output=True, text=True)
                 res = json.loads(p.stdout.strip().splitlines()[-1])
                 res.update(shape=shape, case=case, load_before=os.getloadavg()[0])
                 print(json.dumps(res), file=sys.stderr, flush=True)
@@ -253,22 +256,35 @@ def main(argv=None) -> None:
     print(text)
 
 
-def _flags(args) -> list:
+def _budget_for(args, shape):
+    """The budget text for ``shape`` (None: every model's entry or the only one given)."""
+    if not args.memory_budget:
+        return None
+    plain = [b for b in args.memory_budget if "=" not in b]
+    named = dict(b.split("=", 1) for b in args.memory_budget if "=" in b)
+    return named.get(shape, plain[0] if plain else None) if shape else (
+        plain[0] if plain else None)
+
+
+def _flags(args, shape) -> list:
     out = ["--n-prompts", str(args.n_prompts), "--n-samples", str(args.n_samples),
            "--prompt-len", str(args.prompt_len), "--response-len", str(args.response_len)]
-    if args.memory_budget is not None:
-        out += ["--memory-budget", str(args.memory_budget)]
+    b = _budget_for(args, shape)
+    if b is not None:
+        out += ["--memory-budget", b]
     return out
 
 
 def _estimate(r) -> int:
     """The memory model's bytes for a stats row (the ghost route: its activations per row)."""
-    return chunk_bytes(r["D"], r["chunk"], dtype_bytes=4, row_bytes=r.get("row_bytes"))
+    return chunk_bytes(r["D"], r["chunk"], dtype_bytes=4, row_bytes=r.get("row_bytes"),
+                       base_bytes=r.get("base_bytes", 0))
 
 
 def _report(rows, args, machine, load) -> str:
     n = args.n_prompts * args.n_samples
-    flags = " ".join(_flags(args))
+    flags = " ".join(_flags(args, None)[:8] + (["--memory-budget", *args.memory_budget]
+                                                if args.memory_budget else []))
     lines = ["# The advisor's statistics (ghost norms) vs one forward+backward pass", "",
              f"`python benchmarks/bench_lm_statistics.py --models {' '.join(args.models)} "
              f"{flags}`: n = {n} responses ({args.n_prompts} prompts x {args.n_samples} "
@@ -290,7 +306,8 @@ def _report(rows, args, machine, load) -> str:
              "case.", "",
              "`estimate GiB`: the budget's memory model at that chunk "
              "(`grpo_theory.lm.memory.chunk_bytes` with `row_bytes = ghost_row_bytes`, "
-             "float32).", "",
+             "float32, and `base_bytes` the process's resident memory beyond the parameters "
+             "when the chunk was chosen).", "",
              "| model | D | case | chunk | budget GiB | estimate GiB | first call s | "
              "second call s | peak RSS GiB | load avg |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -52,7 +52,6 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.core.scaling import grid_argmin
-from grpo_theory.plotting import integer_ticks, plt, save_figure
 from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
 from grpo_theory.experiments.stats import markdown_table, spearman
 from grpo_theory.lm.warmup import WarmupConfig
@@ -60,6 +59,7 @@ from grpo_theory.lm.warmup import WarmupConfig
 from ._family_bandit import (ETA0, bandit_cells, bandit_points, constants_cell, mse_cell,
                              train_cell)
 from ._family_lm import LMPart, knob_cell, lm_cells
+from ._family_plot import plot_points
 from ._family_lm import train_cell as lm_train_cell
 from ._family_lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points,
                             mc_report)
@@ -283,42 +283,8 @@ def report(tables, s: Settings) -> Section:
                    checks(sm) + lm_checks)
 
 
-MARKERS = {"exact": ("s", "exact MSE argmin"), "mc": ("o", "Monte Carlo argmin"),
-           "train_per_step": ("^", "training, per-step budget"),
-           "train_total": ("v", "training, total budget"),
-           "lm:train": ("D", "language model, training (concentration p)"),
-           "lm:mc": ("P", "language model, Monte Carlo MSE argmin (p, N)"),
-           "lm:noise": ("X", "language model, noise-limited training (p)")}
-
-
 def plot(tables, s: Settings, out_dir) -> None:
-    p = summaries(tables, n_boot=s.n_boot)["points"]
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    src = list(dict.fromkeys(p.source))
-    n = max(1, len(src))
-    for i, name in enumerate(src):
-        e = p[p.source == name]
-        mk, lab = MARKERS.get(name, ("D", f"language model ({name[3:]})"))
-        jit = 1.0 + 0.04 * (i - (n - 1) / 2)  # small horizontal offset so markers do not overlap
-        ax.errorbar(e.G_pred * jit, e.best_G, yerr=[e.best_G - e.ci_low, e.ci_high - e.best_G],
-                    fmt=mk, ms=6 if name.startswith("lm:") else 5, capsize=2, label=lab,
-                    alpha=0.85)
-        if name.startswith("lm:"):
-            for r in e.itertuples():
-                ax.annotate(r.label, (r.G_pred * jit, r.best_G), fontsize=6,
-                            xytext=(4, -8), textcoords="offset points")
-    lo = max(1.5, 0.7 * float(np.nanmin(p[["G_pred", "ci_low"]].values)))
-    hi = 1.4 * float(np.nanmax(p[["G_pred", "ci_high"]].values))
-    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="y = x")
-    ticks = [2**k for k in range(1, 11) if lo <= 2**k <= hi]
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-           xlabel="predicted G* = 1 + √(c3/c1)", ylabel="empirical best G (95% CI)",
-           title="Scaling law across the δ family" + (" and LM concentrations" if any(
-               x.startswith("lm:") for x in src) else ""))
-    for axis in (ax.xaxis, ax.yaxis):
-        integer_ticks(axis, ticks)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))  # off the points
-    save_figure(fig, out_dir / "predicted_vs_best_G")
+    plot_points(summaries(tables, n_boot=s.n_boot)["points"], out_dir)
 
 
 EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
