@@ -687,15 +687,26 @@ def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulator
 SCORE_CALLS = 16
 
 
+def _call_rows(n_rows: int, chunk: int) -> int:
+    """Rows per call: whole blocks of ``chunk``, at most :data:`SCORE_CALLS` calls."""
+    n_chunks = -(-n_rows // chunk)
+    return -(-n_chunks // SCORE_CALLS) * chunk
+
+
+def _padded(arrays, rows: int):
+    """Each array's leading axis padded to ``rows`` with copies of row 0 (zero-weighted by
+    the caller)."""
+    return [a if a.shape[0] == rows else
+            np.concatenate([a, np.repeat(a[:1], rows - a.shape[0], 0)]) for a in arrays]
+
+
 def _streamed_contractions(policy, xs, y, weights, chunk, stage):
     """``policy.score_contractions`` over all N rows in at most :data:`SCORE_CALLS` calls of
     ``k * chunk`` rows each (equal shapes, one compile; the last call padded with zero-weight
     copies of row 0), reporting ``stage("scores", done, total)`` after each call."""
     n = xs.shape[0]
     chunk = int(min(chunk, n))
-    n_chunks = -(-n // chunk)
-    k = -(-n_chunks // SCORE_CALLS)
-    rows = k * chunk
+    rows = _call_rows(n, chunk)
     calls = -(-n // rows)
     acc, sq = None, []
     if stage is not None:
@@ -705,8 +716,7 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
         bx, by, bw = xs[sl], y[sl], weights[:, sl]
         pad = rows - bx.shape[0]
         if pad and calls > 1:
-            bx = np.concatenate([bx, np.repeat(xs[:1], pad, 0)])
-            by = np.concatenate([by, np.repeat(y[:1], pad, 0)])
+            bx, by = _padded([bx, by], rows)
             bw = np.concatenate([bw, np.zeros((bw.shape[0], pad))], axis=1)
         with out_of_memory_as_value_error(f"the per-sample scores (chunk {chunk} of "
                                           f"{score_memory(policy)[0]:,} parameters)"):
@@ -721,19 +731,6 @@ def _streamed_contractions(policy, xs, y, weights, chunk, stage):
         if stage is not None:
             stage("scores", i + 1, calls)
     return acc, np.concatenate(sq)
-
-
-def _call_rows(n_rows: int, chunk: int) -> int:
-    """Rows per call: whole blocks of ``chunk``, at most :data:`SCORE_CALLS` calls."""
-    n_chunks = -(-n_rows // chunk)
-    return -(-n_chunks // SCORE_CALLS) * chunk
-
-
-def _padded(arrays, rows: int):
-    """Each array's leading axis padded to ``rows`` with copies of row 0 (zero-weighted by
-    the caller)."""
-    return [a if a.shape[0] == rows else
-            np.concatenate([a, np.repeat(a[:1], rows - a.shape[0], 0)]) for a in arrays]
 
 
 def _ghost_statistics(policy, xs, y, w, n: int, chunk: int, stage, progress):
