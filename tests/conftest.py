@@ -4,10 +4,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # A persistent XLA compilation cache, opt-in for local reruns only: GRPO_TEST_JAX_CACHE names a
 # folder that the xdist workers and every subprocess the tests start inherit, so a program
-# compiled once is loaded from disk elsewhere. It is off by default (and so in `make test` and CI):
-# with jax 0.10.2 on CPU, two full runs on 2 cores died of a segmentation fault inside
-# `executable.serialize()` while an xdist worker wrote a training loop's executable to the cache
-# (tests/test_training.py, tests/test_train_family.py), which no test of the package can catch.
+# compiled once is loaded from disk elsewhere. It is off by default (and so in `make test` and CI).
 # Only the tests configure this; the package never changes JAX's configuration on import.
 _CACHE_DIR = os.environ.get("GRPO_TEST_JAX_CACHE")
 if _CACHE_DIR:
@@ -34,7 +31,34 @@ settings.register_profile("ci", deadline=None, max_examples=40, derandomize=True
 settings.load_profile("ci")
 
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+
+# Every program XLA compiles on the CPU holds about three memory mappings of its own until its
+# jit cache entry goes; Linux stops a process at vm.max_map_count (65,530 by default), and XLA
+# then dies of a segmentation fault in its next compilation. An xdist worker of the whole suite
+# passed 51,000 mappings at 80% (four runs on 2 cores lost one test each to that crash), so the
+# caches are cleared whenever a test leaves more than this many mappings.
+_MAPPING_LIMIT = 20_000
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return fh.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _bounded_compiled_programs():
+    """Clear JAX's compilation caches after a test once the process holds more than
+    ``_MAPPING_LIMIT`` memory mappings (results do not change; only recompilation is paid)."""
+    yield
+    if _mappings() > _MAPPING_LIMIT:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture(autouse=True)
