@@ -37,9 +37,9 @@ import pytest  # noqa: E402
 
 # Every program XLA compiles on the CPU holds about three memory mappings of its own until its
 # jit cache entry goes; Linux stops a process at vm.max_map_count (65,530 by default), and XLA
-# then dies of a segmentation fault in its next compilation. An xdist worker of the whole suite
-# passed 51,000 mappings at 80% (four runs on 2 cores lost one test each to that crash), so the
-# caches are cleared whenever a test leaves more than this many mappings.
+# then dies of a segmentation fault in its next compilation. Without this guard the two xdist
+# workers of a full run on 2 cores ended at 60,171 and 64,302 mappings (four runs lost one test
+# each to that crash), so the caches are cleared whenever a test leaves more than this many.
 _MAPPING_LIMIT = 20_000
 
 
