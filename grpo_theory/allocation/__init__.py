@@ -9,8 +9,9 @@ rollouts and prompt weights by dynamic programming over count states (:mod:`.dp`
 references it is tested against.
 """
 
-from .audit import NORMALISERS, audit, check_estimator
+from .auditor import NORMALISERS, audit, check_estimator
 from .dp import PromptMoments, answer_agreement_moments, count_moments
+from .reference import EnumeratedAudit, MonteCarloAudit, enumerate_rule, monte_carlo
 from .result import AllocationAudit
 from .rules import (ConformalStopping, DynamicSampling, FixedSize, MaxVarianceSubset,
                     PerPromptSize, Rule, SuccessiveElimination, available_rules,
@@ -24,4 +25,5 @@ __all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "Prompt
            "MaxVarianceSubset", "SuccessiveElimination", "available_rules", "get_rule",
            "register_rule", "fixed", "per_prompt", "pass_rate_allocation", "dynamic_sampling",
            "conformal_stopping", "max_variance_subset", "successive_elimination",
-           "balanced_elimination"]
+           "balanced_elimination", "EnumeratedAudit", "enumerate_rule", "MonteCarloAudit",
+           "monte_carlo"]
