@@ -107,7 +107,8 @@ class ConformalStopping(Rule):
 
 def conformal_stopping(grid=(2, 4, 8), qhat: float = 1.0,
                        agree: str = "answer") -> ConformalStopping:
-    r"""C-GRPO's conformal stopping (PyPI ``trl-cgrpo`` 0.2.0, ``trl_cgrpo/cgrpo_trainer.py``).
+    r"""C-GRPO's conformal stopping (as described for PyPI ``trl-cgrpo`` 0.2.0; the trainer's
+    source was not available to check the APS details against).
 
     Sample along ``grid`` and stop a prompt at the first size k whose APS prediction set over the
     k sampled answers is a single answer, otherwise at the last grid size; the estimator is
