@@ -56,6 +56,7 @@ _ATTRS = {
 _MODULES = {
     "core": "core", "optim": "optim", "companions": "companions", "lm": "lm",
     "problems": "problems", "experiments": "experiments", "advisor": "advisor",
+    "allocation": "allocation",
     "policies": "core.policies", "sampling": "core.sampling", "estimators": "core.estimators",
     "frameworks": "core.frameworks", "stats": "core.stats", "gram": "core.gram",
     "exact": "core.exact", "montecarlo": "core.montecarlo", "ustat": "core.ustat",

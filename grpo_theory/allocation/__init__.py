@@ -1,0 +1,27 @@
+"""Rollout allocation: the exact theory of unequal and adaptive group sizes.
+
+Rules (:mod:`.rules`) are small frozen values in a registry keyed by name, made by constructors
+(:func:`fixed`, :func:`per_prompt`, :func:`pass_rate_allocation`, :func:`dynamic_sampling`,
+:func:`conformal_stopping`, :func:`max_variance_subset`, :func:`successive_elimination`,
+:func:`balanced_elimination`). :func:`audit` gives a rule's exact mean, bias, MSE, expected
+rollouts and prompt weights by dynamic programming over count states (:mod:`.dp`);
+:func:`enumerate_rule` (brute force over response sequences) and :func:`monte_carlo` are the
+references it is tested against.
+"""
+
+from .audit import NORMALISERS, audit, check_estimator
+from .dp import PromptMoments, answer_agreement_moments, count_moments
+from .result import AllocationAudit
+from .rules import (ConformalStopping, DynamicSampling, FixedSize, MaxVarianceSubset,
+                    PerPromptSize, Rule, SuccessiveElimination, available_rules,
+                    balanced_elimination, conformal_stopping, dynamic_sampling, fixed, get_rule,
+                    max_variance_subset, pass_rate_allocation, per_prompt, register_rule,
+                    successive_elimination)
+
+__all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "PromptMoments",
+           "count_moments", "answer_agreement_moments",
+           "Rule", "FixedSize", "PerPromptSize", "DynamicSampling", "ConformalStopping",
+           "MaxVarianceSubset", "SuccessiveElimination", "available_rules", "get_rule",
+           "register_rule", "fixed", "per_prompt", "pass_rate_allocation", "dynamic_sampling",
+           "conformal_stopping", "max_variance_subset", "successive_elimination",
+           "balanced_elimination"]

@@ -1,0 +1,107 @@
+r"""The auditor: exact bias, MSE, rollouts and prompt weights of a rollout rule.
+
+A training batch has B slots; each slot's prompt is drawn from the rule's slot law ``w``
+(:meth:`Rule.slot_weights`: ``f``, or ``f(x) a(x) / sum f a`` when rejected groups are refilled)
+and its estimate ``ghat_b`` has the per-prompt moments of :mod:`grpo_theory.allocation.dp`,
+conditional on the group being kept: ``m_x = E[ghat_x | kept]``, ``s_x = E[||ghat_x||^2 | kept]``.
+The batch estimate ``ghat = (1/B) sum_b ghat_b`` then has
+
+.. math:: E\hat g = \sum_x w_x m_x,\qquad
+          E\|\hat g - \nabla J\|^2 = \frac{1}{B}\Big(\sum_x w_x s_x - \|E\hat g\|^2\Big)
+          + \|E\hat g - \nabla J\|^2,
+
+the bias-variance split of the main paper's minibatch MSE with the slot law in place of f.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validation as V
+from .._precision import float64
+from ..core.estimators import get_estimator
+from ..core.gram import as_structure
+from .dp import NORMALISERS, _check_normaliser
+from .result import AllocationAudit
+from .rules import get_rule
+
+__all__ = ["audit", "check_estimator"]
+
+
+def check_estimator(estimator):
+    """The estimator, or ``ValueError`` when it has no exact route for a rule."""
+    est = get_estimator(estimator)
+    if est.batch_coupled or not est.binary_exact:
+        raise ValueError(f"estimator {est.name!r} has no exact audit: its advantages are not a "
+                         "function of one group's rewards; use allocation.monte_carlo")
+    return est
+
+
+@float64
+def audit(problem, rule, estimator="grpo", batch_size: int = 1,
+          normaliser: str = "group") -> AllocationAudit:
+    r"""Exact ``E[ghat]``, bias, MSE, expected rollouts and prompt weights of a rollout rule.
+
+    Args:
+        problem: a policy, a :class:`~grpo_theory.core.problem.DiscreteProblem` or a score
+            structure with binary rewards.
+        rule: a :class:`~grpo_theory.allocation.rules.Rule` or a registry name
+            (:func:`~grpo_theory.allocation.rules.available_rules`).
+        estimator: a registry name or an estimator whose advantages depend on the group's
+            rewards only (``"vanilla"``, ``"oracle"``, ``"grpo"``, ``"grpo_mean"``, ...).
+        batch_size: B, the prompts of one training batch.
+        normaliser: ``"group"`` (each prompt's sum over its own k, equal prompt weights) or
+            ``"token"`` (the batch's sum over its kept responses, TRL's ``dapo``; the
+            large-batch limit, :data:`grpo_theory.allocation.dp.NORMALISERS`).
+
+    Returns:
+        An :class:`AllocationAudit`.
+
+    Example:
+        >>> from grpo_theory import SoftmaxBandit, allocation
+        >>> import numpy as np
+        >>> bandit = SoftmaxBandit(np.log([[0.1, 0.6, 0.3]]), [[1.0, 0.0, 0.0]])
+        >>> res = allocation.audit(bandit, allocation.conformal_stopping((2, 4, 8)))
+        >>> round(res.relative_bias, 2), round(res.cosine, 3), round(res.expected_rollouts, 2)
+        (0.38, 1.0, 5.24)
+        >>> round(allocation.audit(bandit, allocation.fixed(8)).bias_norm, 12)
+        0.0
+    """
+    r = get_rule(rule)
+    est = check_estimator(estimator)
+    B = V.integer("batch_size", batch_size, 1)
+    _check_normaliser(normaliser)
+    st = as_structure(problem)
+    P = st.n_prompts
+    r.check_problem(P)
+    est.check_problem(P)
+    pm = r.prompt_moments(st, est, normaliser)
+    f = np.asarray(st.prompt_probs, np.float64)
+    w = np.asarray(r.slot_weights(f, pm.accept), np.float64)
+    acc = np.where(pm.accept > 0, pm.accept, 1.0)
+    m = pm.mean / acc[:, None]
+    s = pm.second / acc
+    if normaliser == "token":
+        kappa = float(np.dot(w, pm.kept / acc))
+        m, s = m / kappa, s / kappa**2
+    mean = np.asarray(st.combine(w, m))
+    grad = np.asarray(st.gradient())
+    mse = (float(w @ s) - float(mean @ mean)) / B + float(np.sum((mean - grad) ** 2))
+    g_x = np.asarray(st.prompt_gradients())
+    gn = np.sum(g_x**2, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weights = np.where(gn > 0, w * np.sum(m * g_x, axis=1) / np.where(gn > 0, gn, 1.0),
+                           np.nan)
+    batch = r.batch_rollouts(f, pm.rollouts, pm.accept, B)
+    shape = st.param_shape
+    reshape = (lambda a: a.reshape(shape)) if shape is not None else (lambda a: a)
+    norms = (w**2 * np.sum(m**2, axis=1), f**2 * gn)
+    return AllocationAudit(
+        rule=r.name, estimator=est.name, normaliser=normaliser, batch_size=B,
+        mean=reshape(mean), gradient=reshape(grad), mse=float(mse),
+        expected_rollouts=batch / B, batch_rollouts=batch, prompt_weights=weights,
+        prompt_rollouts=pm.rollouts, acceptance=pm.accept, slot_weights=w, prompt_probs=f,
+        prompt_norms=norms)
+
+
+__all__ += ["NORMALISERS"]
