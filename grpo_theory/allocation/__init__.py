@@ -9,14 +9,15 @@ rollouts and prompt weights by dynamic programming over count states (:mod:`.dp`
 references it is tested against.
 """
 
-from .audit import NORMALISERS, audit, check_estimator
+from .auditor import NORMALISERS, audit, check_estimator
 from .dp import PromptMoments, answer_agreement_moments, count_moments
+from .reference import EnumeratedAudit, MonteCarloAudit, enumerate_rule, monte_carlo
 from .result import AllocationAudit
-from .rules import (ConformalStopping, DynamicSampling, FixedSize, MaxVarianceSubset,
-                    PerPromptSize, Rule, SuccessiveElimination, available_rules,
-                    balanced_elimination, conformal_stopping, dynamic_sampling, fixed, get_rule,
-                    max_variance_subset, pass_rate_allocation, per_prompt, register_rule,
-                    successive_elimination)
+from .rules import (FixedSize, PerPromptSize, Rule, available_rules, fixed, get_rule,
+                    pass_rate_allocation, per_prompt, register_rule)
+from .adaptive import (ConformalStopping, DynamicSampling, MaxVarianceSubset,
+                       SuccessiveElimination, balanced_elimination, conformal_stopping,
+                       dynamic_sampling, max_variance_subset, successive_elimination)
 
 __all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "PromptMoments",
            "count_moments", "answer_agreement_moments",
@@ -24,4 +25,5 @@ __all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "Prompt
            "MaxVarianceSubset", "SuccessiveElimination", "available_rules", "get_rule",
            "register_rule", "fixed", "per_prompt", "pass_rate_allocation", "dynamic_sampling",
            "conformal_stopping", "max_variance_subset", "successive_elimination",
-           "balanced_elimination"]
+           "balanced_elimination", "EnumeratedAudit", "enumerate_rule", "MonteCarloAudit",
+           "monte_carlo"]

@@ -27,6 +27,8 @@ a random, data-dependent group.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
@@ -86,10 +88,22 @@ def advantage_tables(st, est, max_size: int):
     A1 = np.zeros((rows, H + 1, H + 1))
     A0 = np.zeros((rows, H + 1, H + 1))
     for k in range(max(est.min_group_size, 1), H + 1):
-        a1, a0 = _binary_advantages(st, est, k)
+        try:
+            a1, a0 = _free_table(est, k) if not est.needs else _binary_advantages(st, est, k)
+        except AttributeError:  # an advantage that reads a prompt constant without declaring it
+            a1, a0 = _binary_advantages(st, est, k)
         A1[:, k, :k + 1] = np.asarray(a1)[:rows]
         A0[:, k, :k + 1] = np.asarray(a0)[:rows]
     return A1, A0
+
+
+@lru_cache(maxsize=1024)
+def _free_table(est, k):
+    """The (1, k + 1) advantage rows of an estimator that reads no prompt constant (cached)."""
+    a1, a0 = _binary_advantages(SimpleNamespace(n_prompts=1), est, k)
+    a1, a0 = np.array(a1[:1]), np.array(a0[:1])
+    a1.flags.writeable = a0.flags.writeable = False
+    return a1, a0
 
 
 def conditional_laws(st):

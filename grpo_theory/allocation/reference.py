@@ -18,7 +18,7 @@ from .._precision import float64
 from ..core.estimators import PromptContext
 from ..core.problem import as_problem
 from ..core.stats import Estimate, ResultMixin, estimate_mean
-from .audit import check_estimator
+from .auditor import check_estimator
 from .dp import _check_normaliser
 from .rules import get_rule
 
