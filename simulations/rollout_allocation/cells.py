@@ -40,7 +40,7 @@ SCHEMA = {
                z_rollouts="float"),
     "plugin": dict(member="str", n_previous="int", model="str", m="float", ratio="float",
                    ratio_se="float", uniform_ratio="float"),
-    "train": dict(rule="str", seed="int", budget="float", fraction="float", gap="float?",
+    "train": dict(rule="str", run_seed="int", budget="float", fraction="float", gap="float?",
                   rollouts_per_prompt="float"),
 }
 
@@ -196,17 +196,20 @@ def _train(config, key):
             "conformal_stopping": lambda: rule_config("conformal_stopping",
                                                       grid=tuple(config["grid"]))}[name]()
     B, n = config["B"], config["n_steps"]
+    # every rule runs long enough to spend the fixed-G* rule's total: conformal stopping may
+    # spend as little as grid[0] a prompt
+    steps = n * G // config["grid"][0] if name == "conformal_stopping" else n
     seeds = np.asarray(key_seed(key, config["n_seeds"]), dtype=np.int64) % (2**32)
-    J, spent = train_rule(pb, rule, B, n, config["lr"], seeds)
+    J, spent = train_rule(pb, rule, B, steps, config["lr"], seeds)
     total = B * G * n  # the fixed-G* rule's rollouts
     budgets = [fr * total for fr in config["budgets"]]
     gaps = gap_at_budgets(J, spent, budgets, max_objective(pb))
     rows = []
     for i, s in enumerate(seeds):
         for j, fr in enumerate(config["budgets"]):
-            rows.append(dict(rule=name, seed=int(s), budget=budgets[j], fraction=fr,
+            rows.append(dict(rule=name, run_seed=int(s), budget=budgets[j], fraction=fr,
                              gap=float(gaps[i, j]),
-                             rollouts_per_prompt=float(spent[i, -1] / (B * n))))
+                             rollouts_per_prompt=float(spent[i, -1] / (B * steps))))
     return rows
 
 
