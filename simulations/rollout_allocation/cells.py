@@ -75,8 +75,8 @@ def member_rules(problem, grid) -> list[tuple[str, object]]:
             ("dynamic_sampling", A.dynamic_sampling(G)),
             ("conformal_stopping", A.conformal_stopping(tuple(grid))),
             ("max_variance_subset", A.max_variance_subset(2 * G, G)),
-            ("successive_elimination", A.successive_elimination(G, 2, G)),
-            ("balanced_elimination", A.balanced_elimination(G, 2, G))]
+            ("successive_elimination", A.successive_elimination(max(G, 4), 2, max(G, 4))),
+            ("balanced_elimination", A.balanced_elimination(max(G, 4), 2, max(G, 4)))]
 
 
 def cells(s: Settings) -> list[Cell]:
