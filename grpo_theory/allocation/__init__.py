@@ -27,3 +27,12 @@ __all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "Prompt
            "conformal_stopping", "max_variance_subset", "successive_elimination",
            "balanced_elimination", "EnumeratedAudit", "enumerate_rule", "MonteCarloAudit",
            "monte_carlo"]
+
+# the MSE-optimal unbiased allocation (greedy marginal allocation of per-prompt constants)
+from .optimal import (Allocation, PlugInResult, PromptConstants, estimated_constants,  # noqa: E402
+                      greedy_allocation, optimal_allocation, plug_in_mse, prompt_constants,
+                      uniform_allocation)
+
+__all__ += ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
+            "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
+            "PlugInResult"]
