@@ -343,7 +343,8 @@ def _embedding_sq(b, ids, rows, acc, route, vocab):
         same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
         sq = jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
     else:
-        g = jnp.zeros((n, vocab, d), acc).at[jnp.arange(n)[:, None], jnp.maximum(ids, 0)].add(b)
+        g = jnp.zeros((n, vocab, d), acc).at[jnp.arange(n)[:, None], jnp.maximum(ids, 0)].add(
+            b.astype(acc))
         sq = jnp.sum(g * g, axis=(1, 2))
     if rows is not None:
         sq = sq + 2.0 * jnp.sum(b * rows, axis=(1, 2))
