@@ -32,16 +32,29 @@ def test_counts_are_the_documented_formulas():
     c = ghost_rule.route_costs(t, di, do)
     assert c["gram"] == (t * t * (di + do + 1), 2 * t * t)
     assert c["direct"] == (t * di * do + di * do, di * do)
+    assert c["activations"] == t * (di + do)
     e = ghost_rule.route_costs(t, di, do, one_hot=True)  # an embedding: ids, vocabulary di
     assert e["gram"] == (t * t * (1 + do + 1), 2 * t * t)
     assert e["direct"] == (t * do + di * do, di * do)
+    assert e["activations"] == t * (1 + do)
 
 
 @pytest.mark.parametrize("t,di,do,one_hot", GRID)
-def test_rule_picks_the_route_with_fewer_multiply_adds(t, di, do, one_hot):
+def test_rule_is_the_documented_criterion(t, di, do, one_hot):
+    """Fewer multiply-adds; a route holding more than the activations only if the other holds
+    more still (then the smaller)."""
     c = ghost_rule.route_costs(t, di, do, one_hot=one_hot)
-    want = "gram" if c["gram"][0] <= c["direct"][0] else "direct"
-    assert ghost_rule.ghost_route(t, di, do, one_hot=one_hot) == want
+    cheap = "gram" if c["gram"][0] <= c["direct"][0] else "direct"
+    other = {"gram": "direct", "direct": "gram"}[cheap]
+    fits = {k: c[k][1] <= c["activations"] for k in ("gram", "direct")}
+    want = cheap if fits[cheap] else other if fits[other] else min(
+        (cheap, other), key=lambda k: (c[k][1], k != cheap))
+    got = ghost_rule.ghost_route(t, di, do, one_hot=one_hot)
+    assert got == want
+    # the choice depends on the shapes only: rows and dtype scale both sides
+    assert ghost_rule.ghost_route(t, di, do, one_hot=one_hot, rows=5, dtype_bytes=8) == got
+    # with an unbounded budget: the route with fewer multiply-adds
+    assert ghost_rule.ghost_route(t, di, do, one_hot=one_hot, memory_budget=10**15) == cheap
 
 
 def test_rule_at_chosen_shapes_and_under_a_budget():
@@ -51,6 +64,11 @@ def test_rule_at_chosen_shapes_and_under_a_budget():
     assert ghost_rule.ghost_route(256, 8, 8) == "direct"
     # Qwen2.5-0.5B's embedding at 64 positions: the id mask and one Gram, not 151936 x 896
     assert ghost_rule.ghost_route(64, 151936, 896, one_hot=True) == "gram"
+    # SmolLM2's embedding over a group of 800 positions: scattering the rows is cheaper
+    # (800 x 576 + 49152 x 576 against 800^2 x 578 multiply-adds) but its 49152 x 576 matrix
+    # holds far more than the activations; the two Grams hold less: gram, unless budgeted
+    assert ghost_rule.ghost_route(800, 49152, 576, one_hot=True) == "gram"
+    assert ghost_rule.ghost_route(800, 49152, 576, one_hot=True, memory_budget=2**40) == "direct"
     # gram is cheaper at (64, 4864, 896) but 8 rows of two 64 x 64 float32 Grams take 262144
     # bytes: a budget below that moves it to direct only if direct fits
     t, di, do = 64, 4864, 896

@@ -24,11 +24,16 @@ Counts per sample, multiply-adds (``c_in = 1`` for one-hot inputs, else ``d_in``
 
 .. math:: M_\text{gram} = 2 T^2, \qquad M_\text{direct} = d_\text{in} d_\text{out}.
 
-:func:`ghost_route` picks the route with fewer multiply-adds (gram on a tie); given a memory
-budget for the ``rows`` samples of a block, a route whose ``rows M dtype_bytes`` exceeds it is
-avoided when the other one fits (and when neither fits, the smaller is taken). The JAX backend
-(:mod:`grpo_theory.lm.ghost`) and the PyTorch backend (:mod:`grpo_theory.torch.estimate`) both
-call it; this module imports neither framework.
+The inputs and output gradients themselves hold ``A = T (c_in + d_out)`` values per sample
+(the activations a memory model of the pass counts, e.g.
+:func:`grpo_theory.lm.memory.ghost_row_bytes`).
+
+:func:`ghost_route` picks the route with fewer multiply-adds (gram on a tie), unless it holds
+more than the memory budget of the block's ``rows`` samples (``rows M dtype_bytes`` bytes;
+default budget: the activations, ``rows A dtype_bytes``, so no route holds more than the layer's
+own activations): then the other route if that one fits, and when neither fits the one holding
+less. The JAX backend (:mod:`grpo_theory.lm.ghost`) and the PyTorch backend
+(:mod:`grpo_theory.torch.estimate`) both call it; this module imports neither framework.
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ def _count(name: str, value, minimum: int = 1) -> int:
 
 
 def route_costs(positions: int, d_in: int, d_out: int, *, one_hot: bool = False) -> dict:
-    """Per-sample multiply-adds and values held by each route (module docstring).
+    """Per-sample multiply-adds and values held by each route, and the activations (module
+    docstring).
 
     Args:
         positions: T >= 1, the positions of one sample (a group taken as one sequence: its
@@ -58,23 +64,25 @@ def route_costs(positions: int, d_in: int, d_out: int, *, one_hot: bool = False)
         one_hot: the inputs are one-hot token ids (an embedding).
 
     Returns:
-        dict ``{"gram": (flops, values), "direct": (flops, values)}`` of ints.
+        dict ``{"gram": (flops, values), "direct": (flops, values), "activations": values}``
+        of ints.
     """
     t = _count("positions", positions)
     di, do = _count("d_in", d_in), _count("d_out", d_out)
     c_in = 1 if one_hot else di
     return {"gram": (t * t * (c_in + do + 1), 2 * t * t),
-            "direct": (t * c_in * do + di * do, di * do)}
+            "direct": (t * c_in * do + di * do, di * do),
+            "activations": t * (c_in + do)}
 
 
 def ghost_route(positions: int, d_in: int, d_out: int, *, one_hot: bool = False,
                 dtype_bytes: int = 4, rows: int = 1, memory_budget: int | None = None) -> str:
     r"""The route ("gram" or "direct") of one layer's per-sample squared norm.
 
-    ``"gram"`` iff ``F_gram <= F_direct`` (module docstring: ``T^2 (c_in + d_out + 1)`` against
-    ``T c_in d_out + d_in d_out`` multiply-adds), unless ``memory_budget`` is given and the
-    cheaper route's ``rows * M * dtype_bytes`` (``M_gram = 2 T^2``, ``M_direct = d_in d_out``
-    values) exceeds it: then the other route if it fits, else the one holding less.
+    The route with fewer multiply-adds (module docstring: ``F_gram = T^2 (c_in + d_out + 1)``
+    against ``F_direct = T c_in d_out + d_in d_out``; gram on a tie), unless its
+    ``rows * M * dtype_bytes`` bytes (``M_gram = 2 T^2``, ``M_direct = d_in d_out`` values)
+    exceed the budget: then the other route if it fits, else the one holding less.
 
     Args:
         positions: T >= 1 positions per sample (or per group taken as one sequence).
@@ -82,7 +90,8 @@ def ghost_route(positions: int, d_in: int, d_out: int, *, one_hot: bool = False,
         one_hot: inputs are token ids (an embedding).
         dtype_bytes: bytes per value (4 float32, 8 float64, 2 bfloat16).
         rows: samples (or groups) of a block formed at once (>= 1).
-        memory_budget: None (compute only) or bytes the layer's intermediate may hold.
+        memory_budget: bytes the layer's intermediate may hold; None: the layer's activations,
+            ``rows T (c_in + d_out) dtype_bytes`` (then the choice depends on the shapes only).
 
     Returns:
         ``"gram"`` or ``"direct"``.
@@ -92,12 +101,11 @@ def ghost_route(positions: int, d_in: int, d_out: int, *, one_hot: bool = False,
     """
     costs = route_costs(positions, d_in, d_out, one_hot=one_hot)
     b, n = _count("dtype_bytes", dtype_bytes), _count("rows", rows)
+    budget = (n * costs["activations"] * b if memory_budget is None
+              else _count("memory_budget", memory_budget))
     best = "gram" if costs["gram"][0] <= costs["direct"][0] else "direct"
-    if memory_budget is None:
-        return best
-    budget = _count("memory_budget", memory_budget)
     other = "direct" if best == "gram" else "gram"
-    held = {k: n * v[1] * b for k, v in costs.items()}
+    held = {k: n * costs[k][1] * b for k in ("gram", "direct")}
     if held[best] <= budget:
         return best
     if held[other] <= budget:

@@ -35,6 +35,10 @@ or EOS id (a ChatML prompt holds ``<|im_end|>`` after every turn) and every such
 attended to. Sampled responses hold ``pad_id`` (the checkpoint's pad token, else its first EOS
 id) after their first EOS, by position.
 
+The files are read by :func:`grpo_theory.lm.loaders.load_checkpoint`, every family-specific fact
+(config fields, tensor names and shapes, tunix's module) from the family's spec
+(:mod:`grpo_theory.lm.families`); this module builds the policy.
+
 tunix, flax, safetensors and tokenizers are imported on first use (the optional extra ``hf``:
 ``pip install -e ".[hf]"``); importing this module costs nothing.
 """
@@ -53,10 +57,8 @@ from .. import _validation as V
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .family_qwen2 import positions_mask as _positions_mask
 from .ghost import ghost_contractions, ghost_moments, score_dots
-from .loaders import hf_names as _hf_names  # noqa: F401  (the loaders' names, kept here)
 from .loaders import load_checkpoint, read_config
-from .loaders import params_from_arrays as _params_from_arrays  # noqa: F401
-from .loaders import shards as _shards  # noqa: F401
+from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
 from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
 from .policy import LMPolicy, _tokens
