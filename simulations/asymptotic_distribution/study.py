@@ -35,8 +35,8 @@ from grpo_theory.experiments.runner import Cell, Experiment, float64
 from grpo_theory.optim import theory as opt
 
 from . import analysis as _report
-from .analysis import (G_FIT_MIN, KS_ACCEPT, KS_REJECT, SLOPE_TOL, Z_TOL,
-                                              analyse, plot, report, slopes)
+from .analysis import (G_FIT_MIN, KS_ACCEPT, KS_REJECT, SLOPE_TOL, Z_TOL, analyse, plot, report,
+                       slopes)
 
 __all__ = ["NAME", "CLAIM", "RUNS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
            "predictions", "group_sweep", "analyse", "slopes", "checks", "report", "plot",

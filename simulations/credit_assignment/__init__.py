@@ -1,4 +1,4 @@
-"""Credit assignment and the rank-2 structure of GRPO gradients (issue 4.1, arXiv 2606.29238).
+"""Credit assignment and the rank-2 structure of GRPO gradients (arXiv 2606.29238).
 
 The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT``), ``analysis``
 (summaries, checks, report, figure); this face re-exports what its users need.

@@ -1,4 +1,4 @@
-"""Credit assignment and the rank-2 structure of GRPO gradients (issue 4.1, arXiv 2606.29238).
+"""Credit assignment and the rank-2 structure of GRPO gradients (arXiv 2606.29238).
 
 Claim: with an outcome reward every token of a response gets the response's advantage (token-level
 gradient = sequence-level gradient); with binary rewards the group gradient is

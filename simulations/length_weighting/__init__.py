@@ -1,4 +1,4 @@
-"""Length weighting f_alpha(L) = L^(alpha-1): exact bias, length sensitivity, training (issue 4.2).
+"""Length weighting f_alpha(L) = L^(alpha-1): exact bias, length sensitivity, training.
 
 The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT``), ``analysis``
 (summaries, checks, report, figure); this face re-exports what its users need.

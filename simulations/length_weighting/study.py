@@ -1,4 +1,4 @@
-"""Length weighting f_alpha(L) = L^(alpha-1): exact bias, length sensitivity, training (issue 4.2).
+"""Length weighting f_alpha(L) = L^(alpha-1): exact bias, length sensitivity, training.
 
 Weighting each completion's term by ``f_alpha(L) = L^(alpha-1)`` (alpha = 1: sequence sum,
 alpha = 0: per-sequence token mean) on a tabular sequence policy. Five kinds of cells, one table

@@ -42,7 +42,8 @@ from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
-from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
+from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.lm.local_model import model_path, model_policy
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 
@@ -74,14 +75,26 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The main sweep (budgets x group sizes x ``seeds``, ``steps`` Adam steps at rate ``lr``,
-    accuracy on ``n_eval`` questions at ``checkpoints``; training prompts from a pool of
-    ``n_pool``; G* from ``gstar_samples`` responses per question) and the two extra sweeps.
-    ``model``: a Hugging Face checkpoint directory to start from (absolute path; None: the
-    instruct warm-up policy), ``model_chunk`` its per-sample scores held at once (None: the
-    largest that fits in ``model_memory_budget`` bytes, None: half the available memory),
-    ``model_dtype`` and ``model_pad_id`` as in :class:`.lm_mse.Settings`."""
+class Settings(ModelOptions):
+    """The main sweep (budgets x group sizes x seeds) and the two extra sweeps.
+
+    Attributes:
+        warmup: the warm-up policies' configuration (:class:`~grpo_theory.lm.warmup.WarmupConfig`).
+        budgets: responses per step N = B G of the main sweep.
+        group_sizes: the group sizes G of the main sweep (each divides every budget).
+        seeds: training runs per (budget, G).
+        steps: Adam steps per run.
+        checkpoints: the steps at which accuracy is measured.
+        lr: Adam's learning rate.
+        n_eval: evaluation questions the accuracy is measured on.
+        n_pool: training questions the prompts are drawn from.
+        gstar_samples: responses per question behind the predicted G*.
+        knob: the difficulty-knob sweep (:class:`Sweep` with ``hard_fractions``).
+        practical: the practical-GRPO sweep (:class:`Sweep`).
+
+    The model options (``model``: the checkpoint to start from; None: the instruct warm-up
+    policy) are :class:`~grpo_theory.experiments.model_options.ModelOptions`'.
+    """
 
     warmup: WarmupConfig
     budgets: tuple
@@ -95,16 +108,6 @@ class Settings:
     gstar_samples: int
     knob: Sweep
     practical: Sweep
-    model: str | None = None
-    model_chunk: int | None = None
-    model_memory_budget: int | None = None
-    model_dtype: str = "float32"
-    model_pad_id: int | None = None
-
-    def __post_init__(self):
-        check_model_options(self)
-        if self.model is not None:
-            object.__setattr__(self, "model", absolute_path(self.model))
 
 
 SETTINGS = {

@@ -49,14 +49,14 @@ from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
-from grpo_theory.lm.local_model import (MODEL_DTYPES, absolute_path, check_model_options,
+from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.lm.local_model import (MODEL_DTYPES, check_model_options,
                                         model_path, model_policy, response_texts)
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy
-from grpo_theory.lm.warmup import study_policies as policies  # also imported by other LM drivers
+from grpo_theory.lm.warmup import study_policies as policies
 
-from .analysis import (FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, model_report, plot,
-                             report)
+from .analysis import (FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, model_report, plot, report)
 
 __all__ = ["NAME", "CLAIM", "FORMATS", "Z_TOL", "REL_TOL", "Settings", "SETTINGS", "SCHEMA",
            "cells", "cell", "policies", "model_path", "model_policy", "response_texts",
@@ -74,20 +74,27 @@ CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("base", "trace"),
 
 
 @dataclass(frozen=True)
-class Settings:
-    """``warmup``: the three policies' configuration; ``n_questions`` evaluation questions x G
-    responses per replicate; ``n_ref`` reference responses per question (trace format);
-    ``acc_samples`` sampled responses per question on the first ``acc_questions`` evaluation
-    questions in the accuracy cell (500: all of them);
-    ``pairs``: the (policy, format) gradient cells; ``gate_accuracy_order``: the accuracy
-    order (v) is a check (else only reported).
+class Settings(ModelOptions):
+    """The accuracy cell and the (policy, format) gradient cells, or one checkpoint's cell.
 
-    ``model``: a Hugging Face checkpoint directory (stored as an absolute path; None: the
-    package's warm-up policies) and, for it, ``model_samples`` responses per question of
-    ``model_response_len`` tokens, ``model_chunk`` per-sample scores held at once (each is a
-    parameter-sized vector; None: the largest that fits in ``model_memory_budget`` bytes,
-    None: half the memory available where the cell runs), ``model_dtype`` (float32 or
-    bfloat16) and ``model_pad_id`` (None: the checkpoint's)."""
+    Attributes:
+        warmup: the three policies' configuration (:class:`~grpo_theory.lm.warmup.WarmupConfig`).
+        n_questions: evaluation questions per replicate, each with G responses (at most 500).
+        group_sizes: the group sizes G (each >= 2).
+        n_reps: replicates per G (>= 2, for a standard error).
+        n_ref: reference responses per question in the trace format (an even integer >= 4).
+        chunk: per-sample scores held at a time.
+        pairs: the (policy, format) gradient cells, among :data:`CELL_ORDER`.
+        acc_samples: sampled responses per question in the accuracy cell.
+        acc_questions: the first ``acc_questions`` evaluation questions of the accuracy cell
+            (500: all of them).
+        gate_accuracy_order: the accuracy order (v) is a check (else only reported).
+        model_samples: with ``model``, responses per question (>= 3).
+        model_response_len: with ``model``, tokens per response.
+
+    The model options (``model``: the checkpoint the study runs on instead of the warm-up
+    policies) are :class:`~grpo_theory.experiments.model_options.ModelOptions`'.
+    """
 
     warmup: WarmupConfig
     n_questions: int
@@ -99,18 +106,12 @@ class Settings:
     acc_samples: int = 4
     acc_questions: int = 500
     gate_accuracy_order: bool = False
-    model: str | None = None
     model_samples: int = 16
     model_response_len: int = 32
-    model_chunk: int | None = None
-    model_memory_budget: int | None = None
-    model_dtype: str = "float32"
-    model_pad_id: int | None = None
 
     def __post_init__(self):
-        check_model_options(self)
+        super().__post_init__()
         if self.model is not None:
-            object.__setattr__(self, "model", absolute_path(self.model))
             if self.n_questions < 3 or self.model_samples < 3:
                 raise ValueError(f"with a model, n_questions and model_samples must be >= 3 "
                                  f"(the advisor's U-statistics), got {self.n_questions!r} and "

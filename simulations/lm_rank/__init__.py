@@ -1,4 +1,4 @@
-"""Rank of the small transformer's group gradients (credit-assignment companion, issue 13 B).
+"""Rank of the small transformer's group gradients (the credit-assignment companion's claim).
 
 The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT``), ``analysis``
 (summaries, checks, report, figure); this face re-exports what its users need.

@@ -1,4 +1,4 @@
-"""Rank of the small transformer's group gradients (credit-assignment companion, issue 13 B).
+"""Rank of the small transformer's group gradients (the credit-assignment companion's claim).
 
 Claim (companion paper, Nemotron-4B, G = 2, 4, 8): the G x D matrix of per-response gradient
 contributions ``A_g s_g`` has effective rank about 2 whatever G. Here, for the small
@@ -51,7 +51,8 @@ from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
 from grpo_theory.advisor.estimate import resolve_chunk, score_memory
 from grpo_theory.lm.grpo import task_tokens, train_grpo
-from grpo_theory.lm.local_model import absolute_path, check_model_options, model_path, model_policy
+from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.lm.local_model import model_path, model_policy
 from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
 from grpo_theory.lm.rank import (group_rank_table, group_score_grams, zero_share_difference,
                                  zero_share_unbiased)
@@ -106,16 +107,24 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Settings:
-    """``n_questions`` evaluation questions x ``n_reps`` groups of ``max(group_sizes)``
-    responses per cell; ``n_ref`` reference responses per question (trace: V^G + (1-V)^G);
-    ``chunk``: per-sample scores held at a time; ``pairs``: the (policy, format) cells;
-    ``run``: the GRPO run measured at its checkpoints (None: no run); ``model``: a Hugging Face
-    checkpoint directory (absolute path; None: the package's warm-up policies and ``pairs``;
-    else the checkpoint in the answer-only format, ``pairs`` unused) with ``model_chunk``
-    per-sample scores at once (None: the largest that fits in ``model_memory_budget`` bytes,
-    None: half the available memory; at least one group of ``max(group_sizes)``),
-    ``model_dtype`` and ``model_pad_id`` as in :class:`.lm_mse.Settings`."""
+class Settings(ModelOptions):
+    """One cell per (policy, format), or one per checkpoint of a GRPO run or of ``model``.
+
+    Attributes:
+        warmup: the warm-up policies' configuration (:class:`~grpo_theory.lm.warmup.WarmupConfig`).
+        n_questions: evaluation questions per cell (at most 500).
+        group_sizes: the group sizes G measured (nested prefixes of groups of ``max(group_sizes)``).
+        n_reps: groups of ``max(group_sizes)`` responses per question.
+        n_ref: reference responses per question for the zero-advantage share (trace format:
+            ``V^G + (1-V)^G`` estimated without bias); at least ``max(group_sizes)``.
+        chunk: per-sample scores held at a time.
+        pairs: the (policy, format) cells, among :data:`CELL_ORDER`.
+        run: the GRPO run measured at its checkpoints (:class:`Run`; None: no run).
+
+    The model options are :class:`~grpo_theory.experiments.model_options.ModelOptions`'; with
+    ``model`` the checkpoint runs in the answer-only format (``pairs`` unused) and
+    ``model_chunk`` holds at least one group of ``max(group_sizes)`` scores.
+    """
 
     warmup: WarmupConfig
     n_questions: int
@@ -125,16 +134,9 @@ class Settings:
     chunk: int
     pairs: tuple = CELL_ORDER
     run: Run | None = None
-    model: str | None = None
-    model_chunk: int | None = None
-    model_memory_budget: int | None = None
-    model_dtype: str = "float32"
-    model_pad_id: int | None = None
 
     def __post_init__(self):
-        check_model_options(self)
-        if self.model is not None:
-            object.__setattr__(self, "model", absolute_path(self.model))
+        super().__post_init__()
         if not 1 <= self.n_questions <= 500:
             raise ValueError(f"n_questions must lie in [1, 500], got {self.n_questions!r}")
         if not self.group_sizes or min(self.group_sizes) < 2:

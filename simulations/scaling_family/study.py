@@ -56,17 +56,15 @@ from grpo_theory.experiments.runner import Cell, Experiment, Section, check, flo
 from grpo_theory.experiments.stats import markdown_table, spearman
 from grpo_theory.lm.warmup import WarmupConfig
 
-from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, mse_cell,
-                             train_cell)
+from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, mse_cell, train_cell)
 from .lm import LMPart, knob_cell, lm_cells
 from .figure import plot_points
 from .lm import train_cell as lm_train_cell
-from .lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points,
-                            mc_report)
+from .lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points, mc_report)
 from .lm_noise import (NOISE_SCHEMA, LMNoisePart, noise_cell, noise_cells, noise_report,
-                               noise_rows)
+                       noise_rows)
 from .lm_report import (lm_checkpoint_table, lm_points, lm_reach, lm_report, read_step,
-                                steps_to_reach)
+                        steps_to_reach)
 
 __all__ = ["NAME", "CLAIM", "ETA0", "FULL_ESTIMATE", "LMPart", "Settings", "SETTINGS", "SCHEMA",
            "PARTS", "cells", "cell", "lm_cells", "grid_argmin", "read_step", "steps_to_reach",

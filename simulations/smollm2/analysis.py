@@ -190,7 +190,7 @@ def report(out) -> Path:
     c1 = const.set_index("parameter").loc["c1"]
     piv = mse.pivot(index="G", columns="estimator", values="mse").reset_index()
     lines = [
-        "# SmolLM2-135M-Instruct: the advisor on a real model (issue 19 D)", "",
+        "# SmolLM2-135M-Instruct: the advisor on a real model", "",
         f"Command: `make smollm2-study` (model file `{c['model']}`, D = {meta['dim']:,} "
         f"parameters; package {meta['version']}; seed {c['seed']}). Total "
         f"{meta['seconds_total'] / 60:.1f} min, of which the advisor's rollouts and gradients "

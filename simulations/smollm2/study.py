@@ -1,9 +1,9 @@
-r"""The advisor's study on a real pretrained model: SmolLM2-135M-Instruct on arithmetic (issue 19 D).
+r"""The advisor's study on a real pretrained model: SmolLM2-135M-Instruct on arithmetic.
 
 Not a registered experiment (``make reproduce`` runs every registered experiment on a fresh
 clone, which has no model file): the real file comes from ``make smollm2`` and the study runs as
 
-    make smollm2-study        # = python -m grpo_theory.studies.smollm2 --model <gguf> --out results-full/smollm2
+    make smollm2-study   # = python -m grpo_theory.studies.smollm2 --model <gguf> --out <dir>
 
 Phase 1 (task choice): for each candidate prompt family (:data:`CANDIDATES`: one-digit
 additions, subtractions, multiplications, one- and two-digit additions, and the one-digit
