@@ -60,6 +60,14 @@ SWEEP_ESTIMATORS = ("oracle", "grpo", "vanilla", "optimal")
 
 @dataclass(frozen=True)
 class Settings:
+    """The sample cells (one per run), the predictions and the group sweep.
+
+    Attributes:
+        n_seeds: independent runs per sample cell.
+        n_steps: steps per run; the suboptimality is logged at n/16, n/4 and n.
+        runs: ``(run id, problem, estimator, G, B, beta)`` of each sample cell.
+    """
+
     n_seeds: int
     n_steps: int
     runs: tuple = RUNS

@@ -67,6 +67,16 @@ PROBLEMS = {"a2_holds": a2_holds_bandit, "a2_fails": a2_fails_bandit}
 
 @dataclass(frozen=True)
 class Settings:
+    """The sweep: one cell per (problem, G), each sweeping the baselines.
+
+    Attributes:
+        group_sizes: the group sizes G.
+        deltas: the shifts delta of the baselines b = V + delta.
+        ts: the points t of the line b = V + t (b* - V) (t = 0: the oracle, t = 1: b*).
+        n_random: random baselines b(x) ~ U(0, 1) per cell.
+        n_reps: Monte Carlo replicates per cell (the same draws for every baseline).
+    """
+
     group_sizes: tuple
     deltas: tuple
     ts: tuple

@@ -60,6 +60,21 @@ TRAIN_G, TRAIN_B, TRAIN_LR = 8, 8, 0.1
 
 @dataclass(frozen=True)
 class Settings:
+    """The identity, rank, training, sparsity and baseline cells.
+
+    Attributes:
+        n_groups: sampled groups per rank cell.
+        G: the group sizes of the rank cells.
+        betas_tab: the tabular policy's inverse temperatures, one rank cell each.
+        betas_mlp: the MLP policy's inverse temperatures, one rank cell each.
+        seeds: runs of the training cell.
+        steps: steps per training run.
+        sparsity_reps: Monte Carlo replicates of the sparsity cell.
+        id_groups: sampled groups per (policy, G) in the identity cell.
+        baseline_G: the group sizes of the baseline cell.
+        id_G: the group sizes of the identity cell.
+    """
+
     n_groups: int
     G: tuple
     betas_tab: tuple

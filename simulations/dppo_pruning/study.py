@@ -58,10 +58,23 @@ MASK_SCHEMES = {"uniform": dppo.KeepScheme("uniform", 0.6, 0.7),
 
 @dataclass(frozen=True)
 class Settings:
+    """The mask, enumerated-batch and trade-off cells.
+
+    Attributes:
+        estimators: the estimators of the mask and batch cells.
+        n_batches: mask cells (one sampled batch each).
+        mask_reps: sampled masks per mask cell.
+        batch_configs: ``(G, B)`` pairs of the enumerated small bandit.
+        trade_reps: Monte Carlo replicates per trade-off cell.
+        trade_estimators: the estimators of the trade-off cells.
+        rates: the keep rates q of the prompt- and completion-uniform schemes.
+        floors: the keep-probability floors of the advantage-aware and zero-groups-only schemes.
+    """
+
     estimators: tuple
     n_batches: int
     mask_reps: int
-    batch_configs: tuple  # (G, B) pairs of the enumerated small bandit
+    batch_configs: tuple
     trade_reps: int
     trade_estimators: tuple
     rates: tuple

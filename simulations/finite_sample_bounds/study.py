@@ -56,6 +56,15 @@ REL_TOL = 1e-9  # x <= bound up to float rounding (at n = 0 both equal Delta_0)
 
 @dataclass(frozen=True)
 class Settings:
+    """One cell per (step-size schedule, estimator).
+
+    Attributes:
+        n_seeds: independent runs per cell.
+        n_steps: steps per run.
+        estimators: the estimators trained (names of the estimator registry).
+        schedules: the step-size schedules, keys of :data:`BETAS` (``constant``, ``inverse``).
+    """
+
     n_seeds: int
     n_steps: int
     estimators: tuple = ESTIMATORS

@@ -54,10 +54,24 @@ MC_ALPHAS = (0.0, 0.5, 1.0)
 
 @dataclass(frozen=True)
 class Settings:
+    """The exact, modes, sweep, Monte Carlo and training cells.
+
+    Attributes:
+        alphas: the exponents alpha of the sweep cells.
+        sweep_G: the group sizes of the sweep cells.
+        mc_reps: Monte Carlo replicates per Monte Carlo cell.
+        seeds: independent training runs per training cell.
+        steps: steps per training run.
+        train_alphas: the exponents alpha trained.
+        exact_G: the group sizes of the exact cell.
+        train_est: the estimators trained.
+        exact_alphas: the exponents alpha of the exact cell.
+    """
+
     alphas: tuple
     sweep_G: tuple
     mc_reps: int
-    seeds: int  # independent training runs per cell
+    seeds: int
     steps: int
     train_alphas: tuple
     exact_G: tuple

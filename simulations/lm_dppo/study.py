@@ -66,11 +66,27 @@ def _axes_and_diagonal(rs):
 
 @dataclass(frozen=True)
 class Settings:
-    """B x G per step, ``steps`` (the fixed-step comparison) with accuracy every ``every``
-    steps on ``n_eval`` questions, pruned runs up to ``min(max_factor, 1/(qp qc))`` x ``steps``;
-    ``rates`` (r_q, r_o) of Algorithm 1 with ``seeds`` runs each and ``practical_rates`` of the
-    clipped variant with ``practical_seeds``; ``capacity`` packed row length; ``n_masks``
-    masks per rate and ``n_dirs`` random projection directions in the gradient cell."""
+    """The GRPO runs with and without DPPO pruning, and the gradient cell.
+
+    Attributes:
+        warmup: the warm-up policies' configuration (:class:`~grpo_theory.lm.warmup.WarmupConfig`).
+        batch: prompts B per step.
+        group: responses G per prompt.
+        steps: steps of the fixed-step comparison.
+        every: accuracy is measured every ``every`` steps.
+        max_factor: pruned runs go on up to ``min(max_factor, 1/(qp qc))`` x ``steps``.
+        lr: Adam's learning rate.
+        n_eval: evaluation questions of the accuracy.
+        n_pool: training questions the prompts are drawn from.
+        rates: the pruning rates (r_q, r_o) of Algorithm 1.
+        practical_rates: the rates of the clipped variant.
+        seeds: runs per rate of Algorithm 1.
+        capacity: the packed row length.
+        n_masks: sampled masks per rate in the gradient cell.
+        practical_seeds: runs per rate of the clipped variant.
+        n_dirs: random projection directions in the gradient cell.
+        n_buckets: buckets of the packed row counts reported.
+    """
 
     warmup: WarmupConfig
     batch: int

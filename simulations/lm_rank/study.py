@@ -113,7 +113,8 @@ class Settings(ModelOptions):
     Attributes:
         warmup: the warm-up policies' configuration (:class:`~grpo_theory.lm.warmup.WarmupConfig`).
         n_questions: evaluation questions per cell (at most 500).
-        group_sizes: the group sizes G measured (nested prefixes of groups of ``max(group_sizes)``).
+        group_sizes: the group sizes G measured (nested prefixes of groups of
+            ``max(group_sizes)``).
         n_reps: groups of ``max(group_sizes)`` responses per question.
         n_ref: reference responses per question for the zero-advantage share (trace format:
             ``V^G + (1-V)^G`` estimated without bias); at least ``max(group_sizes)``.

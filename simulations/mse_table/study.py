@@ -29,6 +29,14 @@ Z_TOL = 4.0
 
 @dataclass(frozen=True)
 class Settings:
+    """The sweep: one cell per (estimator, G).
+
+    Attributes:
+        n_reps: Monte Carlo replicates per cell.
+        estimators: the estimators compared (names of the estimator registry).
+        group_sizes: the group sizes G.
+    """
+
     n_reps: int
     estimators: tuple = ("vanilla", "grpo", "grpo_mean", "oracle")
     group_sizes: tuple = (2, 4, 8, 16, 32, 64)

@@ -58,6 +58,15 @@ N_FIT = 4  # the slope is fitted over the N_FIT largest group sizes
 
 @dataclass(frozen=True)
 class Settings:
+    """The sweep: one cell per (problem, G).
+
+    Attributes:
+        group_sizes: the group sizes G.
+        base_reps: Monte Carlo replicates at G <= 16; :func:`n_reps_for` takes more at larger G
+            (at most 8x).
+        problems: the problems (``softmax``, ``linear``, ``sequence``).
+    """
+
     group_sizes: tuple
     base_reps: int
     problems: tuple = ("softmax", "linear", "sequence")

@@ -52,14 +52,33 @@ CLAIM = ("practical GRPO (std-normalised advantages, token ratios, K3 KL) is asy
 
 @dataclass(frozen=True)
 class Settings:
+    """The exact cells (Lemma 11, eta, kappa, K3) and the Monte Carlo cells.
+
+    Attributes:
+        vocab_size: tokens of the tabular sequence policy.
+        horizon: tokens per response.
+        n_prompts: prompts of the problem.
+        reward_scale: reward means drawn from U(0, reward_scale), so V(x) stays away from 1/2.
+        problem_seed: seed of the problem's parameters and rewards.
+        eta: the step theta = theta_old + eta * direction of the lemma11 and Monte Carlo cells.
+        kappa: the K3 KL penalty's weight.
+        ref_offset: theta_ref = theta_old + ref_offset * another direction.
+        group_sizes: the group sizes G of the lemma11 cell.
+        etas: the steps eta of the eta cell.
+        kappas: the weights kappa of the kappa cell.
+        ref_offsets: the reference offsets of the K3 cell.
+        mc_groups: the group sizes of the Monte Carlo cells.
+        n_reps: Monte Carlo replicates per Monte Carlo cell.
+    """
+
     vocab_size: int = 2
     horizon: int = 3
     n_prompts: int = 2
-    reward_scale: float = 0.5  # reward means ~ U(0, reward_scale): V(x) away from 1/2
+    reward_scale: float = 0.5
     problem_seed: int = 0
-    eta: float = 0.3  # step of the lemma11 / mc cells
+    eta: float = 0.3
     kappa: float = 0.1
-    ref_offset: float = 0.5  # theta_ref = theta_old + ref_offset * another direction
+    ref_offset: float = 0.5
     group_sizes: tuple = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
     etas: tuple = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02)
     kappas: tuple = (0.01, 0.03, 0.1, 0.3, 1.0)

@@ -48,10 +48,19 @@ EQ_VOCAB = 7
 
 @dataclass(frozen=True)
 class Settings:
+    """The density cells (distribution x batch) and the equivalence cells.
+
+    Attributes:
+        n_seq: sequences per packed batch of the density cells.
+        n_batches: batches per length distribution.
+        windows: the look-ahead windows of the packers compared.
+        eq_configs: ``(case, n_seq, capacity)`` of the equivalence cells.
+    """
+
     n_seq: int
     n_batches: int
     windows: tuple
-    eq_configs: tuple  # (case, n_seq, capacity) of the equivalence cells
+    eq_configs: tuple
 
 
 SETTINGS = {

@@ -87,20 +87,39 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
 
 @dataclass(frozen=True)
 class Settings:
-    deltas: tuple  # the members' reward gaps
-    grid: tuple  # group sizes (powers of a base, so the grid argmin is well separated)
-    budgets: tuple  # N for the MSE cells
-    mc_reps: int  # Monte Carlo replicates per (member, N, G), a multiple of MC_CHUNK
-    train_N: int  # per-step budget N = BG
-    train_steps: int  # steps under the per-step budget
-    train_B_total: int  # B under the total budget (0: no total-budget runs)
-    total_steps_at_Gmax: int  # steps at the largest G under the total budget
+    """The bandit family's cells and, optionally, the transformer's parts.
+
+    Attributes:
+        deltas: the members' reward gaps.
+        grid: the group sizes (powers of a base, so the grid argmin is well separated).
+        budgets: the budgets N of the MSE cells.
+        mc_reps: Monte Carlo replicates per (member, N, G), a multiple of ``MC_CHUNK``.
+        train_N: the per-step budget N = B G of the training runs.
+        train_steps: steps under the per-step budget.
+        train_B_total: B under the total budget (0: no total-budget runs).
+        total_steps_at_Gmax: steps at the largest G under the total budget.
+        n_seeds: training runs per (member, G).
+        n_boot: bootstrap resamples of the best-G intervals.
+        train_deltas: the members trained with Algorithm 1 (one compilation per G).
+        lm: the language-model part (:class:`LMPart`; None: no LM cells).
+        lm_mc: the transformer's measured MSE argmin (``LMMCPart``; None: no cells).
+        lm_noise: noise-limited transformer training (``LMNoisePart``; None: no cells).
+    """
+
+    deltas: tuple
+    grid: tuple
+    budgets: tuple
+    mc_reps: int
+    train_N: int
+    train_steps: int
+    train_B_total: int
+    total_steps_at_Gmax: int
     n_seeds: int
     n_boot: int
-    train_deltas: tuple = ()  # members trained with Algorithm 1 (one compilation per G)
-    lm: LMPart | None = None  # the language-model part (None: no LM cells)
-    lm_mc: LMMCPart | None = None  # the transformer's measured MSE argmin (None: no cells)
-    lm_noise: LMNoisePart | None = None  # noise-limited transformer training (None: no cells)
+    train_deltas: tuple = ()
+    lm: LMPart | None = None
+    lm_mc: LMMCPart | None = None
+    lm_noise: LMNoisePart | None = None
 
 
 SETTINGS = {

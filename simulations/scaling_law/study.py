@@ -63,6 +63,20 @@ PROBLEM = "scaling_bandit(delta=0.1)"
 
 @dataclass(frozen=True)
 class Settings:
+    """The constants cell, the MSE cells and the training cells.
+
+    Attributes:
+        budgets: the budgets N = B G of the MSE cells.
+        grid: the group sizes G (each MSE cell has G <= N).
+        mc_reps: Monte Carlo replicates per MSE cell.
+        train_N: the per-step budgets N of the training cells.
+        n_steps: steps of a training run under a per-step budget.
+        n_seeds: training runs per cell.
+        total_steps_at_Gmax: steps at the largest G under the total budget T = n B G
+            (B = ``TRAIN_B_TOTAL``), which fixes T.
+        n_boot: bootstrap resamples of the training best-G interval.
+    """
+
     budgets: tuple
     grid: tuple
     mc_reps: int

@@ -109,6 +109,15 @@ def fixed_point(policy, estimator: str, G: int, start) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Settings:
+    """The exact cell and one training cell per (estimator, G).
+
+    Attributes:
+        group_sizes: the group sizes G trained (and evaluated exactly).
+        n_steps: steps per training run.
+        n_seeds: training runs per cell.
+        exact_G: further group sizes of the exact cell.
+    """
+
     group_sizes: tuple
     n_steps: int
     n_seeds: int
