@@ -15,10 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_theory._validation import integer
 from grpo_theory.core.estimators import get_estimator
 from grpo_theory.core.montecarlo import estimate_gradient, sample_groups
 from grpo_theory.core.stats import z_value
 from grpo_theory.core.policies import as_problem
+
+__all__ = ["paired_squared_errors", "mean_ci"]
 
 
 @partial(jax.jit, static_argnames=("ests", "batch_size", "group_size", "chunk", "n_chunks"))
@@ -45,8 +48,28 @@ def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int
                           chunk: int | None = None) -> np.ndarray:
     """Per-replicate ``||ghat - grad J||^2`` for each estimator then each baseline row.
 
-    Returns an array (n_reps, len(estimators) + n_b), all columns from the same draws.
+    A baseline row ``b`` gives the estimate ``(1/(BG)) sum (z - b(x)) s(x, y)``; every column
+    is evaluated on the same sampled batches, so differences of columns are paired.
+
+    Args:
+        bandit: the problem (a bandit or anything :func:`~grpo_theory.core.policies.as_problem`
+            takes).
+        estimators: names of the estimator registry.
+        baselines: prompt-only baselines, an array (n_b, n_prompts) (or one row); None: none.
+        group_size: responses G per prompt (>= 1).
+        batch_size: prompts B per batch (>= 1).
+        n_reps: replicates (>= 1).
+        seed: the PRNG seed of the draws.
+        chunk: replicates per compiled step (None: sized to about 2^22 numbers).
+
+    Returns:
+        An array (n_reps, len(estimators) + n_b), all columns from the same draws.
     """
+    group_size = integer("group_size", group_size, 1)
+    batch_size = integer("batch_size", batch_size, 1)
+    n_reps = integer("n_reps", n_reps, 1)
+    if chunk is not None:
+        chunk = integer("chunk", chunk, 1)
     problem = as_problem(bandit)
     ests = tuple(get_estimator(e) for e in estimators)
     b = jnp.zeros((0, problem.n_prompts)) if baselines is None else jnp.asarray(
@@ -61,7 +84,11 @@ def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int
 
 
 def mean_ci(samples, axis=0):
-    """Mean, standard error and normal 95% CI along ``axis``."""
+    """Mean, standard error and normal 95% CI along ``axis``.
+
+    Returns:
+        ``(mean, se, lower, upper)``, ``se = std(ddof=1) / sqrt(n)``, bounds ``mean -/+ z se``.
+    """
     s = np.asarray(samples, dtype=np.float64)
     m = s.mean(axis=axis)
     se = s.std(axis=axis, ddof=1) / np.sqrt(s.shape[axis])
