@@ -1,9 +1,9 @@
 """The analysis, PASS rule, report section and figures of ``asymptotic-distribution``
-(:mod:`.asymptotic_distribution`).
+(its :mod:`.study`).
 
 :func:`analyse` puts each run's simulated ``n Delta_n`` beside both mixtures (means with 95%
 intervals, KS tests, quantiles); :func:`slopes` fits ``log(w_k(grpo) - w_k(oracle))`` on ``log G``;
-:func:`checks` is the PASS rule of the driver's docstring; :func:`report` and :func:`plot` write the
+:func:`checks` is the PASS rule of the study's docstring; :func:`report` and :func:`plot` write the
 section and the figures.
 """
 

@@ -1,8 +1,8 @@
 """The PASS rule, report section and figure of ``baseline-optimality``
-(:mod:`.baseline_optimality`).
+(its :mod:`.study`).
 
 :func:`summary` reduces the paired squared errors per baseline; :func:`checks` evaluates the
-criteria of the driver's docstring; :func:`report` and :func:`plot` write the section and the
+criteria of the study's docstring; :func:`report` and :func:`plot` write the section and the
 figure.
 """
 

@@ -1,6 +1,6 @@
-"""The PASS rule, report section and figure of ``credit-assignment`` (:mod:`.credit_assignment`).
+"""The PASS rule, report section and figure of ``credit-assignment`` (its :mod:`.study`).
 
-:func:`checks` evaluates the criteria of the driver's docstring on the tables; :func:`report` and
+:func:`checks` evaluates the criteria of the study's docstring on the tables; :func:`report` and
 :func:`plot` write the section and the figure.
 """
 

@@ -1,6 +1,6 @@
-"""The PASS rule, report section and figure of ``dppo-pruning`` (:mod:`.dppo_pruning`).
+"""The PASS rule, report section and figure of ``dppo-pruning`` (its :mod:`.study`).
 
-:func:`summary` reduces the tables to the quantities the checks of the driver's docstring read;
+:func:`summary` reduces the tables to the quantities the checks of the study's docstring read;
 :func:`report` and :func:`plot` write the section and the figure.
 """
 

@@ -1,4 +1,4 @@
-"""The report section and figure of ``lm-dppo`` (:mod:`.lm_dppo`).
+"""The report section and figure of ``lm-dppo`` (its :mod:`.study`).
 
 :func:`run_summary` and :func:`rate_summary` reduce the training runs and the gradient-rate cells;
 :func:`report` and :func:`plot` write the section (with its checks) and the figure.

@@ -1,4 +1,4 @@
-"""The report section and figure of ``lm-groupsize`` (:mod:`.lm_groupsize`).
+"""The report section and figure of ``lm-groupsize`` (its :mod:`.study`).
 
 :func:`bootstrap_best_g` (the best G per checkpoint with its bootstrap interval), :func:`summary`
 and :func:`prediction` reduce the tables; :func:`report` and :func:`plot` write the section (with

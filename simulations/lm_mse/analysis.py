@@ -1,7 +1,7 @@
-"""The PASS rule, report section and figure of ``lm-mse`` (:mod:`.lm_mse`).
+"""The PASS rule, report section and figure of ``lm-mse`` (its :mod:`.study`).
 
 :func:`checks` turns the gradient table into one row per (policy, format) with the criteria
-(i)-(iv) of the driver's docstring; :func:`accuracy_order` is criterion (v); :func:`report` and
+(i)-(iv) of the study's docstring; :func:`accuracy_order` is criterion (v); :func:`report` and
 :func:`plot` write the section and ``lm_mse.png`` (the package policies' cells, or the one
 ``model`` cell of a Hugging Face checkpoint).
 """

@@ -1,6 +1,6 @@
-"""The report section and figure of ``lm-rank`` (:mod:`.lm_rank`).
+"""The report section and figure of ``lm-rank`` (its :mod:`.study`).
 
-:func:`report` writes the section (the rank and zero-share tables, with the checks of the driver's
+:func:`report` writes the section (the rank and zero-share tables, with the checks of the study's
 docstring) and :func:`plot` the figure.
 """
 

@@ -1,6 +1,6 @@
-"""The report section and figure of ``practical-grpo`` (:mod:`.practical_grpo`).
+"""The report section and figure of ``practical-grpo`` (its :mod:`.study`).
 
-:func:`summary` reduces the tables to the quantities the checks of the driver's docstring read;
+:func:`summary` reduces the tables to the quantities the checks of the study's docstring read;
 :func:`report` and :func:`plot` write the section and the figure.
 """
 

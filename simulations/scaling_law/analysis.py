@@ -1,7 +1,7 @@
-"""The PASS rule, report section and figure of ``scaling-law`` (:mod:`.scaling_law`).
+"""The PASS rule, report section and figure of ``scaling-law`` (its :mod:`.study`).
 
 :func:`summaries` reduces the tables (bootstrap argmins, fits) to what :func:`checks` (the criteria
-of the driver's docstring) reads; :func:`report` and :func:`plot` write the section and the figure.
+of the study's docstring) reads; :func:`report` and :func:`plot` write the section and the figure.
 """
 
 from __future__ import annotations

@@ -275,7 +275,8 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
 
 def main(argv=None) -> int:
     """Command line: ``python -m grpo_theory.studies.smollm2 --model FILE --out DIR [...]``."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.smollm2",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="the SmolLM2 .gguf file (make smollm2)")
     ap.add_argument("--out", default="results-full/smollm2")
     ap.add_argument("--tasks", default=",".join(CANDIDATES))

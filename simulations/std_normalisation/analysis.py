@@ -1,7 +1,7 @@
-"""The PASS rule, report section and figure of ``std-normalisation`` (:mod:`.std_normalisation`).
+"""The PASS rule, report section and figure of ``std-normalisation`` (its :mod:`.study`).
 
 :func:`summary` puts the measured and predicted fixed points side by side; :func:`checks` evaluates
-the criteria of the driver's docstring; :func:`report` and :func:`plot` write the section and the
+the criteria of the study's docstring; :func:`report` and :func:`plot` write the section and the
 figure.
 """
 
