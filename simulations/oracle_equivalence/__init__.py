@@ -4,8 +4,8 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 re-exports what its users need.
 """
 
-from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, cells, cell, n_reps_for, slope_fit,
-                    summary, report, plot, EXPERIMENT)
+from .study import (NAME, CLAIM, ESTIMATORS, Settings, SETTINGS, SCHEMA, cells, cell, n_reps_for,
+                    slope_fit, summary, report, plot, EXPERIMENT)
 
-__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
-           "slope_fit", "summary", "report", "plot", "EXPERIMENT"]
+__all__ = ["NAME", "CLAIM", "ESTIMATORS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
+           "n_reps_for", "slope_fit", "summary", "report", "plot", "EXPERIMENT"]

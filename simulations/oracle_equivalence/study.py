@@ -42,8 +42,8 @@ from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key
 from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.experiments.paired import mean_ci, paired_squared_errors
 
-__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "n_reps_for",
-           "slope_fit", "summary", "report", "plot", "EXPERIMENT"]
+__all__ = ["NAME", "CLAIM", "ESTIMATORS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
+           "n_reps_for", "slope_fit", "summary", "report", "plot", "EXPERIMENT"]
 
 NAME = "oracle-equivalence"
 CLAIM = "GRPO's gradient MSE -> oracle's; gap = c3/(G(G-1)) ~ G^-2 (Thm 2, Prop 3, Cor 4)"
