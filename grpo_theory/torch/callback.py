@@ -51,7 +51,7 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
-from .estimate import estimate_from_model
+from .estimate import estimate_from_torch_rollouts
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
@@ -205,10 +205,10 @@ class GroupSizeAdvisor(TrainerCallback):
                         response_mask=mm, rewards=zz, sequence_weights=w,
                         temperature=float(self.trainer.temperature))
         with torch.enable_grad():
-            est = estimate_from_model(model, rollouts["prompt_ids"], yy, zz,
-                                      prompt_mask=rollouts["prompt_mask"], response_mask=mm,
-                                      sequence_weights=w, temperature=rollouts["temperature"],
-                                      alpha=self.alpha, store_means=self.store_means)
+            est = estimate_from_torch_rollouts(
+                model, rollouts["prompt_ids"], yy, zz, prompt_mask=rollouts["prompt_mask"],
+                response_mask=mm, sequence_weights=w, temperature=rollouts["temperature"],
+                alpha=self.alpha, store_means=self.store_means)
         B = self.budget / G
         lo, hi = est.g_star_ci
         oracle = est.mse(B, G, "oracle")
