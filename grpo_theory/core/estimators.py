@@ -140,6 +140,7 @@ def register(est: Estimator, *aliases: str) -> Estimator:
 
 @float64
 def available_estimators() -> list[str]:
+    """The registered estimator names (and aliases), sorted."""
     return sorted(_REGISTRY)
 
 
@@ -201,8 +202,6 @@ register(Estimator("optimal", _optimal, exact="prompt_baseline", needs=("optimal
 
 # --- std normalisation -------------------------------------------------------------------------
 
-#: Conventions of public implementations (Table 1 and its footnotes): ddof of the group std, eps added
-#: to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all.
 STD_PRESETS: dict[str, dict] = {
     "trl": dict(ddof=1, eps=1e-4, centre="mean"),
     "verl": dict(ddof=1, eps=1e-6, centre="mean"),
@@ -213,6 +212,8 @@ STD_PRESETS: dict[str, dict] = {
     "paper": dict(ddof=1, eps=0.0, centre="loo"),  # Appendix A: (Z_g - Zbar_(-g)) / se
     "drgrpo": dict(ddof=1, eps=0.0, centre="mean", scale=False),
 }
+"""Conventions of public implementations (Table 1 and its footnotes): ddof of the group std, eps
+added to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all."""
 
 
 def _batch_axes(z) -> tuple[int, ...]:

@@ -91,6 +91,9 @@ def grid_argmin(constants: ScalingConstants, grid) -> int:
 
 @dataclass(frozen=True)
 class GroupSizeOptimum:
+    """The MSE-optimal group size at a fixed budget (Theorem 7): the paper's ``sqrt(c3/c1)``, the
+    exact form's real minimiser ``1 + sqrt(c3/c1)`` and the integer argmin, with the constants."""
+
     paper: float  # sqrt(c3/c1), Theorem 7
     continuous: float  # 1 + sqrt(c3/c1), the exact form's real minimiser
     exact: int  # integer argmin over G >= 2 of the exact fixed-budget MSE

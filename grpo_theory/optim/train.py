@@ -80,8 +80,8 @@ def _inverse(t, lr, offset):
     return lr / (t + offset)
 
 
-#: the one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)
 SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
+"""The one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)."""
 _SCHEDULE_NAMES = tuple(SCHEDULES)
 
 

@@ -55,9 +55,9 @@ from .estimate import estimate_from_torch_rollouts
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
-#: the metrics logged (each prefixed "advisor/")
 LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_G",
           "zero_variance_share", "mse_ratio_grpo_oracle", "budget", "group_size")
+"""The metrics logged (each prefixed "advisor/")."""
 #: loss types whose token losses are divided by each sequence's own length
 _PER_SEQUENCE = ("grpo", "sapo")
 #: loss types whose normaliser is common to the batch (or absent)
