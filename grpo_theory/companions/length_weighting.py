@@ -114,6 +114,15 @@ def length_weights(lengths, alpha) -> jnp.ndarray:
 
     Returns:
         ``L^(alpha - 1)``, same shape.
+
+    Example:
+        ``alpha = 0`` divides each sequence by its length (TRL's "grpo"), ``alpha = 1`` sums it:
+
+        >>> from grpo_theory.companions import length_weights
+        >>> length_weights([1, 2, 4], 0.0).tolist()
+        [1.0, 0.5, 0.25]
+        >>> length_weights([1, 2, 4], 1.0).tolist()
+        [1.0, 1.0, 1.0]
     """
     a = _check_alpha(alpha)
     L = jnp.asarray(lengths, dtype=jnp.float64)

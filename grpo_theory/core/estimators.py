@@ -132,7 +132,26 @@ _REGISTRY: dict[str, Estimator] = {}
 
 @float64
 def register(est: Estimator, *aliases: str) -> Estimator:
-    """Add an estimator (and aliases) to the registry; returns it for chaining."""
+    """Add an estimator (and aliases) to the registry; returns it for chaining.
+
+    Args:
+        est: the :class:`Estimator`; its ``name`` becomes a registry key.
+        *aliases: further names for it.
+
+    Returns:
+        ``est``.
+
+    Example:
+        An advantage ``A = Z - 1/2`` (a constant baseline), by name everywhere afterwards:
+
+        >>> import jax.numpy as jnp
+        >>> from grpo_theory.core import Estimator, get_estimator, register
+        >>> half = register(Estimator("half_baseline", lambda z, ctx: z - 0.5))
+        >>> get_estimator("half_baseline") is half
+        True
+        >>> half(jnp.array([1.0, 0.0, 1.0, 1.0])).tolist()
+        [0.5, -0.5, 0.5, 0.5]
+    """
     for key in (est.name, *aliases):
         _REGISTRY[key] = est
     return est
