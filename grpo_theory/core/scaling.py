@@ -27,6 +27,9 @@ __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal
 
 @dataclass(frozen=True)
 class ScalingConstants:
+    """The scaling-law constants of Theorem 7: GRPO's exact MSE at B prompts of G responses is
+    ``(c1 G + c2 + c3/(G - 1)) / (B G)`` (:meth:`mse`)."""
+
     c1: float
     c2: float
     c3: float
