@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
-from _helpers import one_step_objective
+from support.objectives import one_step_objective
 
 TOL = 1e-13
 

@@ -19,7 +19,7 @@ import pytest
 from grpo_theory import lm
 from grpo_theory.lm import ghost, hf
 from grpo_theory.lm import policy as lmpolicy
-from test_lm_hf import EOS, EOS2, write_checkpoint
+from support.hf_checkpoint import EOS, EOS2, write_checkpoint
 
 PP = hf.PROMPT_PAD
 R = 7

@@ -1,8 +1,9 @@
-"""Cases of the training loops whose numbers are pinned in ``tests/data/train_reference.npz``.
+"""Training-loop cases whose numbers are pinned in ``tests/optim/results/train_reference.npz``.
 
-The file was written by the loop before it moved to optax and traced problems (``python
-tests/_train_reference.py`` on commit 23e49b5); ``tests/test_train_reference.py`` recomputes
-every case and requires agreement to float64 rounding.
+The file was written by the loop before it moved to optax and traced problems (this module run
+as a script on commit 23e49b5, then at ``tests/_train_reference.py``); ``test_train_family.py``
+(``tests/optim/``) recomputes every case and requires agreement to float64 rounding. Rewrite it
+with ``python tests/support/train_reference.py`` only when a change of the numbers is intended.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-PATH = Path(__file__).resolve().parent / "data" / "train_reference.npz"
+PATH = Path(__file__).resolve().parents[1] / "optim" / "results" / "train_reference.npz"
 
 
 def _flat(prefix, res, out):

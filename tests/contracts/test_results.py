@@ -35,7 +35,7 @@ from grpo_theory.core.montecarlo import MCResult
 from grpo_theory.core.stats import (Estimate, Result, ResultMixin, ScalarResultMixin, t_value,
                                     z_value)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- the inventory of result types ---------------------------------------------------------------

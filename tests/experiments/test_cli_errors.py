@@ -9,7 +9,7 @@ import json
 import jax
 import pytest
 
-from test_lm_hf import PAD, write_checkpoint
+from support.hf_checkpoint import PAD, write_checkpoint
 
 from grpo_theory.advisor import advise as A
 from grpo_theory.experiments import cli

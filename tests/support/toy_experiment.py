@@ -9,8 +9,9 @@ cell.
 ``toy-slow``: the same cells, each sleeping ``sleep`` seconds first (so a Dask worker can be
 killed while it runs one).
 
-Workers find these through ``compute_cell("_slow_experiment", ...)``: the module must be importable
-in the worker processes (this folder is on ``sys.path`` in pytest and in the spawned workers).
+Workers find these through ``compute_cell("support.toy_experiment", ...)``: the module must be
+importable in the worker processes (``tests/`` is on ``sys.path`` in pytest, by the ``pythonpath``
+entry of pyproject.toml, and in the spawned workers, which inherit it).
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
 """lm-mse, lm-groupsize and lm-rank on a Hugging Face checkpoint (``Settings.model``,
 ``--model PATH``).
 
-A tiny random checkpoint in the Hugging Face layout (``write_checkpoint`` of test_lm_hf.py) is
-biased so that the arithmetic task's rewards are neither all 0 nor all 1: a constant direction
-in the embeddings makes digits the likely first token and a digit marker makes EOS the likely
-second one, so ``[digit, EOS]`` responses are common; the first token favours 1, 2 and 3, so
-questions with those answers have pass rates near 0.25 and the others near 0.05. Both drivers
-run once on it (module fixture, shared compiled shapes: 32 questions x 16 responses of 2 tokens
-in both), then the CLI's error cases
-and the cell identities of the package runs (model=None) are checked. lm-rank runs on it too
-(32 questions x one group of 16, lm-mse's sampled shape; its 2-step GRPO run cell is a slow
-test), and its package cells keep their identities.
+A tiny random checkpoint in the Hugging Face layout (``support.hf_checkpoint.write_checkpoint``) is
+biased so that the arithmetic task's rewards are neither all 0 nor all 1: a constant direction in
+the embeddings makes digits the likely first token and a digit marker makes EOS the likely second
+one, so ``[digit, EOS]`` responses are common; the first token favours 1, 2 and 3, so questions
+with those answers have pass rates near 0.25 and the others near 0.05. Both drivers run once on it
+(module fixture, shared compiled shapes: 32 questions x 16 responses of 2 tokens in both), then the
+CLI's error cases and the cell identities of the package runs (model=None) are checked. lm-rank
+runs on it too (32 questions x one group of 16, lm-mse's sampled shape; its 2-step GRPO run cell is
+a slow test), and its package cells keep their identities.
 """
 
 import dataclasses
@@ -24,7 +23,7 @@ pytest.importorskip("tunix")
 pytest.importorskip("safetensors")
 pytest.importorskip("tokenizers")
 
-from test_lm_hf import write_checkpoint  # noqa: E402
+from support.hf_checkpoint import write_checkpoint  # noqa: E402
 
 from grpo_theory.experiments import cli  # noqa: E402
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, check,  # noqa: E402
@@ -34,7 +33,7 @@ from grpo_theory.lm.grpo import task_tokens  # noqa: E402
 from grpo_theory.lm.task import TaskConfig, eval_set  # noqa: E402
 from grpo_theory.studies import lm_groupsize, lm_mse, lm_rank  # noqa: E402
 
-DIGITS = slice(30, 40)  # token ids of "0".."9" in test_lm_hf's tokenizer
+DIGITS = slice(30, 40)  # token ids of "0".."9" in support.hf_checkpoint's tokenizer
 FAVOURED = slice(31, 34)  # "1", "2", "3": the likely first tokens
 EOS = 2
 #: division questions with single-digit operands: every answer is one digit, one token

@@ -28,7 +28,7 @@ from jax.flatten_util import ravel_pytree
 
 from grpo_theory.lm import model, policy, task
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 U = 2.0**-8
 SPEC = dict(d_model=32, n_layers=1, n_heads=2)

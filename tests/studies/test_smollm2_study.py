@@ -1,7 +1,7 @@
 """The SmolLM2 study's code path (simulations/_smollm2_study.py) end to end on a tiny GGUF file.
 
-The tiny SmolLM2-like Llama file of test_lm_gguf (random weights, byte-level tokenizer, ChatML
-template) stands in for the real model, which the tests never need (``make smollm2`` fetches
+The tiny SmolLM2-like Llama file of ``support.gguf_checkpoint`` (random weights, byte-level
+tokenizer, ChatML template) stands in for the real model, which the tests never need (``make smollm2`` fetches
 it for ``make smollm2-study`` only). A random model almost never writes the right integer, so the
 run uses a reward with a known spread (the parity of the response's length); the tables must
 carry the configuration in every row, hold finite numbers, agree with the constants they are
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from test_lm_gguf import config, write_gguf
-from test_lm_hf import _weights
+from support.gguf_checkpoint import config, write_gguf
+from support.hf_checkpoint import hf_weights
 
 from grpo_theory import lm
 from grpo_theory.lm.rank import zero_share_unbiased
@@ -35,7 +35,7 @@ def parity(text, answer):
 def run(tmp_path_factory):
     path = tmp_path_factory.mktemp("smollm2")
     cfg = config("llama", True, theta=1e5)
-    model = write_gguf(path / "tiny.gguf", cfg, _weights(dict(cfg), False, seed=4), "smollm")
+    model = write_gguf(path / "tiny.gguf", cfg, hf_weights(dict(cfg), False, seed=4), "smollm")
     policy = lm.from_pretrained(model)
     sc = S.StudyConfig(model=str(model), tasks=("add1", "mul1"), n_prompts=5, n_ref=6,
                        n_study=4, n_samples=6, response_len=3, chunk=3, seed=1)

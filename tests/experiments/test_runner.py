@@ -1,7 +1,7 @@
 """The runner and its store: results you can trust (validated cells, keys, resume, verdicts).
 
-Every test runs the test-only experiment ``toy`` of ``tests/_slow_experiment.py`` (five cells of
-four rows each, ``value ~ N(i, 1)``) in this process.
+Every test runs the test-only experiment ``toy`` of ``tests/support/toy_experiment.py`` (five
+cells of four rows each, ``value ~ N(i, 1)``) in this process.
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ import os
 import shutil
 import stat
 
-import _slow_experiment as toy
+from support import toy_experiment as toy
 import numpy as np
 import pandas as pd
 import pytest
@@ -77,7 +77,7 @@ def _assert_incomplete_report(path) -> str:
 def toy_cli(monkeypatch):
     """The CLI sees only the test experiments (``toy`` and ``toy-slow``)."""
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
-    monkeypatch.setenv(registry.EXTRA_ENV, "_slow_experiment")
+    monkeypatch.setenv(registry.EXTRA_ENV, "support.toy_experiment")
 
 
 # --------------------------------------------------------------------------- damaged cell files

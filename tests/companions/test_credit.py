@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import grpo_theory as gt
 from grpo_theory.companions import credit as C
 from grpo_theory.problems import default_bandit, sequence_policy
-from _helpers import one_step_objective
+from support.objectives import one_step_objective
 
 TOL = 1e-12
 

@@ -1,11 +1,11 @@
-"""Damaged files and extreme values at the public entry points (issue 24, round 2).
+"""Damaged files and extreme values at the public entry points.
 
 A corpus of damaged checkpoints written here (tiny Hugging Face checkpoints from
-``test_lm_hf.write_checkpoint``, then one defect each: config.json, the safetensors index, the
-shards, tokenizer.json), and hypothesis strategies over the checkpoint reader, the advisor and the
-core API: every input gives a correct result or a ``ValueError`` whose message comes from the
-package (it names the file, field or argument), never a raw library error, NaN or a read outside
-the checkpoint directory.
+``support.hf_checkpoint.write_checkpoint``, then one defect each: config.json, the safetensors
+index, the shards, tokenizer.json), and hypothesis strategies over the checkpoint reader, the
+advisor and the core API: every input gives a correct result or a ``ValueError`` whose message
+comes from the package (it names the file, field or argument), never a raw library error, NaN or
+a read outside the checkpoint directory.
 """
 
 import json
@@ -24,7 +24,7 @@ from grpo_theory.advisor.estimate import estimate_from_rollouts
 from grpo_theory.core.estimators import prompt_baseline
 from grpo_theory.core.scaling import optimal_group_size
 from grpo_theory.lm import checkpoint_io, hf
-from test_lm_hf import write_checkpoint
+from support.hf_checkpoint import write_checkpoint
 
 SHARD1, SHARD2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
 CONFIG_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_hidden_layers",

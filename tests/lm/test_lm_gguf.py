@@ -1,14 +1,15 @@
 """llama.cpp GGUF files as policies (grpo_theory.lm.gguf through lm.from_pretrained).
 
-Tiny random Llama and Qwen2 checkpoints (test_lm_hf's weights, widths multiple of 32 so that
-Q8_0 / Q4_1 blocks fit) are written twice: as a Hugging Face folder (safetensors, a byte-level
-BPE tokenizer.json, a ChatML chat template) and as a GGUF file with ``gguf.GGUFWriter``, the
-way llama.cpp's converter writes it (Llama q/k rows permuted by the converter's formula, written
-out here; tensor names, metadata keys, tokens / merges / token types). Both routes must give the
-same parameters, tokens and logits, equal to test_lm_hf's float64 NumPy reference. Prompts that
-contain the pad/EOS id (``<|im_end|>``, as every ChatML prompt does) must give the log-probs of
-the reference in which every prompt token is attended to. Malformed files must raise
-ValueErrors naming the file and the field or tensor.
+Tiny random Llama and Qwen2 checkpoints (``support.hf_checkpoint``'s weights, widths multiple of
+32 so that Q8_0 / Q4_1 blocks fit) are written twice by ``support.gguf_checkpoint``: as a Hugging
+Face folder (safetensors, a byte-level BPE tokenizer.json, a ChatML chat template) and as a GGUF
+file with ``gguf.GGUFWriter``, the way llama.cpp's converter writes it (Llama q/k rows permuted
+by the converter's formula, written out there; tensor names, metadata keys, tokens / merges /
+token types). Both routes must give the same parameters, tokens and logits, equal to
+``support.hf_checkpoint``'s float64 NumPy reference. Prompts that contain the pad/EOS id
+(``<|im_end|>``, as every ChatML prompt does) must give the log-probs of the reference in which
+every prompt token is attended to. Malformed files must raise ValueErrors naming the file and the
+field or tensor.
 """
 
 import json
@@ -22,153 +23,15 @@ pytest.importorskip("tunix")
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
-from test_lm_hf import _weights, reference_logits  # noqa: E402
-
 from grpo_theory import lm  # noqa: E402
 from grpo_theory.lm import gguf as lmgguf, hf, policy as lmpolicy  # noqa: E402
 
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2
-BOS, EOS = 1, 2  # SmolLM2's ids: pad = eos = <|im_end|>
-MERGES = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("1", "2"), ("Ġ", "a"), ("i", "s")]
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
-          "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt "
-          "%}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-QWEN2_RE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
-            r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+from support.gguf_checkpoint import (CHATML, EOS, G, config, converter_permute,  # noqa: E402
+                                     gguf_name, write_folder, write_gguf)
+from support.hf_checkpoint import hf_weights, reference_logits  # noqa: E402
+
 TEXTS = ["the 12 cats is 345 a the", "What is 7 + 5?", "  spaces\tand\nlines 1234",
          "<|im_start|>user\nhi<|im_end|>", "é ü ß 漢字"]
-G = gguf.GGMLQuantizationType
-
-
-def _tokens():
-    """The vocabulary in id order: special tokens, the 256 byte-level characters, merges."""
-    alphabet = sorted(tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    return SPECIAL + alphabet + [a + b for a, b in MERGES]
-
-
-def hf_tokenizer(pre):
-    """The Hugging Face side: a BPE tokenizer.json as SmolLM2 (digits one by one, then the
-    GPT-2 byte-level split) or Qwen2 (its split regex, then byte-level without regex)."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers as pt
-    tok = tokenizers.Tokenizer(models.BPE({t: i for i, t in enumerate(_tokens())},
-                                          list(MERGES)))
-    if pre == "smollm":
-        tok.pre_tokenizer = pt.Sequence([pt.Digits(individual_digits=True),
-                                         pt.ByteLevel(add_prefix_space=False, use_regex=True)])
-    else:
-        tok.pre_tokenizer = pt.Sequence([
-            pt.Split(tokenizers.Regex(QWEN2_RE), behavior="isolated", invert=False),
-            pt.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
-    return tok
-
-
-def config(model_type, tied, theta=100.0):
-    """A tiny config.json: width 32, 4 query heads of 8 on 2 key/value heads, MLP 64."""
-    c = dict(model_type=model_type, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-             num_attention_heads=4, num_key_value_heads=2, vocab_size=len(_tokens()),
-             max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=theta,
-             tie_word_embeddings=tied, hidden_act="silu", eos_token_id=EOS,
-             bos_token_id=BOS, pad_token_id=EOS, rope_scaling=None)
-    if model_type == "llama":
-        c.update(attention_bias=False, mlp_bias=False)
-    return c
-
-
-def write_folder(path, cfg, w, pre):
-    from safetensors.numpy import save_file
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps(cfg))
-    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
-    hf_tokenizer(pre).save(str(path / "tokenizer.json"))
-    save_file(w, str(path / "model.safetensors"))
-    return path
-
-
-def converter_permute(w, n_head):
-    """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute (q: query heads, k: kv heads)."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
-
-
-GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-              "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-
-
-def gguf_name(name):
-    top = {"model.embed_tokens.weight": "token_embd.weight",
-           "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-    if name in top:
-        return top[name]
-    _, _, i, rest = name.split(".", 3)
-    mod, kind = rest.rsplit(".", 1)
-    return f"blk.{i}.{GGUF_NAMES[mod]}.{kind}"
-
-
-def write_gguf(file, cfg, w, pre, qtypes=None, drop=(), meta=None, tensors=None):
-    """A GGUF v3 file of the checkpoint, as llama.cpp's converter writes it.
-
-    ``qtypes``: GGUF name -> quantisation type (default F32); ``drop``: metadata keys left out;
-    ``meta``: key -> (value, GGUFValueType) written over; ``tensors``: GGUF name -> raw array
-    written instead (None: left out)."""
-    a = cfg["model_type"]
-    wr = gguf.GGUFWriter(str(file), a)
-    V = gguf.GGUFValueType
-    h, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    kvs = {f"{a}.block_count": (cfg["num_hidden_layers"], V.UINT32),
-           f"{a}.context_length": (cfg["max_position_embeddings"], V.UINT32),
-           f"{a}.embedding_length": (cfg["hidden_size"], V.UINT32),
-           f"{a}.feed_forward_length": (cfg["intermediate_size"], V.UINT32),
-           f"{a}.attention.head_count": (h, V.UINT32),
-           f"{a}.attention.head_count_kv": (kv, V.UINT32),
-           f"{a}.rope.freq_base": (cfg["rope_theta"], V.FLOAT32),
-           f"{a}.attention.layer_norm_rms_epsilon": (cfg["rms_norm_eps"], V.FLOAT32),
-           f"{a}.vocab_size": (cfg["vocab_size"], V.UINT32),
-           f"{a}.rope.dimension_count": (cfg["hidden_size"] // h, V.UINT32),
-           "tokenizer.ggml.model": ("gpt2", V.STRING), "tokenizer.ggml.pre": (pre, V.STRING),
-           "tokenizer.ggml.tokens": (_tokens(), V.ARRAY),
-           "tokenizer.ggml.token_type": ([3] * len(SPECIAL) + [1] * (len(_tokens())
-                                                                   - len(SPECIAL)), V.ARRAY),
-           "tokenizer.ggml.merges": ([f"{x} {y}" for x, y in MERGES], V.ARRAY),
-           "tokenizer.ggml.bos_token_id": (BOS, V.UINT32),
-           "tokenizer.ggml.eos_token_id": (EOS, V.UINT32),
-           "tokenizer.ggml.padding_token_id": (EOS, V.UINT32),
-           "tokenizer.ggml.add_bos_token": (False, V.BOOL),
-           "tokenizer.chat_template": (CHATML, V.STRING)}
-    kvs.update(meta or {})
-    for k, (val, t) in kvs.items():
-        if k in drop:
-            continue
-        if t == V.ARRAY:
-            wr.add_array(k, val)
-        else:
-            wr.add_key_value(k, val, t)
-    tensors = dict(tensors or {})
-    for name in sorted(w):
-        g = gguf_name(name)
-        if g in tensors:
-            if tensors[g] is not None:
-                wr.add_tensor(g, tensors.pop(g))
-            continue
-        arr = w[name]
-        if a == "llama" and g.endswith(("attn_q.weight", "attn_k.weight")):
-            arr = converter_permute(arr, h if "attn_q" in g else kv)
-        q = (qtypes or {}).get(g, G.F32)
-        if q == G.F32:
-            wr.add_tensor(g, np.ascontiguousarray(arr, np.float32))
-        else:
-            wr.add_tensor(g, gguf.quants.quantize(arr, q), raw_dtype=q)
-    for g, arr in tensors.items():  # extra tensors
-        if arr is not None:
-            wr.add_tensor(g, arr)
-    wr.write_header_to_file()
-    wr.write_kv_data_to_file()
-    wr.write_tensors_to_file()
-    wr.close()
-    return file
 
 
 def roundtrip(w, qtypes):
@@ -221,7 +84,7 @@ def test_gguf_route_equals_folder_route(case, tmp_path):
     checkpoint's: D = the file's element count) and logits (= the float64 NumPy reference)."""
     mt, tied, bias, pre, quant = CASES[case]
     cfg = config(mt, tied, theta=50.0 if mt == "llama" else 1e4)
-    w = _weights(dict(cfg, tie_word_embeddings=tied), bias, seed=1)
+    w = hf_weights(dict(cfg, tie_word_embeddings=tied), bias, seed=1)
     qt = quant_types(cfg) if quant else {}
     f = write_gguf(tmp_path / "m.gguf", cfg, w, pre, qtypes=qt)
     stored = roundtrip(w, qt)  # what the file holds, dequantised
@@ -268,7 +131,7 @@ def smol(tmp_path_factory):
     """A tiny SmolLM2-like GGUF file (Llama, tied, pad = eos = <|im_end|>)."""
     path = tmp_path_factory.mktemp("smol")
     cfg = config("llama", True, theta=1e5)
-    w = _weights(dict(cfg), False, seed=4)
+    w = hf_weights(dict(cfg), False, seed=4)
     return lm.from_pretrained(write_gguf(path / "smol.gguf", cfg, w, "smollm")), cfg, w
 
 
@@ -338,7 +201,7 @@ def test_score_accumulators_without_x64(smol):
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     cfg = config("llama", True)
-    return cfg, _weights(dict(cfg), False, seed=5), tmp_path_factory.mktemp("bad")
+    return cfg, hf_weights(dict(cfg), False, seed=5), tmp_path_factory.mktemp("bad")
 
 
 def _bad(good, name, **kw):

@@ -1,10 +1,10 @@
 """One compiled loop for a problem family; optax inside the loop; numbers pinned to the old loop.
 
-Issue 20 (part D): problems were hashed into jit's static arguments, so every member of a
-family (``scaling_family_bandit(delta)``: same shapes, different rewards) compiled the training
-loop again (5 s each here). Problems are now traced pytrees, the update an optax
-transformation; the pinned numbers (``tests/data/train_reference.npz``, written by the loop
-before the change) must be reproduced to float64 rounding.
+Problems used to be hashed into jit's static arguments, so every member of a family
+(``scaling_family_bandit(delta)``: same shapes, different rewards) compiled the training loop
+again (5 s each here). Problems are now traced pytrees, the update an optax transformation; the
+pinned numbers (``tests/optim/results/train_reference.npz``, written by the loop before the
+change) must be reproduced to float64 rounding.
 """
 
 import jax
@@ -18,7 +18,7 @@ from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.policies import SequencePolicy
 from grpo_theory.optim import train as T
 
-import _train_reference as R
+from support import train_reference as R
 
 
 def _family(deltas=(0.5, 0.25, 0.1, 0.047)):
@@ -81,7 +81,7 @@ def test_policies_are_pytrees_with_static_shapes():
 
 
 def test_pinned_numbers_of_the_old_loop():
-    """Every case of ``tests/_train_reference.py`` to float64 rounding (the loop is optax
+    """Every case of ``tests/support/train_reference.py`` to float64 rounding (the loop is optax
     ``sgd`` on ``-ghat`` now; a few entries differ from the old loop in the last bit)."""
     ref = np.load(R.PATH)
     new = R.cases()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grpo_theory.experiments import registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LINT = Path(sys.executable).with_name("lint-imports")
 
 

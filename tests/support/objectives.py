@@ -1,4 +1,4 @@
-"""Helpers shared by test modules (pytest puts this folder on sys.path)."""
+"""Objectives computed by hand, shared by the companions' training tests."""
 
 import jax.numpy as jnp
 

@@ -21,7 +21,7 @@ import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.experiments.runner import cell_key, run_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- public API: gt.scaling_constants / gt.optimal_group_size ----------------------------------

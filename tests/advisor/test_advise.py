@@ -17,7 +17,7 @@ from grpo_theory.lm import task
 from grpo_theory.lm.model import ModelConfig, init_params
 from grpo_theory.lm.warmup import save_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REWARD_MODULE = '''
 def first_is_digit(text, answer):
     return float(text[:1].isdigit())
@@ -96,7 +96,7 @@ def test_advise_hf_checkpoint_end_to_end(files, tmp_path, monkeypatch, capsys):
     pytest.importorskip("tunix")
     pytest.importorskip("safetensors")
     pytest.importorskip("tokenizers")
-    from test_lm_hf import write_checkpoint
+    from support.hf_checkpoint import write_checkpoint
 
     ckpt = tmp_path / "qwen"
     write_checkpoint(ckpt)

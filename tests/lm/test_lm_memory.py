@@ -228,14 +228,14 @@ def test_out_of_memory_in_the_statistics_names_the_options(policy, monkeypatch):
 def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     """A checkpoint (ghost-norm route) is budgeted by ghost_row_bytes when the lengths are
     known (lm_rollout_statistics, advise); without them by per-sample scores."""
-    from test_lm_gguf import config, write_gguf
-    from test_lm_hf import _weights
+    from support.gguf_checkpoint import config, write_gguf
+    from support.hf_checkpoint import hf_weights
 
     from grpo_theory import lm
 
     cfg = config("llama", True, theta=1e5)
     pol = lm.from_pretrained(write_gguf(tmp_path / "t.gguf", cfg,
-                                        _weights(dict(cfg), False, seed=4), "smollm"))
+                                        hf_weights(dict(cfg), False, seed=4), "smollm"))
     d, b = E.score_memory(pol)
     a = pol.ghost_row_bytes(20, 4)
     assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)

@@ -2,8 +2,8 @@
 bad input (workers, scheduler, experiment name) fails fast with a clear message.
 
 One local cluster of 2 worker processes is shared by the tests of this module. The workers
-import ``_slow_experiment`` by name: pytest puts ``tests/`` on ``sys.path`` and spawned worker
-processes inherit the parent's ``sys.path``.
+import ``support.toy_experiment`` by name: pytest puts ``tests/`` on ``sys.path`` (``pythonpath``
+in pyproject.toml) and spawned worker processes inherit the parent's ``sys.path``.
 """
 
 import dataclasses
@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 
-import _slow_experiment as toy
+from support import toy_experiment as toy
 import pandas as pd
 import pytest
 
@@ -45,7 +45,7 @@ def cluster():
 @pytest.fixture
 def toy_cli(monkeypatch):
     monkeypatch.setattr(registry, "entry_points", lambda group: [])
-    monkeypatch.setenv(registry.EXTRA_ENV, "_slow_experiment")
+    monkeypatch.setenv(registry.EXTRA_ENV, "support.toy_experiment")
 
 
 def test_cluster_table_equals_in_process_table(tmp_path, cluster):
