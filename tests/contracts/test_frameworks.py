@@ -353,7 +353,7 @@ def test_reinforce_baseline_token_weighting(L):
 
 
 def test_easydel_eps_is_1e_4():
-    """The fix of issue 9: binary groups of 16 differed by 8e-4 with eps = 1e-6."""
+    """EasyDeL's eps (1e-4): binary groups of 16 differed by 8e-4 with eps = 1e-6."""
     z = np.array([[1.0] * 3 + [0.0] * 13])
     ref = easydel_advantages(z)
     _close(_pkg("grpo_std_easydel", z), ref, rtol=1e-12)

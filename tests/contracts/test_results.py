@@ -1,4 +1,4 @@
-"""One result interface and uniform argument names across the public API (issue 20 E).
+"""One result interface and uniform argument names across the public API.
 
 * every result type with standard errors satisfies :class:`grpo_theory.core.stats.Result`:
   ``conf_int(alpha)`` is a DataFrame (columns lower, upper) indexed by parameter name,

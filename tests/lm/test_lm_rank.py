@@ -1,4 +1,4 @@
-"""Rank of the small transformer's group gradients (issue 13 B): the Gram route against dense
+"""Rank of the small transformer's group gradients: the Gram route against dense
 scores, the exact identities on real scores, the calibration of the zero-share check, and the
 lm-rank driver on its quick setting, as `make reproduce` runs it."""
 
@@ -94,7 +94,7 @@ def _z_scores(reps, n_ref, exact, per_group=False, sims=4000, b=32, G=8, seed=0)
     zero = (rng.uniform(size=(sims, reps, b)) < p).astype(float)
     qx = np.broadcast_to(p, (sims, b)) if exact else zero_share_unbiased(
         rng.binomial(n_ref, V, size=(sims, b)), n_ref, G)
-    if per_group:  # the se before issue 18: every group's residual as if independent
+    if per_group:  # the earlier se: every group's residual as if independent
         resid = (zero - qx[:, None, :]).reshape(sims, -1)
         return resid.mean(1) / (resid.std(1, ddof=1) / np.sqrt(resid.shape[1]))
     return np.array([zero_share_difference(zero[i], qx[i], exact).zscore(0.0)
@@ -131,7 +131,7 @@ def test_validation(groups):
 
 def test_quick_setting_as_make_reproduce_runs_it(tmp_path):
     """lm-rank's quick setting, seed 0, through the runner: exactly the cells and checks that
-    ``make reproduce`` runs (issue 18: the reproduction failed check (iii) while a smaller test
+    ``make reproduce`` runs (the reproduction once failed check (iii) while a smaller test
     setting, answer-only without the trace format, passed). Six (policy, format) cells, G = 2 ...
     16, and the 120-step GRPO run measured at steps 0, 30, 60, 120."""
     s = lm_rank.SETTINGS["quick"]

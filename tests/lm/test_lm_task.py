@@ -1,4 +1,4 @@
-"""Arithmetic task, tokenizer and reward of the small-LM validation (issue 5)."""
+"""Arithmetic task, tokenizer and reward of the small-LM validation."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,8 @@
 """Repeated calls with an equal configuration reuse the compiled loop (the cache does not grow).
 
-Regression tests of issue 9 (item 6): the length-weighting loop hashed its policy wrapper by
-identity and the credit loop jitted a fresh closure per call, so every identical call compiled
-(and kept) a new executable; the LM loop had the same leak once.
+Regression tests of a leak: the length-weighting loop hashed its policy wrapper by identity and
+the credit loop jitted a fresh closure per call, so every identical call compiled (and kept) a
+new executable; the LM loop had the same leak once.
 """
 
 import jax

@@ -1,5 +1,6 @@
-"""Claims 4 and 5: each driver, run on a small setting into a tmp dir, must PASS; and each
-driver's checks must fail when the theory it tests is replaced by a wrong one."""
+"""finite-sample-bounds and asymptotic-distribution: each driver, run on a small setting into a
+tmp dir, must PASS; and each driver's checks must fail when the theory it tests is replaced by a
+wrong one."""
 
 import dataclasses
 

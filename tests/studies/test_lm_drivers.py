@@ -1,4 +1,4 @@
-"""The small-LM drivers (issue 5) on the runner, on small settings, asserting what theory predicts.
+"""lm-mse and lm-groupsize on the runner, on small settings, asserting what theory predicts.
 
 Both drivers run once per test session into one output folder, so they share one checkpoint
 cache (``<out>/.cache/lm``, the quick warm-up) and every test reads the same tables. Under

@@ -1,4 +1,5 @@
-"""Claims 1, 2, 3, 6 of issue 3: the scaling-law API, each driver's quick setting, the notebook.
+"""Oracle equivalence, baseline optimality, the scaling law and std normalisation: the scaling-law
+API, each driver's quick setting, the notebook.
 
 Each driver test runs the quick setting (scaling-law and std-normalisation on a smaller grid of
 G) through the experiment runner into a temporary folder, draws its figures from the saved
