@@ -74,12 +74,16 @@ def test_studies_register_through_entry_points():
     eps = {ep.value for ep in entry_points(group=registry.GROUP)}
     drivers = {f"grpo_theory.studies.{p.stem}" for p in (ROOT / "simulations").glob("*.py")
                if not p.stem.startswith("_")}
+    # a study may also be a folder (a package under simulations/ with its own __init__.py)
+    folders = {f"grpo_theory.studies.{p.parent.name}"
+               for p in (ROOT / "simulations").glob("*/__init__.py")}
+    drivers |= folders
     assert drivers == eps and set(registry.modules()) >= eps
     assert len(registry.experiments()) == len(drivers)
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     subpackages = {".".join(p.parent.relative_to(ROOT).parts)
                    for p in (ROOT / "grpo_theory").rglob("__init__.py")}
-    assert subpackages | {"grpo_theory.studies"} == set(cfg["packages"])
+    assert subpackages | {"grpo_theory.studies"} | folders == set(cfg["packages"])
     assert cfg["package-dir"] == {"grpo_theory.studies": "simulations"}
 
 
