@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -141,7 +143,7 @@ def plot(tables, s, out_dir) -> None:
     au = tables["audit"]
     d = au[au.B == au.B.min()]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    markers = dict(zip(sorted(d.member.unique()), "osD^v<>"))
+    markers = dict(zip(sorted(d.member.unique()), itertools.cycle("osD^v<>")))
     colours = dict(zip(sorted(d.family.unique()), plt.cm.tab10.colors))
     for r in d.itertuples():
         kw = dict(marker=markers[r.member], color=colours[r.family], ls="none")
