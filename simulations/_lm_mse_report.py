@@ -28,7 +28,7 @@ REL_TOL = 0.15
 
 
 def accuracy_order(acc: pd.DataFrame) -> dict:
-    """Issue 5's requirement: base < instruct < icl in both formats, base > 0.05, icl < 0.95
+    """The study's requirement: base < instruct < icl in both formats, base > 0.05, icl < 0.95
     (answer-only: exact J; trace: sampled accuracy). ``{format: bool}``."""
     a = acc.set_index("policy")
     out = {}

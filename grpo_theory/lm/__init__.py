@@ -1,4 +1,4 @@
-"""Small language-model validation (issue 5): arithmetic task, a plain-JAX transformer, the
+"""Small language-model validation: arithmetic task, a plain-JAX transformer, the
 policy interface, supervised warm-ups, the Figure 4 gradient-MSE study and GRPO training."""
 
 from . import model, policy, task  # noqa: F401
