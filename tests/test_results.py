@@ -80,10 +80,34 @@ def _advice():
     return AdviceResult(e, e.summary(), None, None, e.prompt_values), expected
 
 
+def _allocation_problem():
+    from grpo_theory import SoftmaxBandit
+    return SoftmaxBandit(np.array([[0.3, -0.2], [0.1, 0.5]]), [[1.0, 0.2], [0.0, 0.7]],
+                         [0.4, 0.6])
+
+
+def _allocation_audit():
+    from grpo_theory import allocation as A
+    r = A.audit(_allocation_problem(), A.fixed(4), "grpo")
+    return r, {n: (getattr(r, n), 0.0) for n in A.SUMMARY_ROWS}
+
+
+def _monte_carlo_audit():
+    from grpo_theory import allocation as A
+    r = A.monte_carlo(_allocation_problem(), A.fixed(4), "grpo", n_batches=200, seed=0)
+    expected = {"mse": (r.mse.value, r.mse.se),
+                "expected_rollouts": (r.expected_rollouts.value, r.expected_rollouts.se)}
+    expected.update({f"mean[{i}]": (r.mean[i], r.mean_se[i]) for i in range(r.mean.size)})
+    return r, expected
+
+
 #: every public result type that carries estimates with standard errors, with a builder
 #: returning (instance, {row: (estimate attribute, standard error attribute)})
 RESULTS = {"Estimate": _estimate, "MCResult": _mc_result, "ScalingEstimate": _scaling,
-           "Coverage": _coverage, "AdviceResult": _advice}
+           "Coverage": _coverage, "AdviceResult": _advice, "AllocationAudit": _allocation_audit,
+           "MonteCarloAudit": _monte_carlo_audit}
+#: exact results: every standard error is zero, so every interval is the point itself
+EXACT = {"AllocationAudit"}
 
 
 @pytest.mark.parametrize("name", sorted(RESULTS))
@@ -99,7 +123,11 @@ def test_result_protocol(name):
     assert np.all(ci90["lower"] >= ci95["lower"]) and np.all(ci90["upper"] <= ci95["upper"])
     w90, w95 = (ci["upper"] - ci["lower"] for ci in (ci90, ci95))
     finite = np.isfinite(w95.to_numpy())  # G*'s Fieller interval may be unbounded above
-    assert finite.sum() >= 1 and np.all(w90[finite] < w95[finite])
+    if name in EXACT:
+        assert np.all(w95 == 0) and np.all(ci95["lower"] == r.summary()["estimate"])
+    else:
+        wide = finite & (w95.to_numpy() > 0)  # a coordinate with no spread has a zero width
+        assert wide.sum() >= 1 and np.all(w90[wide] < w95[wide])
     s = r.summary()
     assert list(s.columns) == ["estimate", "std_err", "ci_low", "ci_high"]
     assert list(s.index) == list(expected)
@@ -237,6 +265,9 @@ SEED_ALLOW = {
     "grpo_theory.lm.task.generate_questions", "grpo_theory.lm.task.eval_set",
     "grpo_theory.lm.task.train_pool", "grpo_theory.lm.task.target_responses",
     "grpo_theory.lm.warmup.train_supervised", "grpo_theory.optim.train.maximise",
+    "grpo_theory.allocation.reference.monte_carlo",
+    "grpo_theory.allocation.optimal.estimated_constants",
+    "grpo_theory.allocation.optimal.plug_in_mse",
     # the experiment runner's seed is part of a cell's identity (hashed into the cache key)
     "grpo_theory.experiments.runner.run_experiment",
     "grpo_theory.experiments.runner.run_experiments", "grpo_theory.experiments.runner.collect",
