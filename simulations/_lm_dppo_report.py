@@ -181,7 +181,7 @@ def report(tables, s) -> Section:
               "groups left with fewer than two kept completions (leave-one-out advantages of a "
               "random subset are otherwise unbiased for the full group's): its expectation is "
               "(1 - (1 - qc)^(G-1)) times the full estimate (exact, tested by enumeration in "
-              "tests/test_lm_dppo.py), a shrinkage of at most "
+              "tests/lm/test_lm_dppo.py), a shrinkage of at most "
               f"{(1 - min(1 - r for _, r in s.rates)) ** (s.group - 1):.1%} here, too small "
               f"to detect with {int(g0.n_masks)} masks; it is reported, not gated.", "",
               "![](lm_dppo.png)"]

@@ -1,3 +1,7 @@
+"""Settings and autouse fixtures of every test: this file sits at the root of tests/, so each
+layer folder (core/, optim/, companions/, lm/, ...) inherits it. Builders shared between folders
+live in tests/support/, fixtures shared within one folder in that folder's conftest.py."""
+
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -22,7 +26,7 @@ if _CACHE_DIR:
                       int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
 # The test process opts into float64 itself (the package never changes JAX's configuration on
-# import; tests/test_precision.py checks that the public routines are float64 without this).
+# import; tests/contracts/test_precision.py checks that the public routines are float64 without this).
 jax.config.update("jax_enable_x64", True)
 
 from hypothesis import settings  # noqa: E402
@@ -65,7 +69,7 @@ def _bounded_compiled_programs():
 def _budgets_without_the_test_process(monkeypatch):
     """Memory budgets in the tests are sized for the tiny models alone: the test process's own
     resident memory (1-3 GB, which ``resolve_chunk`` counts first) is left out; the tests of
-    that accounting (tests/test_lm_memory.py) set it themselves."""
+    that accounting (tests/lm/test_lm_memory.py) set it themselves."""
     from grpo_theory.advisor import estimate
 
     monkeypatch.setattr(estimate, "process_rss", lambda: 0)

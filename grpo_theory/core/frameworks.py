@@ -1,7 +1,7 @@
 """Each framework's options, named as in the framework, mapped to the package's presets and modes.
 
 The conventions were read in each framework's source (commit and version below) and are checked
-against plain-NumPy transcriptions of that code in ``tests/test_frameworks.py``:
+against plain-NumPy transcriptions of that code in ``tests/contracts/test_frameworks.py``:
 
 =========  ==================  ===========================================================
 TRL        f2cd577 (v1.9.0+)   ``trl/trainer/grpo_trainer.py``, ``grpo_config.py``
