@@ -48,7 +48,7 @@ $(SMOLLM2):
 
 smollm2: $(SMOLLM2)
 
-# the study on the real model (issue 19 D) -> results-full/smollm2/ (resumes from its saved tables)
+# the advisor's study on the real model -> results-full/smollm2/ (resumes from its saved tables)
 smollm2-study: $(STAMP) $(SMOLLM2)
-	$(PY) simulations/_smollm2_study.py --model $(SMOLLM2) --out results-full/smollm2 \
+	$(PY) -m grpo_theory.studies.smollm2 --model $(SMOLLM2) --out results-full/smollm2 \
 		--tasks add1,add1-n,sub1-n,addsub1-n --n-prompts 64 --n-samples 8 --chunk 16

@@ -20,8 +20,8 @@ jax.monitoring.register_event_duration_secs_listener(
     lambda event, secs, **kw: COMPILES.append(secs)
     if event == "/jax/core/compile/backend_compile_duration" else None)
 
-from simulations._family_bandit import train_cell  # noqa: E402
-from simulations.scaling_family import SETTINGS  # noqa: E402
+from grpo_theory.studies.scaling_family import SETTINGS  # noqa: E402
+from grpo_theory.studies.scaling_family.bandit import train_cell  # noqa: E402
 
 if __name__ == "__main__":
     k = int(sys.argv[1]) if len(sys.argv) > 1 else 4

@@ -3,10 +3,10 @@
 import-linter (contracts in ``.importlinter``): each layer of ``grpo_theory`` (core -> optim ->
 companions -> problems -> lm -> advisor -> experiments, with the utilities below them all)
 imports only from the layers below it, and no package has an import cycle between its modules.
-Imports inside functions count: import-linter reads every import statement. The study drivers
-(``simulations/``, installed as ``grpo_theory.studies``) sit above everything: no library module
-imports them, the runner finds them through entry points, and no top-level ``simulations``
-package is installed."""
+Imports inside functions count: import-linter reads every import statement. The studies
+(``simulations/``, one folder each, installed as ``grpo_theory.studies``) sit above everything: no
+library module imports them, none imports another, the runner finds them through entry points,
+and no top-level ``simulations`` package is installed."""
 
 import ast
 import subprocess
@@ -67,24 +67,75 @@ def test_the_library_never_imports_a_study():
         assert not bad, f"{path.relative_to(ROOT)} imports the study drivers {sorted(bad)}"
 
 
+#: study folders run as a module (``python -m grpo_theory.studies.<name>``), not registered: the
+#: real-model study needs a download that a fresh clone lacks
+STANDALONE = {"smollm2"}
+
+
+def study_layout_problems(root: Path, eps: set, standalone=STANDALONE) -> list:
+    """What breaks the one-folder-per-study layout of ``root/simulations``: a module beside the
+    folders (only ``__init__.py`` may sit there), a study folder that is not an entry point of
+    ``grpo_theory.studies`` (unless it is standalone, then it must have a ``__main__.py``), an
+    entry point of this package with no folder, and a study module importing another study."""
+    sims = root / "simulations"
+    folders = {p.parent.name for p in sims.glob("*/__init__.py")}
+    problems = [f"{p.name}: a module beside the study folders"
+                for p in sims.glob("*.py") if p.name != "__init__.py"]
+    ours = {e.split(".")[2] for e in eps if e.startswith("grpo_theory.studies.")}
+    problems += [f"{f}/: no entry point" for f in sorted(folders - ours - set(standalone))]
+    problems += [f"{f}/: no __main__.py" for f in sorted(set(standalone) & folders)
+                 if not (sims / f / "__main__.py").is_file()]
+    problems += [f"grpo_theory.studies.{e}: no folder" for e in sorted(ours - folders)]
+    for f in sorted(folders):
+        for path in sorted((sims / f).rglob("*.py")):
+            package = "grpo_theory.studies." + ".".join(path.relative_to(sims).parts[:-1])
+            others = {m.split(".")[2] for m in _imported_modules(path, package)
+                      if m.startswith("grpo_theory.studies.") and len(m.split(".")) > 2}
+            problems += [f"{path.relative_to(root)} imports the study {o}"
+                         for o in sorted(others - {f})]
+    return problems
+
+
 def test_studies_register_through_entry_points():
-    """Every driver in simulations/ is an entry point of ``grpo_theory.studies`` (so the runner,
-    which imports no study by name, finds it), and every subpackage of ``grpo_theory`` is in the
-    packages that ``pyproject.toml`` installs."""
+    """Every study folder in simulations/ is an entry point of ``grpo_theory.studies`` (so the
+    runner, which imports no study by name, finds it) and imports no other study; every
+    subpackage of ``grpo_theory`` and every study folder is in the packages that
+    ``pyproject.toml`` installs."""
     eps = {ep.value for ep in entry_points(group=registry.GROUP)}
-    drivers = {f"grpo_theory.studies.{p.stem}" for p in (ROOT / "simulations").glob("*.py")
-               if not p.stem.startswith("_")}
-    # a study may also be a folder (a package under simulations/ with its own __init__.py)
-    folders = {f"grpo_theory.studies.{p.parent.name}"
-               for p in (ROOT / "simulations").glob("*/__init__.py")}
-    drivers |= folders
-    assert drivers == eps and set(registry.modules()) >= eps
-    assert len(registry.experiments()) == len(drivers)
+    assert study_layout_problems(ROOT, eps) == []
+    folders = {p.parent.name for p in (ROOT / "simulations").glob("*/__init__.py")}
+    assert set(registry.modules()) >= eps
+    assert len(registry.experiments()) == len(folders - STANDALONE)
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     subpackages = {".".join(p.parent.relative_to(ROOT).parts)
                    for p in (ROOT / "grpo_theory").rglob("__init__.py")}
-    assert subpackages | {"grpo_theory.studies"} | folders == set(cfg["packages"])
+    studies = {"grpo_theory.studies." + ".".join(p.parent.relative_to(ROOT / "simulations").parts)
+               for p in (ROOT / "simulations").glob("*/**/__init__.py")}
+    assert studies >= {f"grpo_theory.studies.{f}" for f in folders}
+    assert subpackages | studies | {"grpo_theory.studies"} == set(cfg["packages"])
     assert cfg["package-dir"] == {"grpo_theory.studies": "simulations"}
+
+
+def test_a_broken_study_layout_is_caught(tmp_path):
+    """The layout check fails on a flat driver, an unregistered folder, a standalone folder with
+    no ``__main__.py``, an entry point without a folder and one study importing another."""
+    sims = tmp_path / "simulations"
+    for f in ("alpha", "beta", "solo"):
+        (sims / f).mkdir(parents=True)
+        (sims / f / "__init__.py").write_text("")
+    (sims / "__init__.py").write_text("")
+    (sims / "alpha" / "study.py").write_text("from grpo_theory.studies.beta import study\n")
+    (sims / "flat.py").write_text("")
+    eps = {"grpo_theory.studies.alpha", "grpo_theory.studies.gone"}
+    assert sorted(study_layout_problems(tmp_path, eps, {"solo"})) == sorted([
+        "flat.py: a module beside the study folders", "beta/: no entry point",
+        "solo/: no __main__.py", "grpo_theory.studies.gone: no folder",
+        "simulations/alpha/study.py imports the study beta"])
+    (sims / "flat.py").unlink()
+    (sims / "solo" / "__main__.py").write_text("")
+    (sims / "alpha" / "study.py").write_text("from . import helpers\n")
+    eps = {"grpo_theory.studies.alpha", "grpo_theory.studies.beta"}
+    assert study_layout_problems(tmp_path, eps, {"solo"}) == []
 
 
 def test_no_top_level_simulations_package_is_installed(tmp_path):
@@ -97,5 +148,7 @@ def test_no_top_level_simulations_package_is_installed(tmp_path):
 
     (whl,) = tmp_path.glob("grpo_theory-*.whl")
     names = zipfile.ZipFile(whl).namelist()
-    assert "grpo_theory/studies/lm_rank.py" in names and "grpo_theory/core/problem.py" in names
+    assert "grpo_theory/studies/lm_rank/__init__.py" in names
+    assert "grpo_theory/studies/smollm2/__main__.py" in names
+    assert "grpo_theory/core/problem.py" in names
     assert not any(n.startswith("simulations/") for n in names)

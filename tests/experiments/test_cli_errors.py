@@ -176,7 +176,8 @@ def test_study_model_options_reach_settings_and_cells(files):
     lm-rank's chunk holds whole groups and refuses a budget below one group."""
     from grpo_theory.advisor.estimate import score_memory
     from grpo_theory.experiments.registry import experiments
-    from grpo_theory.studies import lm_mse, lm_rank
+    from grpo_theory.studies import lm_mse
+    from grpo_theory.studies.lm_rank import study as lm_rank
 
     exps = experiments()
     args = cli._parser(exps).parse_args(["lm-mse", "--model", str(files / "hf"),

@@ -95,8 +95,8 @@ def test_replicates_validate_and_are_reproducible():
 def test_driver_points_report_and_spearman_group():
     import pandas as pd
 
-    from simulations import scaling_family as sf
-    from simulations._family_lm_mc import mc_groups, mc_points, mc_report
+    from grpo_theory.studies import scaling_family as sf
+    from grpo_theory.studies.scaling_family.lm_mc import mc_groups, mc_points, mc_report
 
     rows = [dict(p=p, N=256, G=g, B=256 // g, n_reps=10, mc=m / 256, mc_se=0.01, mc_ci_low=0.0,
                  mc_ci_high=1.0, exact=m / 256, exact_se=0.01, z=0.5, boot_freq=float(g == b),

@@ -20,7 +20,7 @@ from support.hf_checkpoint import hf_weights
 
 from grpo_theory import lm
 from grpo_theory.lm.rank import zero_share_unbiased
-from grpo_theory.studies import _smollm2_study as S
+from grpo_theory.studies.smollm2 import study as S
 
 TAG = ["model", "task", "n_prompts", "n_ref", "n_study", "n_samples", "response_len", "chunk", "seed",
        "version"]

@@ -1,0 +1,11 @@
+"""Credit assignment and the rank-2 structure of GRPO gradients (arXiv 2606.29238).
+
+The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT``), ``analysis``
+(summaries, checks, report, figure); this face re-exports what its users need.
+"""
+
+from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, cells, cell, mlp_policy,
+                    control_policy, checks, report, plot, EXPERIMENT)
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "mlp_policy",
+           "control_policy", "checks", "report", "plot", "EXPERIMENT"]

@@ -1,0 +1,11 @@
+"""DPPO: random pruning with 1/q rescaling is unbiased; four negative controls are biased.
+
+The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT``), ``analysis``
+(summaries, checks, report, figure); this face re-exports what its users need.
+"""
+
+from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, cells, cell, summary, trade_view,
+                    report, plot, EXPERIMENT, EXACT_TOL, Z_TOL)
+
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",
+           "trade_view", "report", "plot", "EXPERIMENT", "EXACT_TOL", "Z_TOL"]

@@ -1,0 +1,18 @@
+"""The advisor's study on a real pretrained model: SmolLM2-135M-Instruct on arithmetic.
+
+Not a registered experiment (the model file is a download, which a fresh clone lacks); it runs
+as a module::
+
+    python -m grpo_theory.studies.smollm2 --model FILE --out DIR [...]
+
+The study's modules: ``study`` (the two phases, their configuration and the command line),
+``tasks`` (prompt families and pass rates), ``analysis`` (tables, figure and REPORT.md).
+"""
+
+from .study import (CANDIDATES, StudyConfig, budget_table, candidate_questions, choose_task,
+                    figure, main, mse_table, report, run_study, sample_pass_rates,
+                    zero_variance_table)
+
+__all__ = ["CANDIDATES", "StudyConfig", "candidate_questions", "sample_pass_rates",
+           "choose_task", "zero_variance_table", "mse_table", "budget_table", "run_study",
+           "figure", "report", "main"]
