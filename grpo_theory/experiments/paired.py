@@ -45,7 +45,7 @@ def _paired(key, problem, baselines, ests, batch_size, group_size, chunk, n_chun
 
 def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int = 2,
                           batch_size: int = 1, n_reps: int = 10_000, seed: int = 0,
-                          chunk: int | None = None) -> np.ndarray:
+                          chunk: int | None = None, key=None) -> np.ndarray:
     """Per-replicate ``||ghat - grad J||^2`` for each estimator then each baseline row.
 
     A baseline row ``b`` gives the estimate ``(1/(BG)) sum (z - b(x)) s(x, y)``; every column
@@ -61,6 +61,7 @@ def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int
         n_reps: replicates (>= 1).
         seed: the PRNG seed of the draws.
         chunk: replicates per compiled step (None: sized to about 2^22 numbers).
+        key: a JAX PRNG key (None: ``jax.random.PRNGKey(seed)``).
 
     Returns:
         An array (n_reps, len(estimators) + n_b), all columns from the same draws.
@@ -78,7 +79,8 @@ def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int
         per = batch_size * group_size * problem.dim * (len(ests) + b.shape[0] + 2)
         chunk = int(max(1, min(n_reps, 2**22 // max(per, 1))))
     n_chunks = -(-n_reps // chunk)
-    err2 = _paired(jax.random.PRNGKey(seed), problem, b, ests, batch_size, group_size, chunk,
+    key = jax.random.PRNGKey(integer("seed", seed, 0)) if key is None else key
+    err2 = _paired(key, problem, b, ests, batch_size, group_size, chunk,
                    n_chunks)
     return np.asarray(err2)[:n_reps]
 

@@ -73,7 +73,7 @@ def test_import_is_lazy(child):
 def _modules():
     import pathlib
     root = pathlib.Path(gt.__file__).parent
-    return sorted(root.rglob("*.py")) + sorted((root.parent / "simulations").glob("*.py"))
+    return sorted(root.rglob("*.py")) + sorted((root.parent / "simulations").rglob("*.py"))
 
 
 def test_precision_is_declared_at_the_def_never_by_rewriting_globals():
