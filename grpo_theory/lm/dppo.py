@@ -1,4 +1,4 @@
-r"""DPPO pruning and dense packing inside the small transformer's GRPO step (issue 13 A).
+r"""DPPO pruning and dense packing inside the small transformer's GRPO step.
 
 One step is split into two jitted parts, so that their time can be measured apart:
 
