@@ -17,6 +17,7 @@ configuration alone: exact routines run in float64 inside a scoped ``jax.enable_
 from __future__ import annotations
 
 import importlib
+import warnings
 
 __version__ = "0.3.0"
 
@@ -52,11 +53,16 @@ _ATTRS = {
     "TrainConfig": "optim.train", "make_train": "optim.train",
 }
 
-# submodules reachable as attributes (old flat names kept as aliases)
+# the subpackages and modules reachable as attributes
 _MODULES = {
     "core": "core", "optim": "optim", "companions": "companions", "lm": "lm",
     "problems": "problems", "experiments": "experiments", "advisor": "advisor",
     "allocation": "allocation",
+}
+
+# the flat module names of the layout before the subpackages: they still resolve, with a
+# DeprecationWarning naming the module's place now
+_DEPRECATED_MODULES = {
     "policies": "core.policies", "sampling": "core.sampling", "estimators": "core.estimators",
     "frameworks": "core.frameworks", "stats": "core.stats", "gram": "core.gram",
     "exact": "core.exact", "montecarlo": "core.montecarlo", "ustat": "core.ustat",
@@ -73,6 +79,11 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{_ATTRS[name]}", __name__), name)
     elif name in _MODULES:
         value = importlib.import_module(f".{_MODULES[name]}", __name__)
+    elif name in _DEPRECATED_MODULES:
+        new = _DEPRECATED_MODULES[name]
+        warnings.warn(f"grpo_theory.{name} is deprecated and will be removed in the next "
+                      f"release; use grpo_theory.{new}", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(f".{new}", __name__)  # not cached: warns on every use
     else:
         raise AttributeError(f"module 'grpo_theory' has no attribute {name!r}")
     globals()[name] = value

@@ -24,7 +24,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 
-from grpo_theory.torch import GroupSizeAdvisor, estimate_scaling_constants
+from grpo_theory.torch import GroupSizeAdvisor, estimate_from_torch_model
 
 SPECIAL = ["<unk>", "<pad>", "<eos>", "<bos>"]
 WORDS = ([chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
@@ -84,8 +84,8 @@ def main():
         print(f"{h['step']:>4}  " + "  ".join(f"{h[k]:>12.4g}" for k in keys))
 
     # the same advisor without a trainer: one call samples and estimates
-    est = estimate_scaling_constants(model, tok, prompts[:4], lambda p, c: [len(s) % 2 for s in c],
-                                     n_samples=4, max_new_tokens=8, seed=0)
+    est = estimate_from_torch_model(model, tok, prompts[:4], lambda p, c: [len(s) % 2 for s in c],
+                                    n_samples=4, max_new_tokens=8, seed=0)
     print(est.summary())
     print("recommended G at 16 completions per step:", est.recommended_group_size(16))
 

@@ -1,16 +1,34 @@
 """The group-size advisor: sample-based estimates of c1, c2, c3 and G* (:mod:`.estimate`) with
 jackknife and Fieller intervals (:mod:`.intervals`), their checks: exact expectations by
 enumeration and interval coverage (:mod:`.coverage`), and the ``grpo-theory advise`` report
-(:mod:`.advise`: ``from grpo_theory.advisor.advise import advise``)."""
+(:mod:`.advise`: ``from grpo_theory.advisor.advise import advise``).
+
+This ``__init__`` is the face of :mod:`grpo_theory.advisor`: ``__all__`` lists the public names.
+The function ``advise`` is not in it, since ``grpo_theory.advisor.advise`` names its module.
+
+**The reward of this layer** is a function of decoded text, ``reward(text, answer) -> float``
+(:class:`TextReward`): :func:`load_reward` reads one as ``"module:function"`` (default
+:func:`grpo_theory.lm.reward_text`) and ``advise`` applies it to every sampled response.
+:func:`estimate_scaling_constants` samples a policy itself: an enumerable policy's rewards are
+its Bernoulli reward table; a language model's come from ``reward(rows, responses) -> rewards``
+on token arrays (``rows`` index the prompt pool), which ``advise`` builds from the text reward.
+:func:`estimate_from_rollouts` takes the rewards themselves, an (m, n) array.
+"""
 
 from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
                        estimate_from_rollouts, estimate_scaling_constants, lm_rollout_statistics,
                        prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
+from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_model, load_reward,
+                     read_prompts, write_prompts)
+from .lm_task import advised_group_size
+from ..lm.task import TextReward
 
 __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "estimate_from_rollouts", "estimate_scaling_constants", "lm_rollout_statistics",
            "prompt_pieces", "rollout_statistics", "scaling_intervals", "t_quantile",
            "fieller_interval", "group_size_interval", "jackknife_cov",
            "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage"]
+__all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_model", "load_reward",
+            "read_prompts", "write_prompts", "advised_group_size", "TextReward"]

@@ -66,13 +66,14 @@ __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "promp
            "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
            "estimate_scaling_constants", "lm_rollout_statistics", "resolve_chunk", "score_memory"]
 
-#: fewest responses per prompt: the order-3 U-statistics need 3 distinct responses
 MIN_SAMPLES = 3
-#: fewest prompts: the across-prompt U-statistic needs 2 distinct prompts, its jackknife one more
+"""Fewest responses per prompt: the order-3 U-statistics need 3 distinct responses."""
 MIN_PROMPTS = 3
-#: the estimated parameter vector, in order (``c_v``: vanilla's per-sample term; ``grad_sq``:
-#: ``||grad J||^2``)
+"""Fewest prompts: the across-prompt U-statistic needs 2 distinct prompts, its jackknife one
+more."""
 PARAMETERS = ("c1", "c2", "c3", "c_v", "grad_sq")
+"""The estimated parameter vector, in order (``c_v``: vanilla's per-sample term; ``grad_sq``:
+``||grad J||^2``)."""
 #: rows of ScalingEstimate.conf_int() and .summary()
 SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")
 _ESTIMATORS = ("vanilla", "oracle", "grpo", "rloo", "grpo_mean")

@@ -76,7 +76,6 @@ __all__ = [
     "train_length_weighted", "expected_flow",
 ]
 
-#: verl ``loss_agg_mode`` -> (alpha or None, description) (verl ``core_algos.agg_loss``).
 AGGREGATION_MODES = {
     "seq-mean-token-mean": (0.0, "verl seq-mean-token-mean = TRL 'grpo': 1/(G L_i)"),
     "seq-mean-token-sum": (1.0, "verl seq-mean-token-sum: 1/G"),
@@ -84,7 +83,7 @@ AGGREGATION_MODES = {
                                      "(default T_max), not / number of sequences: B/T_max"),
     "token-mean": (None, "verl token-mean: batch sum / the batch's token count: B/sum_bg L_bg"),
 }
-#: TRL ``GRPOConfig.loss_type`` -> (alpha or None, description) (TRL ``GRPOTrainer._compute_loss``).
+"""verl ``loss_agg_mode`` -> (alpha or None, description) (verl ``core_algos.agg_loss``)."""
 TRL_LOSS_TYPES = {
     "grpo": (0.0, "TRL grpo = verl seq-mean-token-mean: 1/(G L_i)"),
     "dr_grpo": (1.0, "TRL dr_grpo: batch sum / (N max_completion_length): 1/(G T_max)"),
@@ -92,6 +91,8 @@ TRL_LOSS_TYPES = {
     "dapo": (None, "TRL dapo (default): batch sum / the generation batch's token count over all "
                    "processes: B/sum_bg L_bg"),
 }
+"""TRL ``GRPOConfig.loss_type`` -> (alpha or None, description) (TRL
+``GRPOTrainer._compute_loss``)."""
 #: TRL loss types equal to a verl mode (one micro-batch on one process)
 _TRL_ALIASES = {"grpo": "seq-mean-token-mean", "bnpo": "token-mean", "dapo": "token-mean"}
 
@@ -113,6 +114,15 @@ def length_weights(lengths, alpha) -> jnp.ndarray:
 
     Returns:
         ``L^(alpha - 1)``, same shape.
+
+    Example:
+        ``alpha = 0`` divides each sequence by its length (TRL's "grpo"), ``alpha = 1`` sums it:
+
+        >>> from grpo_theory.companions import length_weights
+        >>> length_weights([1, 2, 4], 0.0).tolist()
+        [1.0, 0.5, 0.25]
+        >>> length_weights([1, 2, 4], 1.0).tolist()
+        [1.0, 1.0, 1.0]
     """
     a = _check_alpha(alpha)
     L = jnp.asarray(lengths, dtype=jnp.float64)

@@ -113,7 +113,22 @@ def _check_lengths(lengths, capacity):
 
 @float64
 def pack(lengths, capacity: int, window: int) -> Packing:
-    """Window-greedy packing of ``lengths`` (N,) into rows of ``capacity`` (module docstring)."""
+    """Window-greedy packing of ``lengths`` (N,) into rows of ``capacity`` (module docstring).
+
+    Args:
+        lengths: (N,) sequence lengths, integers in [1, capacity].
+        capacity: tokens per row.
+        window: how many waiting sequences the greedy step may choose from (>= 1).
+
+    Returns:
+        :class:`Packing` (``row``, ``offset`` of each sequence and ``n_rows``).
+
+    Example:
+        >>> from grpo_theory.companions import pack
+        >>> p = pack([5, 3, 4, 2, 6], capacity=8, window=3)
+        >>> p.n_rows, p.row.tolist(), p.offset.tolist()
+        (3, [0, 0, 2, 1, 1], [0, 5, 0, 6, 0])
+    """
     L = _check_lengths(lengths, capacity)
     if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
         raise ValueError(f"window must be an integer >= 1, got {window!r}")

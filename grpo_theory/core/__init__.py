@@ -1,2 +1,61 @@
 """The engine every claim uses: policies -> sampling -> estimators -> exact / Monte Carlo MSE ->
-U-statistics -> scaling-law constants."""
+U-statistics -> scaling-law constants.
+
+This ``__init__`` is the face of :mod:`grpo_theory.core`: ``__all__`` lists the public names;
+the modules below it hold the code (``from grpo_theory.core import exact_mse``).
+
+**The reward of this layer** is a table, not a function: a
+:class:`~grpo_theory.core.problem.DiscreteProblem` carries ``reward_means`` (P, K), the mean
+``mu(x, y) = E[Z | x, y]`` of the Bernoulli reward ``Z in {0, 1}`` of response ``y`` to prompt
+``x``; sampling draws ``Z ~ Bernoulli(mu(x, y))`` (:class:`RewardTable` names the contract).
+"""
+
+from .problem import DiscreteProblem, RewardTable, as_problem
+from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, n_sequences
+from .sampling import sample_from_uniforms, sample_groups
+from .estimators import (STD_PRESETS, Estimator, PromptContext, available_estimators,
+                         compute_advantages, get_estimator, grpo_std, grpo_vectorized,
+                         prompt_baseline, register, reinforce_baseline)
+from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
+from .exact import (enumerate_estimates, enumerated_moments, exact_gradient, exact_mse,
+                    exact_prompt_mean_and_variance, exact_prompt_mse)
+from .gram import ExplicitScores, ScoreStructure, TabularScores, as_structure
+from .montecarlo import MCResult, estimate_gradient, mc_estimates, mc_mse
+from .stats import (Estimate, Result, ResultMixin, ScalarResultMixin, estimate_mean, t_value,
+                    z_value)
+from .ustat import (HoeffdingResult, PromptMoments, exact_mse_closed_form, hoeffding_exact,
+                    hoeffding_mc, leading_order_mse, minibatch_mse, prompt_moments, sigma_oracle,
+                    u_statistic)
+from .scaling import (GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size,
+                      scaling_constants)
+
+
+__all__ = [
+    # problems and policies
+    "DiscreteProblem", "as_problem", "RewardTable",
+    "SoftmaxBandit", "LinearSoftmaxBandit", "SequencePolicy", "n_sequences",
+    # sampling
+    "sample_groups", "sample_from_uniforms",
+    # the estimator registry
+    "Estimator", "PromptContext", "register", "get_estimator", "available_estimators",
+    "compute_advantages", "grpo_std", "prompt_baseline", "grpo_vectorized",
+    "reinforce_baseline", "STD_PRESETS",
+    # framework conventions
+    "preset", "advantage_options", "framework_table", "FRAMEWORK_OPTIONS",
+    # exact and Monte Carlo MSE
+    "exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
+    "enumerate_estimates", "enumerated_moments",
+    "MCResult", "mc_mse", "mc_estimates", "estimate_gradient",
+    # score structures
+    "ScoreStructure", "TabularScores", "ExplicitScores", "as_structure",
+    # the result interface
+    "Result", "ResultMixin", "ScalarResultMixin", "Estimate", "estimate_mean", "z_value",
+    "t_value",
+    # U-statistics
+    "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "PromptMoments",
+    "prompt_moments", "minibatch_mse", "exact_mse_closed_form", "leading_order_mse",
+    "sigma_oracle",
+    # the scaling law
+    "ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
+    "budget_mse",
+]

@@ -132,7 +132,26 @@ _REGISTRY: dict[str, Estimator] = {}
 
 @float64
 def register(est: Estimator, *aliases: str) -> Estimator:
-    """Add an estimator (and aliases) to the registry; returns it for chaining."""
+    """Add an estimator (and aliases) to the registry; returns it for chaining.
+
+    Args:
+        est: the :class:`Estimator`; its ``name`` becomes a registry key.
+        *aliases: further names for it.
+
+    Returns:
+        ``est``.
+
+    Example:
+        An advantage ``A = Z - 1/2`` (a constant baseline), by name everywhere afterwards:
+
+        >>> import jax.numpy as jnp
+        >>> from grpo_theory.core import Estimator, get_estimator, register
+        >>> half = register(Estimator("half_baseline", lambda z, ctx: z - 0.5))
+        >>> get_estimator("half_baseline") is half
+        True
+        >>> half(jnp.array([1.0, 0.0, 1.0, 1.0])).tolist()
+        [0.5, -0.5, 0.5, 0.5]
+    """
     for key in (est.name, *aliases):
         _REGISTRY[key] = est
     return est
@@ -140,6 +159,7 @@ def register(est: Estimator, *aliases: str) -> Estimator:
 
 @float64
 def available_estimators() -> list[str]:
+    """The registered estimator names (and aliases), sorted."""
     return sorted(_REGISTRY)
 
 
@@ -201,8 +221,6 @@ register(Estimator("optimal", _optimal, exact="prompt_baseline", needs=("optimal
 
 # --- std normalisation -------------------------------------------------------------------------
 
-#: Conventions of public implementations (Table 1 and its footnotes): ddof of the group std, eps added
-#: to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all.
 STD_PRESETS: dict[str, dict] = {
     "trl": dict(ddof=1, eps=1e-4, centre="mean"),
     "verl": dict(ddof=1, eps=1e-6, centre="mean"),
@@ -213,6 +231,8 @@ STD_PRESETS: dict[str, dict] = {
     "paper": dict(ddof=1, eps=0.0, centre="loo"),  # Appendix A: (Z_g - Zbar_(-g)) / se
     "drgrpo": dict(ddof=1, eps=0.0, centre="mean", scale=False),
 }
+"""Conventions of public implementations (Table 1 and its footnotes): ddof of the group std, eps
+added to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all."""
 
 
 def _batch_axes(z) -> tuple[int, ...]:

@@ -196,6 +196,17 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     Returns:
         The exact minibatch MSE (float). Raises ``ValueError`` when the estimator has no exact
         form (or couples the prompts of a batch) or a route's table would not fit.
+
+    Example:
+        Two prompts, three responses each, B = 2 prompts of G = 4 responses:
+
+        >>> from grpo_theory.core import SoftmaxBandit, exact_mse
+        >>> bandit = SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
+        ...                        [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
+        >>> round(exact_mse(bandit, "grpo", group_size=4, batch_size=2), 6)
+        0.033936
+        >>> round(exact_mse(bandit, "oracle", group_size=4, batch_size=2), 6)
+        0.026668
     """
     est = get_estimator(estimator)
     G, B = V.group_run(est, group_size, batch_size)

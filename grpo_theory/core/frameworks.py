@@ -27,8 +27,6 @@ def _row(framework, option, package, kind="advantage", default="", note=""):
                 note=note)
 
 
-#: One row per option a user selects in a framework. ``default`` says whether (and for which
-#: version) the option is the framework's default.
 FRAMEWORK_OPTIONS: list[dict] = [
     _row("trl", "scale_rewards=group", "grpo_std_trl", default="default (v1.9)",
          note="group mean, nanstd (ddof 1) + 1e-4"),
@@ -72,6 +70,8 @@ FRAMEWORK_OPTIONS: list[dict] = [
          note="nanstd of the batch (ddof 0) + 1e-4; batch-coupled"),
     _row("easydel", "scale_rewards=none", "grpo_mean"),
 ]
+"""One row per option a user selects in a framework. ``default`` says whether (and for which
+version) the option is the framework's default."""
 
 
 def preset(framework: str, option: str) -> str:

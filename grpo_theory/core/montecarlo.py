@@ -317,6 +317,17 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
 
     Returns:
         :class:`MCResult`.
+
+    Example:
+        The 95% interval of 4000 replicates covers the exact MSE (:func:`exact_mse`):
+
+        >>> from grpo_theory.core import SoftmaxBandit, exact_mse, mc_mse
+        >>> bandit = SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
+        ...                        [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
+        >>> r = mc_mse(bandit, "grpo", group_size=4, batch_size=2, n_reps=4000, seed=0)
+        >>> lo, hi = r.interval()
+        >>> bool(lo <= exact_mse(bandit, "grpo", group_size=4, batch_size=2) <= hi)
+        True
     """
     problem = as_problem(bandit)
     est = get_estimator(estimator)

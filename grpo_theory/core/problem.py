@@ -15,6 +15,7 @@ structures all build on this module, which imports none of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,18 @@ import numpy as np
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["DiscreteProblem", "as_problem", "PROB_TOL"]
+__all__ = ["DiscreteProblem", "as_problem", "PROB_TOL", "RewardTable"]
+
+
+@runtime_checkable
+class RewardTable(Protocol):
+    """The reward contract of the core: an enumerable problem's Bernoulli reward means.
+
+    ``reward_means[x, y] = E[Z | x, y]`` in [0, 1], shape (P, K) for P prompts and K responses;
+    :class:`DiscreteProblem` and every enumerable policy of :mod:`.policies` satisfy it.
+    """
+
+    reward_means: object
 
 
 @jax.tree_util.register_pytree_node_class

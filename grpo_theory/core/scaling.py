@@ -27,6 +27,9 @@ __all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal
 
 @dataclass(frozen=True)
 class ScalingConstants:
+    """The scaling-law constants of Theorem 7: GRPO's exact MSE at B prompts of G responses is
+    ``(c1 G + c2 + c3/(G - 1)) / (B G)`` (:meth:`mse`)."""
+
     c1: float
     c2: float
     c3: float
@@ -49,6 +52,20 @@ def scaling_constants(bandit) -> ScalingConstants:
     Returns:
         :class:`ScalingConstants` with ``c1 = E_X||g(X) - g||^2``, ``c2 = E_X tr Sigma_or(X)``
         and ``c3 = E_X[E[||s||^2|X] sigma^2(X) + ||g(X)||^2]``.
+
+    Example:
+        GRPO's exact MSE at budget ``N = B G`` is ``(c1 G + c2 + c3/(G - 1)) / N`` (Theorem 7):
+
+        >>> from grpo_theory.core import SoftmaxBandit, budget_mse, exact_mse, scaling_constants
+        >>> bandit = SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
+        ...                        [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
+        >>> c = scaling_constants(bandit)
+        >>> [round(x, 4) for x in (c.c1, c.c2, c.c3)]
+        [0.026, 0.1094, 0.1744]
+        >>> round(float(budget_mse(c, group_size=4, budget=8)), 6)
+        0.033936
+        >>> round(exact_mse(bandit, "grpo", group_size=4, batch_size=2), 6)
+        0.033936
     """
     st = as_structure(bandit)
     _, c = _closed_forms(st, 2, 1)  # the compiled closed forms also give c1, c2, c3
@@ -91,6 +108,9 @@ def grid_argmin(constants: ScalingConstants, grid) -> int:
 
 @dataclass(frozen=True)
 class GroupSizeOptimum:
+    """The MSE-optimal group size at a fixed budget (Theorem 7): the paper's ``sqrt(c3/c1)``, the
+    exact form's real minimiser ``1 + sqrt(c3/c1)`` and the integer argmin, with the constants."""
+
     paper: float  # sqrt(c3/c1), Theorem 7
     continuous: float  # 1 + sqrt(c3/c1), the exact form's real minimiser
     exact: int  # integer argmin over G >= 2 of the exact fixed-budget MSE
@@ -112,6 +132,14 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
     Returns:
         :class:`GroupSizeOptimum` (paper's sqrt(c3/c1), the exact form's 1 + sqrt(c3/c1), the
         integer argmin over G >= 2 and the constants).
+
+    Example:
+        >>> from grpo_theory.core import SoftmaxBandit, optimal_group_size
+        >>> bandit = SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
+        ...                        [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
+        >>> opt = optimal_group_size(bandit)
+        >>> round(opt.continuous, 3), opt.exact
+        (3.591, 4)
     """
     c = scaling_constants(bandit)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):

@@ -1,1 +1,34 @@
-"""Experiment infrastructure: tidy result tables, figures and the ``grpo-theory`` command."""
+"""Experiment infrastructure: settings, cells and checks, the validated cell store, executors,
+progress, the reports' shared statistics and tables, and the ``grpo-theory`` command.
+
+This ``__init__`` is the face of :mod:`grpo_theory.experiments`: ``__all__`` lists the public
+names. Its statistics (:mod:`.stats`: bootstraps, Spearman, markdown tables for the reports) are
+not the result interface of the estimates, which is :mod:`grpo_theory.core.stats`. The command
+line lives in :mod:`.cli` (``grpo-theory``, :func:`grpo_theory.experiments.cli.main`) and the
+registry of studies in :mod:`.registry` (``registry.experiments()``); neither is imported here,
+so a study that imports the runner loads no command-line code.
+"""
+
+from .runner import (VERDICTS, Cell, Check, Experiment, RunResult, Section, Tables, cell_key,
+                     check, collect, is_timing, key_seed, last_run, report_section,
+                     run_experiment, run_experiments)
+from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
+                    check_out_dir)
+from .executors import DaskExecutor, InProcessExecutor, open_executor
+from .progress import CellProgress
+from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
+                    bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci, spearman)
+
+__all__ = [
+    # experiments, cells, checks and runs
+    "Experiment", "Cell", "Check", "check", "VERDICTS", "Section", "Tables", "RunResult",
+    "run_experiment", "run_experiments", "collect", "last_run", "report_section", "is_timing",
+    "cell_key", "key_seed",
+    # the validated cell store
+    "CellStore", "CellSchemaError", "atomic_write_text", "atomic_write_csv", "check_out_dir",
+    # executors and progress
+    "InProcessExecutor", "DaskExecutor", "open_executor", "CellProgress",
+    # the reports' statistics and tables
+    "ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
+    "bootstrap_ratio_ci", "ratio_ci", "SpearmanResult", "spearman", "markdown_table",
+]

@@ -54,6 +54,7 @@ __all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run
            "is_timing", "report_section", "last_run", "float64"]
 
 VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
+"""The verdicts of a check: it held, it failed, or it had no finite number to look at."""
 
 
 def package_version() -> str:

@@ -85,6 +85,7 @@ def atomic_write_text(path, text: str) -> Path:
 
 
 def atomic_write_csv(path, df: pd.DataFrame) -> Path:
+    """Write ``df`` as CSV (no index) to ``path`` atomically (:func:`atomic_write_text`)."""
     return atomic_write_text(path, df.to_csv(index=False))
 
 

@@ -43,6 +43,9 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """The small transformer's shape: width, depth, heads, vocabulary, prompt and response
+    lengths, and the matrix products' operand dtype."""
+
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -107,6 +110,7 @@ def init_params(key, cfg: ModelConfig) -> dict:
 
 
 def n_params(params) -> int:
+    """The number of scalars in the parameter pytree ``params``."""
     return int(sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(params)))
 
 

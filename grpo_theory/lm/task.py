@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig", "Questions",
+    "TokenReward", "TextReward", "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig",
+    "Questions",
     "encode", "decode", "parse_final_integer", "reward_text", "reward_answer_text",
     "reward_tokens", "reward_exact_tokens", "reward",
     "generate_questions", "eval_set", "train_pool", "encode_prompts", "target_responses",
@@ -80,6 +82,27 @@ def parse_final_integer(text) -> int | None:
     if m is None:
         return None
     return int(m.group(1))
+
+
+class TokenReward(Protocol):
+    """The reward contract of the language-model layer, on token arrays (in JAX).
+
+    ``reward(tokens, answers) -> (N,) float`` in {0, 1}: ``tokens`` (N, R) response tokens,
+    ``answers`` (N,) the integer answers (or canonical target tokens). :func:`reward_tokens`
+    and :func:`reward_exact_tokens` satisfy it; :func:`reward` selects one by format.
+    """
+
+    def __call__(self, tokens, answers): ...
+
+
+class TextReward(Protocol):
+    """The reward contract on decoded text (the advisor's ``--reward module:function``).
+
+    ``reward(text, answer) -> float``: one response's text and its prompt's answer; it should
+    never raise. :func:`reward_text` and :func:`reward_answer_text` satisfy it.
+    """
+
+    def __call__(self, text, answer) -> float: ...
 
 
 def reward_text(text, answer: int) -> float:

@@ -55,6 +55,9 @@ CORRUPTION = {"base": (0.45, 0.85), "instruct": (0.2, 0.6), "icl": (0.05, 0.35)}
 
 @dataclass(frozen=True)
 class WarmupConfig:
+    """The supervised warm-ups of the small transformer: its shape, the steps of the base,
+    instruct and in-context stages, batch size, learning rate, seed and task."""
+
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4

@@ -80,8 +80,8 @@ def _inverse(t, lr, offset):
     return lr / (t + offset)
 
 
-#: the one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)
 SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
+"""The one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)."""
 _SCHEDULE_NAMES = tuple(SCHEDULES)
 
 
@@ -602,6 +602,19 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
         (:func:`grpo_theory._validation.seed_key`), ``params`` overrides the initial parameters.
         ``jax.vmap(train)(keys)`` runs seeds in parallel; equal configs and problems of equal
         shapes share one compilation.
+
+    Example:
+        Ten steps of GRPO on a one-prompt bandit whose first response is the correct one:
+
+        >>> from grpo_theory.core import SoftmaxBandit
+        >>> from grpo_theory.optim import TrainConfig, make_train
+        >>> bandit = SoftmaxBandit([[0.0, 0.0]], [[1.0, 0.0]])
+        >>> config = TrainConfig(batch_size=1, group_size=4, n_steps=10, lr=0.5)
+        >>> result = make_train(bandit, "grpo", config)(0)
+        >>> result.steps.tolist()
+        [0, 10]
+        >>> round(float(result.objective[0]), 3), bool(result.objective[-1] > 0.5)
+        (0.5, True)
     """
     prep = _Prepared(problem, estimator, config, sup_objective)
     cfg_static = config._static()

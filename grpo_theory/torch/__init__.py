@@ -3,18 +3,29 @@
 Optional extra ``torch`` (``pip install -e ".[torch]"``: torch, transformers, accelerate, trl,
 peft); ``import grpo_theory`` never imports this subpackage or torch.
 
-* :func:`estimate_from_model`: c1, c2, c3, G* for a causal LM on given rollouts (O(D) memory,
-  ghost norms), :func:`score_statistics` the inner products it uses;
-* :func:`estimate_scaling_constants`: samples the rollouts with ``model.generate`` first;
+This ``__init__`` is the face of :mod:`grpo_theory.torch`: ``__all__`` lists the public names.
+
+* :func:`estimate_from_torch_rollouts`: c1, c2, c3, G* for a causal LM on given rollouts (O(D)
+  memory, ghost norms), :func:`score_statistics` the inner products it uses;
+* :func:`estimate_from_torch_model`: samples the rollouts with the model's ``generate`` first;
 * :class:`GroupSizeAdvisor` (:mod:`.callback`): a ``transformers.TrainerCallback`` for
   ``trl.GRPOTrainer`` that logs the estimate every K steps from the trainer's own rollouts.
+
+**The reward of this layer** is TRL's reward-function convention,
+``reward(prompts, completions) -> rewards`` on text (:class:`CompletionReward`);
+``estimate_from_torch_rollouts`` takes the (m, n) rewards themselves.
+
+``estimate_from_model`` and ``estimate_scaling_constants`` are the previous release's names of
+the two estimates: they still work and emit a ``DeprecationWarning`` naming the new one.
 """
 
 from __future__ import annotations
 
-from .callback import GroupSizeAdvisor, trl_preset, trl_sequence_weighting
-from .estimate import (estimate_from_model, estimate_scaling_constants, response_mask_from_eos,
-                       score_statistics, sequence_log_probs)
+from .callback import LOGGED, GroupSizeAdvisor, trl_preset, trl_sequence_weighting
+from .estimate import (CompletionReward, estimate_from_torch_model, estimate_from_torch_rollouts,
+                       response_mask_from_eos, score_statistics, sequence_log_probs)
+from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401 (deprecated)
 
-__all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "estimate_from_model", "estimate_scaling_constants", "response_mask_from_eos",
-           "score_statistics", "sequence_log_probs"]
+__all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
+           "score_statistics", "sequence_log_probs", "response_mask_from_eos",
+           "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]

@@ -51,13 +51,13 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
-from .estimate import estimate_from_model
+from .estimate import estimate_from_torch_rollouts
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
-#: the metrics logged (each prefixed "advisor/")
 LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_G",
           "zero_variance_share", "mse_ratio_grpo_oracle", "budget", "group_size")
+"""The metrics logged (each prefixed "advisor/")."""
 #: loss types whose token losses are divided by each sequence's own length
 _PER_SEQUENCE = ("grpo", "sapo")
 #: loss types whose normaliser is common to the batch (or absent)
@@ -205,10 +205,10 @@ class GroupSizeAdvisor(TrainerCallback):
                         response_mask=mm, rewards=zz, sequence_weights=w,
                         temperature=float(self.trainer.temperature))
         with torch.enable_grad():
-            est = estimate_from_model(model, rollouts["prompt_ids"], yy, zz,
-                                      prompt_mask=rollouts["prompt_mask"], response_mask=mm,
-                                      sequence_weights=w, temperature=rollouts["temperature"],
-                                      alpha=self.alpha, store_means=self.store_means)
+            est = estimate_from_torch_rollouts(
+                model, rollouts["prompt_ids"], yy, zz, prompt_mask=rollouts["prompt_mask"],
+                response_mask=mm, sequence_weights=w, temperature=rollouts["temperature"],
+                alpha=self.alpha, store_means=self.store_means)
         B = self.budget / G
         lo, hi = est.g_star_ci
         oracle = est.mse(B, G, "oracle")

@@ -35,7 +35,9 @@ prompts. Products are formed in the model's dtype (float32), reductions accumula
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -46,6 +48,7 @@ from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstim
                                           estimate_from_rollouts)
 
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
+           "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
            "estimate_from_model", "estimate_scaling_constants"]
 
 #: keep the m per-prompt means ``ghat_a`` (m x D floats) instead of a second pass when they take
@@ -434,11 +437,13 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
     return dict(rewards=z, sq_norms=q, mean_sq=mean_sq, mean_dot=mean_dot, n_params=int(D))
 
 
-def estimate_from_model(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
-                        response_mask=None, eos_token_id=None, sequence_weights=None,
-                        temperature: float = 1.0, alpha: float = 0.05,
-                        store_means: bool | None = None, progress=None) -> ScalingEstimate:
-    """The advisor's estimate (c1, c2, c3, G*, intervals, MSE predictions) for a PyTorch LM.
+def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
+                                response_mask=None, eos_token_id=None, sequence_weights=None,
+                                temperature: float = 1.0, alpha: float = 0.05,
+                                store_means: bool | None = None,
+                                progress=None) -> ScalingEstimate:
+    """The advisor's estimate (c1, c2, c3, G*, intervals, MSE predictions) for a PyTorch LM on
+    rollouts already sampled (token ids and their rewards).
 
     Equal to ``grpo_theory.advisor.estimate_from_rollouts(rewards, scores=S)`` with ``S`` the
     (m, n, D) per-sample scores ``w_ai grad_theta log pi(y_ai|x_a)`` over the trainable
@@ -461,19 +466,35 @@ def estimate_from_model(model, prompt_ids, response_ids, rewards, *, prompt_mask
                                   mean_dot=st["mean_dot"], alpha=alpha)
 
 
-def estimate_scaling_constants(model, tokenizer, prompts, reward, n_samples: int = 8, *,
-                               max_new_tokens: int = 64, temperature: float = 1.0,
-                               chat_template: bool = True, seed: int = 0, alpha: float = 0.05,
-                               generation_kwargs: dict | None = None,
-                               progress=None) -> ScalingEstimate:
-    """Sample ``n_samples`` responses per prompt with ``model.generate`` and estimate.
+class CompletionReward(Protocol):
+    """The reward contract of the PyTorch layer: TRL's reward-function convention on text.
+
+    ``reward(prompts, completions) -> rewards``: equal-length lists of prompt and decoded
+    completion strings, one real reward per completion. Inside ``trl.GRPOTrainer``
+    (:class:`~grpo_theory.torch.GroupSizeAdvisor`) the trainer's own ``reward_funcs`` score the
+    completions and the callback reads their weighted sum.
+    """
+
+    def __call__(self, prompts, completions): ...
+
+
+def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int = 8, *,
+                              max_new_tokens: int = 64, temperature: float = 1.0,
+                              chat_template: bool = True, seed: int = 0, alpha: float = 0.05,
+                              generation_kwargs: dict | None = None,
+                              progress=None) -> ScalingEstimate:
+    """Sample ``n_samples`` responses per prompt with the torch model's ``model.generate``, score
+    them with ``reward`` and estimate (:func:`estimate_from_torch_rollouts`).
+
+    Not :func:`grpo_theory.advisor.estimate_scaling_constants`, which samples a JAX policy.
 
     Args:
         model: a ``transformers`` causal LM.
         tokenizer: its tokenizer (a pad token, else its EOS, pads; prompts are left-padded).
         prompts: m >= 3 prompt strings (or chat message lists when ``chat_template``).
-        reward: ``reward(prompts, completions) -> rewards`` called with the m * n prompt and
-            decoded completion strings (each prompt repeated n times, consecutively).
+        reward: a :class:`CompletionReward`, ``reward(prompts, completions) -> rewards``,
+            called with the m * n prompt and decoded completion strings (each prompt repeated
+            n times, consecutively).
         n_samples: n >= 3 responses per prompt.
         max_new_tokens: response length limit (>= 1).
         temperature: sampling temperature, also used for the log-probabilities (> 0).
@@ -531,7 +552,28 @@ def estimate_scaling_constants(model, tokenizer, prompts, reward, n_samples: int
     r = np.asarray(reward([p for p in prompts for _ in range(n)], completions), np.float64)
     if r.size != m * n:
         raise ValueError(f"reward must return one reward per completion ({m * n}), got {r.size}")
-    return estimate_from_model(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
-                               prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
-                               temperature=temperature, alpha=alpha, progress=progress)
+    return estimate_from_torch_rollouts(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
+                                        prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
+                                        temperature=temperature, alpha=alpha, progress=progress)
+
+
+# --- the names of the previous release -----------------------------------------------------------
+
+
+def _deprecated(old, new):
+    """A function that warns (``DeprecationWarning`` naming ``new``) and calls ``new``."""
+    def call(*args, **kwargs):
+        warnings.warn(f"grpo_theory.torch.{old} is deprecated and will be removed in the next "
+                      f"release; use grpo_theory.torch.{new.__name__}", DeprecationWarning,
+                      stacklevel=2)
+        return new(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = old
+    call.__doc__ = f"Deprecated name of :func:`{new.__name__}` (warns, then calls it)."
+    call.__wrapped__ = new
+    return call
+
+
+estimate_from_model = _deprecated("estimate_from_model", estimate_from_torch_rollouts)
+estimate_scaling_constants = _deprecated("estimate_scaling_constants", estimate_from_torch_model)
 

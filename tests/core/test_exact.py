@@ -57,7 +57,7 @@ def test_grpo_oracle_gap_times_G_Gminus1_is_constant():
 def test_derived_grpo_formula_and_paper_leading_order():
     b = default_bandit()
     p = b.problem()
-    mo = gt.ustat.prompt_moments(p)
+    mo = gt.core.ustat.prompt_moments(p)
     f = np.asarray(p.prompt_probs)
     for G in (2, 4, 16):
         per_prompt = mo.tr_sigma_oracle / G + (mo.score_sq * mo.sigma2 + mo.grad_sq) / (G * (G - 1))

@@ -131,7 +131,7 @@ def test_vectorised_enumeration_matches_itertools_order(v, T, eos):
     tokens, lengths = _itertools_enumeration(v, T, eos)
     np.testing.assert_array_equal(pol.responses, tokens)
     np.testing.assert_array_equal(pol.lengths, lengths)
-    assert len(lengths) == gt.policies.n_sequences(v, T, eos)
+    assert len(lengths) == gt.core.policies.n_sequences(v, T, eos)
 
 
 def test_discrete_problem_create_equals_policy_problem():

@@ -27,8 +27,9 @@ from trl import GRPOConfig, GRPOTrainer
 import grpo_theory as gt
 from grpo_theory import lm
 from grpo_theory.lm.hf import PROMPT_PAD
-from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_model, estimate_scaling_constants,
-                               score_statistics, trl_preset, trl_sequence_weighting)
+from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_torch_model,
+                               estimate_from_torch_rollouts, score_statistics, trl_preset,
+                               trl_sequence_weighting)
 from grpo_theory.torch import estimate as torch_estimate
 
 PAD, EOS = 1, 2
@@ -142,7 +143,7 @@ def test_estimate_equals_naive_per_sample_scores(kind, tied, store):
     np.testing.assert_allclose(st["mean_sq"], np.sum(ghat * ghat, axis=1), rtol=2e-5)
     np.testing.assert_allclose(st["mean_dot"], ghat @ ghat.sum(0), rtol=2e-5,
                                atol=2e-5 * np.max(np.abs(ghat @ ghat.sum(0))))
-    est = estimate_from_model(model, x, y, z, prompt_mask=xm, eos_token_id=EOS,
+    est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm, eos_token_id=EOS,
                               store_means=store)
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
     assert all(p.grad is None for p in model.parameters())
@@ -156,7 +157,7 @@ def test_weights_temperature_and_mask_given():
     x, xm, y, z = _rollouts(m=3, n=4, seed=4)
     ym = torch_estimate.response_mask_from_eos(y, EOS)
     w = 1.0 / ym.sum(-1).double().numpy()
-    est = estimate_from_model(model, x, y, z, prompt_mask=xm, response_mask=ym,
+    est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm, response_mask=ym,
                               sequence_weights=w, temperature=0.7)
     assert model.training
     S = _naive_scores(model, x, xm, y, temperature=0.7, weights=w)
@@ -182,7 +183,7 @@ def test_lora_counts_only_adapter_parameters():
     S = _naive_scores(model, x, xm, y)
     assert S.shape[2] == D
     np.testing.assert_allclose(st["sq_norms"], np.sum(S * S, axis=2), rtol=2e-5)
-    est = estimate_from_model(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
+    est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
 
 
@@ -217,7 +218,7 @@ def test_same_constants_as_the_jax_route(tmp_path, kind, tied):
     policy = lm.from_pretrained(tmp_path)
     x, xm, y, z = _rollouts(m=4, n=3, seed=5)
     m, n, T = y.shape
-    est = estimate_from_model(model, x, y, z, prompt_mask=xm)
+    est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm)
     # JAX: per-sample squared norms and the per-prompt means ghat_a as weighted contractions
     # the JAX route marks left padding outside the vocabulary (PROMPT_PAD), from the mask
     xj = np.where(xm.numpy().astype(bool), x.numpy(), PROMPT_PAD)
@@ -291,7 +292,7 @@ def test_grpo_trainer_callback_logs_the_constants(tmp_path):
         model.load_state_dict(state)
         G = 3
         z = rewards.double().numpy().reshape(-1, G)
-        est = estimate_from_model(model, out["prompt_ids"][::G],
+        est = estimate_from_torch_rollouts(model, out["prompt_ids"][::G],
                                   out["completion_ids"].reshape(-1, G, 5), z,
                                   prompt_mask=out["prompt_mask"][::G],
                                   response_mask=out["completion_mask"].reshape(-1, G, 5))
@@ -332,8 +333,8 @@ def test_estimate_scaling_constants_samples_itself():
         return [float(len(c) % 2) for c in completions]
 
     kw = dict(n_samples=3, max_new_tokens=4, seed=7)
-    a = estimate_scaling_constants(model, tok, ["a b", "c", "d e f"], reward, **kw)
-    b = estimate_scaling_constants(model, tok, ["a b", "c", "d e f"], reward, **kw)
+    a = estimate_from_torch_model(model, tok, ["a b", "c", "d e f"], reward, **kw)
+    b = estimate_from_torch_model(model, tok, ["a b", "c", "d e f"], reward, **kw)
     np.testing.assert_array_equal(a.theta, b.theta)
     assert calls[0][0] == ["a b"] * 3 + ["c"] * 3 + ["d e f"] * 3 and len(calls[0][1]) == 9
     assert a.n_prompts == 3 and a.n_samples == 3 and np.all(np.isfinite(a.theta))
@@ -362,12 +363,12 @@ def test_bad_input_gives_clear_errors():
     ]
     for args, kw, msg in cases:
         with pytest.raises(ValueError, match=msg):
-            estimate_from_model(*args, **kw)
+            estimate_from_torch_rollouts(*args, **kw)
     with pytest.raises(TypeError, match="torch.nn.Module"):
-        estimate_from_model("model", x, y, z, **ok)
+        estimate_from_torch_rollouts("model", x, y, z, **ok)
     frozen = _model("llama", True, layers=1).requires_grad_(False)
     with pytest.raises(ValueError, match="requires_grad"):
-        estimate_from_model(frozen, x, y, z, **ok)
+        estimate_from_torch_rollouts(frozen, x, y, z, **ok)
     with pytest.raises(ValueError, match="prompts"):
-        estimate_scaling_constants(model, _hf_tokenizer(), ["a", "b"], lambda p, c: [0.0] * 6,
+        estimate_from_torch_model(model, _hf_tokenizer(), ["a", "b"], lambda p, c: [0.0] * 6,
                                    n_samples=3)
