@@ -7,3 +7,7 @@ from .policy import LMPolicy, score_contractions, seq_log_probs  # noqa: F401
 from .task import TaskConfig, eval_set, parse_final_integer, reward_text, reward_tokens  # noqa: F401
 # Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
 from .hf import HFPolicy, from_pretrained  # noqa: F401
+# model families (one spec each, a registry by name) and the ghost-norm route rule
+from .spec import ModelSpec, TensorSpec  # noqa: F401
+from .families import FAMILIES, family  # noqa: F401
+from .ghost_rule import ghost_route  # noqa: F401
