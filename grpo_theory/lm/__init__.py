@@ -35,6 +35,9 @@ from .mixture import mixture_constants, mixture_objective
 from .mixture_mc import mixture_mse_prediction
 from .gradmse import gradient_mse_study
 from .dppo import train_dppo
+from .spec import ModelSpec, TensorSpec
+from .families import FAMILIES, family
+from .ghost_rule import ghost_route
 
 __all__ = [
     # the transformer and its policy
@@ -54,6 +57,8 @@ __all__ = [
     "train_grpo", "exact_accuracy", "predicted_group_size", "train_dppo",
     # per-sample score statistics (ghost norms)
     "ghost_moments", "ghost_contractions", "score_dots",
+    # model families (one spec each, a registry by name) and the ghost-norm route rule
+    "ModelSpec", "TensorSpec", "FAMILIES", "family", "ghost_route",
     # the LM studies' library code
     "gradient_mse_study", "group_rank_table", "numerical_rank", "mixture_constants",
     "mixture_objective", "mixture_mse_prediction",

@@ -21,38 +21,20 @@ safetensors and tokenizers are imported on first use (the optional extra ``hf``)
 
 from __future__ import annotations
 
-import importlib
 import json
-import math
-import numbers
 import os
 
 import numpy as np
 
-from .policy import _eos_ids
+from . import families
+from .spec import json_kind as _json_kind
+from .spec import need_extra
 
 __all__ = ["read_json", "check_config", "shard_names", "tensor_shapes", "check_finite",
            "check_shape", "read_tensors", "read_tokenizer", "SUPPORTED_MODEL_TYPES"]
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
-_INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers, gguf)'
-_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "vocab_size")
-
-
-def need_extra(module: str, what: str = "reading checkpoints"):
-    """Import an optional dependency of the ``hf`` extra, or a ValueError saying how to install it.
-
-    Args:
-        module: the module to import.
-        what: the task that needs it, for the message.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ValueError(f"{what} needs {module!r}, which is not installed ({e}); install the "
-                         f"optional extra: {_INSTALL}") from None
-
+#: the ``model_type`` values of the registered families (:mod:`grpo_theory.lm.families`)
+SUPPORTED_MODEL_TYPES = families.model_types()
 
 
 def read_json(path: str, name: str, required: bool = True):
@@ -90,66 +72,24 @@ def read_json(path: str, name: str, required: bool = True):
     return out
 
 
-def _json_kind(v) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-            float: "number", type(None): "null"}.get(type(v), type(v).__name__)
-
-
-def _int_field(c: dict, key: str, source: str, minimum: int = 1, default=None):
-    """``c[key]`` as an int >= minimum (JSON integers only: no bool, float or string)."""
-    v = c.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"{source}: {key} must be an integer >= {minimum}, got {v!r} "
-                         f"(JSON {_json_kind(v)})")
-    if v < minimum:
-        raise ValueError(f"{source}: {key} must be an integer >= {minimum}, got {v}")
-    return int(v)
-
-
-def _positive_real(v, key: str, source: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise ValueError(f"{source}: {key} must be a positive number, got {v!r} "
-                         f"(JSON {_json_kind(v)})")
-    v = float(v)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{source}: {key} must be a finite number > 0, got {v!r}")
-    return v
-
-
-def _bool_field(c: dict, key: str, source: str, default: bool) -> bool:
-    v = c.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ValueError(f"{source}: {key} must be true or false, got {v!r} "
-                         f"(JSON {_json_kind(v)})")
-    return v
-
-
 def check_config(c, source: str) -> dict:
-    """The checked architecture of a Hugging Face ``config.json`` (Qwen2 / Qwen2.5 / Llama).
+    """The checked architecture of a Hugging Face ``config.json``.
 
-    Checks: ``model_type`` in :data:`SUPPORTED_MODEL_TYPES`; ``hidden_size``,
-    ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``
-    present and positive integers, ``num_key_value_heads``, ``head_dim``,
-    ``max_position_embeddings`` positive integers when given; ``num_attention_heads`` a multiple
-    of ``num_key_value_heads``; ``head_dim`` even (rotary pairs) and, when absent,
-    ``hidden_size`` divisible by ``num_attention_heads``; ``rms_norm_eps > 0`` and
-    ``rope_theta > 0`` finite; boolean flags booleans; ``eos_token_id`` / ``pad_token_id`` ids in
-    ``[0, vocab_size)``; no feature the computation lacks (``rope_scaling``, sliding windows,
-    MLP biases, an activation other than SiLU).
+    The family reading its ``model_type`` (:func:`grpo_theory.lm.families.family`; one of
+    :data:`SUPPORTED_MODEL_TYPES`) checks every field (for Qwen2 / Llama:
+    :func:`grpo_theory.lm.family_qwen2.check_config`: sizes positive integers, head counts
+    consistent, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, special ids in the
+    vocabulary, no feature the computation lacks).
 
     Args:
         c: the parsed ``config.json``.
         source: how to name the file in messages (e.g. ``"config.json of '/ckpt'"``).
 
     Returns:
-        dict with ``model_type``, ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``,
-        ``n_heads``, ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``tied``,
-        ``qkv_bias``, ``max_length`` (None when absent), ``eos_ids`` and ``pad_id`` (None when
-        absent).
+        dict with the family's :attr:`~grpo_theory.lm.spec.ModelSpec.config_fields`
+        (``model_type``, ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``, ``n_heads``,
+        ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``tied``, ``qkv_bias``,
+        ``max_length``, ``eos_ids``, ``pad_id``; None when absent).
 
     Raises:
         ValueError: naming ``source`` and the field.
@@ -157,86 +97,22 @@ def check_config(c, source: str) -> dict:
     if not isinstance(c, dict):
         raise ValueError(f"{source} must be a JSON object, got a JSON {_json_kind(c)}")
     mt = c.get("model_type")
-    if mt not in SUPPORTED_MODEL_TYPES:
+    try:
+        spec = families.family(mt)
+    except ValueError:
         raise ValueError(f"{source} has model_type {mt!r}; supported: "
-                         f"{', '.join(SUPPORTED_MODEL_TYPES)} (Qwen2, Qwen2.5, Llama)")
-    missing = [k for k in _REQUIRED if c.get(k) is None]
-    if missing:
-        raise ValueError(f"{source} lacks {', '.join(missing)}")
-    rope = c.get("rope_parameters")
-    if rope is None:
-        rope = {}
-    if not isinstance(rope, dict):
-        raise ValueError(f"{source}: rope_parameters must be an object, got {rope!r}")
-    if c.get("rope_scaling") or rope.get("rope_type", "default") != "default":
-        raise ValueError(f"{source} sets rope_scaling {c.get('rope_scaling') or rope!r}; only "
-                         f"plain rotary embeddings (rope_scaling null) are supported")
-    if _bool_field(c, "use_sliding_window", source, False):
-        raise ValueError(f"{source} sets use_sliding_window: true; only full attention is "
-                         f"supported")
-    if _bool_field(c, "mlp_bias", source, False):
-        raise ValueError(f"{source} sets mlp_bias: true; only bias-free MLPs are supported")
-    act = c.get("hidden_act", "silu")
-    if act != "silu":
-        raise ValueError(f"{source} has hidden_act {act!r}; only 'silu' (SwiGLU) is supported")
-    d, f, n_layers, h, vocab = (_int_field(c, k, source) for k in _REQUIRED)
-    kv = _int_field(c, "num_key_value_heads", source, default=h)
-    if h % kv:
-        raise ValueError(f"{source}: num_attention_heads {h} is not a multiple of "
-                         f"num_key_value_heads {kv}")
-    hd = _int_field(c, "head_dim", source)
-    if hd is None:
-        if d % h:
-            raise ValueError(f"{source}: hidden_size {d} is not a multiple of "
-                             f"num_attention_heads {h} (and no head_dim is given)")
-        hd = d // h
-    if hd % 2:
-        raise ValueError(f"{source}: the head dimension {hd} (head_dim, or hidden_size / "
-                         f"num_attention_heads) must be even for rotary embeddings")
-    theta = rope.get("rope_theta", c.get("rope_theta", 10000.0))
-    theta = _positive_real(theta, "rope_theta", source)
-    eps = _positive_real(c.get("rms_norm_eps", 1e-6), "rms_norm_eps", source)
-    eos = c.get("eos_token_id")
-    if eos is not None:
-        try:
-            eos = _eos_ids(eos)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{source}: eos_token_id must be a token id or a non-empty list "
-                             f"of ids in [0, {vocab}), got {eos!r} ({e})") from None
-        bad = [e for e in eos if e >= vocab]
-        if bad:
-            raise ValueError(f"{source}: eos_token_id {bad[0]} is outside [0, vocab_size = "
-                             f"{vocab})")
-    pad = _int_field(c, "pad_token_id", source, minimum=0)
-    if pad is not None and pad >= vocab:
-        raise ValueError(f"{source}: pad_token_id {pad} is outside [0, vocab_size = {vocab})")
-    return {
-        "model_type": mt, "n_layers": n_layers, "vocab_size": vocab, "d_model": d, "d_ff": f,
-        "n_heads": h, "n_kv_heads": kv, "head_dim": hd, "rope_theta": theta, "norm_eps": eps,
-        "tied": _bool_field(c, "tie_word_embeddings", source, False),
-        "qkv_bias": mt == "qwen2" or _bool_field(c, "attention_bias", source, False),
-        "max_length": _int_field(c, "max_position_embeddings", source),
-        "eos_ids": eos, "pad_id": pad,
-    }
+                         f"{', '.join(families.model_types())} (Qwen2, Qwen2.5, Llama)") from None
+    return spec.check_config(c, source)
 
 
 def tensor_shapes(arch: dict) -> dict:
     """The shape of every Hugging Face tensor (torch layout, ``Linear`` weights (out, in)) that
-    an architecture of :func:`check_config` implies, q/k/v biases included."""
-    d, f, v = arch["d_model"], arch["d_ff"], arch["vocab_size"]
-    h, kv, hd = arch["n_heads"], arch["n_kv_heads"], arch["head_dim"]
-    out = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,),
-           "lm_head.weight": (v, d)}
-    for i in range(arch["n_layers"]):
-        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-        out.update({a + "q_proj.weight": (h * hd, d), a + "k_proj.weight": (kv * hd, d),
-                    a + "v_proj.weight": (kv * hd, d), a + "o_proj.weight": (d, h * hd),
-                    a + "q_proj.bias": (h * hd,), a + "k_proj.bias": (kv * hd,),
-                    a + "v_proj.bias": (kv * hd,), m + "gate_proj.weight": (f, d),
-                    m + "up_proj.weight": (f, d), m + "down_proj.weight": (d, f),
-                    f"model.layers.{i}.input_layernorm.weight": (d,),
-                    f"model.layers.{i}.post_attention_layernorm.weight": (d,)})
-    return out
+    an architecture of :func:`check_config` implies, ``lm_head`` and q/k/v biases included
+    (the family's :attr:`~grpo_theory.lm.spec.ModelSpec.tensors` of the untied, biased
+    variant)."""
+    spec = families.family_of_arch(arch)
+    full = dict(arch, tied=False, qkv_bias=True)
+    return {k: t.shape for k, t in spec.tensors(full).items()}
 
 
 def shard_names(index: dict, source: str, directory: str) -> list[str]:

@@ -30,35 +30,20 @@ downloaded; ``gguf`` and ``tokenizers`` (the optional extra ``hf``) are imported
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 
+from . import families
 from .checkpoint_io import need_extra
+from .family_qwen2 import permute_qk, unpermute_qk
 from .policy import _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
            "hf_tensor_name"]
 
-#: ``general.architecture`` values read (both run as tunix's Qwen2 module)
-GGUF_ARCHITECTURES = ("llama", "qwen2")
-_INSTALL = 'pip install -e ".[hf]"  (gguf, tokenizers, google-tunix)'
+#: ``general.architecture`` values read (the registered families' GGUF architectures)
+GGUF_ARCHITECTURES = families.gguf_architectures()
 _REQUIRED = object()
-
-# GGUF tensor name (per block: blk.{i}.<name>) -> Hugging Face name
-_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
-           "output_norm.weight": "model.norm.weight",
-           "output.weight": "lm_head.weight"}
-_BLOCK = {"attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
-          "attn_v.weight": "self_attn.v_proj.weight",
-          "attn_output.weight": "self_attn.o_proj.weight",
-          "attn_q.bias": "self_attn.q_proj.bias", "attn_k.bias": "self_attn.k_proj.bias",
-          "attn_v.bias": "self_attn.v_proj.bias",
-          "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
-          "ffn_down.weight": "mlp.down_proj.weight",
-          "attn_norm.weight": "input_layernorm.weight",
-          "ffn_norm.weight": "post_attention_layernorm.weight"}
-_BLK = re.compile(r"blk\.(\d+)\.(.+)")
 
 # tokenizer.ggml.pre -> (split regex or None for ByteLevel's own GPT-2 regex, digits one by one,
 # BPE ignore_merges), as llama.cpp's pre-tokenizers split text
@@ -75,29 +60,19 @@ def _need(module: str):
     return need_extra(module, "reading GGUF files")
 
 
-def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's converter permutation of a q/k projection's rows (module doc), ``(n_head
-    hd, ...) -> (n_head hd, ...)``."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
-
-
-def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
-    """The inverse of :func:`permute_qk`: GGUF rows back to the Hugging Face order."""
-    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
-
-
-def hf_tensor_name(name: str) -> str | None:
+def hf_tensor_name(name: str, architecture: str | None = None) -> str | None:
     """The Hugging Face name of a GGUF tensor name (``blk.3.attn_q.weight`` ->
     ``model.layers.3.self_attn.q_proj.weight``), or None for a tensor this reader does not
-    know."""
-    if name in _GLOBAL:
-        return _GLOBAL[name]
-    m = _BLK.fullmatch(name)
-    if m and m.group(2) in _BLOCK:
-        return f"model.layers.{int(m.group(1))}.{_BLOCK[m.group(2)]}"
-    return None
+    know.
+
+    Args:
+        name: the GGUF tensor name.
+        architecture: a GGUF ``general.architecture`` (its family's names); None: the first
+            registered family that knows the name.
+    """
+    specs = (list(families.FAMILIES.values()) if architecture is None
+             else [s for s in [families.family_of_gguf(architecture)] if s is not None])
+    return next((h for h in (s.gguf_to_hf(name) for s in specs) if h is not None), None)
 
 
 def _file(path) -> str:
@@ -149,7 +124,8 @@ def _field(reader, path: str, key: str, kind: str, default=_REQUIRED):
 def _config(reader, path: str) -> dict:
     """The checked architecture (the fields of :func:`~grpo_theory.lm.hf.read_config`)."""
     a = _field(reader, path, "general.architecture", "str")
-    if a not in GGUF_ARCHITECTURES:
+    spec = families.family_of_gguf(a)
+    if spec is None:
         raise ValueError(f"GGUF file {path!r}: general.architecture is {a!r}; supported: "
                          f"{', '.join(GGUF_ARCHITECTURES)}")
     g = lambda k, kind="int", d=_REQUIRED: _field(reader, path, f"{a}.{k}", kind, d)  # noqa: E731
@@ -193,14 +169,13 @@ def _config(reader, path: str) -> dict:
                              f"{v}, outside the vocabulary [0, {vocab})")
         special[k] = v
     ctx = g("context_length", "int", None)
-    names = {t.name for t in reader.tensors}
+    flags = spec.gguf_flags({t.name for t in reader.tensors})
     return {
-        "model_type": a, "n_layers": n_layers, "vocab_size": vocab, "d_model": d,
-        "d_ff": d_ff, "n_heads": h, "n_kv_heads": kv, "head_dim": hd,
+        "model_type": spec.model_types[0], "n_layers": n_layers, "vocab_size": vocab,
+        "d_model": d, "d_ff": d_ff, "n_heads": h, "n_kv_heads": kv, "head_dim": hd,
         "rope_theta": float(g("rope.freq_base", "float", 10000.0)),
         "norm_eps": float(g("attention.layer_norm_rms_epsilon", "float")),
-        "tied": "output.weight" not in names,
-        "qkv_bias": "blk.0.attn_q.bias" in names,
+        "tied": flags["tied"], "qkv_bias": flags["qkv_bias"],
         "max_length": ctx or None,
         "eos_ids": None if special["eos"] is None else _eos_ids(special["eos"]),
         "pad_id": special["padding"], "bos_id": special["bos"],
@@ -209,34 +184,16 @@ def _config(reader, path: str) -> dict:
 
 def _expected_shapes(c: dict) -> dict:
     """GGUF name -> (Hugging Face name, torch-layout shape) of every tensor the architecture
-    has."""
-    d, f, v, hd = c["d_model"], c["d_ff"], c["vocab_size"], c["head_dim"]
-    q, k = c["n_heads"] * hd, c["n_kv_heads"] * hd
-    out = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,)}
-    if not c["tied"]:
-        out["lm_head.weight"] = (v, d)
-    for i in range(c["n_layers"]):
-        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-        out.update({a + "q_proj.weight": (q, d), a + "k_proj.weight": (k, d),
-                    a + "v_proj.weight": (k, d), a + "o_proj.weight": (d, q),
-                    m + "gate_proj.weight": (f, d), m + "up_proj.weight": (f, d),
-                    m + "down_proj.weight": (d, f),
-                    f"model.layers.{i}.input_layernorm.weight": (d,),
-                    f"model.layers.{i}.post_attention_layernorm.weight": (d,)})
-        if c["qkv_bias"]:
-            out.update({a + "q_proj.bias": (q,), a + "k_proj.bias": (k,),
-                        a + "v_proj.bias": (k,)})
-    inverse = {f"blk.{i}.{g}": f"model.layers.{i}.{h}" for i in range(c["n_layers"])
-               for g, h in _BLOCK.items()}
-    inverse.update(_GLOBAL)
-    by_hf = {h: g for g, h in inverse.items()}
-    return {by_hf[h]: (h, shape) for h, shape in out.items()}
+    has (its family's :attr:`~grpo_theory.lm.spec.ModelSpec.tensors`)."""
+    return {t.gguf: (t.hf, t.shape)
+            for t in families.family(c["model_type"]).tensors(c).values()}
 
 
 def _tensors(reader, path: str, c: dict) -> dict:
     """Hugging Face name -> float32 array (torch layout), dequantised, Q/K rows restored."""
     quants = _need("gguf.quants")
     want = _expected_shapes(c)
+    from_gguf = families.family(c["model_type"]).from_gguf
     out = {}
     for t in reader.tensors:
         if t.name not in want:
@@ -257,9 +214,7 @@ def _tensors(reader, path: str, c: dict) -> dict:
         if not np.all(np.isfinite(w)):
             raise ValueError(f"GGUF file {path!r}: tensor {t.name!r} has non-finite values "
                              f"({int(np.sum(~np.isfinite(w)))} of {w.size})")
-        if c["model_type"] == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
-            w = unpermute_qk(w, c["n_heads"] if ".attn_q." in t.name else c["n_kv_heads"])
-        out[hf] = w
+        out[hf] = from_gguf(hf, w, c)
     missing = [g for g, (h, _) in want.items() if h not in out]
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""

@@ -15,8 +15,9 @@ gradients ``b`` (T, d_out) of that sample, contributes ``G_n = a^T b`` to the sa
 .. math:: \|a^\top b\|_F^2 = \langle a a^\top,\, b b^\top\rangle_F
           = \sum_{t,t'} (a_t\cdot a_{t'})(b_t\cdot b_{t'}),
 
-O(T^2 (d_in + d_out)) without the d_in x d_out matrix (the "gram" route); when
-``T (d_in + d_out) > d_in d_out`` the matrix itself is cheaper (the "direct" route). The
+O(T^2 (d_in + d_out)) without the d_in x d_out matrix (the "gram" route), or the matrix itself
+(the "direct" route); ``route="auto"`` takes the one with fewer multiply-adds by the rule both
+backends share (:func:`grpo_theory.lm.ghost_rule.ghost_route`, also for the embedding). The
 weighted sums are ``sum_n W_kn G_n = a^T diag(W_k) b`` over all (n, t) at once. Every linear map of the forward
 below is a ``jax.custom_vjp`` whose backward rule emits these two quantities as the cotangents of
 zero "statistic" inputs, so they are formed layer by layer as the backward pass reaches the layer
@@ -26,16 +27,18 @@ exactly:
 * RMSNorm weights ``y = xhat * w`` and q/k/v biases ``y = z + c``: the per-sample gradients
   ``sum_t xhat_t * b_t`` and ``sum_t b_t`` are small (N x d): formed.
 * The embedding ``e_t = E[id_t]``: its gradient rows are grouped by token id, so
-  ``||G_n||^2 = sum_{t,t'} [id_t = id_t'] b_t . b_t'`` (b: gradients of the embedding outputs).
+  ``||G_n||^2 = sum_{t,t'} [id_t = id_t'] b_t . b_t'`` (b: gradients of the embedding outputs;
+  the gram route of one-hot inputs), or ``G_n`` scattered into its (V, d) rows (direct).
 * A tied head ``logits = h E^T``: the head's and the embedding's gradients of ``E`` add, so
   ``||G^emb + G^head||^2`` has the cross term ``2 <G^emb, G^head> = 2 sum_{t,t'} g_{t', id_t}
   (b_t . h_{t'})`` with g the logits' gradients and h the head's inputs.
 
-The forward is a pure-JAX implementation of tunix's Qwen2 module (the architecture of
-:func:`grpo_theory.lm.hf.from_pretrained`: RMSNorm, rotary embeddings on rotate-half pairs,
-grouped-query attention with optional q/k/v biases, SwiGLU MLP, tied or untied head) over the
-same parameter dict, with prompts left-padded by ``-1`` (:func:`positions_mask`). Only the
-response positions' logits are formed (the others never enter ``log pi(y|x)``).
+The forward is the model family's pure-JAX forward (its spec's
+:attr:`~grpo_theory.lm.spec.ModelSpec.forward`, :mod:`grpo_theory.lm.families`; for Qwen2 /
+Llama :func:`grpo_theory.lm.family_qwen2.forward`, tunix's Qwen2 computation) over the
+parameter dict :func:`grpo_theory.lm.hf.from_pretrained` loads, with prompts left-padded by
+``-1`` (:func:`positions_mask`). Only the response positions' logits are formed (the others
+never enter ``log pi(y|x)``).
 """
 
 from __future__ import annotations
@@ -47,106 +50,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import families
+from .family_qwen2 import positions_mask
+from .ghost_rule import ROUTES, ghost_route
 from .policy import _acc_dtype, pad_to_chunk, response_mask
 
 __all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ghost_moments",
-           "score_dots", "ROUTES"]
-
-#: how a linear layer's per-sample squared norm is formed: "auto" (the cheaper of the two),
-#: "gram" (<a a^T, b b^T>) or "direct" (||a^T b||^2)
-ROUTES = ("auto", "gram", "direct")
-
-
-def positions_mask(tokens):
-    """Rotary positions (N, T) and attention mask (N, T, T) for prompts left-padded with ``-1``.
-
-    Valid keys: every entry that is a token id (``>= 0``: padding is the marker, never a token
-    value, so a prompt token equal to the pad or EOS id is attended to); position of token t =
-    (number of valid tokens before t), so left padding shifts nothing; causal; the diagonal is
-    always kept (a padding query then attends to itself only, never to an empty set).
-    """
-    n, t = tokens.shape
-    idx = jnp.arange(t)
-    valid = tokens >= 0
-    pos = jnp.maximum(jnp.cumsum(valid, axis=1) - 1, 0).astype(jnp.int32)
-    causal = idx[None, :] <= idx[:, None]
-    mask = causal[None] & (valid[:, None, :] | (idx[None, :] == idx[:, None])[None])
-    return pos, mask
+           "score_dots", "ROUTES", "layer_route"]
 
 
 # ---------------------------------------------------------------------------------------------
-# the architecture, written once over a set of "ops" (plain, or with statistics in the backward)
+# the architecture: the family's forward (its spec) over a set of "ops" (plain, or with
+# statistics in the backward)
 def _arch_key(arch: dict) -> tuple:
-    """The static fields of the architecture the forward reads, as a hashable tuple."""
-    return tuple((k, arch[k]) for k in ("n_layers", "d_model", "n_heads", "n_kv_heads",
-                                        "head_dim", "rope_theta", "norm_eps", "tied",
-                                        "qkv_bias"))
-
-
-def _rms_hat(x, eps):
-    """``x / sqrt(mean(x^2) + eps)`` over the last axis (RMSNorm before its weight)."""
-    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps)
-
-
-def _rope(x, pos, theta):
-    """Rotary embedding on rotate-half pairs (i, i + hd/2); x (N, T, heads, hd), pos (N, T)."""
-    hd = x.shape[-1]
-    inv = 1.0 / theta ** (jnp.arange(0, hd, 2, dtype=jnp.float32) / hd)
-    ang = pos[..., None].astype(jnp.float32) * inv
-    sin, cos = jnp.sin(ang)[:, :, None, :], jnp.cos(ang)[:, :, None, :]
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
-    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
-
-
-def _attention(q, k, v, mask):
-    """Grouped-query attention: query head j reads key/value head ``j // (h // kv)``."""
-    n, t, h, hd = q.shape
-    kv = k.shape[2]
-    q = q.reshape(n, t, kv, h // kv, hd)
-    s = jnp.einsum("ntkgd,nskd->nkgts", q, k) * (hd ** -0.5)
-    s = jnp.where(mask[:, None, None], s, jnp.finfo(s.dtype).min)
-    p = jax.nn.softmax(s, axis=-1)
-    return jnp.einsum("nkgts,nskd->ntkgd", p, v).reshape(n, t, h, hd)
+    """The static fields of the architecture the family's forward reads, as a hashable tuple."""
+    return families.family(arch["model_type"]).arch_key(arch)
 
 
 def _forward(ak: tuple, params, tokens, ops, rows=None):
-    """Logits (N, T', V) at positions ``rows`` (default all) of left-padded ``tokens``."""
+    """Logits (N, T', V) at positions ``rows`` (default all) of left-padded ``tokens``: the
+    family's :attr:`~grpo_theory.lm.spec.ModelSpec.forward`."""
     a = dict(ak)
-    pos, mask = positions_mask(tokens)
-    ids = jnp.maximum(tokens, 0)
-    emb = params["embedder"]["input_embedding"]
-    x = ops.embed(emb, ids)
-    n, t, d = x.shape
-    h, kv, hd, eps = a["n_heads"], a["n_kv_heads"], a["head_dim"], a["norm_eps"]
-    for i in range(a["n_layers"]):
-        lay = params["layers"][i]
-        at, pth = lay["attn"], ("layers", i, "attn")
-        z = ops.scale(_rms_hat(x, eps), lay["input_layernorm"]["w"],
-                      ("layers", i, "input_layernorm", "w"))
-        proj = {}
-        for name, heads in (("q", h), ("k", kv), ("v", kv)):
-            w = at[f"{name}_proj"]["w"]
-            y = ops.lin(z, w.reshape(d, heads * hd), pth + (f"{name}_proj", "w"))
-            if a["qkv_bias"]:
-                y = ops.bias(y, at[f"{name}_bias"].reshape(heads * hd), pth + (f"{name}_bias",))
-            proj[name] = y.reshape(n, t, heads, hd)
-        o = _attention(_rope(proj["q"], pos, a["rope_theta"]),
-                       _rope(proj["k"], pos, a["rope_theta"]), proj["v"], mask)
-        x = x + ops.lin(o.reshape(n, t, h * hd), at["o_proj"]["w"].reshape(h * hd, d),
-                        pth + ("o_proj", "w"))
-        z = ops.scale(_rms_hat(x, eps), lay["post_attention_layernorm"]["w"],
-                      ("layers", i, "post_attention_layernorm", "w"))
-        mp = lay["mlp"]
-        gate = ops.lin(z, mp["gate_proj"]["kernel"], ("layers", i, "mlp", "gate_proj", "kernel"))
-        up = ops.lin(z, mp["up_proj"]["kernel"], ("layers", i, "mlp", "up_proj", "kernel"))
-        x = x + ops.lin(jax.nn.silu(gate) * up, mp["down_proj"]["kernel"],
-                        ("layers", i, "mlp", "down_proj", "kernel"))
-    z = ops.scale(_rms_hat(x, eps), params["final_norm"]["w"], ("final_norm", "w"))
-    if rows is not None:
-        z = z[:, rows]
-    if a["tied"]:
-        return ops.tied_head(z, emb, ids)
-    return ops.lin(z, params["lm_head"]["w"], ("lm_head", "w"))
+    return families.family(a["model_type"]).forward(a, params, tokens, ops, rows)
 
 
 class _Plain:
@@ -174,7 +99,7 @@ class _Plain:
 
 
 def forward(arch: dict, params, tokens):
-    """Next-token logits (N, T, V) of tunix's Qwen2 computation in pure JAX.
+    """Next-token logits (N, T, V) of the family's pure-JAX forward (tunix's computation).
 
     Args:
         arch: the checked architecture (:func:`grpo_theory.lm.hf.read_config`).
@@ -205,11 +130,19 @@ class PureForward:
 
 # ---------------------------------------------------------------------------------------------
 # operations whose backward rules emit the statistics
+def layer_route(route: str, positions: int, d_in: int, d_out: int, one_hot: bool = False,
+                acc=jnp.float32) -> str:
+    """The route of one layer: ``route`` itself, or for ``"auto"`` the shared rule
+    :func:`grpo_theory.lm.ghost_rule.ghost_route` at these shapes (values of ``acc``)."""
+    if route != "auto":
+        return route
+    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
+                       dtype_bytes=jnp.dtype(acc).itemsize)
+
+
 def _sq_linear(x, b, route, acc):
     """(N,) ``||x_n^T b_n||_F^2`` for x (N, T, i), b (N, T, o), by ``route``."""
-    t, di, do = x.shape[1], x.shape[2], b.shape[2]
-    if route == "auto":
-        route = "gram" if t * (di + do) <= di * do else "direct"
+    route = layer_route(route, x.shape[1], x.shape[2], b.shape[2], acc=acc)
     x, b = x.astype(acc), b.astype(acc)
     if route == "gram":
         ga = jnp.einsum("nti,nsi->nts", x, x)
@@ -400,11 +333,19 @@ class _Ghost:
                        self.cross, self.crossg, self.wts, self.gw)
 
 
-def _embedding_sq(b, ids, rows, acc):
-    """(N,) squared norm of the embedding's gradient plus, with a tied head's rows (the head
-    gradient at the token ids, :func:`_head_rows`), twice the cross term."""
-    same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
-    sq = jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
+def _embedding_sq(b, ids, rows, acc, route, vocab):
+    """(N,) squared norm of the embedding's gradient (gram: rows of ``b`` grouped by token id,
+    ``sum_{t,t'} [id_t = id_t'] b_t . b_t'``; direct: the (vocab, d) gradient scattered) plus,
+    with a tied head's rows (the head gradient at the token ids, :func:`_head_rows`), twice the
+    cross term; ``b`` is zero at padding (``ids`` -1)."""
+    n, t, d = b.shape
+    if layer_route(route, t, vocab, d, one_hot=True, acc=acc) == "gram":
+        same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
+        sq = jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
+    else:
+        g = jnp.zeros((n, vocab, d), acc).at[jnp.arange(n)[:, None], jnp.maximum(ids, 0)].add(
+            b.astype(acc))
+        sq = jnp.sum(g * g, axis=(1, 2))
     if rows is not None:
         sq = sq + 2.0 * jnp.sum(b * rows, axis=(1, 2))
     return sq
@@ -443,12 +384,12 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     # the embedding: gradient rows grouped by token id (padding slots carry b = 0 and no id)
     ids = jnp.where(tokens >= 0, tokens, -1)
     b = b.astype(acc) * (tokens >= 0)[..., None]
-    sq = sq + _embedding_sq(b, ids, rows, acc)
+    v = params["embedder"]["input_embedding"].shape[0]
+    sq = sq + _embedding_sq(b, ids, rows, acc, route, v)
     if gs:
         bw = _group(b * gw[:, None, None].astype(acc), gs)
-        gsq = gsq + _embedding_sq(bw, _group(ids, gs), rows_g, acc)
+        gsq = gsq + _embedding_sq(bw, _group(ids, gs), rows_g, acc, route, v)
     if need_ws:
-        v = params["embedder"]["input_embedding"].shape[0]
         emb_ws = jnp.stack([jnp.zeros((v, d), acc).at[jnp.maximum(ids, 0).reshape(-1)].add(
             (b * w[:, None, None]).reshape(n * t, d)) for w in wts])
         ws = dict(ws, embedder=dict(ws["embedder"], input_embedding=ws["embedder"][

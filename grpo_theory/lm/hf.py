@@ -35,15 +35,16 @@ or EOS id (a ChatML prompt holds ``<|im_end|>`` after every turn) and every such
 attended to. Sampled responses hold ``pad_id`` (the checkpoint's pad token, else its first EOS
 id) after their first EOS, by position.
 
+The files are read by :func:`grpo_theory.lm.loaders.load_checkpoint`, every family-specific fact
+(config fields, tensor names and shapes, tunix's module) from the family's spec
+(:mod:`grpo_theory.lm.families`); this module builds the policy.
+
 tunix, flax, safetensors and tokenizers are imported on first use (the optional extra ``hf``:
 ``pip install -e ".[hf]"``); importing this module costs nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -53,148 +54,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from . import checkpoint_io as io
-from . import gguf as _gguf
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
+from .family_qwen2 import positions_mask as _positions_mask
 from .ghost import ghost_contractions, ghost_moments, score_dots
-from .ghost import positions_mask as _positions_mask
+from .loaders import load_checkpoint, read_config
+from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
+from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
-from .policy import LMPolicy, _eos_ids, _tokens
+from .policy import LMPolicy, _tokens
+from .spec import need_extra
+from .spec import quiet_tunix as _quiet
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-_INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers)'
-
 
 def _need(module: str):
-    return io.need_extra(module, "loading Hugging Face checkpoints")
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence tunix's and flax's own deprecation warnings (tunix 0.1.7 uses APIs that flax 0.12
-    deprecates: ``.value``, ``sharding=``, ``jax.experimental.shard_map``; nothing a user of
-    this module can act on)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(tunix|flax)\.")
-        yield
-
-
-def _read_json(path: str, name: str, required: bool = True):
-    """The JSON object of ``path/name`` (:func:`.checkpoint_io.read_json`: a ValueError naming
-    the file when it is absent and required, unreadable, not JSON or not an object)."""
-    return io.read_json(path, name, required)
-
-
-def _checkpoint_dir(path) -> str:
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"path must be a checkpoint directory (str or os.PathLike), got "
-                         f"{type(path).__name__}")
-    path = os.path.expanduser(os.fspath(path))
-    if not os.path.isdir(path):
-        raise ValueError(f"path {path!r} is not a directory: from_pretrained needs a local "
-                         f"Hugging Face checkpoint directory (config.json, tokenizer.json, "
-                         f"*.safetensors); nothing is downloaded")
-    return path
-
-
-def read_config(path) -> dict:
-    """The checked architecture of a checkpoint directory's ``config.json``.
-
-    Args:
-        path: the checkpoint directory.
-
-    Returns:
-        dict with ``model_type``, ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``,
-        ``n_heads``, ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``tied``,
-        ``qkv_bias``, ``max_length`` (``max_position_embeddings`` or None) and ``eos_ids``,
-        ``pad_id`` as written in ``config.json`` (None when absent).
-
-    Raises:
-        ValueError: missing directory or config.json, a file that is not a JSON object, a
-            ``model_type`` outside :data:`SUPPORTED_MODEL_TYPES`, a missing or invalid field
-            (sizes positive integers, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, the
-            head counts consistent; :func:`.checkpoint_io.check_config`), or a feature the
-            computation does not implement (``rope_scaling``, sliding windows, MLP biases,
-            non-SiLU). The message names the file and the field.
-    """
-    path = _checkpoint_dir(path)
-    return io.check_config(_read_json(path, "config.json"), f"config.json of {path!r}")
-
-
-def _hf_names(arch: dict) -> dict:
-    """HF tensor name -> (path in tunix's Qwen2 parameter dict, transform of the HF array)."""
-    d, h, kv, hd = arch["d_model"], arch["n_heads"], arch["n_kv_heads"], arch["head_dim"]
-    out = {"model.embed_tokens.weight": (("embedder", "input_embedding"), None),
-           "model.norm.weight": (("final_norm", "w"), None)}
-    if not arch["tied"]:
-        out["lm_head.weight"] = (("lm_head", "w"), lambda w: w.T)
-    for i in range(arch["n_layers"]):
-        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
-        la = ("layers", i, "attn")
-        out[a + "q_proj.weight"] = (la + ("q_proj", "w"), lambda w: w.T.reshape(d, h, hd))
-        out[a + "k_proj.weight"] = (la + ("k_proj", "w"), lambda w: w.T.reshape(d, kv, hd))
-        out[a + "v_proj.weight"] = (la + ("v_proj", "w"), lambda w: w.T.reshape(d, kv, hd))
-        out[a + "o_proj.weight"] = (la + ("o_proj", "w"), lambda w: w.T.reshape(h, hd, d))
-        if arch["qkv_bias"]:
-            for p in "qkv":
-                out[a + f"{p}_proj.bias"] = (la + (f"{p}_bias",), None)
-        for p in ("gate_proj", "up_proj", "down_proj"):
-            out[m + p + ".weight"] = (("layers", i, "mlp", p, "kernel"), lambda w: w.T)
-        for p in ("input_layernorm", "post_attention_layernorm"):
-            out[f"model.layers.{i}.{p}.weight"] = (("layers", i, p, "w"), None)
-    return out
-
-
-def _shards(path: str) -> list[str]:
-    """The safetensors files of the checkpoint: those the index lists (plain file names inside
-    ``path``, all present; :func:`.checkpoint_io.shard_names`), else ``model.safetensors``."""
-    index = _read_json(path, "model.safetensors.index.json", required=False)
-    if index is not None:
-        src = f"model.safetensors.index.json of {path!r}"
-        return [os.path.join(path, f) for f in io.shard_names(index, src, path)]
-    single = os.path.join(path, "model.safetensors")
-    if os.path.isfile(single):
-        return [single]
-    raise ValueError(f"checkpoint directory {path!r} has no model.safetensors and no "
-                     f"model.safetensors.index.json (weights must be safetensors; nothing is "
-                     f"downloaded)")
-
-
-def _load_params(path: str, arch: dict, abstract: dict, dtype) -> dict:
-    """tunix's parameter dict (``abstract``'s structure) filled from the safetensors shards."""
-    names = _hf_names(arch)
-    shapes = io.tensor_shapes(arch)
-    flat = {}
-    for f in _shards(path):
-        # wrapped library errors, the HF shape config.json implies, finite (one reduction each)
-        for k, w in io.read_tensors(f, names, shapes).items():
-            tgt, tf = names[k]
-            flat[tgt] = (k, tf(w) if tf is not None else w)
-    missing = [k for k, (tgt, _) in names.items() if tgt not in flat]
-    if missing:
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise ValueError(f"checkpoint {path!r} lacks tensor(s) {', '.join(missing[:5])}{more} "
-                         f"required by its config.json ({arch['model_type']}, "
-                         f"{arch['n_layers']} layers, tie_word_embeddings={arch['tied']})")
-
-    def fill(node, prefix):
-        if isinstance(node, dict):
-            return {k: fill(v, prefix + (k,)) for k, v in node.items()}
-        if prefix not in flat:  # q/k/v biases of a Llama checkpoint without attention_bias
-            return jnp.zeros(node.shape, dtype)
-        name, arr = flat[prefix]
-        if tuple(arr.shape) != tuple(node.shape):
-            raise ValueError(f"tensor {name} of checkpoint {path!r} has shape "
-                             f"{tuple(arr.shape)} after conversion, expected {tuple(node.shape)} "
-                             f"from config.json")
-        return jnp.asarray(np.asarray(arr), dtype)
-
-    return fill(abstract, ())
+    return need_extra(module, "loading Hugging Face checkpoints")
 
 
 @dataclass(frozen=True, eq=False)
@@ -256,21 +134,6 @@ def _with_zero_biases(params, zero_biases, dtype):
             node = node[k]
         node[path[-1]] = jnp.zeros(shape, dtype)
     return out
-
-
-def _split_zero_biases(abstract: dict, qkv_bias: bool):
-    """tunix's abstract parameter dict without the q/k/v bias leaves when the checkpoint has
-    none, and the ((path, shape), ...) of the leaves taken out."""
-    if qkv_bias:
-        return abstract, ()
-    taken = []
-    layers = {}
-    for i, layer in abstract["layers"].items():
-        attn = dict(layer["attn"])
-        for b in ("q_bias", "k_bias", "v_bias"):
-            taken.append((("layers", i, "attn", b), tuple(attn.pop(b).shape)))
-        layers[i] = dict(layer, attn=attn)
-    return dict(abstract, layers=layers), tuple(taken)
 
 
 @partial(jax.jit, static_argnames=("spec", "response_len"))
@@ -545,95 +408,6 @@ def _chat_renderer(template: str):
     return env.from_string(template)
 
 
-def _read_chat_template(path: str) -> str | None:
-    """``chat_template`` of tokenizer_config.json (or chat_template.jinja), else None; a list
-    of named templates gives the one named ``default``."""
-    f = os.path.join(path, "chat_template.jinja")
-    if os.path.isfile(f):
-        with open(f) as fh:
-            return fh.read()
-    t = (_read_json(path, "tokenizer_config.json", required=False) or {}).get("chat_template")
-    if isinstance(t, list):
-        t = next((d.get("template") for d in t if isinstance(d, dict)
-                  and d.get("name") == "default"), None)
-    return t if isinstance(t, str) and t else None
-
-
-def _dtype(dtype):
-    """A jnp dtype among :data:`_DTYPES` (a name or a dtype)."""
-    if isinstance(dtype, str):
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-        return _DTYPES[dtype]
-    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in _DTYPES.values()]:
-        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}")
-    return dtype
-
-
-def _is_gguf(path) -> bool:
-    return isinstance(path, (str, os.PathLike)) and os.fspath(path).lower().endswith(".gguf")
-
-
-def _special_ids(arch: dict, eos_ids, pad_id, eos_default, pad_default, source: str):
-    """Checked (eos_ids tuple, pad_id): the arguments, else the checkpoint's defaults."""
-    if eos_ids is None:
-        eos_ids = eos_default
-        if eos_ids is None:
-            raise ValueError(f"checkpoint {source!r} gives no eos_token_id; pass eos_ids=")
-    eos_ids = _eos_ids(eos_ids)
-    if pad_id is None:
-        pad_id = eos_ids[0] if pad_default is None else pad_default
-    pad_id = V.integer("pad_id", pad_id, 0, arch["vocab_size"] - 1)
-    for e in eos_ids:
-        V.integer("eos_ids", e, 0, arch["vocab_size"] - 1)
-    return eos_ids, pad_id
-
-
-def _tunix_model(arch: dict, dtype):
-    """(graphdef, abstract parameter dict without absent biases, zero-bias paths) of tunix's
-    Qwen2 module for ``arch``."""
-    with _quiet():
-        qm = _need("tunix.models.qwen2.model")
-        nnx = _need("flax.nnx")
-    mcfg = qm.ModelConfig(
-        num_layers=arch["n_layers"], vocab_size=arch["vocab_size"], embed_dim=arch["d_model"],
-        hidden_dim=arch["d_ff"], num_heads=arch["n_heads"], head_dim=arch["head_dim"],
-        num_kv_heads=arch["n_kv_heads"], rope_theta=arch["rope_theta"],
-        norm_eps=arch["norm_eps"], use_tied_embedding=arch["tied"], dtype=dtype,
-        param_dtype=dtype)
-    with _quiet():
-        graphdef, abstract = nnx.split(nnx.eval_shape(lambda: qm.Qwen2(mcfg,
-                                                                       rngs=nnx.Rngs(0))))
-    abstract, zero = _split_zero_biases(nnx.to_pure_dict(abstract), arch["qkv_bias"])
-    return graphdef, abstract, zero
-
-
-def _params_from_arrays(source: str, arch: dict, abstract: dict, dtype, arrays: dict) -> dict:
-    """tunix's parameter dict (``abstract``'s structure) from HF-named NumPy arrays (torch
-    layout), converted by :func:`_hf_names`; exactly the tensors the names list."""
-    names = _hf_names(arch)
-    missing = [k for k in names if k not in arrays]
-    extra = [k for k in arrays if k not in names]
-    if missing or extra:
-        raise ValueError(f"checkpoint {source!r}: tensors missing {missing[:5]}, unexpected "
-                         f"{extra[:5]} for its architecture ({arch['model_type']}, "
-                         f"{arch['n_layers']} layers, tied={arch['tied']})")
-    flat = {}
-    for k, (tgt, tf) in names.items():
-        flat[tgt] = (k, tf(arrays[k]) if tf is not None else arrays[k])
-
-    def fill(node, prefix):
-        if isinstance(node, dict):
-            return {k: fill(v, prefix + (k,)) for k, v in node.items()}
-        name, arr = flat[prefix]
-        if tuple(arr.shape) != tuple(node.shape):
-            raise ValueError(f"tensor {name} of checkpoint {source!r} has shape "
-                             f"{tuple(arr.shape)} after conversion, expected {tuple(node.shape)}")
-        return jnp.asarray(np.asarray(arr), dtype)
-
-    return fill(abstract, ())
-
-
 def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,
             source, chat_template) -> HFPolicy:
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
@@ -641,17 +415,6 @@ def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, t
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
                     pad_id, tokenizer=tokenizer, config=arch, path=source,
                     chat_template=chat_template)
-
-
-def _from_gguf(path, dtype, temperature, eos_ids, pad_id) -> HFPolicy:
-    ck = _gguf.read_gguf(path)
-    arch = ck["config"]
-    eos_ids, pad_id = _special_ids(arch, eos_ids, pad_id, arch["eos_ids"], arch["pad_id"],
-                                   ck["path"])
-    graphdef, abstract, zero = _tunix_model(arch, dtype)
-    params = _params_from_arrays(ck["path"], arch, abstract, dtype, ck["tensors"])
-    return _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature,
-                   ck["tokenizer"], ck["path"], ck["chat_template"])
 
 
 def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
@@ -682,25 +445,6 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
             missing or mis-shaped tensor, no EOS id anywhere, a malformed GGUF file (naming the
             file and the field or tensor), or the optional extra not installed.
     """
-    dtype = _dtype(dtype)
-    if _is_gguf(path):
-        return _from_gguf(path, dtype, temperature, eos_ids, pad_id)
-    path = _checkpoint_dir(path)
-    arch = read_config(path)
-    gen = _read_json(path, "generation_config.json", required=False) or {}
-    eos_ids, pad_id = _special_ids(arch, eos_ids, pad_id,
-                                   gen.get("eos_token_id", arch["eos_ids"]),
-                                   gen.get("pad_token_id", arch["pad_id"]), path)
-    tok_file = os.path.join(path, "tokenizer.json")
-    if not os.path.isfile(tok_file):
-        _read_json(path, "tokenizer.json")  # raises the missing-file error
-    _shards(path)  # missing weight files before the (slow) tunix import
-    tokenizer = io.read_tokenizer(tok_file)
-    n_tok = tokenizer.get_vocab_size(with_added_tokens=True)
-    if n_tok > arch["vocab_size"]:
-        raise ValueError(f"tokenizer.json of {path!r} has {n_tok} tokens, more than "
-                         f"config.json's vocab_size = {arch['vocab_size']} (the embedding rows)")
-    graphdef, abstract, zero = _tunix_model(arch, dtype)
-    params = _load_params(path, arch, abstract, dtype)
-    return _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature,
-                   tokenizer, path, _read_chat_template(path))
+    ck = load_checkpoint(path, dtype=dtype, eos_ids=eos_ids, pad_id=pad_id)
+    return _policy(ck.arch, ck.params, ck.graphdef, ck.zero_biases, ck.eos_ids, ck.pad_id,
+                   ck.dtype, temperature, ck.tokenizer, ck.source, ck.chat_template)

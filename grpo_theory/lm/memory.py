@@ -45,6 +45,7 @@ import re
 import jax
 
 from .. import _validation as V
+from . import families
 
 __all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
            "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
@@ -162,12 +163,15 @@ def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
 
 
 def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: int = 4) -> int:
-    r"""Activation bytes one sequence adds to the ghost-norm pass of a Llama/Qwen2 model.
+    r"""Activation bytes one sequence adds to the ghost-norm pass: the model family's
+    :attr:`~grpo_theory.lm.spec.ModelSpec.activation_bytes` (family by ``arch["model_type"]``;
+    a dict of sizes alone is read as the Qwen2 / Llama family).
 
-    Per layer and position the pass keeps the inputs of the seven projections and the SwiGLU
-    intermediates (about ``6 d + 4 f`` values), the attention probabilities and their gradient
-    (``2 H T``); the logits and their softmax gradient at the response positions add ``3 R V``
-    float32 values:
+    For Qwen2 / Llama (:func:`grpo_theory.lm.family_qwen2.activation_bytes`), per layer and
+    position the pass keeps the inputs of the seven projections and the SwiGLU intermediates
+    (about ``6 d + 4 f`` values), the attention probabilities and their gradient (``2 H T``);
+    the logits and their softmax gradient at the response positions add ``3 R V`` float32
+    values:
 
     .. math:: a = T L (6 d + 4 f + 2 H T)\,b + 12 R V.
 
@@ -187,13 +191,12 @@ def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: in
     t = V.positive_int("seq_len", seq_len)
     r = V.integer("response_len", response_len, 1, t)
     b = V.positive_int("dtype_bytes", dtype_bytes)
+    spec = families.family_of_arch(arch)
     try:
-        L, d, f, h, v = (int(arch[k]) for k in ("n_layers", "d_model", "d_ff", "n_heads",
-                                                  "vocab_size"))
+        return spec.activation_bytes(arch, t, r, b)
     except (KeyError, TypeError, ValueError):
         raise ValueError("arch must be an architecture dict with n_layers, d_model, d_ff, "
                          f"n_heads and vocab_size, got {arch!r}") from None
-    return int(t * L * (6 * d + 4 * f + 2 * h * t) * b + 12 * r * v)
 
 
 def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,

@@ -21,8 +21,9 @@ gradient is ``b_i^T a_i`` and
 
 .. math:: \|b_i^\top a_i\|_F^2 = \sum_{t,t'} (a_{it} \cdot a_{it'})(b_{it} \cdot b_{it'}),
 
-O(T^2 (d_in + d_out)); when ``T^2 > d_in d_out`` the (n, d_out, d_in) per-sample gradient is
-formed instead. An embedding is the same with ``a_t`` the one-hot token (``a_t \cdot a_{t'} =
+O(T^2 (d_in + d_out)), or the (n, d_out, d_in) per-sample gradient is formed, whichever the
+rule shared with the JAX backend picks (:func:`grpo_theory.lm.ghost_rule.ghost_route`: fewer
+multiply-adds; :func:`layer_route`). An embedding is the same with ``a_t`` the one-hot token (``a_t \cdot a_{t'} =
 [id_t = id_{t'}]``; rows at ``padding_idx`` get no gradient). Other modules with trainable
 parameters (RMSNorm weights, small) get their per-sample gradients formed by ``torch.func``
 (``vmap`` of ``grad`` of ``<module(a_i), b_i>``). A parameter used by several modules (tied input
@@ -46,6 +47,7 @@ from torch.func import functional_call, grad, vmap
 from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate,
                                           estimate_from_rollouts)
+from grpo_theory.lm.ghost_rule import ghost_route
 
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
            "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
@@ -200,14 +202,23 @@ def _inner(u, v):
     return (u * v).double().flatten(1).sum(dim=1)
 
 
+def layer_route(positions: int, d_in: int, d_out: int, one_hot: bool = False,
+                dtype=torch.float32) -> str:
+    """The route of one layer's per-sample squared norm, by the rule both backends share
+    (:func:`grpo_theory.lm.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
+    matrices of the T positions), "direct" forms the (n, d_out, d_in) per-sample gradient."""
+    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
+                       dtype_bytes=torch.empty((), dtype=dtype).element_size())
+
+
 def _linear_uses(mod, a, b, n):
     a = a.reshape(n, -1, a.shape[-1])
     b = b.reshape(n, -1, b.shape[-1])
     out = {}
     if mod.weight.requires_grad:
-        T = a.shape[1]
         f = _Factored(b, a)
-        out[mod.weight] = _explicit(f) if T * T > a.shape[2] * b.shape[2] else f
+        route = layer_route(a.shape[1], a.shape[2], b.shape[2], dtype=b.dtype)
+        out[mod.weight] = _explicit(f) if route == "direct" else f
     if mod.bias is not None and mod.bias.requires_grad:
         out[mod.bias] = b.sum(dim=1)
     return out
@@ -219,8 +230,9 @@ def _embedding_uses(mod, ids, b, n):
     if mod.padding_idx is not None:
         b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
     f = _Factored(ids, b, rows=mod.num_embeddings)
-    T = ids.shape[1]
-    return {mod.weight: _explicit(f) if T * T > mod.weight.numel() else f}
+    route = layer_route(ids.shape[1], mod.num_embeddings, b.shape[2], one_hot=True,
+                        dtype=b.dtype)
+    return {mod.weight: _explicit(f) if route == "direct" else f}
 
 
 def _generic_uses(mod, a, b, n):
