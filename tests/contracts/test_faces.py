@@ -15,7 +15,7 @@ import pytest
 
 import grpo_theory as gt
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FACES = ["core", "optim", "companions", "lm", "advisor", "torch", "experiments"]
 HAS_TORCH = all(importlib.util.find_spec(p) is not None for p in ("torch", "transformers"))
 #: each layer's reward contract, named in its face

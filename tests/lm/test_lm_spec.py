@@ -18,8 +18,8 @@ from safetensors import safe_open
 from grpo_theory import lm
 from grpo_theory.lm import families, loaders, memory, spec
 from grpo_theory.lm import gguf as lmgguf
-from test_lm_gguf import config as gguf_config, write_folder, write_gguf
-from test_lm_hf import _weights, write_checkpoint
+from support.gguf_checkpoint import config as gguf_config, write_folder, write_gguf
+from support.hf_checkpoint import hf_weights, write_checkpoint
 
 # family -> the (tied, q/k/v bias) variants the tests write
 VARIANTS = {"qwen2": [(False, True), (True, True)],
@@ -78,7 +78,7 @@ def test_safetensors_names_shapes_and_tunix_paths(name, tied, bias, tmp_path):
                                        ("llama", True)])
 def test_gguf_names_shapes_and_values(name, tied, tmp_path):
     cfg = gguf_config(name, tied)
-    w = _weights(cfg, name == "qwen2", seed=2)
+    w = hf_weights(cfg, name == "qwen2", seed=2)
     file = write_gguf(tmp_path / "m.gguf", cfg, w, "smollm")
     arch = lmgguf.read_gguf_config(file)
     s = families.family_of_gguf(name)

@@ -20,7 +20,7 @@ import torch
 from grpo_theory import lm
 from grpo_theory.lm import ghost, ghost_rule
 from grpo_theory.torch import estimate as torch_estimate
-from test_lm_hf import EOS, write_checkpoint
+from support.hf_checkpoint import EOS, write_checkpoint
 
 PP = -1
 GRID = list(itertools.product((1, 3, 12, 40, 130), (1, 8, 48, 300), (1, 16, 96),
