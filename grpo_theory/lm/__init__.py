@@ -7,3 +7,7 @@ from .policy import LMPolicy, score_contractions, seq_log_probs  # noqa: F401
 from .task import TaskConfig, eval_set, parse_final_integer, reward_text, reward_tokens  # noqa: F401
 # Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
 from .hf import HFPolicy, from_pretrained  # noqa: F401
+# the model options, the loader by spec and the advisor's streamed statistics
+from .options import ModelOptions  # noqa: F401
+from .loading import load_policy  # noqa: F401
+from .statistics import lm_rollout_statistics  # noqa: F401
