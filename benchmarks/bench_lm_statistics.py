@@ -140,7 +140,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     base = max(0, process_rss() - d * b)  # what resolve_chunk counts first
     chunk = resolve_chunk(pol, None, n, budget, seq_len=prompt_len + response_len,
                           response_len=response_len)
-    row_bytes = pol.ghost_row_bytes(prompt_len + response_len, response_len)
+    row_bytes = pol.row_bytes(prompt_len + response_len, response_len)
     marks = {}
 
     def stage(phase, done, total):
@@ -157,7 +157,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     first = {k: v[1] - v[0] for k, v in marks.items()}
     _, t2 = _timed(stats)
     second = {k: v[1] - v[0] for k, v in marks.items()}
-    out.update(chunk=st["chunk"], budget_chunk=chunk, budget=budget, base_bytes=base, row_bytes=row_bytes, first_s=t1, second_s=t2,
+    out.update(chunk=st.chunk, budget_chunk=chunk, budget=budget, base_bytes=base, row_bytes=row_bytes, first_s=t1, second_s=t2,
                first_phases=first, second_phases=second)
     return out
 

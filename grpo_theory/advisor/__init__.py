@@ -20,15 +20,17 @@ from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
                        prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
-from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_model, load_reward,
+from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward,
                      read_prompts, write_prompts)
 from .lm_task import advised_group_size
 from ..lm.task import TextReward
+from ..core.rollouts import RolloutStatistics
 
 __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "estimate_from_rollouts", "estimate_scaling_constants", "lm_rollout_statistics",
            "prompt_pieces", "rollout_statistics", "scaling_intervals", "t_quantile",
            "fieller_interval", "group_size_interval", "jackknife_cov",
-           "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage"]
-__all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_model", "load_reward",
+           "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage",
+           "RolloutStatistics"]
+__all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
             "read_prompts", "write_prompts", "advised_group_size", "TextReward"]

@@ -36,20 +36,19 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .. import _validation as V
-from .._cache import cache_dir as default_cache_dir
-from ..lm.local_model import response_texts
-from ..lm.memory import out_of_memory_as_value_error
-from ..lm.task import reward_answer_text, reward_text
 from ..core.stats import ResultMixin
-from .estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_scaling_constants,
-                       resolve_chunk, t_quantile)
+from ..lm.loading import PACKAGE_MODELS, load_policy
+from ..lm.memory import out_of_memory_as_value_error
+from ..lm.options import ModelOptions
+from ..lm.task import reward_text
+from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
+from .pieces import t_quantile
+from .result import ScalingEstimate
 
-__all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward", "load_model",
+__all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward",
            "exact_answer_reward", "c1_warning",
            "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
 
-#: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)
-PACKAGE_MODELS = ("base", "instruct", "icl")
 DEFAULT_GROUP_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_BUDGETS = (256, 1024, 4096)
 
@@ -115,9 +114,10 @@ def exact_answer_reward(text, answer) -> float:
 
 
 def load_reward(spec=None):
-    """The reward ``reward(text, answer) -> float``: the integer-answer reward by default, or
-    a function named ``"module:function"`` (the module importable from ``sys.path`` or the
-    current folder).
+    """The reward ``reward(text, answer) -> float``: the integer-answer reward by default
+    (:func:`grpo_theory.lm.task.reward_text`; :func:`advise` takes the model's own,
+    :meth:`grpo_theory.lm.policy.LMPolicy.default_reward`), a callable, or a function named
+    ``"module:function"`` (the module importable from ``sys.path`` or the current folder).
 
     Raises:
         ValueError: a malformed spec, a module that cannot be imported, a missing or
@@ -142,91 +142,6 @@ def load_reward(spec=None):
     if not callable(fn):
         raise ValueError(f"reward {spec!r}: {fn_name!r} is not callable")
     return fn
-
-
-def load_model(spec, cache_dir=None, warmup=None, *, dtype=None, pad_id=None):
-    """The policy named by ``spec``.
-
-    Args:
-        spec: ``"base"``, ``"instruct"`` or ``"icl"`` (the package's warm-up checkpoints under
-            ``cache_dir``, trained there on first use), a package checkpoint file (``.npz`` of
-            :func:`grpo_theory.lm.warmup.save_checkpoint` whose metadata holds the warm-up
-            configuration), a Hugging Face checkpoint directory, a llama.cpp ``.gguf`` file, or an
-            ``LMPolicy``.
-        cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
-        warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
-            setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
-        dtype: a Hugging Face checkpoint's parameter and compute dtype (``"float32"``,
-            ``"bfloat16"``; None: float32); the package's models are float32 only.
-        pad_id: a Hugging Face checkpoint's left-padding / fill id (None: the checkpoint's
-            pad token, else its first EOS id); not accepted for the package's models.
-
-    Returns:
-        ``(policy, kind)`` with ``kind`` ``"package"`` or ``"hf"``.
-    """
-    from ..lm.hf import HFPolicy
-    from ..lm.policy import LMPolicy
-
-    if isinstance(spec, HFPolicy):
-        return spec, "hf"
-    if isinstance(spec, LMPolicy):
-        return spec, "package"
-    if not isinstance(spec, (str, os.PathLike)):
-        raise ValueError(f"model must be a name, a path or an LMPolicy, got {type(spec).__name__}")
-    p = Path(spec).expanduser()
-    is_hf = p.is_dir() or (p.is_file() and p.suffix.lower() == ".gguf")
-    if not is_hf and (pad_id is not None or dtype not in (None, "float32")):
-        raise ValueError(f"pad_id and dtype apply to Hugging Face checkpoints (a directory or a "
-                         f".gguf file) only "
-                         f"(the package's models use their own PAD and float32); model "
-                         f"{str(spec)!r} is not one, got pad_id={pad_id!r}, dtype={dtype!r}")
-    if str(spec) in PACKAGE_MODELS:
-        from ..lm.warmup import QUICK_WARMUP, WarmupConfig, cached_policies
-
-        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "lm"
-        if warmup in (None, "full"):
-            warmup = WarmupConfig()
-        elif warmup == "quick":
-            warmup = QUICK_WARMUP
-        elif not isinstance(warmup, WarmupConfig):
-            raise ValueError(f"warmup must be 'quick', 'full' or a WarmupConfig, got {warmup!r}")
-        pols = cached_policies(folder, warmup, log=lambda m: None)[0]
-        return pols[str(spec)][0], "package"
-    if p.is_file() and p.suffix == ".npz":
-        from ..lm.model import ModelConfig, make_apply, make_sampler
-        from ..lm.warmup import load_checkpoint
-
-        with np.load(p) as f:
-            meta = json.loads(str(f["meta"]))
-        c = meta.get("config", {})
-        try:
-            cfg = ModelConfig(d_model=int(c["d_model"]), n_layers=int(c["n_layers"]),
-                              n_heads=int(c["n_heads"]))
-        except (KeyError, TypeError):
-            raise ValueError(f"model {str(p)!r}: the checkpoint's metadata has no warm-up "
-                             f"config (d_model, n_layers, n_heads)") from None
-        params, _ = load_checkpoint(p, cfg)
-        return LMPolicy(params, make_apply(cfg), make_sampler(cfg)), "package"
-    if is_hf:
-        from ..lm.hf import from_pretrained
-
-        return from_pretrained(p, dtype="float32" if dtype is None else dtype,
-                               pad_id=pad_id), "hf"
-    raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
-                     f"package checkpoint (.npz), a Hugging Face checkpoint directory nor a "
-                     f".gguf file")
-
-
-def _package_prompts(questions, fmt):
-    from ..lm.task import PAD, PROMPT_LEN, encode
-
-    mark = "=" if fmt == "answer" else ":"
-    ids = [encode(q if q.endswith(("=", ":")) else q + mark) for q in questions]
-    width = max(PROMPT_LEN, max(len(i) for i in ids))
-    out = np.full((len(ids), width), PAD, np.int32)
-    for row, i in zip(out, ids):
-        row[width - len(i):] = i
-    return out
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -463,17 +378,23 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
            fmt: str = "answer", response_len: int | None = None, chunk: int | None = None,
            progress: bool = True, cache_dir=None, warmup=None, figure: bool = True,
            memory_budget: int | None = None, dtype: str | None = None,
-           pad_id: int | None = None, chat_template: bool = True) -> AdviceResult:
+           pad_id: int | None = None, chat_template: bool = True,
+           options: ModelOptions | None = None) -> AdviceResult:
     """Estimate c1, c2, c3 and G* of ``model`` on ``prompts`` and recommend G per budget.
+
+    The model's own capabilities make the prompts, the default reward and response length and
+    the memory per sequence (the contract of :class:`grpo_theory.lm.policy.LMPolicy`); this
+    function checks the inputs and writes the report.
 
     Args:
         prompts: a JSONL file (:func:`read_prompts`) or a list of ``{"question", "answer"}``.
-        model: see :func:`load_model` (package name, ``.npz`` checkpoint, Hugging Face
-            directory or an ``LMPolicy``).
-        reward: ``reward(text, answer) -> float``, ``"module:function"``, or None (the
-            integer-answer reward: :func:`grpo_theory.lm.task.reward_text` for the package's
-            model, :func:`grpo_theory.lm.task.reward_answer_text`, which allows trailing
-            punctuation and markup such as ``"42."``, for a Hugging Face model).
+        model: see :func:`grpo_theory.lm.loading.load_policy` (package name, ``.npz``
+            checkpoint, Hugging Face directory, ``.gguf`` file or an ``LMPolicy``).
+        reward: ``reward(text, answer) -> float``, ``"module:function"``, or None (the model's
+            :meth:`~grpo_theory.lm.policy.LMPolicy.default_reward`: the integer-answer reward
+            :func:`grpo_theory.lm.task.reward_text` for the package's model,
+            :func:`grpo_theory.lm.task.reward_answer_text`, which allows trailing punctuation
+            and markup such as ``"42."``, for a Hugging Face model).
         n_prompts: m >= 3 prompts, drawn uniformly with replacement from the file.
         n_samples: n >= 3 responses per prompt.
         budgets: budgets N >= 2 (responses per step).
@@ -483,22 +404,24 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         seed: integer seed.
         fmt: ``"answer"`` or ``"trace"``: the package model's format marker (``=`` or ``:``),
             appended to questions that do not end with one; ignored for Hugging Face models.
-        response_len: tokens sampled per response (default: the package format's length, 32
-            for a Hugging Face model).
-        chunk: per-sample scores held at once (each a parameter-sized vector); None: the
-            largest that fits in ``memory_budget``
-            (:func:`grpo_theory.lm.memory.chunk_for_budget`).
+        response_len: tokens sampled per response (default: the model's
+            :meth:`~grpo_theory.lm.policy.LMPolicy.default_response_len`: the package format's
+            length, 32 for a Hugging Face model).
+        chunk, memory_budget, dtype, pad_id: the fields of ``options`` when it is not given
+            (:class:`~grpo_theory.lm.options.ModelOptions`).
         progress: progress bars (terminal) or plain lines (stderr) for loading, sampling,
             per-sample scores and pass 2 (per-prompt dot products or gradients).
-        cache_dir, warmup: the package checkpoints' cache (:func:`load_model`).
+        cache_dir, warmup: the package checkpoints' cache
+            (:func:`grpo_theory.lm.loading.load_policy`).
         figure: draw the figure when ``out`` is given.
-        memory_budget: bytes the statistics may use for ``chunk=None`` (None: half the
-            available memory, :func:`grpo_theory.lm.memory.default_memory_budget`).
-        dtype, pad_id: a Hugging Face checkpoint's dtype and padding id (:func:`load_model`).
         chat_template: a Hugging Face checkpoint with a chat template gets each question as a
             user message rendered by it (:meth:`grpo_theory.lm.hf.HFPolicy.chat`, the
             assistant's turn opened), as the ``lm-*`` studies do; False (or a checkpoint
             without one): the raw question text. Stated in the result's ``prompt_format``.
+        options: the model options, built once (e.g. by the command line): ``chunk``
+            (sequences per block of the score pass; None: the largest that fits in
+            ``memory_budget``, None: half the available memory), ``dtype`` and ``pad_id`` (a
+            checkpoint's). Give either ``options`` or the four keywords.
 
     Raises:
         ValueError: bad input, a budget too small for chunk 1, or an out-of-memory error of
@@ -523,50 +446,36 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     rows = read_prompts(prompts) if isinstance(prompts, (str, os.PathLike)) else list(prompts)
     if not rows:
         raise ValueError("prompts must be non-empty")
-    reward_fn = load_reward(reward)
-    if chunk is not None:
-        chunk = V.positive_int("chunk", chunk)
-    if memory_budget is not None:
-        memory_budget = V.positive_int("memory_budget", memory_budget)
+    reward_fn = None if reward is None else load_reward(reward)  # fails before loading
+    if options is None:
+        options = ModelOptions(memory_budget=memory_budget, chunk=chunk, dtype=dtype,
+                               pad_id=pad_id)
+    elif not isinstance(options, ModelOptions):
+        raise ValueError(f"options must be a ModelOptions, got {type(options).__name__}")
+    elif any(v is not None for v in (chunk, memory_budget, dtype, pad_id)):
+        raise ValueError("give options or (chunk, memory_budget, dtype, pad_id), not both")
     chat_template = V.boolean("chat_template", chat_template)
+    if response_len is not None:
+        response_len = V.positive_int("response_len", response_len)
     bar = _Progress(progress)
     bar.stage("loading", 0, 1)
     with out_of_memory_as_value_error("loading the model"):
-        policy, kind = load_model(model, cache_dir, warmup, dtype=dtype, pad_id=pad_id)
+        policy = load_policy(model, options, cache_dir=cache_dir, warmup=warmup)
     bar.stage("loading", 1, 1)
-    if reward is None and kind == "hf":  # a chat model's answer may end a sentence: "42."
-        reward_fn = reward_answer_text
+    if reward_fn is None:  # a chat model's answer may end a sentence: "42."
+        reward_fn = policy.default_reward()
     questions = [r["question"] for r in rows]
     answers = [r["answer"] for r in rows]
-    if kind == "hf":
-        if chat_template and policy.chat_template is not None:
-            pool = policy.encode(policy.chat(questions))
-            prompt_format = ("each question as a user message in the checkpoint's chat "
-                             "template (--no-chat-template: raw text)")
-        else:
-            pool = policy.encode(questions)
-            prompt_format = ("raw question text (--no-chat-template)" if chat_template is False
-                             and policy.chat_template is not None else
-                             "raw question text (the checkpoint has no chat template)")
-        R = 32 if response_len is None else V.positive_int("response_len", response_len)
-        texts_of = lambda y: response_texts(policy, y)
-    else:
-        from ..lm.task import RESPONSE_LEN, decode
-
-        pool = _package_prompts(questions, fmt)
-        prompt_format = f"the package's character tokenizer ({fmt} format)"
-        R = RESPONSE_LEN[fmt] if response_len is None else V.positive_int("response_len",
-                                                                          response_len)
-        texts_of = lambda y: [decode(row) for row in np.asarray(y)]
+    pool, prompt_format = policy.question_prompts(questions, fmt=fmt, chat_template=chat_template)
+    R = policy.default_response_len(fmt) if response_len is None else response_len
 
     # before any sampling: a budget too small for chunk 1 fails now (a checkpoint on the
     # ghost-norm route is budgeted by its activations per sequence)
-    chunk = resolve_chunk(policy, chunk, m * n, memory_budget, seq_len=pool.shape[1] + R,
-                          response_len=R)
+    chunk = options.resolve_chunk(policy, m * n, seq_len=pool.shape[1] + R, response_len=R)
 
     def tok_reward(rws, y):
         out = np.empty(len(rws))
-        for i, (r, t) in enumerate(zip(np.asarray(rws).tolist(), texts_of(y))):
+        for i, (r, t) in enumerate(zip(np.asarray(rws).tolist(), policy.response_texts(y))):
             val = reward_fn(t, answers[r])
             try:
                 out[i] = float(val)

@@ -1,54 +1,17 @@
-r"""Sample-based, unbiased estimates of the scaling-law constants c1, c2, c3 and of G*.
+r"""Building a :class:`~grpo_theory.advisor.result.ScalingEstimate`: unbiased c1, c2, c3 and G*.
 
-From m prompts ``x_a`` drawn iid from the prompt distribution and n responses each (scores
-``s_ai = grad log pi(y_ai | x_a)``, rewards ``Z_ai``), every per-prompt quantity of Theorem 7 is
-estimated by a U-statistic over *distinct* responses, so only rewards, the squared norms
-``q_ai = ||s_ai||^2`` and inner products of the per-prompt means ``ghat_a = (1/n) sum_i Z_ai s_ai``
-are needed (O(D) memory when streamed; never an n x D matrix):
+* :func:`estimate_from_rollouts`: from the rewards and the scores, or the inner products they
+  enter through (a :class:`~grpo_theory.core.rollouts.RolloutStatistics`, or its arrays);
+* :func:`estimate_scaling_constants`: from rollouts it samples, of an enumerable policy of the
+  package or of a language-model policy (:func:`grpo_theory.lm.statistics.
+  lm_rollout_statistics`).
 
-* ``||g(x)||^2``: ``T_a = (||sum_i s_i Z_i||^2 - sum_i q_i Z_i^2) / (n (n-1))``;
-* ``E[||s||^2 | x] sigma^2(x)``: ``R_a`` = average over distinct (i, j, k) of
-  ``q_i (Z_j - Z_k)^2 / 2``;
-* ``E[||s||^2 (Z - V)^2 | x]``: ``W_a`` = average over distinct (i, j, k) of
-  ``q_i (Z_i - Z_j)(Z_i - Z_k)``, so ``tr Sigma_or(x) = W_a - T_a`` (true scores: E[s|x] = 0);
-* ``||grad J||^2``: ``U = (||sum_a ghat_a||^2 - sum_a ||ghat_a||^2) / (m (m-1))`` (distinct
-  prompts).
-
-Hence, with the definitions of :func:`grpo_theory.core.scaling.scaling_constants`,
-
-.. math:: \hat c_1 = \overline{T} - U,\qquad \hat c_2 = \overline{W - T},\qquad
-          \hat c_3 = \overline{R + T},
-
-each unbiased (``E hat c = c`` exactly; the tests check it by enumerating every sample). The
-order-3 statistics need ``n >= 3`` responses per prompt and the across-prompt statistic with its
-jackknife ``m >= 3`` prompts. The sums over distinct triples are O(n) through
-``sum_{j<k, j,k != i} (Z_j - Z_k)^2 = (n-1) A_{-i} - B_{-i}^2`` (``A``, ``B``: sums of ``Z^2``,
-``Z`` without i) and ``sum_{j != k, j,k != i} (Z_i - Z_j)(Z_i - Z_k) = d_i^2 - e_i``
-(``d_i = sum_{j != i}(Z_i - Z_j)``, ``e_i = sum_{j != i} (Z_i - Z_j)^2``).
-
-95% intervals: c1, c2, c3 by the delete-one-prompt jackknife (:mod:`.intervals`) with the
-Student t quantile on m - 1 degrees of freedom; ``G* = 1 + sqrt(c3/c1)`` by Fieller's interval
-for ``c3/c1`` with the jackknife covariance of (c1, c3), unbounded above (``inf``, never clipped)
-when c1 is not clearly positive. Fieller is kept over a percentile bootstrap over prompts
-because it covered better in every setting measured (:func:`.coverage.interval_coverage`, 200
-repetitions, 8 responses per prompt): G* coverage 93% vs 86.5% on ``SoftmaxBandit.random(3, 5,
-4)`` with 40 prompts, 89.5% vs 82% on a 6-prompt linear softmax bandit with 40 prompts, and equal
-(94%, 95%) with 200 prompts. The jackknife intervals covered c1, c2, c3 in 93%, 94.5%, 93%
-(softmax bandit, 40 prompts) and 85.5%, 92.5%, 91.5% (linear bandit, 40 prompts; c1 is
-skewed at few prompts), 93.5-95% with 200 prompts.
-
-The finite-(B, G) MSE predictions (:meth:`ScalingEstimate.mse`) are linear in the unbiased
-pieces, hence unbiased too (Theorem 2, Proposition 3, Theorem 7; true scores):
-
-* vanilla ``c1/B + c_v/(BG)`` with ``c_v = E_X[E[||s||^2 Z^2|X] - ||g(X)||^2]``;
-* oracle ``c1/B + c2/(BG)``; grpo ``c1/B + c2/(BG) + c3/(BG(G-1))``;
-* grpo_mean ``((G-1)/G)^2 MSE_grpo + ||grad J||^2 / G^2``.
+The U-statistics are those of :mod:`grpo_theory.advisor.pieces` (the main paper, Theorem 7):
+``c1 = mean(T) - U``, ``c2 = mean(W - T)``, ``c3 = mean(R + T)``, each unbiased.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from functools import partial
 
 import jax
@@ -56,370 +19,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..lm.memory import chunk_for_budget, default_memory_budget, out_of_memory_as_value_error, \
-    process_rss
-from .intervals import group_size_interval, jackknife_cov, normal_interval
-from ..core.stats import ResultMixin
 from .._precision import float64
+from ..core.rollouts import RolloutStatistics
+from ..lm.options import ModelOptions, resolve_chunk, score_memory  # noqa: F401 (re-exported)
+from ..lm.policy import LMPolicy
+from ..lm.policy import _weighted_grad  # noqa: F401 (re-exported)
+from ..lm.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
+from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, _statistics_jit,  # noqa: F401
+                     prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
+from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
 
 __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
            "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
            "estimate_scaling_constants", "lm_rollout_statistics", "resolve_chunk", "score_memory"]
 
-MIN_SAMPLES = 3
-"""Fewest responses per prompt: the order-3 U-statistics need 3 distinct responses."""
-MIN_PROMPTS = 3
-"""Fewest prompts: the across-prompt U-statistic needs 2 distinct prompts, its jackknife one
-more."""
-PARAMETERS = ("c1", "c2", "c3", "c_v", "grad_sq")
-"""The estimated parameter vector, in order (``c_v``: vanilla's per-sample term; ``grad_sq``:
-``||grad J||^2``)."""
-#: rows of ScalingEstimate.conf_int() and .summary()
-SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")
-_ESTIMATORS = ("vanilla", "oracle", "grpo", "rloo", "grpo_mean")
-
-
-# --- the U-statistics (pure jax.numpy, jit/vmap friendly) -----------------------------------------
-
-@float64
-def prompt_pieces(rewards, sq_norms, mean_sq):
-    """Unbiased per-prompt pieces from n >= 3 responses per prompt (module docstring).
-
-    Args:
-        rewards: (m, n) rewards Z.
-        sq_norms: (m, n) squared score norms ``||s||^2``.
-        mean_sq: (m,) ``||ghat_a||^2`` with ``ghat_a = (1/n) sum_i Z_ai s_ai``.
-
-    Returns:
-        dict of (m,) arrays: ``value`` (V(x)), ``sigma2`` (Var(Z|x), ddof 1), ``score_sq``
-        (E[||s||^2|x]), ``grad_sq`` (||g(x)||^2), ``score_sq_sigma2`` (E[||s||^2|x] sigma^2(x)),
-        ``score_sq_dev2`` (E[||s||^2 (Z - V)^2|x]), ``tr_oracle`` (tr Sigma_or(x)),
-        ``score_sq_z2`` (E[||s||^2 Z^2|x]), ``c3`` and ``c_v`` (their per-prompt terms).
-    """
-    z = jnp.asarray(rewards)
-    q = jnp.asarray(sq_norms)
-    n = z.shape[1]
-    sz = jnp.sum(z, axis=1, keepdims=True)
-    sz2 = jnp.sum(z * z, axis=1, keepdims=True)
-    b = sz - z  # B_{-i}
-    a = sz2 - z * z  # A_{-i}
-    n3 = n * (n - 1) * (n - 2)
-    qz2 = jnp.sum(q * z * z, axis=1)
-    t = (n * n * jnp.asarray(mean_sq) - qz2) / (n * (n - 1))
-    r = jnp.sum(q * ((n - 1) * a - b * b), axis=1) / n3
-    d = (n - 1) * z - b
-    e = (n - 1) * z * z - 2 * z * b + a
-    w = jnp.sum(q * (d * d - e), axis=1) / n3
-    value = jnp.mean(z, axis=1)
-    return dict(value=value, sigma2=jnp.var(z, axis=1, ddof=1), score_sq=jnp.mean(q, axis=1),
-                grad_sq=t, score_sq_sigma2=r, score_sq_dev2=w, tr_oracle=w - t,
-                score_sq_z2=qz2 / n, c3=r + t, c_v=qz2 / n - t)
-
-
-@float64
-def rollout_statistics(rewards, sq_norms, mean_sq, mean_dot):
-    """The parameter vector ``(c1, c2, c3, c_v, ||grad J||^2)`` and its leave-one-prompt-out values.
-
-    Args:
-        rewards, sq_norms: (m, n); mean_sq: (m,) ``||ghat_a||^2``; mean_dot: (m,)
-            ``<ghat_a, sum_b ghat_b>`` (so ``sum_a mean_dot_a = ||sum_a ghat_a||^2``).
-
-    Returns:
-        ``(theta (5,), loo (m, 5), pieces)``: estimates in the order of :data:`PARAMETERS`, the
-        same with each prompt left out (m >= 3), and :func:`prompt_pieces`.
-    """
-    p = prompt_pieces(rewards, sq_norms, mean_sq)
-    mq = jnp.asarray(mean_sq)
-    md = jnp.asarray(mean_dot)
-    m = mq.shape[0]
-    s_sq, qsum = jnp.sum(md), jnp.sum(mq)
-    u = (s_sq - qsum) / (m * (m - 1))
-    u_loo = (s_sq - 2 * md + 2 * mq - qsum) / ((m - 1) * (m - 2))
-    per = jnp.stack([p["grad_sq"], p["tr_oracle"], p["c3"], p["c_v"]], axis=1)  # (m, 4)
-    tot = jnp.sum(per, axis=0)
-    mean = tot / m
-    loo_mean = (tot[None, :] - per) / (m - 1)
-    theta = jnp.concatenate([jnp.stack([mean[0] - u]), mean[1:], jnp.stack([u])])
-    loo = jnp.concatenate([(loo_mean[:, 0] - u_loo)[:, None], loo_mean[:, 1:], u_loo[:, None]],
-                          axis=1)
-    return theta, loo, p
-
-
-@jax.jit
-def _statistics_jit(z, q, mq, md):
-    theta, loo, pieces = rollout_statistics(z, q, mq, md)
-    return theta, jackknife_cov(loo), pieces
-
-
-@float64
-def scaling_intervals(theta, cov, quantile):
-    """Point estimates and intervals of c1, c2, c3 and G* (jit/vmap friendly).
-
-    Args:
-        theta: (5,) parameter vector (:data:`PARAMETERS`); cov: (5, 5) its covariance;
-        quantile: the two-sided quantile (e.g. :func:`t_quantile`).
-
-    Returns:
-        dict: ``c`` (3,), ``se`` (3,), ``low``/``high`` (3,) for c1, c2, c3, ``g_star`` (``inf``
-        when c1 <= 0; ``1 + sqrt(max(c3, 0)/c1)`` otherwise) and ``g_low``/``g_high``
-        (Fieller; ``g_high = inf`` when c1 is not clearly positive).
-    """
-    c = theta[:3]
-    se = jnp.sqrt(jnp.maximum(jnp.diag(cov)[:3], 0.0))
-    lo, hi = normal_interval(c, se, quantile)
-    c1, c3 = theta[0], theta[2]
-    g = jnp.where(c1 > 0, 1.0 + jnp.sqrt(jnp.maximum(c3, 0.0) / jnp.where(c1 > 0, c1, 1.0)),
-                  jnp.inf)
-    g_lo, g_hi = group_size_interval(c1, c3, cov[0, 0], cov[2, 2], cov[0, 2], quantile)
-    return dict(c=c, se=se, low=lo, high=hi, g_star=g, g_low=g_lo, g_high=g_hi)
-
-
-_intervals_jit = jax.jit(scaling_intervals)
-
-
-def t_quantile(alpha: float, n_prompts: int) -> float:
-    """Two-sided Student t quantile ``t_{m-1, 1-alpha/2}`` (``scipy.special.stdtrit``)."""
-    from scipy.special import stdtrit
-
-    alpha = V.real_scalar("alpha", alpha, positive=True)
-    if not alpha < 1:
-        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
-    m = V.positive_int("n_prompts", n_prompts, 2)
-    return float(stdtrit(m - 1, 1.0 - alpha / 2.0))
-
-
-# --- the result object ------------------------------------------------------------------------------
-
-def _interval(lo, hi):
-    return (float(lo), float(hi))
-
-
-@dataclass(frozen=True, eq=False)
-class ScalingEstimate(ResultMixin):
-    """Sample-based c1, c2, c3, G* with 95% intervals (statsmodels-like result).
-
-    The :class:`~grpo_theory.core.stats.Result` interface: ``conf_int(alpha)`` (columns
-    ``lower``, ``upper``) and ``summary(alpha)`` (``estimate``, ``std_err``, ``ci_low``,
-    ``ci_high``) with rows c1, c2, c3, g_star, c_v, grad_norm_sq.
-
-    Attributes:
-        theta: (5,) estimates of :data:`PARAMETERS` (c1, c2, c3, c_v, ||grad J||^2), unbiased.
-        cov: (5, 5) their delete-one-prompt jackknife covariance.
-        pieces: per-prompt unbiased pieces (:func:`prompt_pieces`), (m,) arrays.
-        rewards: (m, n) the sampled rewards.
-        alpha: the level of the ``*_ci`` attributes (0.05: 95% intervals).
-    """
-
-    theta: np.ndarray
-    cov: np.ndarray
-    pieces: dict = field(repr=False)
-    rewards: np.ndarray = field(repr=False)
-    alpha: float = 0.05
-
-    # -- sizes and point estimates
-    @property
-    def n_prompts(self) -> int:
-        return int(self.rewards.shape[0])
-
-    @property
-    def n_samples(self) -> int:
-        return int(self.rewards.shape[1])
-
-    @property
-    def c1(self) -> float:
-        return float(self.theta[0])
-
-    @property
-    def c2(self) -> float:
-        return float(self.theta[1])
-
-    @property
-    def c3(self) -> float:
-        return float(self.theta[2])
-
-    @property
-    def grad_norm_sq(self) -> float:
-        """``||grad J||^2`` (unbiased, distinct prompts)."""
-        return float(self.theta[4])
-
-    @property
-    def bse(self) -> np.ndarray:
-        """Jackknife standard errors of :data:`PARAMETERS` (statsmodels' name)."""
-        return np.sqrt(np.maximum(np.diag(self.cov), 0.0))
-
-    def _intervals(self, alpha=None):
-        a = self.alpha if alpha is None else alpha
-        q = t_quantile(a, self.n_prompts)
-        with jax.enable_x64(True):
-            out = _intervals_jit(jnp.asarray(self.theta), jnp.asarray(self.cov), q)
-        return {k: np.asarray(v) for k, v in out.items()}
-
-    @property
-    def c1_ci(self) -> tuple:
-        r = self._intervals()
-        return _interval(r["low"][0], r["high"][0])
-
-    @property
-    def c2_ci(self) -> tuple:
-        r = self._intervals()
-        return _interval(r["low"][1], r["high"][1])
-
-    @property
-    def c3_ci(self) -> tuple:
-        r = self._intervals()
-        return _interval(r["low"][2], r["high"][2])
-
-    @property
-    def g_star(self) -> float:
-        """``1 + sqrt(c3/c1)`` (``inf`` when the c1 estimate is <= 0)."""
-        return float(self._intervals()["g_star"])
-
-    @property
-    def g_star_ci(self) -> tuple:
-        """Fieller interval for G*; the upper end is ``inf`` when c1 is not clearly positive."""
-        r = self._intervals()
-        return _interval(r["g_low"], r["g_high"])
-
-    @property
-    def constants(self):
-        """The point estimates as a :class:`grpo_theory.core.scaling.ScalingConstants`."""
-        from ..core.scaling import ScalingConstants
-
-        return ScalingConstants(self.c1, self.c2, self.c3)
-
-    # -- tables (the Result interface of grpo_theory.core.stats)
-    def _params(self):
-        se = self.bse
-        t = self.theta
-        return (SUMMARY_ROWS, (t[0], t[1], t[2], self.g_star, t[3], t[4]),
-                (se[0], se[1], se[2], np.nan, se[3], se[4]), self.n_prompts - 1)
-
-    def _bounds(self, alpha):
-        """Jackknife t intervals (m - 1 df); G*'s is Fieller's, unbounded above if c1 may be 0."""
-        r = self._intervals(alpha)
-        q = t_quantile(alpha, self.n_prompts)
-        se = self.bse
-        lo = [*r["low"][:3], r["g_low"], self.theta[3] - q * se[3], self.theta[4] - q * se[4]]
-        hi = [*r["high"][:3], r["g_high"], self.theta[3] + q * se[3], self.theta[4] + q * se[4]]
-        return np.asarray(lo, np.float64), np.asarray(hi, np.float64)
-
-    def summary(self, alpha: float | None = None):
-        """Estimates, standard errors and intervals as a ``pandas.DataFrame``.
-
-        Rows c1, c2, c3, g_star, c_v, grad_norm_sq; columns ``estimate``, ``std_err`` (jackknife;
-        NaN for G*, whose interval is Fieller's), ``ci_low``, ``ci_high``.
-
-        Args:
-            alpha: 1 - coverage; ``None`` (default) uses the result's ``alpha`` field (0.05
-                unless set otherwise).
-        """
-        return super().summary(self.alpha if alpha is None else alpha)
-
-    def prompt_table(self):
-        """Per-prompt unbiased pieces (one row per sampled prompt) as a ``pandas.DataFrame``."""
-        import pandas as pd
-
-        return pd.DataFrame({k: np.asarray(v) for k, v in self.pieces.items()})
-
-    @property
-    def prompt_values(self) -> np.ndarray:
-        """Per-prompt pass rates ``V-hat(x_a)`` (m,): the distribution of prompt difficulty."""
-        return np.asarray(self.pieces["value"])
-
-    def zero_variance_share(self, group_size) -> float:
-        """Unbiased ``E_X[V^G + (1 - V)^G]``: the share of all-equal groups of size G (binary Z).
-
-        ``C(k, G) / C(n, G)`` is unbiased for ``V^G`` with k correct among n responses.
-
-        Args:
-            group_size: integer G with 1 <= G <= n_samples.
-
-        Returns:
-            The estimated share (float).
-        """
-        G = V.integer("group_size", group_size, 1, self.n_samples)
-        z = np.asarray(self.rewards)
-        if not np.all((z == 0) | (z == 1)):
-            raise ValueError("zero_variance_share needs binary (0/1) rewards")
-        n = self.n_samples
-        k = z.sum(axis=1).astype(int)
-        tot = math.comb(n, G)
-        share = [(math.comb(int(kk), G) + math.comb(n - int(kk), G)) / tot for kk in k]
-        return float(np.mean(share))
-
-    # -- predictions
-    def _weights(self, batch_size, group_size, estimator):
-        if not isinstance(estimator, str) or estimator not in _ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(_ESTIMATORS)}, got {estimator!r}")
-        B = V.real_array("batch_size", batch_size)
-        G = V.real_array("group_size", group_size)
-        if np.any(B <= 0):
-            raise ValueError(f"batch_size must be > 0, got min {float(np.min(B))!r}")
-        low = 1 if estimator in ("vanilla", "oracle") else 2
-        if np.any(G < low):
-            raise ValueError(f"group_size must be >= {low} for {estimator}, got min "
-                             f"{float(np.min(G))!r}")
-        B, G = np.broadcast_arrays(B, G)
-        z = np.zeros(B.shape)
-        if estimator == "vanilla":
-            return np.stack([1 / B, z, z, 1 / (B * G), z], axis=-1)
-        if estimator == "oracle":
-            return np.stack([1 / B, 1 / (B * G), z, z, z], axis=-1)
-        with np.errstate(divide="ignore"):
-            w = np.stack([1 / B, 1 / (B * G), 1 / (B * G * (G - 1)), z, z], axis=-1)
-        if estimator == "grpo_mean":
-            c = ((G - 1) / G)[..., None]
-            w = c**2 * w
-            w[..., 4] = 1 / G**2
-        return w
-
-    def mse(self, batch_size, group_size, estimator: str = "grpo"):
-        """Predicted ``E||ghat - grad J||^2`` with B prompts and G responses each (unbiased).
-
-        Args:
-            batch_size: B > 0 (scalar or array); group_size: G (>= 2 for grpo/rloo/grpo_mean).
-            estimator: ``"vanilla"``, ``"oracle"``, ``"grpo"`` (= ``"rloo"``) or ``"grpo_mean"``.
-
-        Returns:
-            The prediction (float, or an array for array inputs).
-        """
-        out = self._weights(batch_size, group_size, estimator) @ np.asarray(self.theta)
-        return float(out) if np.ndim(out) == 0 else out
-
-    def mse_ci(self, batch_size, group_size, estimator: str = "grpo", alpha: float = 0.05):
-        """Jackknife interval ``(low, high)`` for :meth:`mse` (same arguments, scalars)."""
-        w = self._weights(batch_size, group_size, estimator)
-        if w.ndim != 1:
-            raise ValueError("mse_ci takes scalar batch_size and group_size")
-        val, se = float(w @ self.theta), float(np.sqrt(max(w @ self.cov @ w, 0.0)))
-        q = t_quantile(alpha, self.n_prompts)
-        return (val - q * se, val + q * se)
-
-    def recommended_group_size(self, budget: int) -> int:
-        """Integer G in [2, budget] minimising the estimated ``c1 G + c2 + c3/(G-1)``
-        (the GRPO MSE at a fixed budget N = B G, B = N / G).
-
-        ``budget`` when the c1 estimate is <= 0 (larger groups always better); 2 when the c3
-        estimate is <= 0.
-
-        Args:
-            budget: N >= 2 responses per step.
-
-        Returns:
-            The integer G.
-        """
-        N = V.integer("budget", budget, 2)
-        c1, c2, c3 = self.c1, self.c2, self.c3
-        if c1 <= 0:
-            return N
-        if c3 <= 0:
-            return 2
-        r = 1.0 + math.sqrt(c3 / c1)
-        cands = {min(max(2, math.floor(r)), N), min(max(2, math.floor(r) + 1), N)}
-        return int(min(sorted(cands), key=lambda G: c1 * G + c2 + c3 / (G - 1)))
-
-
-# --- building an estimate ------------------------------------------------------------------------
 
 def _check_sizes(m, n):
     if n < MIN_SAMPLES:
@@ -451,18 +64,41 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
     * ``sq_norms`` (m, n) ``||s_ai||^2`` and ``mean_gram`` (m, m) the Gram matrix of the
       per-prompt means ``ghat_a = (1/n) sum_i Z_ai s_ai``; or (streaming, O(D) memory)
     * ``sq_norms``, ``mean_sq`` (m,) ``||ghat_a||^2`` and ``mean_dot`` (m,)
-      ``<ghat_a, sum_b ghat_b>``.
+      ``<ghat_a, sum_b ghat_b>``; or
+    * one :class:`~grpo_theory.core.rollouts.RolloutStatistics` in place of ``rewards`` (what
+      the language-model routes return: :func:`grpo_theory.lm.statistics.
+      lm_rollout_statistics`, :func:`grpo_theory.torch.score_statistics`), the same as its
+      four arrays given as above.
 
     Prompts must be iid draws from the prompt distribution and the n responses of a prompt iid
     from the policy (the scores true scores, ``E[s|x] = 0``).
 
     Args:
-        rewards: (m, n) real rewards, m >= 3 prompts, n >= 3 responses each.
+        rewards: (m, n) real rewards, m >= 3 prompts, n >= 3 responses each, or a
+            :class:`~grpo_theory.core.rollouts.RolloutStatistics` (then nothing else but
+            ``alpha``).
         scores, sq_norms, mean_gram, mean_sq, mean_dot: as above.
         alpha: level of the ``*_ci`` attributes (0.05: 95%), in (0, 1).
 
     Returns:
         :class:`ScalingEstimate`.
+
+    Example (8 prompts x 4 responses, scores in D = 3 dimensions; the record of their inner
+    products gives the same estimate as the scores):
+
+    >>> import numpy as np
+    >>> from grpo_theory.advisor import estimate_from_rollouts
+    >>> from grpo_theory.core.rollouts import RolloutStatistics
+    >>> rng = np.random.default_rng(0)
+    >>> z = rng.integers(0, 2, size=(8, 4)).astype(float)
+    >>> s = rng.normal(size=(8, 4, 3))
+    >>> est = estimate_from_rollouts(z, s)
+    >>> est.n_prompts, est.n_samples
+    (8, 4)
+    >>> ghat = np.einsum("ai,aid->ad", z, s) / 4
+    >>> rec = RolloutStatistics(z, np.sum(s * s, 2), np.sum(ghat**2, 1), ghat @ ghat.sum(0))
+    >>> bool(np.allclose(estimate_from_rollouts(rec).theta, est.theta))
+    True
 
     Arithmetic: the U-statistics run on rewards and scores rescaled by powers of two (largest
     |Z| and |s| in [1/2, 1)) and the results are scaled back exactly (every constant scales as
@@ -477,6 +113,12 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
             (or its covariance) beyond the float64 range, which is refused, never returned as
             inf or NaN.
     """
+    if isinstance(rewards, RolloutStatistics):
+        if any(a is not None for a in (scores, sq_norms, mean_gram, mean_sq, mean_dot)):
+            raise ValueError("rewards is a RolloutStatistics record: give no scores, sq_norms, "
+                             "mean_gram, mean_sq or mean_dot besides it")
+        rewards, sq_norms, mean_sq, mean_dot = (rewards.rewards, rewards.sq_norms,
+                                                rewards.mean_sq, rewards.mean_dot)
     z = _finite("rewards", rewards, ndim=2)
     m, n = z.shape
     _check_sizes(m, n)
@@ -628,257 +270,11 @@ def _sample_scores(key, prob, m, n):
     return z, prob.scores[x[:, None], y]
 
 
-@partial(jax.jit, static_argnames=("apply_fn", "eos"))
-def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, eos):
-    """``grad_theta sum_i w_i log pi(y_i | x_i)`` as a flat vector (one backward pass)."""
-    from jax.flatten_util import ravel_pytree
-
-    from ..lm.policy import seq_log_probs
-
-    flat, unravel = ravel_pytree(params)
-
-    def obj(theta):
-        lp = seq_log_probs(apply_fn, unravel(theta), prompts, responses, temperature, eos)
-        return jnp.dot(weights.astype(lp.dtype), lp)
-
-    return jax.grad(obj)(flat)
-
-
-def score_memory(policy) -> tuple[int, int]:
-    """``(D, bytes per parameter)`` of a policy's parameters (the widest floating leaf), what
-    :func:`grpo_theory.lm.memory.chunk_for_budget` needs; read from the leaves' shapes (no
-    copy)."""
-    leaves = jax.tree_util.tree_leaves(policy.params)
-    d = int(sum(np.size(x) for x in leaves))
-    widths = [np.dtype(x.dtype).itemsize for x in leaves
-              if hasattr(x, "dtype") and np.issubdtype(np.dtype(x.dtype), np.floating)]
-    return d, max(widths, default=4)
-
-
-def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulators: int = 1,
-                  *, seq_len: int | None = None, response_len: int | None = None):
-    """The chunk of sequences per block of pass 1: ``chunk`` when given (an int >= 1), else
-    the largest that fits in ``memory_budget`` bytes (None: :func:`grpo_theory.lm.memory.
-    default_memory_budget`) by :func:`grpo_theory.lm.memory.chunk_for_budget`.
-
-    The budget is the whole process's: what it holds besides the parameters now
-    (:func:`grpo_theory.lm.memory.process_rss`) is counted first.
-
-    A policy on the ghost-norm route (one with ``ghost_row_bytes(seq_len, response_len)``, a
-    :class:`grpo_theory.lm.hf.HFPolicy`) is budgeted by its activations per sequence when
-    ``seq_len`` and ``response_len`` are given; otherwise by per-sample scores of D floats.
-
-    Raises:
-        ValueError: naming ``--memory-budget`` when even chunk 1 does not fit.
-    """
-    if chunk is not None:
-        return V.positive_int("chunk", chunk)
-    d, b = score_memory(policy)
-    budget = default_memory_budget() if memory_budget is None else V.positive_int(
-        "memory_budget", memory_budget)
-    row = None
-    if seq_len is not None and response_len is not None and hasattr(policy, "ghost_row_bytes"):
-        row = policy.ghost_row_bytes(seq_len, response_len)
-    return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
-                            n_accumulators=n_accumulators, row_bytes=row,
-                            base_bytes=max(0, process_rss() - d * b))
-
-
-#: pass 1 of :func:`lm_rollout_statistics` runs in at most this many calls (progress steps)
-SCORE_CALLS = 16
-
-
-def _call_rows(n_rows: int, chunk: int) -> int:
-    """Rows per call: whole blocks of ``chunk``, at most :data:`SCORE_CALLS` calls."""
-    n_chunks = -(-n_rows // chunk)
-    return -(-n_chunks // SCORE_CALLS) * chunk
-
-
-def _padded(arrays, rows: int):
-    """Each array's leading axis padded to ``rows`` with copies of row 0 (zero-weighted by
-    the caller)."""
-    return [a if a.shape[0] == rows else
-            np.concatenate([a, np.repeat(a[:1], rows - a.shape[0], 0)]) for a in arrays]
-
-
-def _streamed_contractions(policy, xs, y, weights, chunk, stage):
-    """``policy.score_contractions`` over all N rows in at most :data:`SCORE_CALLS` calls of
-    ``k * chunk`` rows each (equal shapes, one compile; the last call padded with zero-weight
-    copies of row 0), reporting ``stage("scores", done, total)`` after each call."""
-    n = xs.shape[0]
-    chunk = int(min(chunk, n))
-    rows = _call_rows(n, chunk)
-    calls = -(-n // rows)
-    acc, sq = None, []
-    if stage is not None:
-        stage("scores", 0, calls)
-    for i in range(calls):
-        sl = slice(i * rows, min(n, (i + 1) * rows))
-        bx, by, bw = xs[sl], y[sl], weights[:, sl]
-        pad = rows - bx.shape[0]
-        if pad and calls > 1:
-            bx, by = _padded([bx, by], rows)
-            bw = np.concatenate([bw, np.zeros((bw.shape[0], pad))], axis=1)
-        with out_of_memory_as_value_error(f"the per-sample scores (chunk {chunk} of "
-                                          f"{score_memory(policy)[0]:,} parameters)"):
-            a, q = policy.score_contractions(bx, by, bw, chunk=chunk)
-        if acc is None:  # the first result itself when writeable float64, then added in place
-            acc = np.asarray(a, dtype=np.float64)
-            if not acc.flags.writeable:
-                acc = acc.copy()
-        else:
-            acc += np.asarray(a)
-        sq.append(np.asarray(q)[:rows - pad if calls > 1 else None])
-        if stage is not None:
-            stage("scores", i + 1, calls)
-    return acc, np.concatenate(sq)
-
-
-def _ghost_statistics(policy, xs, y, w, n: int, chunk: int, stage, progress):
-    """The ghost route of :func:`lm_rollout_statistics` (a policy with ``ghost_moments``):
-    pass 1, one backward pass per block, gives ``S``, every ``||s_ai||^2`` and every
-    ``||ghat_a||^2`` (group ghost norms); pass 2, forward mode, gives every ``<s_ai, S>``, so
-    ``<ghat_a, S> = sum_i w_ai <s_ai, S>``. Blocks hold whole groups (``chunk`` a multiple of
-    n); the last call is padded with zero-weight copies of row 0 (whole groups)."""
-    big = xs.shape[0]
-    m = big // n
-    rows = _call_rows(big, chunk)
-    calls = -(-big // rows)
-    what = f"the ghost-norm statistics (chunk {chunk} of {score_memory(policy)[0]:,} parameters)"
-    s_total, sq, gsq = None, [], []
-    if stage is not None:
-        stage("scores", 0, calls)
-    for i in range(calls):
-        sl = slice(i * rows, min(big, (i + 1) * rows))
-        k = sl.stop - sl.start
-        bx, by = _padded([xs[sl], y[sl]], rows)
-        bw = np.concatenate([w[sl], np.zeros(rows - k)])
-        with out_of_memory_as_value_error(what):
-            s_total, q, gq = policy.ghost_moments(bx, by, bw, n, chunk=chunk, init=s_total)
-        sq.append(q[:k])
-        gsq.append(gq[:k // n])
-        if stage is not None:
-            stage("scores", i + 1, calls)
-    dots = []
-    if stage is not None:
-        stage("dots", 0, calls)
-    for i in range(calls):
-        sl = slice(i * rows, min(big, (i + 1) * rows))
-        bx, by = _padded([xs[sl], y[sl]], rows)
-        with out_of_memory_as_value_error(f"the score dot products (chunk {chunk})"):
-            dots.append(policy.score_dots(bx, by, s_total, chunk=chunk)[:sl.stop - sl.start])
-        if progress is not None:
-            progress(sl.stop // n, m)
-        if stage is not None:
-            stage("dots", i + 1, calls)
-    mean_dot = (w * np.concatenate(dots)).reshape(m, n).sum(axis=1)
-    return np.concatenate(sq), np.concatenate(gsq), mean_dot
-
-
-def _dots64(g, s, block: int = 1 << 22):
-    """``(g . g, g . s)`` accumulated in float64 over slices of ``block`` entries (no float64
-    copy of the whole D-vector ``g``)."""
-    gg = gs = 0.0
-    for i in range(0, g.shape[0], block):
-        gi = np.asarray(g[i:i + block], np.float64)
-        gg += float(gi @ gi)
-        gs += float(gi @ s[i:i + block])
-    return gg, gs
-
-
-def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response_len: int,
-                          chunk: int | None = 64, progress=None, *, memory_budget=None,
-                          stage=None):
-    """Rewards and inner products of a language-model policy, streamed (O(D) memory).
-
-    Two passes over the same sampled responses, with ``ghat_a`` the gradient of
-    ``(1/n) sum_i Z_ai log pi(y_ai|x_a)`` and ``S = sum_a ghat_a``:
-
-    * a policy with ghost norms (``ghost_moments``: :class:`grpo_theory.lm.hf.HFPolicy`),
-      ``chunk`` rounded down to whole prompts (a multiple of n): (1) one backward pass per
-      block gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
-      ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence ``<ghat_a, S>``
-      (:func:`grpo_theory.lm.ghost.ghost_moments`, :func:`grpo_theory.lm.ghost.score_dots`);
-    * otherwise (1) per-sample scores in chunks of ``chunk``
-      (:func:`grpo_theory.lm.policy.score_contractions`) give every ``||s_ai||^2`` and ``S``;
-      (2) one backward pass per prompt gives ``ghat_a``, hence ``||ghat_a||^2`` and
-      ``<ghat_a, S>``.
-
-    Args:
-        policy: an :class:`grpo_theory.lm.policy.LMPolicy`.
-        prompts: (m, P) integer prompt tokens (one row per sampled prompt).
-        reward: ``reward(rows (N,), responses (N, R)) -> (N,)`` with ``rows`` the row of
-            ``prompts`` each response answers.
-        n_samples: n >= 3 responses per prompt.
-        key: a JAX key or an integer seed.
-        response_len: R >= 1 sampled tokens (the package's EOS, ``grpo_theory.lm.task.EOS``,
-            ends a response; PAD after it).
-        chunk: per-sample scores held at once in pass 1 (>= 1), or None: the largest that fits
-            in ``memory_budget`` (:func:`resolve_chunk`).
-        progress: optional ``progress(done, total)`` callback (prompts of pass 2).
-        memory_budget: bytes for ``chunk=None`` (None: half the available memory,
-            :func:`grpo_theory.lm.memory.default_memory_budget`).
-        stage: optional ``stage(phase, done, total)`` callback, ``phase`` one of
-            ``"sampling"`` (0/1 then 1/1), ``"scores"`` (the calls of pass 1) and
-            ``"dots"`` (the calls of the forward-mode pass 2) or ``"gradients"`` (the prompts
-            of the per-prompt pass 2).
-
-    Returns:
-        dict with ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq`` (m,), ``mean_dot`` (m,),
-        ``responses`` (m, n, R) and ``chunk`` (the chunk used).
-
-    Raises:
-        ValueError: also for an out-of-memory error of XLA (naming ``--memory-budget`` and
-            ``--chunk``).
-    """
-    key = V.key_or_seed(key)
-    x = np.asarray(policy.check_prompts(prompts))
-    m = x.shape[0]
-    n = V.positive_int("n_samples", n_samples)
-    R = V.positive_int("response_len", response_len)
-    chunk = resolve_chunk(policy, chunk, m * n, memory_budget, seq_len=x.shape[1] + R,
-                          response_len=R)
-    xs = np.repeat(x, n, axis=0)
-    if stage is not None:
-        stage("sampling", 0, 1)
-    with out_of_memory_as_value_error(f"sampling {m * n} responses"):
-        y = np.asarray(policy.sample_blocked(key, xs, R))
-    if stage is not None:
-        stage("sampling", 1, 1)
-    rows = np.repeat(np.arange(m), n)
-    z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
-    if z.shape[0] != m * n:
-        raise ValueError(f"reward must return one reward per response ({m * n}), got {z.shape[0]}")
-    zz = z.reshape(m, n)
-    group_chunk = (min(chunk, m * n) // n) * n
-    if hasattr(policy, "ghost_moments") and group_chunk >= n:
-        chunk = group_chunk
-        sq, mean_sq, mean_dot = _ghost_statistics(policy, xs, y, z / n, n, chunk, stage,
-                                                  progress)
-        return dict(rewards=zz, sq_norms=sq.reshape(m, n), mean_sq=mean_sq, mean_dot=mean_dot,
-                    responses=y.reshape(m, n, R), chunk=chunk)
-    acc, sq = _streamed_contractions(policy, xs, y, (z / n)[None, :], chunk, stage)
-    s_total = acc[0]
-    mean_sq, mean_dot = np.zeros(m), np.zeros(m)
-    for a in range(m):
-        sl = slice(a * n, (a + 1) * n)
-        with out_of_memory_as_value_error(f"the gradient of prompt {a + 1}'s {n} responses"):
-            g = np.asarray(_weighted_grad(policy.apply_fn, policy.params, jnp.asarray(xs[sl]),
-                                          jnp.asarray(y[sl]), jnp.asarray(zz[a] / n),
-                                          policy.temperature, tuple(policy.eos_ids)))
-        mean_sq[a], mean_dot[a] = _dots64(g, s_total)
-        if progress is not None:
-            progress(a + 1, m)
-        if stage is not None:
-            stage("gradients", a + 1, m)
-    return dict(rewards=zz, sq_norms=np.asarray(sq).reshape(m, n), mean_sq=mean_sq,
-                mean_dot=mean_dot, responses=y.reshape(m, n, R), chunk=chunk)
-
-
 def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=0, *,
                                prompts=None, reward=None, response_len=None,
                                chunk: int | None = 64, alpha: float = 0.05, progress=None,
-                               memory_budget=None, stage=None, key=None) -> ScalingEstimate:
+                               memory_budget=None, stage=None, key=None,
+                               options: ModelOptions | None = None) -> ScalingEstimate:
     """Unbiased c1, c2, c3 and G* with 95% intervals from sampled rollouts of ``policy``.
 
     ``policy`` may be
@@ -904,16 +300,15 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
         n_samples: n >= 3 responses per prompt (:data:`MIN_SAMPLES`).
         seed: integer seed or JAX key.
         key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
-        prompts, reward, response_len, chunk, progress, memory_budget, stage: the
-            language-model route (above; :func:`lm_rollout_statistics`).
+        prompts, reward, response_len, chunk, progress, memory_budget, stage, options: the
+            language-model route (above; :func:`grpo_theory.lm.statistics.
+            lm_rollout_statistics`).
         alpha: level of the ``*_ci`` attributes.
 
     Returns:
         :class:`ScalingEstimate` (``c1``, ``c2``, ``c3``, ``c*_ci``, ``g_star``, ``g_star_ci``,
         ``conf_int()``, ``summary()``, ``mse(B, G, estimator)``, ``recommended_group_size(N)``).
     """
-    from ..lm.policy import LMPolicy
-
     n = V.integer("n_samples", n_samples)
     key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     if isinstance(policy, tuple):
@@ -936,11 +331,14 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
             _check_sizes(m, n)
             rows = np.asarray(jax.random.randint(kp, (m,), 0, pool.shape[0]))
         _check_sizes(len(rows), n)
+        if options is None:
+            options = ModelOptions(memory_budget=memory_budget, chunk=chunk)
+        elif chunk != 64 or memory_budget is not None:
+            raise ValueError("give options or (chunk, memory_budget), not both")
         st = lm_rollout_statistics(policy, pool[rows], lambda r, y: reward(rows[r], y), n, ks,
-                                   response_len, chunk, progress, memory_budget=memory_budget,
-                                   stage=stage)
-        return estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"],
-                                      mean_sq=st["mean_sq"], mean_dot=st["mean_dot"], alpha=alpha)
+                                   response_len, progress=progress, stage=stage,
+                                   options=options)
+        return estimate_from_rollouts(st, alpha=alpha)
     if n_prompts is None:
         raise ValueError("n_prompts is required for an enumerable policy")
     m = V.integer("n_prompts", n_prompts)

@@ -36,9 +36,9 @@ def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
         key: JAX key or integer seed.
         chunk: per-sample scores held at once (each is a parameter-sized vector); None: the
             largest that fits in ``memory_budget`` bytes (None: half the available memory;
-            :func:`grpo_theory.advisor.estimate.resolve_chunk`).
+            :meth:`grpo_theory.lm.options.ModelOptions.resolve_chunk`).
         memory_budget, stage: as in
-            :func:`grpo_theory.advisor.estimate.lm_rollout_statistics`.
+            :func:`grpo_theory.lm.statistics.lm_rollout_statistics`.
 
     Returns:
         The columns of :func:`~grpo_theory.lm.grpo.predicted_group_size` plus ``c1_low,

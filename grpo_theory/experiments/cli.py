@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..advisor.advise import advise
 from ..lm.memory import HINT, is_out_of_memory, parse_memory
+from ..lm.options import ModelOptions
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import package_version, report_section, run_experiments
@@ -256,17 +257,31 @@ def _advise_parser(sub) -> None:
     _model_options(p)
 
 
+def _advise_options(args) -> ModelOptions:
+    """The one :class:`~grpo_theory.lm.options.ModelOptions` of ``advise`` from
+    ``--memory-budget`` (a size, :func:`~grpo_theory.lm.memory.parse_memory`), ``--chunk``,
+    ``--dtype`` and ``--pad-id`` (a ``ValueError`` naming the option for a bad value)."""
+    try:
+        return ModelOptions(memory_budget=args.memory_budget, chunk=args.chunk,
+                            dtype=args.dtype, pad_id=args.pad_id)
+    except ValueError as e:
+        msg = str(e)
+        for f in ("chunk", "pad_id", "dtype"):
+            if msg.startswith(f + " "):
+                msg = "--" + f.replace("_", "-") + msg[len(f):]
+        raise ValueError(msg) from None
+
+
 def _advise(args) -> int:
+    options = _advise_options(args)
     with warnings.catch_warnings():  # the report below prints the c1 warning itself
         warnings.filterwarnings("ignore", message="WARNING: c1 is not resolved")
         res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
                      n_samples=args.n_samples, budgets=args.budgets,
                      group_sizes=args.group_sizes, out=args.out, seed=args.seed, fmt=args.fmt,
                      response_len=args.response_len, progress=not args.no_progress,
-                     warmup=args.warmup, figure=not args.no_figures, chunk=args.chunk,
-                     memory_budget=None if args.memory_budget is None
-                     else parse_memory(args.memory_budget), dtype=args.dtype,
-                     pad_id=args.pad_id, chat_template=not args.no_chat_template)
+                     warmup=args.warmup, figure=not args.no_figures, options=options,
+                     chat_template=not args.no_chat_template)
     print(res.text())
     return 0
 

@@ -38,6 +38,9 @@ from .dppo import train_dppo
 from .spec import ModelSpec, TensorSpec
 from .families import FAMILIES, family
 from .ghost_rule import ghost_route
+from .options import ModelOptions
+from .loading import load_policy
+from .statistics import lm_rollout_statistics
 
 __all__ = [
     # the transformer and its policy
@@ -49,14 +52,14 @@ __all__ = [
     "reward_exact_tokens", "reward_text", "reward_answer_text",
     # checkpoints: Hugging Face, GGUF, a local model by path
     "HFPolicy", "from_pretrained", "read_config", "read_gguf", "read_gguf_config",
-    "model_policy",
+    "model_policy", "load_policy", "ModelOptions",
     # memory budgets
     "chunk_for_budget", "default_memory_budget", "parse_memory",
     # warm-ups and GRPO training
     "WarmupConfig", "train_supervised", "three_policies", "study_policies",
     "train_grpo", "exact_accuracy", "predicted_group_size", "train_dppo",
     # per-sample score statistics (ghost norms)
-    "ghost_moments", "ghost_contractions", "score_dots",
+    "ghost_moments", "ghost_contractions", "score_dots", "lm_rollout_statistics",
     # model families (one spec each, a registry by name) and the ghost-norm route rule
     "ModelSpec", "TensorSpec", "FAMILIES", "family", "ghost_route",
     # the LM studies' library code

@@ -61,9 +61,11 @@ from .loaders import load_checkpoint, read_config
 from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
 from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
-from .policy import LMPolicy, _tokens
+from .policy import LMPolicy, _eos_ids, _texts, _tokens
 from .spec import need_extra
 from .spec import quiet_tunix as _quiet
+from .statistics import ghost_statistics
+from .task import reward_answer_text
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
 
@@ -203,6 +205,15 @@ class HFPolicy(LMPolicy):
     ``chat_template`` (the Jinja source of the checkpoint's chat template, or None). Prompts are
     left-padded with :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses
     after EOS.
+
+    Overrides of the policy contract (listed in :class:`~grpo_theory.lm.policy.LMPolicy`):
+    the tokenizer (``prompt_pad``, ``pad_prompts``, ``encode``, ``decode``,
+    ``response_texts``), the chat template (``question_prompts``), the chat model's defaults
+    (``default_response_len``, ``default_reward``), the prefill's logits (``sample_blocked``)
+    and the ghost-norm route (``row_bytes``, ``score_contractions``, ``score_statistics``).
+
+    Extensions of a checkpoint: ``chat``, ``prompt_lengths``, ``sample_with_log_probs``,
+    ``ghost_moments``, ``score_dots`` and ``cached_logits``.
     """
 
     prompt_pad = PROMPT_PAD  # class attribute (not a field): the prompts' padding marker
@@ -257,13 +268,28 @@ class HFPolicy(LMPolicy):
         return super().sample_blocked(key, prompts, response_len,
                                       min(float(max_elems), float(rows * p * p)))
 
-    def ghost_row_bytes(self, seq_len: int, response_len: int) -> int:
+    def row_bytes(self, seq_len: int, response_len: int) -> int:
         """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them
         a response) adds to the ghost-norm pass (:func:`grpo_theory.lm.memory.ghost_row_bytes`
         in the parameters' dtype)."""
         b = max((np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(self.params)
                  if np.issubdtype(np.dtype(x.dtype), np.floating)), default=4)
         return ghost_row_bytes(self.config, seq_len, response_len, b)
+
+    def score_statistics(self, prompts, responses, rewards, chunk: int = 64, *, stage=None,
+                         progress=None):
+        """The advisor's statistics of given rollouts by ghost norms
+        (:func:`grpo_theory.lm.statistics.ghost_statistics`: ``chunk`` rounded down to whole
+        groups of n), or by per-sample scores when ``chunk`` holds less than one group.
+
+        Args as :meth:`LMPolicy.score_statistics`.
+        """
+        shape = np.shape(rewards)
+        if len(shape) == 2 and V.positive_int("chunk", chunk) < shape[1]:
+            return super().score_statistics(prompts, responses, rewards, chunk, stage=stage,
+                                            progress=progress)
+        return ghost_statistics(self, prompts, responses, rewards, chunk, stage=stage,
+                                progress=progress)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256,
                            method: str = "ghost"):
@@ -344,10 +370,28 @@ class HFPolicy(LMPolicy):
                        jnp.asarray(responses, jnp.int32), responses.shape[1],
                        self.temperature)[2]
 
+    def pad_prompts(self, ids) -> np.ndarray:
+        """Token-id lists to an (N, P) int32 array, each row preceded by :data:`PROMPT_PAD`
+        (-1) up to the longest; every token id is kept, the checkpoint's pad and EOS ids
+        included (:meth:`prompt_lengths` gives the lengths).
+
+        Raises:
+            ValueError: no rows, or a row with no token (an empty prompt).
+        """
+        ids = [list(i) for i in ids]
+        empty = [j for j, i in enumerate(ids) if not i]
+        if not ids or empty:
+            raise ValueError(f"texts {empty[:5]} encode to no token (empty prompts); every "
+                             f"prompt needs at least one token")
+        p = max(len(i) for i in ids)
+        out = np.full((len(ids), p), PROMPT_PAD, np.int32)
+        for row, i in zip(out, ids):
+            row[p - len(i):] = i
+        return out
+
     def encode(self, texts) -> np.ndarray:
-        """Texts to a left-padded (N, P) int32 array: each row is the text's token ids,
-        preceded by :data:`PROMPT_PAD` (-1) up to the longest; every token id is kept, the
-        checkpoint's pad and EOS ids included (:meth:`prompt_lengths` gives the lengths).
+        """Texts to a left-padded (N, P) int32 array (:meth:`pad_prompts`) by the checkpoint's
+        tokenizer.
 
         Args:
             texts: a string or a sequence of strings (the tokenizer adds its special tokens).
@@ -356,16 +400,39 @@ class HFPolicy(LMPolicy):
             ValueError: no texts, a non-string, or a text with no tokens.
         """
         texts = _texts(texts)
-        ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
-        empty = [j for j, i in enumerate(ids) if not i]
-        if empty:
-            raise ValueError(f"texts {empty[:5]} encode to no token (empty prompts); every "
-                             f"prompt needs at least one token")
-        p = max(len(i) for i in ids)
-        out = np.full((len(ids), p), PROMPT_PAD, np.int32)
-        for row, i in zip(out, ids):
-            row[p - len(i):] = i
-        return out
+        return self.pad_prompts([e.ids for e in self.tokenizer.encode_batch(texts)])
+
+    def question_prompts(self, questions, fmt: str = "answer",
+                         chat_template: bool = True) -> tuple[np.ndarray, str]:
+        """Questions to prompts: each a user message in the checkpoint's chat template
+        (:meth:`chat`, the assistant's turn opened) when ``chat_template`` and the checkpoint
+        has one, else the raw text; and how they were made.
+
+        Args:
+            questions: a string or a sequence of strings.
+            fmt: unused (the package model's format marker).
+            chat_template: use the checkpoint's chat template when it has one.
+
+        Returns:
+            ``(prompts (N, P), description)``.
+        """
+        if chat_template and self.chat_template is not None:
+            return self.encode(self.chat(questions)), (
+                "each question as a user message in the checkpoint's chat template "
+                "(--no-chat-template: raw text)")
+        said = ("raw question text (--no-chat-template)" if self.chat_template is not None
+                else "raw question text (the checkpoint has no chat template)")
+        return self.encode(questions), said
+
+    def default_response_len(self, fmt: str = "answer") -> int:
+        """Tokens per sampled response: 32 (``fmt`` unused)."""
+        return 32
+
+    def default_reward(self):
+        """The integer-answer reward that allows a trailing sentence end or markup (``"42."``;
+        :func:`grpo_theory.lm.task.reward_answer_text`): a chat model's answer may end a
+        sentence."""
+        return reward_answer_text
 
     def prompt_lengths(self, prompts) -> np.ndarray:
         """The number of tokens (N,) of each row of left-padded prompts (entries other than
@@ -381,18 +448,14 @@ class HFPolicy(LMPolicy):
             out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=False))
         return out
 
-
-def _texts(texts) -> list:
-    """``texts`` as a non-empty list of strings (a string is one text), else a ValueError."""
-    if isinstance(texts, str):
-        return [texts]
-    if isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
-        raise ValueError(f"texts must be a string or a non-empty sequence of strings, got "
-                         f"{type(texts).__name__}")
-    texts = list(texts)
-    if not texts or not all(isinstance(t, str) for t in texts):
-        raise ValueError("texts must be a string or a non-empty sequence of strings")
-    return texts
+    def response_texts(self, responses) -> list[str]:
+        """The texts a reward reads: responses cut before their first EOS, special tokens
+        dropped (what :func:`grpo_theory.lm.task.reward_answer_text` reads)."""
+        out = []
+        for row in np.asarray(responses).tolist():
+            cut = next((j for j, t in enumerate(row) if t in self.eos_ids), len(row))
+            out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=True))
+        return out
 
 
 def _chat_renderer(template: str):

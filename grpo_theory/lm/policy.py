@@ -29,7 +29,10 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import _validation as V
-from .task import EOS, PAD
+from .statistics import per_sample_statistics
+from .task import EOS, PAD, PROMPT_LEN, RESPONSE_LEN, reward_text
+from .task import decode as task_decode
+from .task import encode as task_encode
 
 __all__ = ["LMPolicy", "check_prompts", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
            "generic_sample"]
@@ -288,9 +291,41 @@ class LMPolicy:
     ``eos_ids`` (an id or a sequence of ids, stored as a tuple) end a response; ``pad_id`` fills
     a sampled response after its first EOS (defaults: the arithmetic task's EOS and PAD).
 
-    ``prompt_pad`` (a class attribute) is the value that marks left padding in prompt arrays,
-    outside the vocabulary (e.g. -1), or None when prompts hold token ids only (the package's
-    transformer, whose PAD is a token of its own); see :func:`check_prompts`.
+    The contract (as distrax's ``Distribution``: a small core, every other capability derived
+    with a default). Callers (the advisor, the studies) use these methods and never test the
+    policy's class or attributes.
+
+    Core: the fields ``params`` and ``apply_fn`` (``apply_fn(params, tokens (N, T),
+    prompt_len) -> logits (N, T, V)``; optionally ``sample_fn``), from which :meth:`sample`,
+    :meth:`log_probs`, :meth:`score_contractions` and :meth:`weighted_score` are derived.
+
+    Derived, with defaults for the package's transformer and its character tokenizer
+    (:mod:`grpo_theory.lm.task`):
+
+    * ``prompt_pad`` (class attribute): the left-padding marker of prompt arrays, outside the
+      vocabulary (e.g. -1), or None (default: prompts hold token ids only, padded with PAD);
+    * :meth:`pad_prompts`: token-id lists to a left-padded (N, P) array (default: PAD, at least
+      ``PROMPT_LEN`` wide);
+    * :meth:`encode`: texts to padded prompts (default: the character tokenizer);
+    * :meth:`question_prompts`: questions to prompts and a description of the format (default:
+      the format marker ``=`` or ``:`` appended, then :meth:`encode`);
+    * :meth:`decode`: response ids to texts (default: characters up to the first EOS);
+    * :meth:`response_texts`: the texts a reward reads (default: :meth:`decode`);
+    * :meth:`default_response_len`: tokens per response (default: the format's length,
+      :data:`grpo_theory.lm.task.RESPONSE_LEN`);
+    * :meth:`default_reward`: ``reward(text, answer) -> float`` (default: the integer-answer
+      reward :func:`grpo_theory.lm.task.reward_text`);
+    * :meth:`sample_blocked`: sampling in blocks that bound the prefill's memory;
+    * :meth:`row_bytes`: bytes one sequence adds to the score pass (default: None, the
+      per-sample scores' ``D (b + 8)``, :func:`grpo_theory.lm.memory.chunk_for_budget`);
+    * :meth:`score_statistics`: the advisor's statistics of given rollouts (default: the
+      per-sample route, :func:`grpo_theory.lm.statistics.per_sample_statistics`).
+
+    :class:`grpo_theory.lm.hf.HFPolicy` (a Hugging Face checkpoint) overrides:
+    ``prompt_pad``, ``pad_prompts``, ``encode``, ``question_prompts``, ``decode``,
+    ``response_texts``, ``default_response_len``, ``default_reward``, ``sample_blocked``,
+    ``row_bytes``, ``score_contractions``, ``score_statistics`` (the tokenizer and chat
+    template, the ghost-norm route and its activation bytes).
     """
 
     prompt_pad: ClassVar[int | None] = None
@@ -382,6 +417,113 @@ class LMPolicy:
         return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
                                   self.temperature, chunk, self.eos_ids)
 
+    def weighted_score(self, prompts, responses, weights) -> np.ndarray:
+        """``grad_theta sum_i w_i log pi(y_i | x_i)`` as a flat (D,) vector (one backward pass).
+
+        Args:
+            prompts: (N, P) ids; responses: (N, R) ids; weights: (N,) finite reals.
+        """
+        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        w = V.real_array("weights", weights)
+        if w.shape != (prompts.shape[0],):
+            raise ValueError(f"weights must have shape ({prompts.shape[0]},), got {w.shape}")
+        return np.asarray(_weighted_grad(self.apply_fn, self.params, jnp.asarray(prompts),
+                                         jnp.asarray(responses), jnp.asarray(w),
+                                         self.temperature, tuple(self.eos_ids)))
+
+    # -- derived capabilities (class docstring); a checkpoint overrides them ------------------
+
+    def pad_prompts(self, ids) -> np.ndarray:
+        """Token-id lists to an (N, P) int32 array, each row left-padded with PAD up to the
+        longest row and at least ``PROMPT_LEN`` (the package's prompts' width).
+
+        Raises:
+            ValueError: no rows, or a row with no token.
+        """
+        ids = [list(i) for i in ids]
+        if not ids or not all(ids):
+            raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+        width = max(PROMPT_LEN, max(len(i) for i in ids))
+        out = np.full((len(ids), width), PAD, np.int32)
+        for row, i in zip(out, ids):
+            row[width - len(i):] = i
+        return out
+
+    def encode(self, texts) -> np.ndarray:
+        """Texts to left-padded (N, P) prompts (:meth:`pad_prompts`) by the character
+        tokenizer (:func:`grpo_theory.lm.task.encode`).
+
+        Raises:
+            ValueError: no texts, a non-string, an empty text or a character outside the
+                vocabulary.
+        """
+        return self.pad_prompts([task_encode(t) for t in _texts(texts)])
+
+    def question_prompts(self, questions, fmt: str = "answer",
+                         chat_template: bool = True) -> tuple[np.ndarray, str]:
+        """Questions to prompts, and how they were made (for a report).
+
+        Args:
+            questions: a string or a sequence of strings.
+            fmt: ``"answer"`` or ``"trace"``: the marker (``=`` or ``:``) appended to a
+                question that does not end with one.
+            chat_template: unused by the default (a checkpoint's chat template).
+
+        Returns:
+            ``(prompts (N, P), description)``.
+        """
+        if fmt not in RESPONSE_LEN:
+            raise ValueError(f"fmt must be one of {sorted(RESPONSE_LEN)}, got {fmt!r}")
+        mark = "=" if fmt == "answer" else ":"
+        qs = [q if q.endswith(("=", ":")) else q + mark for q in _texts(questions)]
+        return self.encode(qs), f"the package's character tokenizer ({fmt} format)"
+
+    def decode(self, responses) -> list[str]:
+        """Response ids (N, R) to texts: characters up to the first EOS, PAD dropped
+        (:func:`grpo_theory.lm.task.decode`)."""
+        responses = np.asarray(V.token_array("responses", responses, 2, self._vocab()))
+        return [task_decode(row) for row in responses]
+
+    def response_texts(self, responses) -> list[str]:
+        """The texts a reward reads from response ids (N, R) (default: :meth:`decode`)."""
+        return self.decode(responses)
+
+    def default_response_len(self, fmt: str = "answer") -> int:
+        """Tokens per sampled response: the format's length (EOS included)."""
+        if fmt not in RESPONSE_LEN:
+            raise ValueError(f"fmt must be one of {sorted(RESPONSE_LEN)}, got {fmt!r}")
+        return RESPONSE_LEN[fmt]
+
+    def default_reward(self):
+        """The reward ``reward(text, answer) -> float`` used when none is given: 1 iff the text
+        ends with the integer answer (:func:`grpo_theory.lm.task.reward_text`)."""
+        return reward_text
+
+    def row_bytes(self, seq_len: int, response_len: int) -> int | None:
+        """Bytes one sequence of ``seq_len`` positions (``response_len`` of them a response)
+        adds to the score pass; None (the default): the per-sample scores, ``D (b + 8)``,
+        counted by :func:`grpo_theory.lm.memory.chunk_for_budget` itself."""
+        V.positive_int("seq_len", seq_len)
+        V.integer("response_len", response_len, 1, seq_len)
+        return None
+
+    def score_statistics(self, prompts, responses, rewards, chunk: int = 64, *, stage=None,
+                         progress=None):
+        """The advisor's statistics of given rollouts by per-sample scores
+        (:func:`grpo_theory.lm.statistics.per_sample_statistics`).
+
+        Args:
+            prompts: (m, P) prompt ids; responses: (m, n, R) ids, n per prompt; rewards: (m, n).
+            chunk: per-sample scores held at once (>= 1).
+            stage, progress: optional callbacks (:func:`~grpo_theory.lm.statistics.
+                per_sample_statistics`).
+
+        Returns:
+            :class:`~grpo_theory.core.rollouts.RolloutStatistics`.
+        """
+        return per_sample_statistics(self, prompts, responses, rewards, chunk, stage=stage,
+                                     progress=progress)
+
     @property
     def dim(self) -> int:
         return int(ravel_pytree(self.params)[0].shape[0])
@@ -401,3 +543,28 @@ class LMPolicy:
 @partial(jax.jit, static_argnames=("apply_fn", "eos"))
 def _logp_jit(apply_fn, params, prompts, responses, temperature, eos=(EOS,)):
     return seq_log_probs(apply_fn, params, prompts, responses, temperature, eos)
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "eos"))
+def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, eos):
+    """``grad_theta sum_i w_i log pi(y_i | x_i)`` as a flat vector (one backward pass)."""
+    flat, unravel = ravel_pytree(params)
+
+    def obj(theta):
+        lp = seq_log_probs(apply_fn, unravel(theta), prompts, responses, temperature, eos)
+        return jnp.dot(weights.astype(lp.dtype), lp)
+
+    return jax.grad(obj)(flat)
+
+
+def _texts(texts) -> list:
+    """``texts`` as a non-empty list of strings (a string is one text), else a ValueError."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, (bytes, dict)) or not hasattr(texts, "__iter__"):
+        raise ValueError(f"texts must be a string or a non-empty sequence of strings, got "
+                         f"{type(texts).__name__}")
+    texts = list(texts)
+    if not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("texts must be a string or a non-empty sequence of strings")
+    return texts

@@ -45,6 +45,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from grpo_theory import _validation as V
+from grpo_theory.core.rollouts import RolloutStatistics
 from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate,
                                           estimate_from_rollouts)
 from grpo_theory.lm.ghost_rule import ghost_route
@@ -362,7 +363,7 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
 def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
                      response_mask=None, eos_token_id=None, sequence_weights=None,
                      temperature: float = 1.0, store_means: bool | None = None,
-                     progress=None) -> dict:
+                     progress=None) -> RolloutStatistics:
     """The inner products the advisor needs, from a PyTorch causal LM (module docstring).
 
     Args:
@@ -382,9 +383,10 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
         progress: optional ``progress(done, total)`` callback over the prompt passes.
 
     Returns:
-        dict with float64 NumPy arrays ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq``
-        (m,), ``mean_dot`` (m,) (the arguments of
-        :func:`grpo_theory.advisor.estimate_from_rollouts`) and ``n_params`` (D).
+        :class:`~grpo_theory.core.rollouts.RolloutStatistics` (the record
+        :func:`grpo_theory.advisor.estimate_from_rollouts` reads, as the JAX route's): float64
+        NumPy arrays ``rewards`` (m, n), ``sq_norms`` (m, n), ``mean_sq`` (m,), ``mean_dot``
+        (m,), and ``n_params`` (D).
     """
     x, xm, y, ym, z, w = _prepare(model, prompt_ids, response_ids, rewards, prompt_mask,
                                   response_mask, eos_token_id, sequence_weights)
@@ -446,7 +448,7 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
         no_autocast.__exit__(None, None, None)
         rec.remove()
         model.train(was_training)
-    return dict(rewards=z, sq_norms=q, mean_sq=mean_sq, mean_dot=mean_dot, n_params=int(D))
+    return RolloutStatistics(z, q, mean_sq, mean_dot, n_params=int(D))
 
 
 def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
@@ -474,8 +476,7 @@ def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, pr
                           response_mask=response_mask, eos_token_id=eos_token_id,
                           sequence_weights=sequence_weights, temperature=temperature,
                           store_means=store_means, progress=progress)
-    return estimate_from_rollouts(st["rewards"], sq_norms=st["sq_norms"], mean_sq=st["mean_sq"],
-                                  mean_dot=st["mean_dot"], alpha=alpha)
+    return estimate_from_rollouts(st, alpha=alpha)
 
 
 class CompletionReward(Protocol):

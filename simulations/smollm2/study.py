@@ -233,7 +233,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
              f"{cfg.chunk}), then the per-prompt dot products", progress)
         st = lm_rollout_statistics(policy, x, tok_reward, cfg.n_samples, cfg.seed + 7,
                                    cfg.response_len, cfg.chunk,
-                                   progress=lambda d, t: bar.update(d - bar.n))
+                                   progress=lambda d, t: bar.update(d - bar.n)).as_dict()
         bar.close()
         st["seconds"] = np.asarray(time.time() - t1)
         np.savez(roll, key=ckey, **st)

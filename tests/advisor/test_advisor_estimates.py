@@ -227,20 +227,20 @@ def test_language_model_estimates_agree_with_exact_enumeration():
     kp, ks = jax.random.split(jax.random.PRNGKey(0))
     rows = np.asarray(jax.random.randint(kp, (96,), 0, len(pool)))
     st = E.lm_rollout_statistics(pol, pool[rows], lambda r, y: reward(rows[r], y), 16, ks, 2)
-    np.testing.assert_array_equal(st["rewards"], est.rewards)
+    np.testing.assert_array_equal(st.rewards, est.rewards)
     flat, unravel = ravel_pytree(pol.params)
-    y = st["responses"]
-    xs, ys, zs = np.repeat(pool[rows[:2]], 16, axis=0), y[:2].reshape(32, 2), st["rewards"][:2]
+    y = st.responses
+    xs, ys, zs = np.repeat(pool[rows[:2]], 16, axis=0), y[:2].reshape(32, 2), st.rewards[:2]
     s = np.asarray(jax.jacrev(lambda t: seq_log_probs(pol.apply_fn, unravel(t), xs, ys))(flat),
                    np.float64).reshape(2, 16, -1)
     ghat = np.einsum("ai,aid->ad", zs, s) / 16
     total, _ = pol.score_contractions(np.repeat(pool[rows], 16, axis=0), y.reshape(-1, 2),
-                                      st["rewards"].reshape(1, -1) / 16, chunk=64)
+                                      st.rewards.reshape(1, -1) / 16, chunk=64)
     total = total[0]  # sum_a ghat_a
-    np.testing.assert_allclose(st["sq_norms"][:2], np.sum(s * s, 2), rtol=1e-4)
-    np.testing.assert_allclose(st["mean_sq"][:2], np.sum(ghat**2, 1), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(st["mean_dot"][:2], ghat @ total, rtol=1e-4,
-                               atol=1e-5 * np.abs(st["mean_dot"]).max())
+    np.testing.assert_allclose(st.sq_norms[:2], np.sum(s * s, 2), rtol=1e-4)
+    np.testing.assert_allclose(st.mean_sq[:2], np.sum(ghat**2, 1), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(st.mean_dot[:2], ghat @ total, rtol=1e-4,
+                               atol=1e-5 * np.abs(st.mean_dot).max())
     # the same model given as (params, apply_fn) (sampled without the KV cache)
     est2 = gt.estimate_scaling_constants((pol.params, pol.apply_fn), n_prompts=96, n_samples=16,
                                          seed=0, prompts=pool, reward=reward, response_len=2)

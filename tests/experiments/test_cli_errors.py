@@ -122,18 +122,18 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
     every phase; chat_template=False (--no-chat-template) or a checkpoint without a template:
     the raw text, said so."""
     seen = {}
-    load, encode = A.load_model, hf.HFPolicy.encode
+    load, encode = A.load_policy, hf.HFPolicy.encode
 
-    def spy_load(*a, **k):
-        seen["load"] = k
-        seen["policy"] = load(*a, **k)
-        return seen["policy"]  # (policy, kind)
+    def spy_load(spec, options, **k):
+        seen["load"] = options
+        seen["policy"] = load(spec, options, **k)
+        return seen["policy"]
 
     def spy_encode(self, texts):
         seen["texts"] = list(texts)
         return encode(self, texts)
 
-    monkeypatch.setattr(A, "load_model", spy_load)
+    monkeypatch.setattr(A, "load_policy", spy_load)
     monkeypatch.setattr(hf.HFPolicy, "encode", spy_encode)
     d = sum(x.size for x in jax.tree_util.tree_leaves(hf.from_pretrained(files / "hf").params))
     budget = M.chunk_bytes(d, 5, dtype_bytes=4)
@@ -145,7 +145,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
                      "--dtype", "float32", "--pad-id", str(PAD)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
-    assert seen["load"] == dict(dtype="float32", pad_id=PAD)
+    assert (seen["load"].dtype, seen["load"].pad_id) == ("float32", PAD)
     assert all(t.startswith("<|eot|>user ") and t.endswith("<|eot|>assistant ")
                for t in seen["texts"])
     assert {t[len("<|eot|>user "):].split("<|im_end|>")[0] for t in seen["texts"]} <= set(WORDS)
@@ -157,7 +157,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
                   "advise: pass 2 3/3 prompts"):
         assert phase in cap.err, (phase, cap.err)
     # the loaded policy again (its compiled functions): raw text, with and without a template
-    pol = seen["policy"][0]
+    pol = seen["policy"]
     kw = dict(n_prompts=3, n_samples=3, response_len=2, budgets=(16,), group_sizes=(2,),
               progress=False, chunk=2)
     for p, chat, said in [(pol, False, "raw question text (--no-chat-template)"),

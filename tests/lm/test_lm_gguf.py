@@ -278,15 +278,15 @@ def test_malformed_files_raise_value_errors_naming_file_and_field(good):
 def test_cli_advisor_and_drivers_accept_a_gguf_file(good, tmp_path):
     """``--model X.gguf`` (lm-mse & co.), ``advise --model X.gguf`` and the drivers'
     ``model_path`` take a .gguf file; a file with another suffix is still refused."""
-    from grpo_theory.advisor.advise import load_model
+    from grpo_theory.lm.loading import load_policy
     from grpo_theory.experiments import cli
     from grpo_theory.studies import lm_mse
     f = _bad(good, "cli")
     s = cli._model_setting(cli._experiments(), "lm-mse", "quick", str(f))
     assert s.model == str(f.resolve())
     assert lm_mse.model_path(f) == str(f.resolve())
-    pol, kind = load_model(str(f))
-    assert kind == "hf" and isinstance(pol, hf.HFPolicy) and pol.path == str(f)
+    pol = load_policy(str(f))
+    assert isinstance(pol, hf.HFPolicy) and pol.path == str(f)
     other = tmp_path / "weights.bin"
     other.write_bytes(f.read_bytes())
     with pytest.raises(ValueError, match="neither a directory nor a .gguf file"):
@@ -294,7 +294,7 @@ def test_cli_advisor_and_drivers_accept_a_gguf_file(good, tmp_path):
     with pytest.raises(ValueError, match="neither a directory nor a .gguf file"):
         lm_mse.model_path(other)
     with pytest.raises(ValueError, match="gguf"):
-        load_model(str(other))
+        load_policy(str(other))
     with pytest.raises(ValueError, match="junk.gguf.*header"):
         lm_mse.model_path(_junk(tmp_path))
 

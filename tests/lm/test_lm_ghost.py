@@ -155,17 +155,17 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
         return (y[:, 0] % 3 == 0) + 0.25 * (rows + 1)
 
     ref = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=2)
-    assert ref["chunk"] == 2 and np.all(ref["mean_sq"] > 0)
+    assert ref.chunk == 2 and np.all(ref.mean_sq > 0)
     for chunk in (6, 9):
         seen, done = [], []
         st = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=chunk,
                                      stage=lambda *a: seen.append(a),
                                      progress=lambda *a: done.append(a))
-        assert st["chunk"] == chunk
-        np.testing.assert_array_equal(st["responses"], ref["responses"])
-        np.testing.assert_array_equal(st["rewards"], ref["rewards"])
+        assert st.chunk == chunk
+        np.testing.assert_array_equal(st.responses, ref.responses)
+        np.testing.assert_array_equal(st.rewards, ref.rewards)
         for k in ("sq_norms", "mean_sq", "mean_dot"):
-            np.testing.assert_allclose(st[k], ref[k], rtol=1e-4,
-                                       atol=1e-6 * np.abs(ref[k]).max(), err_msg=k)
+            np.testing.assert_allclose(getattr(st, k), getattr(ref, k), rtol=1e-4,
+                                       atol=1e-6 * np.abs(getattr(ref, k)).max(), err_msg=k)
         assert ("scores", 2, 2) in seen and ("dots", 2, 2) in seen and done[-1] == (4, 4)
-    assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7)["chunk"] == 6
+    assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7).chunk == 6

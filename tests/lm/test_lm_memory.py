@@ -8,6 +8,8 @@ import pytest
 
 from grpo_theory.advisor import estimate as E
 from grpo_theory.lm import memory as M
+from grpo_theory.lm import options as O
+from grpo_theory.lm import statistics as S
 from grpo_theory.lm.model import ModelConfig, init_params, make_apply
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.task import EOS
@@ -192,7 +194,7 @@ def test_streamed_pass_equals_one_call(policy):
     """Pass 1 in at most SCORE_CALLS equal calls (the last padded) gives the one-call values."""
     x, y, w = _rows(37)
     seen = []
-    acc, sq = E._streamed_contractions(policy, x, y, w, 2,
+    acc, sq = S._streamed_contractions(policy, x, y, w, 2,
                                        lambda *a: seen.append(a))
     ref_acc, ref_sq = policy.score_contractions(x, y, w, chunk=2)
     np.testing.assert_allclose(acc, ref_acc, rtol=1e-12, atol=1e-14)
@@ -237,7 +239,7 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     pol = lm.from_pretrained(write_gguf(tmp_path / "t.gguf", cfg,
                                         hf_weights(dict(cfg), False, seed=4), "smollm"))
     d, b = E.score_memory(pol)
-    a = pol.ghost_row_bytes(20, 4)
+    a = pol.row_bytes(20, 4)
     assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
     assert E.resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
@@ -249,14 +251,14 @@ def test_the_process_base_is_counted_first(policy, monkeypatch):
     chunk: budget = base + M(c)."""
     d, b = E.score_memory(policy)
     base = 50 * d * (b + 8)
-    monkeypatch.setattr(E, "process_rss", lambda: d * b + base)
+    monkeypatch.setattr(O, "process_rss", lambda: d * b + base)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, base_bytes=base)
     assert budget == M.chunk_bytes(d, 3, dtype_bytes=b) + base
     assert E.resolve_chunk(policy, None, 100, budget) == 3
     assert E.resolve_chunk(policy, None, 100, budget - 1) == 2
     with pytest.raises(ValueError, match="already resident"):
         E.resolve_chunk(policy, None, 100, base)
-    monkeypatch.setattr(E, "process_rss", lambda: 0)  # nothing readable: no base
+    monkeypatch.setattr(O, "process_rss", lambda: 0)  # nothing readable: no base
     assert E.resolve_chunk(policy, None, 100, budget) == 43  # + base / (1.25 D (b + 8)) = 40
     rss = M.process_rss()
     assert 10 * 2**20 < rss < M.available_memory() + rss  # this process: tens of MB at least

@@ -137,11 +137,11 @@ def test_estimate_equals_naive_per_sample_scores(kind, tied, store):
     x, xm, y, z = _rollouts()
     st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS, store_means=store)
     S = _naive_scores(model, x, xm, y)
-    assert st["n_params"] == S.shape[2] == sum(p.numel() for p in model.parameters())
+    assert st.n_params == S.shape[2] == sum(p.numel() for p in model.parameters())
     ghat = np.einsum("ai,aid->ad", z, S) / z.shape[1]
-    np.testing.assert_allclose(st["sq_norms"], np.sum(S * S, axis=2), rtol=2e-5)
-    np.testing.assert_allclose(st["mean_sq"], np.sum(ghat * ghat, axis=1), rtol=2e-5)
-    np.testing.assert_allclose(st["mean_dot"], ghat @ ghat.sum(0), rtol=2e-5,
+    np.testing.assert_allclose(st.sq_norms, np.sum(S * S, axis=2), rtol=2e-5)
+    np.testing.assert_allclose(st.mean_sq, np.sum(ghat * ghat, axis=1), rtol=2e-5)
+    np.testing.assert_allclose(st.mean_dot, ghat @ ghat.sum(0), rtol=2e-5,
                                atol=2e-5 * np.max(np.abs(ghat @ ghat.sum(0))))
     est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm, eos_token_id=EOS,
                               store_means=store)
@@ -164,7 +164,7 @@ def test_weights_temperature_and_mask_given():
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
     # the default EOS is the model's own generation_config.eos_token_id
     st = score_statistics(model, x, y, z, prompt_mask=xm)
-    np.testing.assert_allclose(st["sq_norms"], np.sum(_naive_scores(model, x, xm, y) ** 2, 2),
+    np.testing.assert_allclose(st.sq_norms, np.sum(_naive_scores(model, x, xm, y) ** 2, 2),
                                rtol=2e-5)
 
 
@@ -179,10 +179,10 @@ def test_lora_counts_only_adapter_parameters():
     st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
     D = sum(p.numel() for _, p in adapters)
     # q_proj 16 -> 16 and v_proj 16 -> 8 (2 kv heads of 4), rank 2: A (2, 16), B (out, 2)
-    assert st["n_params"] == D == (2 * 16 + 16 * 2) + (2 * 16 + 8 * 2)
+    assert st.n_params == D == (2 * 16 + 16 * 2) + (2 * 16 + 8 * 2)
     S = _naive_scores(model, x, xm, y)
     assert S.shape[2] == D
-    np.testing.assert_allclose(st["sq_norms"], np.sum(S * S, axis=2), rtol=2e-5)
+    np.testing.assert_allclose(st.sq_norms, np.sum(S * S, axis=2), rtol=2e-5)
     est = estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
 
@@ -231,6 +231,33 @@ def test_same_constants_as_the_jax_route(tmp_path, kind, tied):
     _assert_same_estimate(est, ref, 1e-4)
     # exactly the checkpoint's parameters (no zero q/k/v biases for Llama)
     assert policy.dim == sum(p.numel() for p in model.parameters())
+
+
+def test_the_torch_and_jax_routes_exchange_one_record(tmp_path):
+    """score_statistics (torch) and HFPolicy.score_statistics (JAX, ghost norms) return the
+    same record type; each record's estimate equals that of its raw arrays exactly, and the two
+    routes agree on the same weights."""
+    from grpo_theory.core.rollouts import RolloutStatistics
+
+    model = _model("qwen2", False, layers=1, seed=3)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    _tokenizer().save(str(tmp_path / "tokenizer.json"))
+    policy = lm.from_pretrained(tmp_path)
+    x, xm, y, z = _rollouts(m=4, n=3, seed=5)
+    st = score_statistics(model, x, y, z, prompt_mask=xm)
+    xj = np.where(xm.numpy().astype(bool), x.numpy(), PROMPT_PAD)
+    sj = policy.score_statistics(xj, y.numpy(), z, chunk=6)
+    assert type(st) is type(sj) is RolloutStatistics and sj.chunk == 6
+    assert st.n_params == sj.n_params == policy.dim
+    for rec in (st, sj):
+        a = gt.estimate_from_rollouts(rec)
+        b = gt.estimate_from_rollouts(rec.rewards, sq_norms=rec.sq_norms, mean_sq=rec.mean_sq,
+                                      mean_dot=rec.mean_dot)
+        np.testing.assert_array_equal(a.theta, b.theta)
+        np.testing.assert_array_equal(a.cov, b.cov)
+    np.testing.assert_array_equal(estimate_from_model(model, x, y, z, prompt_mask=xm).theta,
+                                  gt.estimate_from_rollouts(st).theta)
+    _assert_same_estimate(gt.estimate_from_rollouts(st), gt.estimate_from_rollouts(sj), 1e-4)
 
 
 # --- TRL ------------------------------------------------------------------------------------------

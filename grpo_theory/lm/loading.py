@@ -1,0 +1,119 @@
+r"""A policy from what a command line names: a package model, a checkpoint file or directory.
+
+:func:`load_policy` turns a model spec into an :class:`~grpo_theory.lm.policy.LMPolicy`
+(the package's warm-up checkpoints by name, a package ``.npz`` checkpoint, a Hugging Face
+checkpoint directory or a llama.cpp ``.gguf`` file, :func:`grpo_theory.lm.hf.from_pretrained`),
+with the :class:`~grpo_theory.lm.options.ModelOptions` that apply to loading (``dtype``,
+``pad_id``). Callers then use the policy's contract only (its class docstring), never its type.
+:func:`is_checkpoint` is the one test of "is this path a checkpoint".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .._cache import cache_dir as default_cache_dir
+from .options import ModelOptions
+from .policy import LMPolicy
+
+__all__ = ["PACKAGE_MODELS", "is_checkpoint", "load_policy"]
+
+#: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)
+PACKAGE_MODELS = ("base", "instruct", "icl")
+
+
+def is_checkpoint(path) -> bool:
+    """Whether ``path`` (a str or path-like) names a Hugging Face checkpoint: a directory, or
+    a ``.gguf`` file (``~`` expanded; nothing else is read)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    p = Path(path).expanduser()
+    return p.is_dir() or (p.is_file() and p.suffix.lower() == ".gguf")
+
+
+def _warmup_config(warmup):
+    from .warmup import QUICK_WARMUP, WarmupConfig
+
+    if warmup in (None, "full"):
+        return WarmupConfig()
+    if warmup == "quick":
+        return QUICK_WARMUP
+    if not isinstance(warmup, WarmupConfig):
+        raise ValueError(f"warmup must be 'quick', 'full' or a WarmupConfig, got {warmup!r}")
+    return warmup
+
+
+def _package_checkpoint(p: Path) -> LMPolicy:
+    from .model import ModelConfig, make_apply, make_sampler
+    from .warmup import load_checkpoint
+
+    with np.load(p) as f:
+        meta = json.loads(str(f["meta"]))
+    c = meta.get("config", {})
+    try:
+        cfg = ModelConfig(d_model=int(c["d_model"]), n_layers=int(c["n_layers"]),
+                          n_heads=int(c["n_heads"]))
+    except (KeyError, TypeError):
+        raise ValueError(f"model {str(p)!r}: the checkpoint's metadata has no warm-up "
+                         f"config (d_model, n_layers, n_heads)") from None
+    params, _ = load_checkpoint(p, cfg)
+    return LMPolicy(params, make_apply(cfg), make_sampler(cfg))
+
+
+def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
+                warmup=None) -> LMPolicy:
+    """The policy named by ``spec``.
+
+    Args:
+        spec: ``"base"``, ``"instruct"`` or ``"icl"`` (the package's warm-up checkpoints under
+            ``cache_dir``, trained there on first use), a package checkpoint file (``.npz`` of
+            :func:`grpo_theory.lm.warmup.save_checkpoint` whose metadata holds the warm-up
+            configuration), a Hugging Face checkpoint directory, a llama.cpp ``.gguf`` file,
+            or an ``LMPolicy`` (returned as it is).
+        options: the :class:`~grpo_theory.lm.options.ModelOptions`; ``dtype`` and ``pad_id``
+            apply to a checkpoint (:func:`grpo_theory.lm.hf.from_pretrained`) only.
+        cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
+        warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
+            setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
+
+    Returns:
+        An :class:`~grpo_theory.lm.policy.LMPolicy`.
+
+    Raises:
+        ValueError: a spec that names nothing of the above, or ``dtype``/``pad_id`` given for
+            a package model.
+    """
+    options = ModelOptions() if options is None else options
+    if not isinstance(options, ModelOptions):
+        raise ValueError(f"options must be a ModelOptions, got {type(options).__name__}")
+    if isinstance(spec, LMPolicy):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ValueError(f"model must be a name, a path or an LMPolicy, got {type(spec).__name__}")
+    p = Path(spec).expanduser()
+    checkpoint = is_checkpoint(p)
+    if not checkpoint and options.checkpoint_only:
+        raise ValueError(f"pad_id and dtype apply to Hugging Face checkpoints (a directory or a "
+                         f".gguf file) only "
+                         f"(the package's models use their own PAD and float32); model "
+                         f"{str(spec)!r} is not one, got pad_id={options.pad_id!r}, "
+                         f"dtype={options.dtype!r}")
+    if str(spec) in PACKAGE_MODELS:
+        from .warmup import cached_policies
+
+        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "lm"
+        pols = cached_policies(folder, _warmup_config(warmup), log=lambda m: None)[0]
+        return pols[str(spec)][0]
+    if p.is_file() and p.suffix == ".npz":
+        return _package_checkpoint(p)
+    if checkpoint:
+        from .hf import from_pretrained
+
+        return from_pretrained(p, dtype=options.dtype or "float32", pad_id=options.pad_id)
+    raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
+                     f"package checkpoint (.npz), a Hugging Face checkpoint directory nor a "
+                     f".gguf file")
