@@ -305,3 +305,11 @@ def token_array(name: str, value, ndim: int = 2, vocab_size: int | None = None,
             raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got values in "
                              f"[{lo}, {hi}]")
     return value
+
+
+def eos_ids(eos) -> tuple:
+    """End-of-sequence ids as a non-empty tuple of ints >= 0 (an int or a sequence of ints)."""
+    ids = (eos,) if np.ndim(eos) == 0 else tuple(eos)
+    if not ids:
+        raise ValueError(f"eos must be a token id or a non-empty sequence of ids, got {eos!r}")
+    return tuple(integer("eos", i, 0) for i in ids)

@@ -38,12 +38,12 @@ from ..core.exact import _binary_advantages
 
 __all__ = ["PromptMoments", "count_moments", "answer_agreement_moments", "NORMALISERS"]
 
-#: ``"group"``: each prompt's estimate is divided by its own group size k (equal prompt weights,
-#: the per-sequence mean of Algorithm 1); ``"token"``: the batch's sum is divided by the batch's
-#: number of kept responses (TRL's ``loss_type="dapo"`` with one token per response), taken in the
-#: large-batch limit ``sum_b k_b / B -> E[k]`` so each slot's sum is divided by the expected kept
-#: group size (exact for every B when k is constant).
 NORMALISERS = ("group", "token")
+"""``"group"``: each prompt's estimate is divided by its own group size k (equal prompt weights,
+the per-sequence mean of Algorithm 1); ``"token"``: the batch's sum is divided by the batch's
+number of kept responses (TRL's ``loss_type="dapo"`` with one token per response), taken in the
+large-batch limit ``sum_b k_b / B -> E[k]`` so each slot's sum is divided by the expected kept
+group size (exact for every B when k is constant)."""
 
 
 class PromptMoments(NamedTuple):

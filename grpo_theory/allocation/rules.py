@@ -281,6 +281,7 @@ def register_rule(rule: Rule, *aliases: str) -> Rule:
 
 
 def available_rules() -> list[str]:
+    """The names of the registered rules (:func:`register_rule`), sorted."""
     return sorted(_RULES)
 
 

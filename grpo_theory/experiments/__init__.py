@@ -16,6 +16,7 @@ from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_t
                     check_out_dir)
 from .executors import DaskExecutor, InProcessExecutor, open_executor
 from .progress import CellProgress
+from .paired import mean_ci, paired_squared_errors
 from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
                     bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci, spearman)
 
@@ -31,4 +32,6 @@ __all__ = [
     # the reports' statistics and tables
     "ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
     "bootstrap_ratio_ci", "ratio_ci", "SpearmanResult", "spearman", "markdown_table",
+    # paired Monte Carlo of several estimators on the same groups (the studies' shared code)
+    "paired_squared_errors", "mean_ci",
 ]

@@ -14,8 +14,8 @@ from .spec import ModelSpec
 __all__ = ["FAMILIES", "register", "family", "family_of_gguf", "family_of_arch",
            "model_types", "gguf_architectures"]
 
-#: name -> spec of every registered family
 FAMILIES: dict = {}
+"""Every registered model family: its name -> its :class:`~grpo_theory.lm.spec.ModelSpec`."""
 
 
 def register(spec: ModelSpec) -> ModelSpec:

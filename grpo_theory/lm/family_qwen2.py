@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .policy import _eos_ids
+from .._validation import eos_ids as _eos_ids
 from .spec import (ModelSpec, TensorSpec, bool_field, int_field, need_extra, positive_real,
                    quiet_tunix)
 

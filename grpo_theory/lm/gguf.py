@@ -36,7 +36,7 @@ import numpy as np
 from . import families
 from .checkpoint_io import need_extra
 from .family_qwen2 import permute_qk, unpermute_qk
-from .policy import _eos_ids
+from .._validation import eos_ids as _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
            "hf_tensor_name"]

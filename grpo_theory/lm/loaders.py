@@ -23,7 +23,7 @@ from .. import _validation as V
 from . import checkpoint_io as io
 from . import families
 from . import gguf as _gguf
-from .policy import _eos_ids
+from .._validation import eos_ids as _eos_ids
 
 __all__ = ["Checkpoint", "load_checkpoint", "read_config", "hf_names", "shards", "tunix_model",
            "params_from_arrays", "is_gguf", "DTYPES"]

@@ -95,12 +95,7 @@ def _temperature(temperature):
     return V.real_scalar("temperature", temperature, positive=True)
 
 
-def _eos_ids(eos) -> tuple:
-    """End-of-sequence ids as a non-empty tuple of ints >= 0 (an int or a sequence of ints)."""
-    ids = (eos,) if np.ndim(eos) == 0 else tuple(eos)
-    if not ids:
-        raise ValueError(f"eos must be a token id or a non-empty sequence of ids, got {eos!r}")
-    return tuple(V.integer("eos", i, 0) for i in ids)
+_eos_ids = V.eos_ids
 
 
 def response_mask(responses, eos=EOS):

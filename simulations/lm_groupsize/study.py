@@ -42,7 +42,7 @@ from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.advisor.lm_task import advised_group_size
 from grpo_theory.lm.grpo import predicted_group_size, train_grpo
-from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.experiments.model_settings import ModelSettings
 from grpo_theory.lm.local_model import model_path, model_policy
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
@@ -75,7 +75,7 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Settings(ModelOptions):
+class Settings(ModelSettings):
     """The main sweep (budgets x group sizes x seeds) and the two extra sweeps.
 
     Attributes:
@@ -93,7 +93,7 @@ class Settings(ModelOptions):
         practical: the practical-GRPO sweep (:class:`Sweep`).
 
     The model options (``model``: the checkpoint to start from; None: the instruct warm-up
-    policy) are :class:`~grpo_theory.experiments.model_options.ModelOptions`'.
+    policy) are :class:`~grpo_theory.experiments.model_settings.ModelSettings`'.
     """
 
     warmup: WarmupConfig

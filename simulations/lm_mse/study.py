@@ -49,7 +49,7 @@ from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.lm.gradmse import gradient_mse_study
 from grpo_theory.lm.grpo import exact_accuracy, task_tokens
-from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.experiments.model_settings import ModelSettings
 from grpo_theory.lm.local_model import (MODEL_DTYPES, check_model_options,
                                         model_path, model_policy, response_texts)
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
@@ -74,7 +74,7 @@ CELL_ORDER = (("base", "answer"), ("instruct", "answer"), ("base", "trace"),
 
 
 @dataclass(frozen=True)
-class Settings(ModelOptions):
+class Settings(ModelSettings):
     """The accuracy cell and the (policy, format) gradient cells, or one checkpoint's cell.
 
     Attributes:
@@ -93,7 +93,7 @@ class Settings(ModelOptions):
         model_response_len: with ``model``, tokens per response.
 
     The model options (``model``: the checkpoint the study runs on instead of the warm-up
-    policies) are :class:`~grpo_theory.experiments.model_options.ModelOptions`'.
+    policies) are :class:`~grpo_theory.experiments.model_settings.ModelSettings`'.
     """
 
     warmup: WarmupConfig

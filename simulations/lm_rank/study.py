@@ -51,7 +51,7 @@ from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
 from grpo_theory.advisor.estimate import resolve_chunk, score_memory
 from grpo_theory.lm.grpo import task_tokens, train_grpo
-from grpo_theory.experiments.model_options import ModelOptions
+from grpo_theory.experiments.model_settings import ModelSettings
 from grpo_theory.lm.local_model import model_path, model_policy
 from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
 from grpo_theory.lm.rank import (group_rank_table, group_score_grams, zero_share_difference,
@@ -107,7 +107,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Settings(ModelOptions):
+class Settings(ModelSettings):
     """One cell per (policy, format), or one per checkpoint of a GRPO run or of ``model``.
 
     Attributes:
@@ -122,7 +122,7 @@ class Settings(ModelOptions):
         pairs: the (policy, format) cells, among :data:`CELL_ORDER`.
         run: the GRPO run measured at its checkpoints (:class:`Run`; None: no run).
 
-    The model options are :class:`~grpo_theory.experiments.model_options.ModelOptions`'; with
+    The model options are :class:`~grpo_theory.experiments.model_settings.ModelSettings`'; with
     ``model`` the checkpoint runs in the answer-only format (``pairs`` unused) and
     ``model_chunk`` holds at least one group of ``max(group_sizes)`` scores.
     """

@@ -16,7 +16,7 @@ import pytest
 import grpo_theory as gt
 
 ROOT = Path(__file__).resolve().parents[2]
-FACES = ["core", "optim", "companions", "lm", "advisor", "torch", "experiments"]
+FACES = ["core", "optim", "companions", "lm", "advisor", "torch", "experiments", "allocation"]
 HAS_TORCH = all(importlib.util.find_spec(p) is not None for p in ("torch", "transformers"))
 #: each layer's reward contract, named in its face
 REWARDS = {"core": "RewardTable", "lm": "TokenReward", "advisor": "TextReward",

@@ -89,7 +89,7 @@ def _allocation_problem():
 def _allocation_audit():
     from grpo_theory import allocation as A
     r = A.audit(_allocation_problem(), A.fixed(4), "grpo")
-    return r, {n: (getattr(r, n), 0.0) for n in A.SUMMARY_ROWS}
+    return r, {n: (getattr(r, n), 0.0) for n in A.result.SUMMARY_ROWS}
 
 
 def _monte_carlo_audit():

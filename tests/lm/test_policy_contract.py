@@ -33,7 +33,7 @@ def minimal():
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from test_lm_hf import write_checkpoint
+    from support.hf_checkpoint import write_checkpoint
 
     path = tmp_path_factory.mktemp("contract_qwen2")
     write_checkpoint(path, "qwen2", tied=False, bias=True, theta=100.0)

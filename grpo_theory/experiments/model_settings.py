@@ -2,9 +2,11 @@
 
 A study whose cells can run on a Hugging Face checkpoint directory or a llama.cpp ``.gguf`` file
 (:func:`grpo_theory.lm.from_pretrained`) derives its frozen ``Settings`` dataclass from
-:class:`ModelOptions`, so the five fields, their checks and their documentation are written once.
+:class:`ModelSettings`, so the five fields, their checks and their documentation are written once.
 The fields are keyword-only: a study's own fields keep their positions, and the CLI sets them with
-``dataclasses.replace(settings, model=path, model_chunk=..., ...)``.
+``dataclasses.replace(settings, model=path, model_chunk=..., ...)``. The four fields that say
+how a checkpoint is run are handed to the library as one
+:class:`grpo_theory.lm.options.ModelOptions` (:attr:`ModelSettings.model_options`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpo_theory.lm.local_model import absolute_path, check_model_options
+from grpo_theory.lm.options import ModelOptions
 
-__all__ = ["ModelOptions"]
+__all__ = ["ModelSettings"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelOptions:
+class ModelSettings:
     """Where a study's policy comes from, and how a checkpoint's per-sample scores are held.
 
     Attributes:
@@ -45,3 +48,9 @@ class ModelOptions:
         check_model_options(self)
         if self.model is not None:
             object.__setattr__(self, "model", absolute_path(self.model))
+
+    @property
+    def model_options(self) -> ModelOptions:
+        """The checkpoint's run options as the library's one record (budget, chunk, dtype, pad)."""
+        return ModelOptions(memory_budget=self.model_memory_budget, chunk=self.model_chunk,
+                            dtype=self.model_dtype, pad_id=self.model_pad_id)
