@@ -255,7 +255,7 @@ def test_the_torch_and_jax_routes_exchange_one_record(tmp_path):
                                       mean_dot=rec.mean_dot)
         np.testing.assert_array_equal(a.theta, b.theta)
         np.testing.assert_array_equal(a.cov, b.cov)
-    np.testing.assert_array_equal(estimate_from_model(model, x, y, z, prompt_mask=xm).theta,
+    np.testing.assert_array_equal(estimate_from_torch_rollouts(model, x, y, z, prompt_mask=xm).theta,
                                   gt.estimate_from_rollouts(st).theta)
     _assert_same_estimate(gt.estimate_from_rollouts(st), gt.estimate_from_rollouts(sj), 1e-4)
 
