@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -66,177 +66,16 @@ from ..core.estimators import PromptContext, get_estimator
 from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
 from ..core.sampling import sample_groups
 from .clipped import clipped_surrogate, multi_epoch_update
+from .objective import _is_enumerable, _is_generic, exact_objective, max_objective, maximise
+from .schedules import (SCHEDULES, _SCHEDULE_NAMES, _check_lr, _check_schedule, ascent,
+                        schedule, step_sizes)
 
 __all__ = ["TrainConfig", "TrainResult", "make_train", "train_batch", "train", "train_schedules",
            "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES",
            "schedule", "ascent"]
 
 
-def _constant(t, lr, offset):
-    return lr + 0.0 * t
-
-
-def _inverse(t, lr, offset):
-    return lr / (t + offset)
-
-
-SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
-"""The one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)."""
-_SCHEDULE_NAMES = tuple(SCHEDULES)
-
-
-def schedule(name, lr, offset=0.0):
-    """A named schedule of :data:`SCHEDULES` as an optax schedule (traceable).
-
-    optax counts updates from 0, so ``count -> eta_(count + 1)``: ``constant`` gives
-    ``eta_t = lr``, ``inverse`` gives ``eta_t = lr / (t + offset)``.
-
-    Args:
-        name: a name in :data:`SCHEDULES`, or an int32 index into it (may be traced: the
-            schedules of a batch of runs are then chosen per run by ``lax.switch``).
-        lr, offset: ``beta`` and ``t_0`` (floats or traced scalars).
-    Returns:
-        ``count -> eta`` (an ``optax.Schedule``).
-    """
-    if isinstance(name, str):
-        fn = SCHEDULES[name]
-        return lambda count: fn(count + 1, lr, offset)
-    fns = [SCHEDULES[n] for n in _SCHEDULE_NAMES]
-    return lambda count: jax.lax.switch(name, fns, count + 1, lr, offset)
-
-
-def ascent(step_size) -> optax.GradientTransformation:
-    r"""Plain ascent ``theta_t = theta_(t-1) + eta_t ghat_t`` as an optax transformation.
-
-    The loop hands optax the *loss* gradient ``-ghat`` (optax minimises), so this is
-    ``optax.sgd(step_size)``: the update ``-eta_t (-ghat_t) = eta_t ghat_t``, bit for bit.
-
-    Args:
-        step_size: a float or an optax schedule ``count -> eta`` (e.g. :func:`schedule`).
-    Returns:
-        An ``optax.GradientTransformation``.
-    """
-    return optax.sgd(step_size)
-
-
-@float64
-def exact_objective(policy, params=None) -> jnp.ndarray:
-    """J(theta) = sum_x f(x) sum_y pi_theta(y|x) mu(x, y), exactly (traceable).
-
-    Args:
-        policy: an enumerable policy (``probs``, ``prompt_probs``, ``reward_means``).
-        params: parameters (default: the policy's own).
-    Returns:
-        The scalar ``J(theta)``.
-    """
-    theta = policy.params if params is None else params
-    probs = policy.probs(theta)
-    return jnp.dot(jnp.asarray(policy.prompt_probs),
-                   jnp.sum(probs * jnp.asarray(policy.reward_means), axis=1))
-
-
-@float64
-def maximise(fn, theta0, n_starts: int = 4, scale: float = 1.0, seed: int = 0):
-    """Maximise a smooth scalar ``fn(theta)`` (jax-traceable) with L-BFGS from several starts.
-
-    Starts at ``theta0`` and ``n_starts - 1`` Gaussian perturbations of it (std ``scale``).
-    Used for the exact maximisers of objectives on shared-parameter bandits (e.g.
-    Proposition 13's E[2 arcsin sqrt V]).
-
-    Returns:
-        ``(theta_max, fn(theta_max))`` as a NumPy array and a float.
-    """
-    from scipy.optimize import minimize
-
-    theta0 = np.asarray(theta0, dtype=np.float64)
-    shape = theta0.shape
-    val_grad = jax.jit(jax.value_and_grad(lambda th: -fn(th.reshape(shape))))
-
-    def f(th):
-        v, g = val_grad(jnp.asarray(th))
-        return float(v), np.asarray(g, dtype=np.float64)
-
-    rng = np.random.default_rng(seed)
-    starts = [theta0.ravel()] + [theta0.ravel() + scale * rng.standard_normal(theta0.size)
-                                 for _ in range(max(0, n_starts - 1))]
-    best = None
-    for s in starts:
-        res = minimize(f, s, jac=True, method="L-BFGS-B", options=dict(maxiter=2000, gtol=1e-12))
-        if best is None or res.fun < best.fun:
-            best = res
-    return best.x.reshape(shape), float(-best.fun)
-
-
-def _is_enumerable(problem) -> bool:
-    return hasattr(problem, "params") and callable(getattr(problem, "problem", None))
-
-
-def _is_generic(problem) -> bool:
-    return (hasattr(problem, "params") and callable(getattr(problem, "objective", None))
-            and callable(getattr(problem, "sample_gradient", None)))
-
-
-@float64
-def max_objective(policy) -> float:
-    """sup_theta J(theta) (see the module docstring for how it is obtained per policy type).
-
-    Args:
-        policy: a SoftmaxBandit, SequencePolicy, LinearSoftmaxBandit, another enumerable policy
-            (best-response value ``E_X max_y mu``) or a problem with ``max_objective()``.
-    Returns:
-        The supremum as a float.
-    """
-    if isinstance(policy, (SoftmaxBandit, SequencePolicy)):
-        mu = np.asarray(policy.reward_means)
-        return float(np.asarray(policy.prompt_probs) @ mu.max(axis=1))
-    if isinstance(policy, LinearSoftmaxBandit):
-        _, val = maximise(lambda th: exact_objective(policy, th), policy.params, n_starts=6,
-                          scale=2.0)
-        return val
-    inner = getattr(policy, "policy", None)  # a wrapper with hooks (companion modules)
-    if inner is not None and _is_enumerable(inner):
-        return max_objective(inner)
-    if callable(getattr(policy, "max_objective", None)):
-        return float(policy.max_objective())
-    if _is_enumerable(policy) and hasattr(policy, "reward_means"):
-        mu = np.asarray(policy.reward_means)
-        return float(np.asarray(policy.prompt_probs) @ mu.max(axis=1))
-    raise ValueError(
-        "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy (or a problem "
-        f"with max_objective()), got {type(policy).__name__}")
-
-
 _max_objective = max_objective  # train() has an argument of the same name
-
-
-@float64
-def step_sizes(eta: float, n_steps: int, schedule: str = "constant", offset: float = 0.0):
-    """eta_t for t = 1..n under a named schedule of :data:`SCHEDULES`.
-
-    Returns:
-        A NumPy array (n_steps,).
-    """
-    _check_schedule(schedule, eta, offset)
-    n = V.positive_int("n_steps", n_steps, 1)
-    t = np.arange(1, n + 1, dtype=np.float64)
-    return np.asarray(SCHEDULES[schedule](t, float(eta), float(offset)), dtype=np.float64)
-
-
-def _check_schedule(schedule, eta, offset, lr_name="eta"):
-    if not (isinstance(schedule, str) and schedule in SCHEDULES):
-        raise ValueError(f"schedule must be one of {_SCHEDULE_NAMES} or an optax schedule "
-                         f"(a callable), got {schedule!r}")
-    _check_lr(eta, lr_name)
-    if not (isinstance(offset, (int, float, np.integer, np.floating)) and np.isfinite(offset)
-            and offset > -1):
-        raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), "
-                         f"got {offset!r}")
-
-
-def _check_lr(lr, name):
-    if isinstance(lr, (bool, np.bool_)) or not isinstance(
-            lr, (int, float, np.integer, np.floating)) or not (np.isfinite(lr) and lr >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {lr!r}")
 
 
 # --- configuration and result ------------------------------------------------------------------
