@@ -221,7 +221,7 @@ def answer_agreement_moments(st, rule, est, normaliser: str = "group") -> Prompt
     g1, L = int(rule.grid[0]), int(rule.grid[-1])
     for k in (g1, L):
         if k < est.min_group_size:
-            raise ValueError(f"rule {name!r} keeps groups of {k} responses, fewer than "
+            raise ValueError(f"rule {rule.name!r} keeps groups of {k} responses, fewer than "
                              f"estimator {est.name!r} needs ({est.min_group_size})")
     P, K = st.n_prompts, st.n_responses
     pi = np.asarray(st.probs, np.float64)

@@ -61,7 +61,7 @@ from .loaders import load_checkpoint, read_config
 from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
 from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
-from .policy import LMPolicy, _eos_ids, _texts, _tokens
+from .policy import LMPolicy, _texts, _tokens
 from .spec import need_extra
 from .spec import quiet_tunix as _quiet
 from .statistics import ghost_statistics

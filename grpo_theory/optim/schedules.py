@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 from .. import _validation as V
+from .._precision import float64
 
 __all__ = ["SCHEDULES", "schedule", "ascent", "step_sizes"]
 

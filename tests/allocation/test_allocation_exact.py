@@ -133,3 +133,9 @@ def test_registry():
     assert A.get_rule("cgrpo") is A.get_rule("conformal_stopping")
     rule = A.fixed(3)
     assert A.get_rule(rule) is rule
+
+
+@pytest.mark.parametrize("rule", [A.fixed(1), A.per_prompt([1, 3])])
+def test_a_group_too_small_for_the_estimator_is_refused_by_name(rule):
+    with pytest.raises(ValueError, match=rf"rule '{rule.name}'.*fewer than estimator"):
+        A.audit(TINY, rule, "grpo")
