@@ -41,7 +41,7 @@ _ATTRS = {
     "mc_estimates": "core.montecarlo", "mc_mse": "core.montecarlo",
     "GroupSizeOptimum": "core.scaling", "ScalingConstants": "core.scaling",
     "budget_mse": "core.scaling", "optimal_group_size": "core.scaling",
-    "scaling_constants": "core.scaling",
+    "scaling_constants": "core.scaling", "noise_scale": "core.noise", "NoiseScale": "core.noise",
     "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
     "Estimate": "core.stats", "z_value": "core.stats",
     "ScoreStructure": "core.gram", "as_structure": "core.gram",

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.stats import ResultMixin
+from ..core.noise import grpo_noise_scale
+from ..core.stats import Estimate, ResultMixin
 from .pieces import _intervals_jit, t_quantile
 
 __all__ = ["ScalingEstimate", "SUMMARY_ROWS"]
@@ -243,6 +244,37 @@ class ScalingEstimate(ResultMixin):
         val, se = float(w @ self.theta), float(np.sqrt(max(w @ self.cov @ w, 0.0)))
         q = t_quantile(alpha, self.n_prompts)
         return (val - q * se, val + q * se)
+
+    def noise_scale(self, group_size) -> Estimate:
+        """GRPO's gradient noise scale ``B_noise(G) = (c1 G + c2 + c3/(G - 1)) / ||grad J||^2``
+        in responses (:mod:`grpo_theory.core.noise`): the budget at which the MSE equals
+        ``||grad J||^2``, McCandlish et al.'s critical batch size for GRPO.
+
+        The ratio of the unbiased estimates, with a delta-method standard error from the
+        jackknife covariance (a ratio: consistent, not unbiased, at few prompts).
+
+        Args:
+            group_size: G > 1 (a real number).
+
+        Returns:
+            :class:`~grpo_theory.core.stats.Estimate` (``n`` = prompts).
+
+        Raises:
+            ValueError: ``group_size`` <= 1, or an estimate of ``||grad J||^2`` that is not
+                positive (the noise scale is then not estimated).
+        """
+        G = V.real_scalar("group_size", group_size)
+        if not G > 1:
+            raise ValueError(f"group_size must be > 1 (the c3/(G-1) term), got {G!r}")
+        theta = np.asarray(self.theta, dtype=np.float64)
+        den = theta[4]
+        if not den > 0:
+            raise ValueError(f"the estimate of ||grad J||^2 is {den:.3g} (not positive) from "
+                             f"{self.n_prompts} prompts: the noise scale is not estimated")
+        val = float(grpo_noise_scale(*theta[:3], den, G))
+        grad = np.array([G, 1.0, 1.0 / (G - 1), 0.0, -val]) / den
+        se = float(np.sqrt(max(grad @ np.asarray(self.cov) @ grad, 0.0)))
+        return Estimate(val, se, self.n_prompts)
 
     def recommended_group_size(self, budget: int) -> int:
         """Integer G in [2, budget] minimising the estimated ``c1 G + c2 + c3/(G-1)``

@@ -28,6 +28,7 @@ from .ustat import (HoeffdingResult, PromptMoments, exact_mse_closed_form, hoeff
                     u_statistic)
 from .scaling import (GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size,
                       scaling_constants)
+from .noise import NoiseScale, noise_scale
 
 
 __all__ = [
@@ -57,5 +58,6 @@ __all__ = [
     "sigma_oracle",
     # the scaling law
     "ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
+    "NoiseScale", "noise_scale",
     "budget_mse",
 ]
