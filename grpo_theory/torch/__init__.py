@@ -17,14 +17,25 @@ This ``__init__`` is the face of :mod:`grpo_theory.torch`: ``__all__`` lists the
 
 ``estimate_from_model`` and ``estimate_scaling_constants`` are the previous release's names of
 the two estimates: they still work and emit a ``DeprecationWarning`` naming the new one.
+
+**GPU memory.** The estimates run JAX beside torch. JAX's default on a GPU takes 75% of its
+memory when its first array is made; importing this subpackage sets
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (allocation on demand) unless the variable is already
+set, so JAX never holds memory the trainer needs. It takes effect when JAX first starts its
+GPU backend: set the variable yourself before using JAX on the GPU in the same process.
 """
 
 from __future__ import annotations
 
-from .callback import LOGGED, GroupSizeAdvisor, trl_preset, trl_sequence_weighting
-from .estimate import (CompletionReward, estimate_from_torch_model, estimate_from_torch_rollouts,
+import os
+
+# before JAX starts a GPU backend (it reads the variable then): allocate on demand
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from .callback import LOGGED  # noqa: E402, GroupSizeAdvisor, trl_preset, trl_sequence_weighting
+from .estimate import (CompletionReward,  # noqa: E402 estimate_from_torch_model, estimate_from_torch_rollouts,
                        response_mask_from_eos, score_statistics, sequence_log_probs)
-from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401 (deprecated)
+from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
 
 __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
            "score_statistics", "sequence_log_probs", "response_mask_from_eos",
