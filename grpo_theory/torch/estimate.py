@@ -515,7 +515,11 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
             prompt (a string becomes one user message).
         seed: ``torch.manual_seed`` before sampling.
         alpha: level of the intervals.
-        generation_kwargs: extra ``model.generate`` arguments (``top_p``, ``top_k``...).
+        generation_kwargs: extra ``model.generate`` arguments. Without them the responses
+            are drawn from the policy itself (:data:`POLICY_SAMPLING`: no top-k, top-p, min-p or
+            repetition penalty, whatever the checkpoint's ``generation_config`` or
+            transformers' defaults say, top-k 50 among them); a ``top_k`` or ``top_p`` given
+            here samples from another distribution, and the estimate is then for that sampler.
         progress: as in :func:`score_statistics`.
 
     Returns:
@@ -552,14 +556,8 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
     dev = next(model.parameters()).device
     ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
     torch.manual_seed(V.integer("seed", seed, 0))
-    with torch.no_grad():
-        out = model.generate(input_ids=ids.repeat_interleave(n, 0),
-                             attention_mask=mask.repeat_interleave(n, 0), do_sample=True,
-                             temperature=temperature, max_new_tokens=max_new, pad_token_id=pad,
-                             eos_token_id=list(eos), **(generation_kwargs or {}))
-    resp = out[:, ids.shape[1]:]
-    if resp.shape[1] == 0:
-        raise ValueError("model.generate returned no new tokens")
+    resp = sample_from_policy(model, ids, mask, n, temperature, max_new, pad, eos,
+                              generation_kwargs)
     ym = response_mask_from_eos(resp, eos)
     completions = tokenizer.batch_decode(resp * ym + pad * (1 - ym), skip_special_tokens=True)
     r = np.asarray(reward([p for p in prompts for _ in range(n)], completions), np.float64)
@@ -568,6 +566,35 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
     return estimate_from_torch_rollouts(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
                                         prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
                                         temperature=temperature, alpha=alpha, progress=progress)
+
+
+#: ``model.generate`` settings that sample from the policy ``softmax(logits / temperature)``
+#: itself: transformers applies ``top_k = 50`` when neither the user nor the checkpoint's
+#: ``generation_config`` sets it (``GenerationConfig._get_default_generation_params``,
+#: transformers 5.12), and a checkpoint may set top-p, min-p or a repetition penalty
+POLICY_SAMPLING = dict(do_sample=True, top_k=0, top_p=1.0, min_p=None, typical_p=1.0,
+                       epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0,
+                       no_repeat_ngram_size=0)
+
+
+def sample_from_policy(model, ids, mask, n: int, temperature: float, max_new_tokens: int, pad,
+                       eos, generation_kwargs=None):
+    """``n`` responses (rows ``a n .. a n + n - 1`` for prompt a) drawn by ``model.generate``
+    from the policy itself (:data:`POLICY_SAMPLING`, then ``generation_kwargs`` on top).
+
+    Returns:
+        The (m n, R) response ids (after the prompts' columns).
+    """
+    kwargs = dict(POLICY_SAMPLING, **(generation_kwargs or {}))
+    with torch.no_grad():
+        out = model.generate(input_ids=ids.repeat_interleave(n, 0),
+                             attention_mask=mask.repeat_interleave(n, 0),
+                             temperature=temperature, max_new_tokens=max_new_tokens,
+                             pad_token_id=pad, eos_token_id=list(eos), **kwargs)
+    resp = out[:, ids.shape[1]:]
+    if resp.shape[1] == 0:
+        raise ValueError("model.generate returned no new tokens")
+    return resp
 
 
 # --- the names of the previous release -----------------------------------------------------------
