@@ -32,9 +32,11 @@ import os
 # before JAX starts a GPU backend (it reads the variable then): allocate on demand
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from .callback import LOGGED  # noqa: E402, GroupSizeAdvisor, trl_preset, trl_sequence_weighting
-from .estimate import (CompletionReward,  # noqa: E402 estimate_from_torch_model, estimate_from_torch_rollouts,
-                       response_mask_from_eos, score_statistics, sequence_log_probs)
+from .callback import (LOGGED, GroupSizeAdvisor, trl_preset,  # noqa: E402
+                       trl_sequence_weighting)
+from .estimate import (CompletionReward, estimate_from_torch_model,  # noqa: E402
+                       estimate_from_torch_rollouts, response_mask_from_eos, score_statistics,
+                       sequence_log_probs)
 from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
 
 __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
