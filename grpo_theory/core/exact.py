@@ -17,7 +17,9 @@ Three independent routes to the same numbers, so each checks the others:
 from __future__ import annotations
 
 import itertools
+import weakref
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -76,6 +78,19 @@ def _check_coupled(est):
         )
 
 
+_JITTED = weakref.WeakKeyDictionary()
+
+
+def _advantage_fn(est):
+    """``est.advantage`` compiled once per estimator (then once per table shape): evaluated
+    op by op, every group size G would compile each operation anew (the allocation audit asks
+    for every G up to its horizon)."""
+    fn = _JITTED.get(est)
+    if fn is None:
+        fn = _JITTED[est] = jax.jit(est.advantage)
+    return fn
+
+
 def _binary_advantages(st, est, group_size: int):
     """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0).
 
@@ -95,7 +110,7 @@ def _binary_advantages(st, est, group_size: int):
     adv = None
     if not est.needs:
         try:
-            adv = np.broadcast_to(np.asarray(est.advantage(jnp.asarray(z1), PromptContext())),
+            adv = np.broadcast_to(np.asarray(_advantage_fn(est)(jnp.asarray(z1), PromptContext())),
                                   (P, G + 1, G))
         except Exception:  # an advantage that reads a prompt constant without declaring it
             adv = None
@@ -109,7 +124,7 @@ def _binary_advantages(st, est, group_size: int):
             value=jnp.broadcast_to(st.values()[:, None], (P, G + 1)),
             optimal_baseline=jnp.broadcast_to(st.optimal_baselines()[:, None], (P, G + 1)),
         )
-        adv = np.asarray(est.advantage(z, ctx))  # (P, G+1, G)
+        adv = np.asarray(_advantage_fn(est)(z, ctx))  # (P, G+1, G)
     a1 = np.where(k[None, :] > 0, adv[:, :, 0], 0.0)
     a0 = np.where(k[None, :] < G, adv[:, :, -1], 0.0)
     return a1, a0
