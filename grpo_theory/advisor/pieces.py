@@ -79,6 +79,8 @@ def prompt_pieces(rewards, sq_norms, mean_sq):
     n3 = n * (n - 1) * (n - 2)
     qz2 = jnp.sum(q * z * z, axis=1)
     t = (n * n * jnp.asarray(mean_sq) - qz2) / (n * (n - 1))
+    # sum_{i != j} Z_i Z_j <s_i, s_j>: exactly 0 with at most one nonzero reward (not rounding)
+    t = jnp.where(jnp.sum(z != 0, axis=1) <= 1, 0.0, t)
     r = jnp.sum(q * ((n - 1) * a - b * b), axis=1) / n3
     d = (n - 1) * z - b
     e = (n - 1) * z * z - 2 * z * b + a
@@ -108,6 +110,12 @@ def rollout_statistics(rewards, sq_norms, mean_sq, mean_dot):
     s_sq, qsum = jnp.sum(md), jnp.sum(mq)
     u = (s_sq - qsum) / (m * (m - 1))
     u_loo = (s_sq - 2 * md + 2 * mq - qsum) / ((m - 1) * (m - 2))
+    # sum_{a != b} <ghat_a, ghat_b> is exactly 0 when at most one prompt has a nonzero reward
+    # (ghat_b = 0 for the others): the two routes' rounding must not make it a c1
+    active = jnp.any(jnp.asarray(rewards) != 0, axis=1)
+    n_active = jnp.sum(active)
+    u = jnp.where(n_active <= 1, 0.0, u)
+    u_loo = jnp.where(n_active - active <= 1, 0.0, u_loo)
     per = jnp.stack([p["grad_sq"], p["tr_oracle"], p["c3"], p["c_v"]], axis=1)  # (m, 4)
     tot = jnp.sum(per, axis=0)
     mean = tot / m

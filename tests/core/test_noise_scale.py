@@ -128,3 +128,26 @@ def test_the_docs_table_is_what_its_code_prints():
         with contextlib.redirect_stdout(out):
             exec(compile(code, "docs/noise-scale.md", "exec"), {})
         assert out.getvalue() == text
+
+
+def test_a_single_correct_response_gives_c1_and_the_gradient_exactly_zero():
+    """One nonzero reward in the whole batch: ||grad J||^2 and c1 are 0 in exact arithmetic
+    (no pair of nonzero terms); the rival, the two routes' rounding (here the dot products 1e-7
+    off the group norms, as a ghost pass gives them), must not make them a positive c1 and a
+    finite G*."""
+    from grpo_theory.advisor import estimate_from_rollouts
+
+    rng = np.random.default_rng(3)
+    z = np.zeros((6, 4))
+    z[2, 1] = 1.0
+    sq = rng.uniform(1.0, 2.0, size=(6, 4))
+    mean_sq = np.zeros(6)
+    mean_sq[2] = sq[2, 1] / 16
+    est = estimate_from_rollouts(z, sq_norms=sq, mean_sq=mean_sq, mean_dot=mean_sq * (1 + 1e-7))
+    assert est.c1 == 0.0 and est.grad_norm_sq == 0.0 and est.g_star == np.inf
+    assert np.all(np.asarray(est.pieces["grad_sq"]) == 0.0)
+    # two correct responses in two prompts: the pair term is estimated, not zeroed
+    z[4, 0] = 1.0
+    mean_sq[4] = sq[4, 0] / 16
+    est = estimate_from_rollouts(z, sq_norms=sq, mean_sq=mean_sq, mean_dot=mean_sq * (1 + 1e-7))
+    assert est.grad_norm_sq != 0.0
