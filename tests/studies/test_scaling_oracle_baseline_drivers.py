@@ -98,9 +98,20 @@ def test_oracle_equivalence_quick(oracle_run):
     assert (s.max_abs_z < 4).all()  # MC agrees with exact
     assert (s.ratio_decreasing & (s.ratio_Gmax < 1.02)).all()
     assert (s.z_slope_minus2.abs() <= 4).all()  # slope -2 within a 4-sigma band
+    assert (s.z_slope_exact.abs() <= 4).all() and (s.z_slope_rival.abs() > 4).all()
     assert (s.slope_hi - s.slope_lo < 1.0).all()  # and the CI is informative
     assert res.verdict == "PASS", res.section.checks_markdown()
-    assert [c.verdict for c in res.section.checks] == ["PASS"] * 4
+    assert [c.verdict for c in res.section.checks] == ["PASS"] * 5
+    # fed the rival (an excess over the oracle falling as 1/G: the same Monte Carlo errors
+    # around exact * (G - 1)), the slope checks fail and the rest still pass
+    df = res.tables["table"].copy()
+    gap = df.quantity == "gap_grpo_oracle"
+    df.loc[gap, "mc"] = df.loc[gap, "mc"] * (df.loc[gap, "G"] - 1)
+    df.loc[gap, "mc_se"] = df.loc[gap, "mc_se"] * (df.loc[gap, "G"] - 1)
+    rival = m.report(dict(res.tables, table=df), m.SETTINGS["quick"])
+    verdicts = {c.name: c.verdict for c in rival.checks}
+    assert verdicts["the rival slope −1 lies beyond 4 se"] == "FAIL"
+    assert verdicts["slope of the MC gap within 4 se of the exact slope"] == "FAIL"
 
 
 def test_oracle_cell_key_not_group_size(oracle_run):
