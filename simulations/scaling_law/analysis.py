@@ -19,6 +19,16 @@ __all__ = ["summaries", "checks", "report", "plot"]
 TRAIN_B_TOTAL = 16  # B under the total budget
 
 
+#: a cell's Monte Carlo MSE lies within this many standard errors of the exact one
+Z_TOL = 4.0
+
+
+def _leading_order(d, c3):
+    """The rival law: the paper's leading-order ``(c1 G + c2 + c3/G) / N`` (its argmin
+    ``sqrt(c3/c1)``), i.e. the exact finite-G form ``scaling`` less ``c3 / (N G (G - 1))``."""
+    return d.scaling - c3 / (d.N * d.G * (d.G - 1))
+
+
 def summaries(tables, n_boot: int = 2000) -> dict:
     """The report's three tables.
 
@@ -33,6 +43,7 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     out = {"constants": const[["policy", "theta", "J", "J_star", "c1", "c2", "c3", "G_paper",
                                "G_continuous", "G_exact", "G_grid"]]}
     rows = []
+    c3 = const.set_index("policy").c3
     for (pname, N), d in mse.groupby(["policy", "N"]):
         d = d.sort_values("G")
         pred = int(const[const.policy == pname].G_grid.iloc[0])
@@ -43,7 +54,9 @@ def summaries(tables, n_boot: int = 2000) -> dict:
         rows.append(dict(policy=pname, N=int(N), predicted=pred, exact_argmin=ex_best,
                          mc_argmin=mc_best, mc_not_worse=" ".join(map(str, tied)),
                          max_rel_err_scaling=float(np.max(np.abs(d.scaling / d.exact - 1))),
-                         max_abs_z=float(np.max(np.abs(d.mc - d.exact) / d.mc_se))))
+                         max_abs_z=float(np.max(np.abs(d.mc - d.exact) / d.mc_se)),
+                         rival_z=float(np.max(np.abs(d.mc - _leading_order(d, c3[pname]))
+                                              / d.mc_se))))
     out["mse"] = pd.DataFrame(rows)
     rows = []
     pred = const.set_index("policy").G_grid
@@ -93,6 +106,12 @@ def checks(s: dict) -> list[Check]:
         check("scaling constants reproduce the exact MSE (1e-9)",
               len(m) > 0 and (m.max_rel_err_scaling < 1e-9).all(), m.max_rel_err_scaling,
               detail=f"largest {m.max_rel_err_scaling.max():.1e}"),
+        check(f"every cell's MC MSE within {Z_TOL:g} se of the exact MSE",
+              len(m) > 0 and (m.max_abs_z <= Z_TOL).all(), m.max_abs_z,
+              detail=f"largest {m.max_abs_z.max():.2f}"),
+        check(f"the rival leading-order law (c1 G + c2 + c3/G)/N beyond {Z_TOL:g} se at every N",
+              len(m) > 0 and (m.rival_z > Z_TOL).all(), m.rival_z,
+              detail=", ".join(f"{r.policy} N={r.N}: {r.rival_z:.1f}" for r in m.itertuples())),
         check("every training budget x schedule has a finite best-G CI", len(t) > 0,
               t.ci_low, t.ci_high, detail=f"{len(t)} budget/schedule cells"),
     ]

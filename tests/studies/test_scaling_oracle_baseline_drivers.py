@@ -199,6 +199,14 @@ def test_scaling_law_quick(scaling_run):
     assert row.ci_low <= row.pred_optimum <= row.ci_high
     assert res.verdict == "PASS", res.section.checks_markdown()
     assert set(res.tables) == {"constants", "mse", "train"}
+    # the rival: Monte Carlo drawn around the leading-order law fails both MSE-law checks
+    t = dict(res.tables)
+    d = t["mse"].merge(t["constants"][["policy", "c3"]], on="policy")
+    t["mse"] = t["mse"].assign(mc=(m.analysis._leading_order(d, d.c3) + (d.mc - d.exact)).values)
+    verdicts = {c.name: c.verdict for c in m.checks(m.summaries(t, n_boot=200))}
+    assert verdicts["every cell's MC MSE within 4 se of the exact MSE"] == "FAIL"
+    assert verdicts["the rival leading-order law (c1 G + c2 + c3/G)/N beyond 4 se at every N"] \
+        == "FAIL"
 
 
 def test_scaling_law_training_seeds_from_cell_keys(scaling_run):
