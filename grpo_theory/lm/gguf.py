@@ -36,6 +36,7 @@ import numpy as np
 from . import families
 from .checkpoint_io import need_extra
 from .family_qwen2 import permute_qk, unpermute_qk
+from .gguf_layout import check_layout
 from .._validation import eos_ids as _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
@@ -88,6 +89,8 @@ def _file(path) -> str:
 
 def _reader(path: str):
     gguf = _need("gguf")
+    # every count, length and tensor offset against the file's size, before gguf allocates
+    check_layout(path, {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()})
     try:
         return gguf.GGUFReader(path)
     except Exception as e:  # gguf raises ValueError, IndexError, struct/NumPy errors
