@@ -21,9 +21,15 @@ with ``n`` the query heads for ``attn_q`` and the key/value heads for ``attn_k``
 :func:`unpermute_qk` applies ``P^{-1}`` (reshape to ``(n, hd/2, 2, ...)``, swap back). Qwen2
 files are not permuted.
 
-Every failure (not a GGUF file, a bad header, a missing or mistyped metadata key, an
-unsupported architecture, tokenizer or tensor type, a missing, unexpected or mis-shaped tensor,
-a non-finite value) is a ``ValueError`` naming the file and the field or tensor. Nothing is
+Before ``gguf`` reads the file, every declared count, length and tensor offset is checked
+against the file's size and alignment (:mod:`grpo_theory.lm.gguf_layout`); the sizes, rotary
+base and norm epsilon are checked by the rules ``config.json`` is checked by
+(:func:`grpo_theory.lm.spec.check_sizes`, messages naming the metadata key).
+
+Every failure (not a GGUF file, a bad header, a count or offset the file cannot hold, a missing
+or mistyped metadata key, an unsupported architecture, tokenizer or tensor type, a missing,
+unexpected or mis-shaped tensor, a non-finite value) is a ``ValueError`` naming the file and the
+field or tensor. Nothing is
 downloaded; ``gguf`` and ``tokenizers`` (the optional extra ``hf``) are imported on first use.
 """
 

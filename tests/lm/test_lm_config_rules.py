@@ -1,4 +1,4 @@
-"""One set of architecture rules for config.json and GGUF metadata (grpo_theory.lm.spec.check_sizes).
+"""One set of architecture rules for config.json and GGUF metadata (lm.spec.check_sizes).
 
 Every bad value of the table is written twice, into a tiny config.json and into the same
 checkpoint's GGUF metadata (``support.gguf_checkpoint``), and must be refused from both with the
@@ -59,6 +59,11 @@ def base(tmp_path_factory):
     return cfg, hf_weights(dict(cfg), False, seed=3), tmp_path_factory.mktemp("rules")
 
 
+def _core(msg):
+    """The message after the file's name, without GGUF key names and the value shown."""
+    return re.sub(r" \(metadata '[^']*'\)", "", msg.split(": ", 1)[1]).split(", got")[0]
+
+
 def _message(fn):
     with pytest.raises(ValueError) as e:
         fn()
@@ -80,8 +85,7 @@ def test_bad_value_refused_from_both_formats(base, field, key, value, vtype, mat
     assert field in hf_msg and field in gguf_msg
     assert f"metadata 'llama.{key}'" in gguf_msg, gguf_msg
     # the same rule: the messages agree once the GGUF key (and float32 rounding) is taken out
-    core = lambda m: re.sub(r" \(metadata '[^']*'\)", "", m.split(": ", 1)[1]).split(", got")[0]  # noqa: E731,E501
-    assert core(hf_msg) == core(gguf_msg)
+    assert _core(hf_msg) == _core(gguf_msg)
 
 
 def test_good_values_pass_both_formats(base):
