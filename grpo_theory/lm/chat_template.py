@@ -9,6 +9,7 @@ engine's own exception; :func:`render` wraps the engine's errors at render time 
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from .spec import need_extra
@@ -20,8 +21,10 @@ def _raise_exception(msg):
     raise ValueError(f"chat template: {msg}")
 
 
+@functools.lru_cache(maxsize=16)
 def renderer(template: str):
-    """The compiled template (``jinja2``'s ``Template``) in Hugging Face's environment."""
+    """The compiled template (``jinja2``'s ``Template``) in Hugging Face's environment (the
+    last few compiled are kept)."""
     sandbox = need_extra("jinja2.sandbox", "rendering chat templates")
     env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = _raise_exception

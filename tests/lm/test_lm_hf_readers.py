@@ -64,6 +64,17 @@ def test_layer_count_checked_against_the_shard_headers(good, tmp_path, monkeypat
              rf".* num_hidden_layers = {layers}, .*read from the safetensors headers")
 
 
+def test_gguf_block_count_beyond_the_tensors(tmp_path, monkeypatch):
+    cfg = gguf_config("llama", True)
+    w = hf_weights(dict(cfg), False, seed=1)
+    f = write_gguf(tmp_path / "deep.gguf", cfg, w, "smollm",
+                   meta={"llama.block_count": (10**9, gguf.GGUFValueType.UINT32)})
+    _no_model(monkeypatch)
+    _refused(lambda: lm.from_pretrained(f),
+             r"GGUF file '.*deep.gguf' lacks tensor\(s\) blk.2.attn_q.weight, .* of a llama "
+             r"model with 1000000000 blocks")
+
+
 def test_header_shapes_checked_before_the_model_is_built(good, tmp_path, monkeypatch):
     d = _copy(good, tmp_path, intermediate_size=32)
     _no_model(monkeypatch)
