@@ -39,7 +39,8 @@ class _Cursor:
 
     def need(self, n: int, what: str):
         if n > self.left():
-            self.fail(f"{what} declares {n} bytes but {self.left()} bytes remain")
+            self.fail(f"{what} needs {n} more bytes but {self.left()} bytes remain (the file "
+                      f"is truncated)")
 
     def unpack(self, fmt: str, what: str):
         size = struct.calcsize("<" + fmt)

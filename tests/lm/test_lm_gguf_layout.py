@@ -77,6 +77,13 @@ def test_declared_counts_beyond_the_file_refused(tmp_path, raw, match):
         lmgguf.read_gguf_config(f)
 
 
+def test_truncated_header_refused(valid, tmp_path):
+    f = _write(tmp_path, valid.read_bytes()[:200])
+    with pytest.raises(ValueError, match=r"GGUF file '.*model.gguf': metadata key .* (needs \d+ "
+                                         r"more bytes|declares .*) but \d+ bytes remain"):
+        lmgguf.read_gguf(f)
+
+
 def _info_offsets(f):
     """Tensor name -> byte position of its data-offset field in the tensor info."""
     r = gguf.GGUFReader(str(f))

@@ -162,3 +162,11 @@ def test_gguf_chat_template_checked_at_load(tmp_path):
     _refused(lambda: lm.from_pretrained(f),
              r"GGUF file '.*t.gguf': metadata 'tokenizer.chat_template' is not a valid Jinja "
              r"chat template \(TemplateSyntaxError")
+    marker = "@@chat-template-bytes@@"
+    g = write_gguf(tmp_path / "u.gguf", cfg, w, "smollm",
+                   meta={"tokenizer.chat_template": (marker, gguf.GGUFValueType.STRING)})
+    raw = g.read_bytes()
+    g.write_bytes(raw.replace(marker.encode(), b"\xff\xfe" * (len(marker) // 2) + b"!"))
+    _refused(lambda: lm.from_pretrained(g),
+             r"GGUF file '.*u.gguf': metadata 'tokenizer.chat_template' is unreadable "
+             r"\(.*utf-8")
