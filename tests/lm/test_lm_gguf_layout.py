@@ -67,8 +67,10 @@ def _write(tmp_path, raw, name="model.gguf"):
      r"tensor 't' declares 2147483648 dimensions"),
     (_header(0, 1, _kv("general.alignment", UINT32, struct.pack("<I", 24))),
      r"metadata 'general.alignment' must be a UINT32 power of two, got 24"),
+    (_header(0, 1, _s(b"kkkkkkkk") + b"\x04\x00", pad=0),
+     r"metadata key 'kkkkkkkk' needs 4 more bytes but 2 bytes remain \(the file is truncated\)"),
 ], ids=["string_array", "int_array", "string", "key", "tensor_count", "kv_count", "n_dims",
-        "alignment"])
+        "alignment", "truncated_type"])
 def test_declared_counts_beyond_the_file_refused(tmp_path, raw, match):
     f = _write(tmp_path, raw)
     with pytest.raises(ValueError, match=rf"GGUF file '.*model.gguf': {match}"):
