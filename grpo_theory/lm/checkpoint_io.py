@@ -11,6 +11,8 @@ one, the field or tensor:
 * :func:`shard_names`: the shard list of ``model.safetensors.index.json`` (each shard a plain
   file name inside the checkpoint directory: no path separator, no ``..``, not absolute; a
   symlinked file inside the directory, as in the Hugging Face cache layout, is allowed);
+* :func:`header_shapes`: the tensor names and shapes of a safetensors header (nothing else
+  read: the loaders check every tensor ``config.json`` implies before building the model);
 * :func:`read_tensors`: tensors of one safetensors file, the library's errors wrapped with the
   file's name, each tensor checked finite (:func:`check_finite`, one reduction per tensor) and
   checked against the shape that ``config.json`` implies (:func:`tensor_shapes`);
@@ -31,7 +33,8 @@ from .spec import json_kind as _json_kind
 from .spec import need_extra
 
 __all__ = ["read_json", "check_config", "shard_names", "tensor_shapes", "check_finite",
-           "check_shape", "read_tensors", "read_tokenizer", "SUPPORTED_MODEL_TYPES"]
+           "check_shape", "header_shapes", "shard_source", "read_tensors", "read_tokenizer",
+           "SUPPORTED_MODEL_TYPES"]
 
 #: the ``model_type`` values of the registered families (:mod:`grpo_theory.lm.families`)
 SUPPORTED_MODEL_TYPES = families.model_types()
@@ -172,12 +175,35 @@ def check_finite(name: str, array, source: str) -> None:
 
 
 def check_shape(name: str, array, expected, source: str) -> None:
-    """Refuse a tensor whose shape differs from the one ``config.json`` implies."""
-    if expected is not None and tuple(np.shape(array)) != tuple(expected):
-        raise ValueError(f"tensor {name} in {source} has shape {tuple(np.shape(array))}, "
+    """Refuse a tensor (an array, or its shape as a tuple) whose shape differs from the one
+    ``config.json`` implies."""
+    got = tuple(array) if isinstance(array, tuple) else tuple(np.shape(array))
+    if expected is not None and got != tuple(expected):
+        raise ValueError(f"tensor {name} in {source} has shape {got}, "
                          f"expected {tuple(expected)} from config.json (hidden_size, "
                          f"intermediate_size, vocab_size, head counts and head_dim must agree "
                          f"with the tensors)")
+
+
+def shard_source(file: str) -> str:
+    """How messages name a shard: its base name and checkpoint directory."""
+    return f"{os.path.basename(file)} of checkpoint {os.path.dirname(file)!r}"
+
+
+def header_shapes(file: str, source: str | None = None) -> dict:
+    """Tensor name -> shape of one safetensors file, from its header alone (no data read).
+
+    Raises:
+        ValueError: the library cannot read the header, naming the file.
+    """
+    safetensors = need_extra("safetensors")
+    source = source or shard_source(file)
+    try:
+        with safetensors.safe_open(file, framework="numpy") as sf:
+            return {k: tuple(int(x) for x in sf.get_slice(k).get_shape()) for k in sf.keys()}
+    except Exception as e:  # SafetensorError, OSError
+        raise ValueError(f"{source} is not a readable safetensors file: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 def read_tensors(file: str, wanted, shapes: dict | None = None, source: str | None = None):
@@ -198,7 +224,7 @@ def read_tensors(file: str, wanted, shapes: dict | None = None, source: str | No
             tensor.
     """
     safetensors = need_extra("safetensors")
-    source = source or f"{os.path.basename(file)} of checkpoint {os.path.dirname(file)!r}"
+    source = source or shard_source(file)
     out = {}
     name = None
     try:

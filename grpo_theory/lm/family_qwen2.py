@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._validation import eos_ids as _eos_ids
-from .spec import (ModelSpec, TensorSpec, bool_field, int_field, need_extra, positive_real,
-                   quiet_tunix)
+from .spec import (SIZE_FIELDS, ModelSpec, TensorSpec, bool_field, check_sizes, int_field,
+                   need_extra, quiet_tunix)
 
 __all__ = ["QWEN2", "LLAMA", "CONFIG_FIELDS", "check_config", "tensors", "positions_mask",
            "forward", "permute_qk", "unpermute_qk", "activation_bytes"]
@@ -30,8 +30,6 @@ CONFIG_FIELDS = ("model_type", "n_layers", "vocab_size", "d_model", "d_ff", "n_h
                  "max_length", "eos_ids", "pad_id")
 _KEY_FIELDS = ("model_type", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
                "rope_theta", "norm_eps", "tied", "qkv_bias")
-_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "vocab_size")
 
 # GGUF tensor name (per block: blk.{i}.<name>) -> Hugging Face name
 _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
@@ -56,12 +54,9 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
     """The checked architecture of a Hugging Face ``config.json`` of this family (its
     ``model_type`` already matched).
 
-    Checks: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
-    ``num_attention_heads``, ``vocab_size`` present and positive integers,
-    ``num_key_value_heads``, ``head_dim``, ``max_position_embeddings`` positive integers when
-    given; ``num_attention_heads`` a multiple of ``num_key_value_heads``; ``head_dim`` even
-    (rotary pairs) and, when absent, ``hidden_size`` divisible by ``num_attention_heads``;
-    ``rms_norm_eps > 0`` and ``rope_theta > 0`` finite; boolean flags booleans;
+    Checks: the sizes, ``rope_theta`` and ``rms_norm_eps`` by
+    :func:`~grpo_theory.lm.spec.check_sizes` (the rules GGUF metadata is checked by too);
+    boolean flags booleans;
     ``eos_token_id`` / ``pad_token_id`` ids in ``[0, vocab_size)``; no feature the computation
     lacks (``rope_scaling``, sliding windows, MLP biases, an activation other than SiLU).
 
@@ -73,9 +68,6 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
         dict with the keys :data:`CONFIG_FIELDS` (``max_length``, ``eos_ids``, ``pad_id`` None
         when absent).
     """
-    missing = [k for k in _REQUIRED if c.get(k) is None]
-    if missing:
-        raise ValueError(f"{source} lacks {', '.join(missing)}")
     rope = c.get("rope_parameters")
     if rope is None:
         rope = {}
@@ -92,23 +84,11 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
     act = c.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(f"{source} has hidden_act {act!r}; only 'silu' (SwiGLU) is supported")
-    d, f, n_layers, h, vocab = (int_field(c, k, source) for k in _REQUIRED)
-    kv = int_field(c, "num_key_value_heads", source, default=h)
-    if h % kv:
-        raise ValueError(f"{source}: num_attention_heads {h} is not a multiple of "
-                         f"num_key_value_heads {kv}")
-    hd = int_field(c, "head_dim", source)
-    if hd is None:
-        if d % h:
-            raise ValueError(f"{source}: hidden_size {d} is not a multiple of "
-                             f"num_attention_heads {h} (and no head_dim is given)")
-        hd = d // h
-    if hd % 2:
-        raise ValueError(f"{source}: the head dimension {hd} (head_dim, or hidden_size / "
-                         f"num_attention_heads) must be even for rotary embeddings")
-    theta = positive_real(rope.get("rope_theta", c.get("rope_theta", 10000.0)), "rope_theta",
-                          source)
-    eps = positive_real(c.get("rms_norm_eps", 1e-6), "rms_norm_eps", source)
+    raw = {k: c[k] for k in SIZE_FIELDS if k in c}
+    if "rope_theta" in rope:
+        raw["rope_theta"] = rope["rope_theta"]
+    sizes = check_sizes(raw, source)
+    vocab = sizes["vocab_size"]
     eos = c.get("eos_token_id")
     if eos is not None:
         try:
@@ -123,14 +103,11 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
     pad = int_field(c, "pad_token_id", source, minimum=0)
     if pad is not None and pad >= vocab:
         raise ValueError(f"{source}: pad_token_id {pad} is outside [0, vocab_size = {vocab})")
-    return {
-        "model_type": c["model_type"], "n_layers": n_layers, "vocab_size": vocab, "d_model": d,
-        "d_ff": f, "n_heads": h, "n_kv_heads": kv, "head_dim": hd, "rope_theta": theta,
-        "norm_eps": eps, "tied": bool_field(c, "tie_word_embeddings", source, False),
-        "qkv_bias": always_bias or bool_field(c, "attention_bias", source, False),
-        "max_length": int_field(c, "max_position_embeddings", source),
-        "eos_ids": eos, "pad_id": pad,
-    }
+    out = dict(sizes, model_type=c["model_type"],
+               tied=bool_field(c, "tie_word_embeddings", source, False),
+               qkv_bias=always_bias or bool_field(c, "attention_bias", source, False),
+               eos_ids=eos, pad_id=pad)
+    return {k: out[k] for k in CONFIG_FIELDS}
 
 
 # --- tensors ------------------------------------------------------------------------------------

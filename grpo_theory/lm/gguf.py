@@ -21,9 +21,15 @@ with ``n`` the query heads for ``attn_q`` and the key/value heads for ``attn_k``
 :func:`unpermute_qk` applies ``P^{-1}`` (reshape to ``(n, hd/2, 2, ...)``, swap back). Qwen2
 files are not permuted.
 
-Every failure (not a GGUF file, a bad header, a missing or mistyped metadata key, an
-unsupported architecture, tokenizer or tensor type, a missing, unexpected or mis-shaped tensor,
-a non-finite value) is a ``ValueError`` naming the file and the field or tensor. Nothing is
+Before ``gguf`` reads the file, every declared count, length and tensor offset is checked
+against the file's size and alignment (:mod:`grpo_theory.lm.gguf_layout`); the sizes, rotary
+base and norm epsilon are checked by the rules ``config.json`` is checked by
+(:func:`grpo_theory.lm.spec.check_sizes`, messages naming the metadata key).
+
+Every failure (not a GGUF file, a bad header, a count or offset the file cannot hold, a missing
+or mistyped metadata key, an unsupported architecture, tokenizer or tensor type, a missing,
+unexpected or mis-shaped tensor, a non-finite value) is a ``ValueError`` naming the file and the
+field or tensor. Nothing is
 downloaded; ``gguf`` and ``tokenizers`` (the optional extra ``hf``) are imported on first use.
 """
 
@@ -36,6 +42,8 @@ import numpy as np
 from . import families
 from .checkpoint_io import need_extra
 from .family_qwen2 import permute_qk, unpermute_qk
+from .gguf_layout import check_layout
+from .spec import check_sizes
 from .._validation import eos_ids as _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
@@ -44,6 +52,16 @@ __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", 
 #: ``general.architecture`` values read (the registered families' GGUF architectures)
 GGUF_ARCHITECTURES = families.gguf_architectures()
 _REQUIRED = object()
+# config.json field (spec.check_sizes) -> GGUF metadata key after "{arch}."
+_SIZE_KEYS = {"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
+              "num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count",
+              "vocab_size": "vocab_size", "num_key_value_heads": "attention.head_count_kv",
+              "head_dim": "attention.key_length", "max_position_embeddings": "context_length",
+              "rope_theta": "rope.freq_base",
+              "rms_norm_eps": "attention.layer_norm_rms_epsilon"}
+_SIZE_FIELDS_REQUIRED = ("num_hidden_layers", "hidden_size", "intermediate_size",
+                         "num_attention_heads")
+_REAL = ("rope_theta", "rms_norm_eps")
 
 # tokenizer.ggml.pre -> (split regex or None for ByteLevel's own GPT-2 regex, digits one by one,
 # BPE ignore_merges), as llama.cpp's pre-tokenizers split text
@@ -88,6 +106,8 @@ def _file(path) -> str:
 
 def _reader(path: str):
     gguf = _need("gguf")
+    # every count, length and tensor offset against the file's size, before gguf allocates
+    check_layout(path, {int(k): v for k, v in gguf.GGML_QUANT_SIZES.items()})
     try:
         return gguf.GGUFReader(path)
     except Exception as e:  # gguf raises ValueError, IndexError, struct/NumPy errors
@@ -96,7 +116,9 @@ def _reader(path: str):
 
 
 def _field(reader, path: str, key: str, kind: str, default=_REQUIRED):
-    """Metadata ``key`` as ``kind`` ("int", "float", "str", "bool", "str_list", "int_list")."""
+    """Metadata ``key`` as ``kind`` ("int" (>= 0), "integer", "number", "str", "bool",
+    "str_list", "int_list"); the values of an architecture are checked by
+    :func:`~grpo_theory.lm.spec.check_sizes`."""
     f = reader.fields.get(key)
     if f is None:
         if default is _REQUIRED:
@@ -107,8 +129,8 @@ def _field(reader, path: str, key: str, kind: str, default=_REQUIRED):
     except Exception as e:
         raise ValueError(f"GGUF file {path!r}: metadata {key!r} is unreadable ({e})") from None
     ok = {"int": lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0,
-          "float": lambda x: (isinstance(x, (int, float)) and not isinstance(x, bool)
-                              and np.isfinite(x)),
+          "integer": lambda x: isinstance(x, int) and not isinstance(x, bool),
+          "number": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool),
           "str": lambda x: isinstance(x, str),
           "bool": lambda x: isinstance(x, bool),
           "str_list": lambda x: isinstance(x, list) and all(isinstance(t, str) for t in x),
@@ -129,26 +151,25 @@ def _config(reader, path: str) -> dict:
         raise ValueError(f"GGUF file {path!r}: general.architecture is {a!r}; supported: "
                          f"{', '.join(GGUF_ARCHITECTURES)}")
     g = lambda k, kind="int", d=_REQUIRED: _field(reader, path, f"{a}.{k}", kind, d)  # noqa: E731
-    n_layers, d, d_ff = g("block_count"), g("embedding_length"), g("feed_forward_length")
-    h = g("attention.head_count")
-    kv = g("attention.head_count_kv", "int", h)
-    for k, v in (("block_count", n_layers), ("embedding_length", d),
-                 ("feed_forward_length", d_ff), ("attention.head_count", h),
-                 ("attention.head_count_kv", kv)):
-        if v < 1:
-            raise ValueError(f"GGUF file {path!r}: metadata '{a}.{k}' must be >= 1, got {v}")
-    if h % kv:
-        raise ValueError(f"GGUF file {path!r}: '{a}.attention.head_count' {h} is not a "
-                         f"multiple of '{a}.attention.head_count_kv' {kv}")
-    hd = g("attention.key_length", "int", d // h)
+    tokens = _field(reader, path, "tokenizer.ggml.tokens", "str_list")
+    keys = {k: f"{a}.{m}" for k, m in _SIZE_KEYS.items()}
+    raw = {k: _field(reader, path, m, "number" if k in _REAL else "integer", None)
+           for k, m in keys.items()}
+    raw = {k: v for k, v in raw.items() if v is not None}
+    raw.setdefault("vocab_size", len(tokens))
+    if "rms_norm_eps" not in raw:  # required here (config.json's default is not GGUF's)
+        _field(reader, path, keys["rms_norm_eps"], "number")
+    for k in _SIZE_FIELDS_REQUIRED:
+        if k not in raw:
+            _field(reader, path, keys[k], "integer")
+    sizes = check_sizes(raw, f"GGUF file {path!r}", keys)  # config.json's rules
+    hd, vocab = sizes["head_dim"], sizes["vocab_size"]
     for k in ("attention.value_length", "rope.dimension_count"):
         v = g(k, "int", hd)
         if v != hd:
             raise ValueError(f"GGUF file {path!r}: metadata '{a}.{k}' is {v}, but only a "
                              f"rotary dimension and value length equal to the head dimension "
                              f"{hd} are supported")
-    if hd < 2 or hd % 2:
-        raise ValueError(f"GGUF file {path!r}: the head dimension {hd} must be even")
     scaling = g("rope.scaling.type", "str", "none")
     if scaling != "none":
         raise ValueError(f"GGUF file {path!r}: metadata '{a}.rope.scaling.type' is "
@@ -156,8 +177,6 @@ def _config(reader, path: str) -> dict:
     if g("expert_count", "int", 0):
         raise ValueError(f"GGUF file {path!r}: metadata '{a}.expert_count' > 0 (mixture of "
                          f"experts) is not supported")
-    tokens = _field(reader, path, "tokenizer.ggml.tokens", "str_list")
-    vocab = g("vocab_size", "int", len(tokens))
     if vocab != len(tokens):
         raise ValueError(f"GGUF file {path!r}: metadata '{a}.vocab_size' is {vocab} but "
                          f"tokenizer.ggml.tokens has {len(tokens)} tokens")
@@ -168,15 +187,13 @@ def _config(reader, path: str) -> dict:
             raise ValueError(f"GGUF file {path!r}: metadata 'tokenizer.ggml.{k}_token_id' is "
                              f"{v}, outside the vocabulary [0, {vocab})")
         special[k] = v
-    ctx = g("context_length", "int", None)
     flags = spec.gguf_flags({t.name for t in reader.tensors})
     return {
-        "model_type": spec.model_types[0], "n_layers": n_layers, "vocab_size": vocab,
-        "d_model": d, "d_ff": d_ff, "n_heads": h, "n_kv_heads": kv, "head_dim": hd,
-        "rope_theta": float(g("rope.freq_base", "float", 10000.0)),
-        "norm_eps": float(g("attention.layer_norm_rms_epsilon", "float")),
-        "tied": flags["tied"], "qkv_bias": flags["qkv_bias"],
-        "max_length": ctx or None,
+        "model_type": spec.model_types[0], "n_layers": sizes["n_layers"], "vocab_size": vocab,
+        "d_model": sizes["d_model"], "d_ff": sizes["d_ff"], "n_heads": sizes["n_heads"],
+        "n_kv_heads": sizes["n_kv_heads"], "head_dim": hd, "rope_theta": sizes["rope_theta"],
+        "norm_eps": sizes["norm_eps"], "tied": flags["tied"], "qkv_bias": flags["qkv_bias"],
+        "max_length": sizes["max_length"],
         "eos_ids": None if special["eos"] is None else _eos_ids(special["eos"]),
         "pad_id": special["padding"], "bos_id": special["bos"],
     }
@@ -192,7 +209,8 @@ def _expected_shapes(c: dict) -> dict:
 def _tensors(reader, path: str, c: dict) -> dict:
     """Hugging Face name -> float32 array (torch layout), dequantised, Q/K rows restored."""
     quants = _need("gguf.quants")
-    want = _expected_shapes(c)
+    # at most one block more than the file has tensors: a huge block_count is not enumerated
+    want = _expected_shapes(dict(c, n_layers=min(c["n_layers"], len(reader.tensors) + 1)))
     from_gguf = families.family(c["model_type"]).from_gguf
     out = {}
     for t in reader.tensors:

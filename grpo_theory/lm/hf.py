@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from .chat_template import render as render_template
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .family_qwen2 import positions_mask as _positions_mask
 from .ghost import ghost_contractions, ghost_moments, score_dots
@@ -62,7 +63,6 @@ from .loaders import shards as _shards  # noqa: F401  (used by tests and benchma
 from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
 from .policy import LMPolicy, _texts, _tokens
-from .spec import need_extra
 from .spec import quiet_tunix as _quiet
 from .statistics import ghost_statistics
 from .task import reward_answer_text
@@ -71,10 +71,6 @@ __all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained",
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1
-
-
-def _need(module: str):
-    return need_extra(module, "loading Hugging Face checkpoints")
 
 
 @dataclass(frozen=True, eq=False)
@@ -232,16 +228,18 @@ class HFPolicy(LMPolicy):
             system: an optional system message (default: the template's own).
 
         Raises:
-            ValueError: the checkpoint has no chat template, or ``jinja2`` is not installed.
+            ValueError: the checkpoint has no chat template, the template fails to render (one
+                line naming the checkpoint), or ``jinja2`` is not installed.
         """
         texts = _texts(texts)
         if self.chat_template is None:
             raise ValueError(f"checkpoint {self.path!r} has no chat_template in "
                              f"tokenizer_config.json")
-        tmpl = _chat_renderer(self.chat_template)
         head = [] if system is None else [{"role": "system", "content": system}]
-        return [tmpl.render(messages=head + [{"role": "user", "content": t}],
-                            add_generation_prompt=True, tools=None) for t in texts]
+        where = f"the chat template of {self.path!r}"
+        return [render_template(self.chat_template, where,
+                                messages=head + [{"role": "user", "content": t}],
+                                add_generation_prompt=True, tools=None) for t in texts]
 
     def sample_with_log_probs(self, key, prompts, response_len: int):
         """Sampled responses (N, R) and the sampler's own ``log pi(y|x)`` (N,), KV-cached.
@@ -456,19 +454,6 @@ class HFPolicy(LMPolicy):
             cut = next((j for j, t in enumerate(row) if t in self.eos_ids), len(row))
             out.append(self.tokenizer.decode(row[:cut], skip_special_tokens=True))
         return out
-
-
-def _chat_renderer(template: str):
-    """A compiled Jinja chat template, in the environment Hugging Face renders it with
-    (sandboxed, ``trim_blocks``, ``lstrip_blocks``, ``raise_exception``)."""
-    sandbox = _need("jinja2.sandbox")
-
-    def raise_exception(msg):
-        raise ValueError(f"chat template: {msg}")
-
-    env = sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(template)
 
 
 def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,

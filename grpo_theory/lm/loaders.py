@@ -21,11 +21,14 @@ import numpy as np
 
 from .. import _validation as V
 from . import checkpoint_io as io
+from .chat_template import check_template
+from .spec import json_kind
 from . import families
 from . import gguf as _gguf
 from .._validation import eos_ids as _eos_ids
 
-__all__ = ["Checkpoint", "load_checkpoint", "read_config", "hf_names", "shards", "tunix_model",
+__all__ = ["Checkpoint", "load_checkpoint", "read_config", "hf_names", "shards", "check_headers",
+           "tunix_model",
            "params_from_arrays", "is_gguf", "DTYPES"]
 
 #: the parameter and compute dtypes a checkpoint may be loaded in
@@ -111,7 +114,8 @@ def shards(path: str) -> list[str]:
 
 def _fill(abstract: dict, flat: dict, dtype, source: str, origin: str) -> dict:
     """``abstract``'s structure with the arrays of ``flat`` (path -> (name, array)), each of
-    the abstract leaf's shape; a leaf without an array (a constant zero bias) is zeros."""
+    the abstract leaf's shape and finite after the cast to ``dtype``; a leaf without an array
+    (a constant zero bias) is zeros."""
 
     def fill(node, prefix):
         if isinstance(node, dict):
@@ -123,9 +127,46 @@ def _fill(abstract: dict, flat: dict, dtype, source: str, origin: str) -> dict:
             raise ValueError(f"tensor {name} of checkpoint {source!r} has shape "
                              f"{tuple(arr.shape)} after conversion, expected "
                              f"{tuple(node.shape)}{origin}")
-        return jnp.asarray(np.asarray(arr), dtype)
+        with np.errstate(over="ignore"):  # an overflow is refused below, naming the tensor
+            x = jnp.asarray(np.asarray(arr), dtype)
+        if jnp.dtype(dtype) != jnp.float32 and not bool(jnp.isfinite(x).all()):
+            bad = int(x.size - int(jnp.isfinite(x).sum()))
+            raise ValueError(f"tensor {name} of checkpoint {source!r} is finite in the file but "
+                             f"{bad} of its {x.size} entries overflow to inf in "
+                             f"dtype={jnp.dtype(dtype).name!r} (the dtype option; load it with "
+                             f"dtype='float32')")
+        return x
 
     return fill(abstract, ())
+
+
+def check_headers(path: str, arch: dict) -> None:
+    """Every tensor ``config.json`` implies, present with its shape in the shards' headers,
+    checked before the model is built (headers only, no tensor data read).
+
+    A layer count beyond what the shards hold is caught here, without enumerating the layers
+    the file lacks: at most as many layers are listed as the shards have tensors, plus one.
+
+    Raises:
+        ValueError: naming the first missing tensor(s), or a tensor of the wrong shape.
+    """
+    found = {}
+    for f in shards(path):
+        found.update({k: (shape, f) for k, shape in io.header_shapes(f).items()})
+    spec = families.family(arch["model_type"])
+    listed = dict(arch, n_layers=min(arch["n_layers"], len(found) + 1))
+    specs = spec.tensors(listed)
+    missing = [k for k in specs if k not in found]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ValueError(f"checkpoint {path!r} lacks tensor(s) {', '.join(missing[:5])}{more} "
+                         f"required by its config.json ({arch['model_type']}, "
+                         f"num_hidden_layers = {arch['n_layers']}, "
+                         f"tie_word_embeddings={arch['tied']}; read from the safetensors "
+                         f"headers before the model is built)")
+    for k, t in specs.items():
+        shape, f = found[k]
+        io.check_shape(k, shape, t.shape, io.shard_source(f))
 
 
 def _load_params(path: str, arch: dict, abstract: dict, dtype) -> dict:
@@ -170,16 +211,27 @@ def params_from_arrays(source: str, arch: dict, abstract: dict, dtype, arrays: d
 
 def _read_chat_template(path: str) -> str | None:
     """``chat_template`` of tokenizer_config.json (or chat_template.jinja), else None; a list
-    of named templates gives the one named ``default``."""
+    of named templates gives the one named ``default``. The template must be UTF-8 text, a
+    string (or such a list) and compile (:func:`.chat_template.check_template`)."""
     f = os.path.join(path, "chat_template.jinja")
     if os.path.isfile(f):
-        with open(f) as fh:
-            return fh.read()
+        try:
+            with open(f, encoding="utf-8") as fh:
+                t = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{f}: the chat template cannot be read as UTF-8 text "
+                             f"({type(e).__name__}: {e})") from None
+        return check_template(t or None, f"{f}: the chat template")
+    where = f"tokenizer_config.json of {path!r}: chat_template"
     t = (io.read_json(path, "tokenizer_config.json", required=False) or {}).get("chat_template")
     if isinstance(t, list):
         t = next((d.get("template") for d in t if isinstance(d, dict)
                   and d.get("name") == "default"), None)
-    return t if isinstance(t, str) and t else None
+        where += "[name = 'default']"
+    if t is not None and not isinstance(t, str):
+        raise ValueError(f"{where} must be a string (or a list of named templates), got a "
+                         f"JSON {json_kind(t)}")
+    return check_template(t or None, where)
 
 
 def _dtype(dtype):
@@ -220,8 +272,10 @@ def _from_gguf(path, dtype, eos_ids, pad_id) -> Checkpoint:
                                    ck["path"])
     graphdef, abstract, zero = tunix_model(arch, dtype)
     params = params_from_arrays(ck["path"], arch, abstract, dtype, ck["tensors"])
+    template = check_template(ck["chat_template"],
+                              f"GGUF file {ck['path']!r}: metadata 'tokenizer.chat_template'")
     return Checkpoint(arch, params, graphdef, zero, eos_ids, pad_id, dtype, ck["tokenizer"],
-                      ck["path"], ck["chat_template"])
+                      ck["path"], template)
 
 
 def load_checkpoint(path, *, dtype="float32", eos_ids=None, pad_id=None) -> Checkpoint:
@@ -254,7 +308,9 @@ def load_checkpoint(path, *, dtype="float32", eos_ids=None, pad_id=None) -> Chec
     if n_tok > arch["vocab_size"]:
         raise ValueError(f"tokenizer.json of {path!r} has {n_tok} tokens, more than "
                          f"config.json's vocab_size = {arch['vocab_size']} (the embedding rows)")
+    template = _read_chat_template(path)
+    check_headers(path, arch)  # every tensor config.json implies, before the model is built
     graphdef, abstract, zero = tunix_model(arch, dtype)
     params = _load_params(path, arch, abstract, dtype)
     return Checkpoint(arch, params, graphdef, zero, eos_ids, pad_id, dtype, tokenizer, path,
-                      _read_chat_template(path))
+                      template)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["TensorSpec", "ModelSpec", "need_extra", "quiet_tunix", "json_kind", "int_field",
-           "positive_real", "bool_field"]
+           "positive_real", "bool_field", "check_sizes", "SIZE_FIELDS"]
 
 _INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers, gguf)'
 
@@ -128,17 +128,18 @@ def json_kind(v) -> str:
             float: "number", type(None): "null"}.get(type(v), type(v).__name__)
 
 
-def int_field(c: dict, key: str, source: str, minimum: int = 1, default=None):
+def int_field(c: dict, key: str, source: str, minimum: int = 1, default=None, name=None):
     """``c[key]`` as an int >= minimum (JSON integers only: no bool, float or string);
-    ``default`` when absent or null."""
+    ``default`` when absent or null; messages call it ``name`` (default ``key``)."""
     v = c.get(key)
+    name = key if name is None else name
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"{source}: {key} must be an integer >= {minimum}, got {v!r} "
+        raise ValueError(f"{source}: {name} must be an integer >= {minimum}, got {v!r} "
                          f"(JSON {json_kind(v)})")
     if v < minimum:
-        raise ValueError(f"{source}: {key} must be an integer >= {minimum}, got {v}")
+        raise ValueError(f"{source}: {name} must be an integer >= {minimum}, got {v}")
     return int(v)
 
 
@@ -162,3 +163,64 @@ def bool_field(c: dict, key: str, source: str, default: bool) -> bool:
         raise ValueError(f"{source}: {key} must be true or false, got {v!r} "
                          f"(JSON {json_kind(v)})")
     return v
+
+
+#: the Hugging Face ``config.json`` names :func:`check_sizes` reads (GGUF metadata is mapped to
+#: them)
+SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+               "vocab_size", "num_key_value_heads", "head_dim", "max_position_embeddings",
+               "rope_theta", "rms_norm_eps")
+
+
+def check_sizes(raw: dict, source: str, keys: dict | None = None) -> dict:
+    """The sizes, rotary base and norm epsilon of an architecture, checked: the one set of
+    rules for ``config.json`` and GGUF metadata alike.
+
+    Checks: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+    ``num_attention_heads``, ``vocab_size`` present and integers >= 1;
+    ``num_key_value_heads`` (default: the query heads), ``head_dim`` and
+    ``max_position_embeddings`` integers >= 1 when given; the query heads a multiple of the
+    key/value heads; without ``head_dim``, ``hidden_size`` a multiple of the query heads; the
+    head dimension even (rotary pairs); ``rope_theta`` (default 10000) and ``rms_norm_eps``
+    (default 1e-6) finite and > 0.
+
+    Args:
+        raw: :data:`SIZE_FIELDS` name -> value (absent: the default; a null integer is
+            absent, a null real is refused).
+        source: the file, for messages.
+        keys: name -> the key it was read from (GGUF metadata), named in messages after the
+            field; None for ``config.json``.
+
+    Returns:
+        dict with ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``, ``n_heads``,
+        ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``max_length`` (None when
+        absent).
+    """
+    keys = keys or {}
+    label = lambda k: f"{k} (metadata {keys[k]!r})" if k in keys else k  # noqa: E731
+    req = SIZE_FIELDS[:5]
+    missing = [label(k) for k in req if raw.get(k) is None]
+    if missing:
+        raise ValueError(f"{source} lacks {', '.join(missing)}")
+    d, f, n_layers, h, vocab = (int_field(raw, k, source, name=label(k)) for k in req)
+    kv = int_field(raw, "num_key_value_heads", source, default=h,
+                   name=label("num_key_value_heads"))
+    if h % kv:
+        raise ValueError(f"{source}: {label('num_attention_heads')} {h} is not a multiple of "
+                         f"{label('num_key_value_heads')} {kv}")
+    hd = int_field(raw, "head_dim", source, name=label("head_dim"))
+    said = label("head_dim")
+    if hd is None:
+        if d % h:
+            raise ValueError(f"{source}: {label('hidden_size')} {d} is not a multiple of "
+                             f"{label('num_attention_heads')} {h} (and no head_dim is given)")
+        hd, said = d // h, f"{label('hidden_size')} / {label('num_attention_heads')}"
+    if hd % 2:
+        raise ValueError(f"{source}: the head dimension {hd} ({said}) must be even for rotary "
+                         f"embeddings")
+    theta = positive_real(raw.get("rope_theta", 10000.0), label("rope_theta"), source)
+    eps = positive_real(raw.get("rms_norm_eps", 1e-6), label("rms_norm_eps"), source)
+    return {"n_layers": n_layers, "vocab_size": vocab, "d_model": d, "d_ff": f, "n_heads": h,
+            "n_kv_heads": kv, "head_dim": hd, "rope_theta": theta, "norm_eps": eps,
+            "max_length": int_field(raw, "max_position_embeddings", source,
+                                    name=label("max_position_embeddings"))}
