@@ -117,9 +117,15 @@ class GroupSizeAdvisor(TrainerCallback):
                  weighting: str = "auto", alpha: float = 0.05, store_means: bool | None = None):
         self.every = V.positive_int("every", every)
         self.alpha = V.real_scalar("alpha", alpha, positive=True)
-        self.store_means = store_means
+        if not self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1) (0.05: a 95% interval), got {alpha!r}")
+        self.store_means = None if store_means is None else V.boolean("store_means",
+                                                                      store_means)
+        if not isinstance(weighting, str):
+            raise ValueError(f"weighting must be 'auto', 'none' or 'length', got {weighting!r}")
         for name in ("_generate_and_score_completions", "_calculate_rewards", "_metrics",
-                     "num_generations", "scale_rewards", "loss_type", "accelerator", "args"):
+                     "num_generations", "scale_rewards", "loss_type", "accelerator", "args",
+                     "reward_weights", "temperature", "state", "model"):
             if not hasattr(trainer, name):
                 raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
                                  f"{name!r}; this TRL version is not supported by "
@@ -147,6 +153,7 @@ class GroupSizeAdvisor(TrainerCallback):
         own = (int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
                * int(trainer.accelerator.num_processes))
         self.budget = V.integer("budget", own if budget is None else budget, 2)
+        V.real_scalar("trainer.temperature", trainer.temperature, positive=True)
         if weighting == "auto":
             weighting = trl_sequence_weighting(trainer.loss_type)
         if weighting not in ("none", "length"):

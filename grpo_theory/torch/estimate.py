@@ -50,6 +50,8 @@ from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstim
                                           estimate_from_rollouts)
 from grpo_theory.lm.ghost_rule import ghost_route
 
+from . import _checks as C
+
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
            "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
            "estimate_from_model", "estimate_scaling_constants"]
@@ -326,13 +328,14 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a transformers causal LM), got "
                         f"{type(model).__name__}")
+    C.check_causal(model)
     x = _int_tensor("prompt_ids", prompt_ids, 2)
     y = _int_tensor("response_ids", response_ids, 3)
     m, n, T = y.shape
     if x.shape[0] != m:
         raise ValueError(f"prompt_ids has {x.shape[0]} rows but response_ids has {m} prompts "
                          f"(shape (m, n, T))")
-    z = V.finite_array("rewards", rewards, ndim=2).astype(np.float64)
+    z = C.real_rewards("rewards", rewards)
     V.same_shape("rewards", z, (m, n), "response_ids' (n_prompts, n_samples)")
     if n < MIN_SAMPLES or m < MIN_PROMPTS:
         raise ValueError(f"need >= {MIN_PROMPTS} prompts and >= {MIN_SAMPLES} responses each "
@@ -341,6 +344,7 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
           else _mask_tensor("prompt_mask", prompt_mask, tuple(x.shape)))
     if bool((xm.sum(dim=1) == 0).any()):
         raise ValueError("prompt_mask must keep at least one token of every prompt")
+    C.check_left_padded(xm)
     if response_mask is None:
         ym = response_mask_from_eos(y, _eos_of(model, eos_token_id))
     else:
@@ -393,6 +397,7 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
     temperature = V.real_scalar("temperature", temperature, positive=True)
     named = _trainable(model)
     params = [p for _, p in named]
+    C.check_device(params)
     D = sum(p.numel() for p in params)
     m, n, _ = y.shape
     if store_means is None:
@@ -528,6 +533,9 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
     n = V.integer("n_samples", n_samples, MIN_SAMPLES)
     if m < MIN_PROMPTS:
         raise ValueError(f"prompts must hold >= {MIN_PROMPTS} prompts, got {m}")
+    C.check_causal(model)
+    C.check_device(list(model.parameters()))
+    seed = C.seed(seed)
     if not callable(reward):
         raise ValueError(f"reward must be callable, got {type(reward).__name__}")
     max_new = V.positive_int("max_new_tokens", max_new_tokens)
@@ -551,7 +559,7 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
         tokenizer.padding_side = side
     dev = next(model.parameters()).device
     ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
-    torch.manual_seed(V.integer("seed", seed, 0))
+    torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(input_ids=ids.repeat_interleave(n, 0),
                              attention_mask=mask.repeat_interleave(n, 0), do_sample=True,
@@ -562,9 +570,8 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
         raise ValueError("model.generate returned no new tokens")
     ym = response_mask_from_eos(resp, eos)
     completions = tokenizer.batch_decode(resp * ym + pad * (1 - ym), skip_special_tokens=True)
-    r = np.asarray(reward([p for p in prompts for _ in range(n)], completions), np.float64)
-    if r.size != m * n:
-        raise ValueError(f"reward must return one reward per completion ({m * n}), got {r.size}")
+    r = C.real_rewards("the rewards returned by reward", reward(
+        [p for p in prompts for _ in range(n)], completions), (m * n,))
     return estimate_from_torch_rollouts(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
                                         prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
                                         temperature=temperature, alpha=alpha, progress=progress)
