@@ -165,11 +165,12 @@ def test_advise_survives_a_figure_error(files, tmp_path, capsys, monkeypatch):
 
 # --- the reward's import ----------------------------------------------------------------------------
 
-SHADOW = "raise RuntimeError('the json.py of the current folder was imported')\n"
-REWARD = "import json\n\ndef reward(text, answer):\n    return float(json.loads('1'))\n"
+SHADOW = "raise RuntimeError('a file of the current folder was imported')\n"
+REWARD = ("import {name}\n\ndef reward(text, answer):\n"
+          "    return float({name}.__file__ is not None and 'shadowdir' not in {name}.__file__)\n")
 
 
-@pytest.mark.parametrize("name", ["json", "numpy"])
+@pytest.mark.parametrize("name", ["json", "numpy", "tabnanny"])  # tabnanny: not yet imported
 def test_a_reward_module_does_not_let_the_folder_shadow_a_dependency(tmp_path, monkeypatch,
                                                                      name):
     import importlib
@@ -177,20 +178,24 @@ def test_a_reward_module_does_not_let_the_folder_shadow_a_dependency(tmp_path, m
 
     from grpo_theory.advisor import advise as A
 
-    (tmp_path / f"{name}.py").write_text(SHADOW)
-    (tmp_path / "shadow_test_reward.py").write_text(REWARD.replace("json", name).replace(
-        f"{name}.loads('1')", "1" if name == "numpy" else "json.loads('1')"))
-    monkeypatch.chdir(tmp_path)
-    real = importlib.import_module(name)
+    d = tmp_path / "shadowdir"
+    d.mkdir()
+    (d / f"{name}.py").write_text(SHADOW)
+    (d / "shadow_test_reward.py").write_text(REWARD.format(name=name))
+    monkeypatch.chdir(d)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    before = list(sys.path)
+    sys.modules.pop("tabnanny", None)
     for spec in ("shadow_test_reward:reward", "./shadow_test_reward.py:reward",
-                 f"{tmp_path / 'shadow_test_reward.py'}:reward"):
+                 f"{d / 'shadow_test_reward.py'}:reward"):
         fn = A.load_reward(spec)
-        assert fn("x", 1) == 1.0
-        assert sys.modules[name] is real and "shadow" not in str(real.__file__)
-        assert str(tmp_path) not in sys.path and "" not in sys.path[:1]
+        assert fn("x", 1) == 1.0  # the installed module, not the folder's file
+        assert sys.path == before  # the current folder never added
+        real = importlib.import_module(name)
+        assert "shadowdir" not in real.__file__
+        sys.modules.pop("shadow_test_reward", None)
     with pytest.raises(ValueError, match=rf"module '{name}' has no attribute 'no_such_f'"):
         A.load_reward(f"{name}:no_such_f")  # the installed module, not the folder's file
-    sys.modules.pop("shadow_test_reward", None)
 
 
 def test_a_reward_file_that_fails_to_import_is_one_line(tmp_path):
