@@ -51,6 +51,7 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
+from ._checks import check_causal
 from .estimate import estimate_from_torch_rollouts
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
@@ -154,6 +155,7 @@ class GroupSizeAdvisor(TrainerCallback):
                * int(trainer.accelerator.num_processes))
         self.budget = V.integer("budget", own if budget is None else budget, 2)
         V.real_scalar("trainer.temperature", trainer.temperature, positive=True)
+        check_causal(trainer.model)
         if weighting == "auto":
             weighting = trl_sequence_weighting(trainer.loss_type)
         if weighting not in ("none", "length"):

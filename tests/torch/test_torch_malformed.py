@@ -205,3 +205,9 @@ def test_callback_refuses_a_bad_trainer_temperature(trainer, monkeypatch):
     monkeypatch.setattr(trainer, "temperature", 0.0)
     with pytest.raises(ValueError, match="trainer.temperature must be > 0"):
         GroupSizeAdvisor(trainer)
+
+
+def test_callback_refuses_a_trainer_whose_model_is_not_causal(trainer, monkeypatch):
+    monkeypatch.setattr(trainer, "model", BertForMaskedLM(_bert_config()))
+    with pytest.raises(ValueError, match="causal language model .*got BertForMaskedLM"):
+        GroupSizeAdvisor(trainer)
