@@ -235,8 +235,9 @@ def _advise_parser(sub) -> None:
                    help="base | instruct | icl (the package's warm-up checkpoints), a package "
                         ".npz checkpoint, a Hugging Face checkpoint directory or a .gguf file")
     p.add_argument("--reward", default=None,
-                   help="module:function with reward(text, answer) -> float (default: the "
-                        "integer-answer reward of grpo_theory.lm.task)")
+                   help="path/to/file.py:function or module:function with reward(text, "
+                        "answer) -> float (default: the integer-answer reward of "
+                        "grpo_theory.lm.task; every answer must then be an integer)")
     p.add_argument("--n-prompts", type=int, default=64)
     p.add_argument("--n-samples", type=int, default=16)
     p.add_argument("--budgets", type=_int_list, default=(256, 1024, 4096))
