@@ -52,15 +52,12 @@ def check_causal(model):
 
 
 def check_device(params):
-    """Refuse trainable parameters on the meta device (no values) or on several devices."""
+    """Refuse parameters on the meta device (they hold no values)."""
     devs = {p.device for p in params}
     if any(d.type == "meta" for d in devs):
         raise ValueError("model has parameters on the meta device (no values): load its "
                          "weights (e.g. to_empty() then load_state_dict, or from_pretrained "
                          "without device_map='meta') before estimating")
-    if len(devs) > 1:
-        raise ValueError(f"model's trainable parameters lie on several devices "
-                         f"({sorted(str(d) for d in devs)}); put them on one device")
 
 
 def check_left_padded(mask):
