@@ -510,11 +510,11 @@ def check_manifest(m, path) -> dict:
     one-line ``ValueError`` naming the file and the field."""
     if not isinstance(m, dict):
         raise ValueError(f"{path}: must hold a JSON object, got {type(m).__name__}")
-    for field, kind, what in (("setting", str, "a string"), ("seed", int, "an integer")):
-        if field not in m:
-            raise ValueError(f"{path}: field {field!r} is missing; rerun the experiment")
-        if not isinstance(m[field], kind) or isinstance(m[field], bool):
-            raise ValueError(f"{path}: field {field!r} must be {what}, got {m[field]!r}")
+    for key, kind, what in (("setting", str, "a string"), ("seed", int, "an integer")):
+        if key not in m:
+            raise ValueError(f"{path}: field {key!r} is missing; rerun the experiment")
+        if not isinstance(m[key], kind) or isinstance(m[key], bool):
+            raise ValueError(f"{path}: field {key!r} must be {what}, got {m[key]!r}")
     if m.get("settings") is not None and not isinstance(m["settings"], dict):
         raise ValueError(f"{path}: field 'settings' must be an object, got {m['settings']!r}")
     return m

@@ -518,7 +518,7 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
         temperature: sampling temperature, also used for the log-probabilities (> 0).
         chat_template: apply ``tokenizer.apply_chat_template`` (add_generation_prompt) to each
             prompt (a string becomes one user message).
-        seed: ``torch.manual_seed`` before sampling.
+        seed: ``torch.manual_seed`` before sampling, an integer in [0, 2**64 - 1].
         alpha: level of the intervals.
         generation_kwargs: extra ``model.generate`` arguments (``top_p``, ``top_k``...).
         progress: as in :func:`score_statistics`.

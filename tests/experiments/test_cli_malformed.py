@@ -53,7 +53,7 @@ def test_report_on_a_valid_run_json_without_cells_still_works(tmp_path, capsys):
         last_run(registry.experiments()[EXP], tmp_path)
 
 
-# --- advise: the prompts file, the model file, the reward, the figure ------------------------------
+# --- advise: the prompts file, the model file, the reward, the figure -------------------------
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
@@ -163,7 +163,7 @@ def test_advise_survives_a_figure_error(files, tmp_path, capsys, monkeypatch):
             "NaN or Inf second line)") in cap.err.splitlines()
 
 
-# --- the reward's import ----------------------------------------------------------------------------
+# --- the reward's import ----------------------------------------------------------------------
 
 SHADOW = "raise RuntimeError('a file of the current folder was imported')\n"
 REWARD = ("import {name}\n\ndef reward(text, answer):\n"
