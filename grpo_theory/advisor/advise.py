@@ -22,7 +22,6 @@ prompts drawn from the file, hence (:func:`.estimate.estimate_scaling_constants`
 from __future__ import annotations
 
 import csv
-import importlib
 import json
 import math
 import os
@@ -43,10 +42,11 @@ from ..lm.options import ModelOptions
 from ..lm.task import reward_text
 from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
 from .pieces import t_quantile
+from .reward_spec import import_reward
 from .result import ScalingEstimate
 
 __all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward",
-           "exact_answer_reward", "c1_warning",
+           "exact_answer_reward", "c1_warning", "FigureWarning",
            "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
 
 DEFAULT_GROUP_SIZES = (2, 4, 8, 16, 32, 64)
@@ -55,13 +55,16 @@ DEFAULT_BUDGETS = (256, 1024, 4096)
 
 # --- inputs ---------------------------------------------------------------------------------------
 
-def read_prompts(path) -> list[dict]:
+def read_prompts(path, integer_answers: bool = False) -> list[dict]:
     """Read a JSONL prompt file: one JSON object with ``question`` (str) and ``answer`` per line.
 
     Blank lines are skipped.
 
     Args:
-        path: the file.
+        path: the file (UTF-8).
+        integer_answers: every answer must be an integer (a JSON integer, an integral number
+            such as ``7.0``, or a string such as ``"7"``; returned as an int), as the default
+            integer-answer reward needs: ``7.9`` is refused, not truncated.
 
     Returns:
         A list of ``{"question": str, "answer": ...}`` dicts.
@@ -73,8 +76,13 @@ def read_prompts(path) -> list[dict]:
     if not p.is_file():
         raise ValueError(f"prompts file {str(p)!r} does not exist")
     out = []
-    with open(p, encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
+    with open(p, "rb") as fh:
+        for no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}:{no}: not UTF-8 (byte {raw[e.start]:#04x} at column "
+                                 f"{e.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -86,10 +94,28 @@ def read_prompts(path) -> list[dict]:
                                  f"'question' and 'answer'")
             if not isinstance(row["question"], str) or not row["question"]:
                 raise ValueError(f"{p}:{no}: 'question' must be a non-empty string")
-            out.append({"question": row["question"], "answer": row["answer"]})
+            answer = row["answer"]
+            if integer_answers:
+                answer = integer_answer(answer, f"{p}:{no}")
+            out.append({"question": row["question"], "answer": answer})
     if not out:
         raise ValueError(f"prompts file {str(p)!r} has no prompts")
     return out
+
+
+def integer_answer(answer, where: str) -> int:
+    """``answer`` as an int (an int, an integral float, a string of an integer), else a
+    ``ValueError`` naming ``where``."""
+    if isinstance(answer, bool):
+        pass
+    elif isinstance(answer, int):
+        return answer
+    elif isinstance(answer, float) and math.isfinite(answer) and answer.is_integer():
+        return int(answer)
+    elif isinstance(answer, str) and answer.strip().lstrip("+-").isdigit():
+        return int(answer.strip())
+    raise ValueError(f"{where}: 'answer' must be an integer for the default integer-answer "
+                     f"reward, got {answer!r} (give --reward for other answers)")
 
 
 def write_prompts(path, questions) -> Path:
@@ -117,7 +143,9 @@ def load_reward(spec=None):
     """The reward ``reward(text, answer) -> float``: the integer-answer reward by default
     (:func:`grpo_theory.lm.task.reward_text`; :func:`advise` takes the model's own,
     :meth:`grpo_theory.lm.policy.LMPolicy.default_reward`), a callable, or a function named
-    ``"module:function"`` (the module importable from ``sys.path`` or the current folder).
+    named ``"path/to/file.py:function"`` (that file, imported from its location) or
+    ``"module:function"`` (from the normal import path, else the current folder's
+    ``module.py``, which never shadows an installed module; :mod:`.reward_spec`).
 
     Raises:
         ValueError: a malformed spec, a module that cannot be imported, a missing or
@@ -127,24 +155,14 @@ def load_reward(spec=None):
         return reward_text
     if callable(spec):
         return spec
-    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
-        raise ValueError(f"reward must be 'module:function', got {spec!r}")
-    mod_name, fn_name = spec.split(":")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ValueError(f"reward {spec!r}: cannot import module {mod_name!r} ({e})") from None
-    fn = getattr(mod, fn_name, None)
-    if fn is None:
-        raise ValueError(f"reward {spec!r}: module {mod_name!r} has no attribute {fn_name!r}")
-    if not callable(fn):
-        raise ValueError(f"reward {spec!r}: {fn_name!r} is not callable")
-    return fn
+    return import_reward(spec)
 
 
 # --- the result -----------------------------------------------------------------------------------
+
+class FigureWarning(RuntimeWarning):
+    """The advice figure could not be drawn (the result and its tables are unaffected)."""
+
 
 def c1_warning(est: ScalingEstimate) -> str | None:
     """A warning when the recommendation rests on a c1 that is not clearly positive, else None.
@@ -443,7 +461,13 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         raise ValueError("budgets and group_sizes must be non-empty")
     if fmt not in ("answer", "trace"):
         raise ValueError(f"fmt must be 'answer' or 'trace', got {fmt!r}")
-    rows = read_prompts(prompts) if isinstance(prompts, (str, os.PathLike)) else list(prompts)
+    if isinstance(prompts, (str, os.PathLike)):
+        rows = read_prompts(prompts, integer_answers=reward is None)
+    else:
+        rows = list(prompts)
+        if reward is None:
+            rows = [dict(r, answer=integer_answer(r["answer"], f"prompts[{i}]"))
+                    for i, r in enumerate(rows)]
     if not rows:
         raise ValueError("prompts must be non-empty")
     reward_fn = None if reward is None else load_reward(reward)  # fails before loading
@@ -512,6 +536,10 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                ["sampled_prompt", "V_hat"])
     files.append(p)
     if figure:
-        files += _figure(res, out / "advice")
+        try:
+            files += _figure(res, out / "advice")
+        except Exception as e:  # the numbers are written; a figure is not worth losing them
+            warnings.warn(f"the figure was not drawn ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())})", FigureWarning, stacklevel=2)
     return AdviceResult(est, constants, by_group, by_budget, est.prompt_values, tuple(files),
                         time.time() - t0, prompt_format, chunk)

@@ -26,7 +26,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..advisor.advise import advise
+from ..advisor.advise import FigureWarning, advise
 from ..lm.memory import HINT, is_out_of_memory, parse_memory
 from ..lm.options import ModelOptions
 from .executors import open_executor
@@ -235,8 +235,9 @@ def _advise_parser(sub) -> None:
                    help="base | instruct | icl (the package's warm-up checkpoints), a package "
                         ".npz checkpoint, a Hugging Face checkpoint directory or a .gguf file")
     p.add_argument("--reward", default=None,
-                   help="module:function with reward(text, answer) -> float (default: the "
-                        "integer-answer reward of grpo_theory.lm.task)")
+                   help="path/to/file.py:function or module:function with reward(text, "
+                        "answer) -> float (default: the integer-answer reward of "
+                        "grpo_theory.lm.task; every answer must then be an integer)")
     p.add_argument("--n-prompts", type=int, default=64)
     p.add_argument("--n-samples", type=int, default=16)
     p.add_argument("--budgets", type=_int_list, default=(256, 1024, 4096))
@@ -274,7 +275,9 @@ def _advise_options(args) -> ModelOptions:
 
 def _advise(args) -> int:
     options = _advise_options(args)
-    with warnings.catch_warnings():  # the report below prints the c1 warning itself
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FigureWarning)
+        # the report below prints the c1 warning itself
         warnings.filterwarnings("ignore", message="WARNING: c1 is not resolved")
         res = advise(args.prompts, args.model, args.reward, n_prompts=args.n_prompts,
                      n_samples=args.n_samples, budgets=args.budgets,
@@ -282,7 +285,12 @@ def _advise(args) -> int:
                      response_len=args.response_len, progress=not args.no_progress,
                      warmup=args.warmup, figure=not args.no_figures, options=options,
                      chat_template=not args.no_chat_template)
-    print(res.text())
+    print(res.text(), flush=True)  # the result first, then what went wrong around it
+    for w in caught:
+        if issubclass(w.category, FigureWarning):
+            print(f"grpo-theory: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return 0
 
 

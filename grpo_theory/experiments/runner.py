@@ -495,9 +495,29 @@ def last_run(exp: Experiment, out) -> dict | None:
     if not p.exists():
         return None
     try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, OSError):
-        return None
+        m = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                         f"rerun the experiment to rewrite it") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: cannot be read ({type(e).__name__}: {e})") from None
+    return check_manifest(m, p)
+
+
+def check_manifest(m, path) -> dict:
+    """``m`` (the content of the ``run.json`` at ``path``) if its fields have their types: an
+    object with "setting" (string) and "seed" (integer), "settings" an object or null; else a
+    one-line ``ValueError`` naming the file and the field."""
+    if not isinstance(m, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(m).__name__}")
+    for key, kind, what in (("setting", str, "a string"), ("seed", int, "an integer")):
+        if key not in m:
+            raise ValueError(f"{path}: field {key!r} is missing; rerun the experiment")
+        if not isinstance(m[key], kind) or isinstance(m[key], bool):
+            raise ValueError(f"{path}: field {key!r} must be {what}, got {m[key]!r}")
+    if m.get("settings") is not None and not isinstance(m["settings"], dict):
+        raise ValueError(f"{path}: field 'settings' must be an object, got {m['settings']!r}")
+    return m
 
 
 def report_section(exp: Experiment, out, figures: bool = False) -> tuple[Section, dict] | None:
@@ -505,14 +525,14 @@ def report_section(exp: Experiment, out, figures: bool = False) -> tuple[Section
     m = last_run(exp, out)
     if m is None:
         return None
-    setting = m.get("setting", "quick")
+    setting = m["setting"]
     base, sep, _ = setting.partition("+model-")
     model = (m.get("settings") or {}).get("model") if sep else None
     if base in exp.settings and isinstance(model, str):  # a named setting on another model
         try:  # the checkpoint may have moved since: then the placeholder below
             settings = dataclasses.replace(exp.settings[base], model=model)
             ok = setting_name(exp, settings) == setting
-            tables = collect(exp, out, settings, int(m.get("seed", 0))) if ok else None
+            tables = collect(exp, out, settings, m["seed"]) if ok else None
         except ValueError:
             tables = None
         if tables is not None:
@@ -523,7 +543,7 @@ def report_section(exp: Experiment, out, figures: bool = False) -> tuple[Section
         return Section(exp.claim, f"Run with a custom setting {setting!r}; the report is "
                        "produced by the code that ran it.", []), m
     settings = exp.get_settings(setting)
-    tables = collect(exp, out, setting, int(m.get("seed", 0)))
+    tables = collect(exp, out, setting, m["seed"])
     if figures and exp.plot is not None and tables.complete:
         exp.plot(tables, settings, Path(out) / exp.name)
     return _section(exp, tables, settings), m

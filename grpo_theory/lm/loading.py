@@ -47,20 +47,60 @@ def _warmup_config(warmup):
     return warmup
 
 
-def _package_checkpoint(p: Path) -> LMPolicy:
-    from .model import ModelConfig, make_apply, make_sampler
-    from .warmup import load_checkpoint
+def _read_npz(p: Path):
+    """The arrays ``flat`` and the parsed ``meta`` of a package checkpoint file; a one-line
+    ``ValueError`` naming the file when it is not a ``.npz`` holding them."""
+    try:
+        f = np.load(p, allow_pickle=False)
+    except Exception as e:  # not a zip, a pickle, truncated...
+        raise ValueError(f"model {str(p)!r}: not a package .npz checkpoint "
+                         f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise ValueError(f"model {str(p)!r}: not a package .npz checkpoint (a single .npy "
+                         f"array, not an archive of 'flat' and 'meta')")
+    with f:
+        for key in ("flat", "meta"):
+            if key not in f.files:
+                raise ValueError(f"model {str(p)!r}: the .npz has no array {key!r} (a package "
+                                 f"checkpoint holds 'flat' and 'meta'; it holds {f.files})")
+        try:
+            flat, meta = f["flat"], f["meta"]
+        except Exception as e:  # a damaged member
+            raise ValueError(f"model {str(p)!r}: cannot read its arrays ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())})") from None
+    try:
+        meta = json.loads(str(meta)) if meta.shape == () else None
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise ValueError(f"model {str(p)!r}: array 'meta' must hold a JSON object (the "
+                         f"checkpoint's metadata)")
+    return flat, meta
 
-    with np.load(p) as f:
-        meta = json.loads(str(f["meta"]))
+
+def _package_checkpoint(p: Path) -> LMPolicy:
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    from .model import ModelConfig, init_params, make_apply, make_sampler
+
+    flat, meta = _read_npz(p)
     c = meta.get("config", {})
     try:
         cfg = ModelConfig(d_model=int(c["d_model"]), n_layers=int(c["n_layers"]),
                           n_heads=int(c["n_heads"]))
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         raise ValueError(f"model {str(p)!r}: the checkpoint's metadata has no warm-up "
                          f"config (d_model, n_layers, n_heads)") from None
-    params, _ = load_checkpoint(p, cfg)
+    want, unravel = ravel_pytree(init_params(jax.random.PRNGKey(0), cfg))
+    if flat.dtype.kind != "f" or flat.shape != want.shape:
+        raise ValueError(f"model {str(p)!r}: array 'flat' must be {want.shape} floats for its "
+                         f"config (d_model={cfg.d_model}, n_layers={cfg.n_layers}, n_heads="
+                         f"{cfg.n_heads}), got {flat.shape} {flat.dtype}")
+    if not np.all(np.isfinite(flat)):
+        raise ValueError(f"model {str(p)!r}: array 'flat' holds NaN or inf")
+    params = unravel(jnp.asarray(flat, jnp.float32))
     return LMPolicy(params, make_apply(cfg), make_sampler(cfg))
 
 

@@ -51,6 +51,7 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
+from ._checks import check_causal
 from .estimate import estimate_from_torch_rollouts
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
@@ -117,9 +118,15 @@ class GroupSizeAdvisor(TrainerCallback):
                  weighting: str = "auto", alpha: float = 0.05, store_means: bool | None = None):
         self.every = V.positive_int("every", every)
         self.alpha = V.real_scalar("alpha", alpha, positive=True)
-        self.store_means = store_means
+        if not self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1) (0.05: a 95% interval), got {alpha!r}")
+        self.store_means = None if store_means is None else V.boolean("store_means",
+                                                                      store_means)
+        if not isinstance(weighting, str):
+            raise ValueError(f"weighting must be 'auto', 'none' or 'length', got {weighting!r}")
         for name in ("_generate_and_score_completions", "_calculate_rewards", "_metrics",
-                     "num_generations", "scale_rewards", "loss_type", "accelerator", "args"):
+                     "num_generations", "scale_rewards", "loss_type", "accelerator", "args",
+                     "reward_weights", "temperature", "state", "model"):
             if not hasattr(trainer, name):
                 raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
                                  f"{name!r}; this TRL version is not supported by "
@@ -147,6 +154,8 @@ class GroupSizeAdvisor(TrainerCallback):
         own = (int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
                * int(trainer.accelerator.num_processes))
         self.budget = V.integer("budget", own if budget is None else budget, 2)
+        V.real_scalar("trainer.temperature", trainer.temperature, positive=True)
+        check_causal(trainer.model)
         if weighting == "auto":
             weighting = trl_sequence_weighting(trainer.loss_type)
         if weighting not in ("none", "length"):

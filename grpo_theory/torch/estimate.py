@@ -50,6 +50,9 @@ from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstim
                                           estimate_from_rollouts)
 from grpo_theory.lm.ghost_rule import ghost_route
 
+from . import _checks as C
+from .sampling import POLICY_SAMPLING, sample_from_policy  # noqa: F401 (re-exported)
+
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
            "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
            "estimate_from_model", "estimate_scaling_constants"]
@@ -326,13 +329,14 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a transformers causal LM), got "
                         f"{type(model).__name__}")
+    C.check_causal(model)
     x = _int_tensor("prompt_ids", prompt_ids, 2)
     y = _int_tensor("response_ids", response_ids, 3)
     m, n, T = y.shape
     if x.shape[0] != m:
         raise ValueError(f"prompt_ids has {x.shape[0]} rows but response_ids has {m} prompts "
                          f"(shape (m, n, T))")
-    z = V.finite_array("rewards", rewards, ndim=2).astype(np.float64)
+    z = C.real_rewards("rewards", rewards)
     V.same_shape("rewards", z, (m, n), "response_ids' (n_prompts, n_samples)")
     if n < MIN_SAMPLES or m < MIN_PROMPTS:
         raise ValueError(f"need >= {MIN_PROMPTS} prompts and >= {MIN_SAMPLES} responses each "
@@ -341,6 +345,7 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
           else _mask_tensor("prompt_mask", prompt_mask, tuple(x.shape)))
     if bool((xm.sum(dim=1) == 0).any()):
         raise ValueError("prompt_mask must keep at least one token of every prompt")
+    C.check_left_padded(xm)
     if response_mask is None:
         ym = response_mask_from_eos(y, _eos_of(model, eos_token_id))
     else:
@@ -393,6 +398,7 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
     temperature = V.real_scalar("temperature", temperature, positive=True)
     named = _trainable(model)
     params = [p for _, p in named]
+    C.check_device(params)
     D = sum(p.numel() for p in params)
     m, n, _ = y.shape
     if store_means is None:
@@ -513,7 +519,7 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
         temperature: sampling temperature, also used for the log-probabilities (> 0).
         chat_template: apply ``tokenizer.apply_chat_template`` (add_generation_prompt) to each
             prompt (a string becomes one user message).
-        seed: ``torch.manual_seed`` before sampling.
+        seed: ``torch.manual_seed`` before sampling, an integer in [0, 2**64 - 1].
         alpha: level of the intervals.
         generation_kwargs: extra ``model.generate`` arguments. Without them the responses
             are drawn from the policy itself (:data:`POLICY_SAMPLING`: no top-k, top-p, min-p or
@@ -532,6 +538,9 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
     n = V.integer("n_samples", n_samples, MIN_SAMPLES)
     if m < MIN_PROMPTS:
         raise ValueError(f"prompts must hold >= {MIN_PROMPTS} prompts, got {m}")
+    C.check_causal(model)
+    C.check_device(list(model.parameters()))
+    seed = C.seed(seed)
     if not callable(reward):
         raise ValueError(f"reward must be callable, got {type(reward).__name__}")
     max_new = V.positive_int("max_new_tokens", max_new_tokens)
@@ -555,46 +564,16 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
         tokenizer.padding_side = side
     dev = next(model.parameters()).device
     ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
-    torch.manual_seed(V.integer("seed", seed, 0))
+    torch.manual_seed(seed)
     resp = sample_from_policy(model, ids, mask, n, temperature, max_new, pad, eos,
                               generation_kwargs)
     ym = response_mask_from_eos(resp, eos)
     completions = tokenizer.batch_decode(resp * ym + pad * (1 - ym), skip_special_tokens=True)
-    r = np.asarray(reward([p for p in prompts for _ in range(n)], completions), np.float64)
-    if r.size != m * n:
-        raise ValueError(f"reward must return one reward per completion ({m * n}), got {r.size}")
+    r = C.real_rewards("the rewards returned by reward", reward(
+        [p for p in prompts for _ in range(n)], completions), (m * n,))
     return estimate_from_torch_rollouts(model, ids, resp.reshape(m, n, -1), r.reshape(m, n),
                                         prompt_mask=mask, response_mask=ym.reshape(m, n, -1),
                                         temperature=temperature, alpha=alpha, progress=progress)
-
-
-#: ``model.generate`` settings that sample from the policy ``softmax(logits / temperature)``
-#: itself: transformers applies ``top_k = 50`` when neither the user nor the checkpoint's
-#: ``generation_config`` sets it (``GenerationConfig._get_default_generation_params``,
-#: transformers 5.12), and a checkpoint may set top-p, min-p or a repetition penalty
-POLICY_SAMPLING = dict(do_sample=True, top_k=0, top_p=1.0, min_p=None, typical_p=1.0,
-                       epsilon_cutoff=0.0, eta_cutoff=0.0, repetition_penalty=1.0,
-                       no_repeat_ngram_size=0)
-
-
-def sample_from_policy(model, ids, mask, n: int, temperature: float, max_new_tokens: int, pad,
-                       eos, generation_kwargs=None):
-    """``n`` responses (rows ``a n .. a n + n - 1`` for prompt a) drawn by ``model.generate``
-    from the policy itself (:data:`POLICY_SAMPLING`, then ``generation_kwargs`` on top).
-
-    Returns:
-        The (m n, R) response ids (after the prompts' columns).
-    """
-    kwargs = dict(POLICY_SAMPLING, **(generation_kwargs or {}))
-    with torch.no_grad():
-        out = model.generate(input_ids=ids.repeat_interleave(n, 0),
-                             attention_mask=mask.repeat_interleave(n, 0),
-                             temperature=temperature, max_new_tokens=max_new_tokens,
-                             pad_token_id=pad, eos_token_id=list(eos), **kwargs)
-    resp = out[:, ids.shape[1]:]
-    if resp.shape[1] == 0:
-        raise ValueError("model.generate returned no new tokens")
-    return resp
 
 
 # --- the names of the previous release -----------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from grpo_theory.torch.estimate import POLICY_SAMPLING, sample_from_policy  # noqa: E402
+from grpo_theory.torch.sampling import POLICY_SAMPLING, sample_from_policy  # noqa: E402
 
 VOCAB = 160
 
