@@ -245,11 +245,14 @@ class AdviceResult(ResultMixin):
             lines.insert(1, f"prompts: {self.prompt_format}")
         for name, r in self.constants.iterrows():
             lines.append(f"  {name:<12} {r.estimate:.4g}  [{r.ci_low:.4g}, {r.ci_high:.4g}]")
-        lines.append("per G: zero-variance share (predicted | empirical), grpo/oracle MSE ratio")
+        lines.append("per G: zero-variance share (predicted | empirical), grpo/oracle MSE ratio, "
+                     "noise scale B_noise (responses at which MSE = ||grad J||^2)")
         for _, r in self.by_group.iterrows():
             emp = "   -  " if np.isnan(r.zero_var_empirical) else f"{r.zero_var_empirical:.3f}"
+            ns = getattr(r, "noise_scale", float("nan"))
             lines.append(f"  G={int(r.G):<4} {r.zero_var_predicted:.3f} | {emp}   "
-                         f"{r.mse_ratio_grpo_oracle:.4g}")
+                         f"{r.mse_ratio_grpo_oracle:.4g}   "
+                         + ("-" if np.isnan(ns) else f"{ns:.4g}"))
         lines.append("recommended G per budget N = B G:")
         for _, r in self.budgets.iterrows():
             lines.append(f"  N={int(r.N):<6} G={int(r.G)} (B={int(r.B)}); G* interval allows "
@@ -283,7 +286,8 @@ def _tables(est: ScalingEstimate, group_sizes, budgets):
         ratio = est.mse(1, G, "grpo") / orc if orc > 0 else float("nan")
         rows.append(dict(G=G, zero_var_predicted=pred, zero_var_empirical=emp,
                          mse_ratio_grpo_oracle=ratio,
-                         budget_mse_N_times=est.c1 * G + est.c2 + est.c3 / (G - 1)))
+                         budget_mse_N_times=est.c1 * G + est.c2 + est.c3 / (G - 1),
+                         noise_scale=_noise_scale(est, G)))
     lo, hi = est.g_star_ci
     brows = []
     for N in budgets:
@@ -291,6 +295,15 @@ def _tables(est: ScalingEstimate, group_sizes, budgets):
         g_lo, g_hi = _range_for_budget(lo, hi, N)
         brows.append(dict(N=N, G=G, B=N // G, G_low=g_lo, G_high=g_hi))
     return pd.DataFrame(rows), pd.DataFrame(brows)
+
+
+def _noise_scale(est, G) -> float:
+    """GRPO's noise scale B_noise(G) in responses (NaN while ||grad J||^2 is not estimated
+    above 0)."""
+    try:
+        return est.noise_scale(G).value
+    except ValueError:
+        return float("nan")
 
 
 def _figure(res: AdviceResult, stem):

@@ -245,6 +245,12 @@ class ScalingEstimate(ResultMixin):
         q = t_quantile(alpha, self.n_prompts)
         return (val - q * se, val + q * se)
 
+    @property
+    def c1_resolved(self) -> bool:
+        """Whether c1's interval (at :attr:`alpha`) lies above 0: only then is there a finite
+        recommended G (else the rollouts show no between-prompt spread)."""
+        return bool(self.c1_ci[0] > 0)
+
     def noise_scale(self, group_size) -> Estimate:
         """GRPO's gradient noise scale ``B_noise(G) = (c1 G + c2 + c3/(G - 1)) / ||grad J||^2``
         in responses (:mod:`grpo_theory.core.noise`): the budget at which the MSE equals

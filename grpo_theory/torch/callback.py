@@ -57,6 +57,7 @@ from .estimate import estimate_from_torch_rollouts
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
 LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_G",
+          "noise_scale", "noise_scale_low", "noise_scale_high",
           "zero_variance_share", "mse_ratio_grpo_oracle", "budget", "group_size")
 """The metrics logged (each prefixed "advisor/")."""
 #: loss types whose token losses are divided by each sequence's own length
@@ -222,9 +223,21 @@ class GroupSizeAdvisor(TrainerCallback):
         lo, hi = est.g_star_ci
         oracle = est.mse(B, G, "oracle")
         same = np.all(zz == zz[:, :1], axis=1)
+        if est.c1_resolved:
+            recommended = float(est.recommended_group_size(self.budget))
+        else:  # no between-prompt spread resolved: no recommendation (not the whole budget)
+            recommended = math.nan
+            warnings.warn(f"step {int(self.trainer.state.global_step) + 1}: c1 is not resolved "
+                          f"above 0 (95% interval [{est.c1_ci[0]:.3g}, {est.c1_ci[1]:.3g}]): "
+                          "advisor/recommended_G is logged as NaN", stacklevel=2)
+        try:
+            ns = est.noise_scale(G)
+            ns_val, (ns_lo, ns_hi) = ns.value, ns.interval(self.alpha)
+        except ValueError:  # ||grad J||^2 not estimated above 0: no noise scale
+            ns_val = ns_lo = ns_hi = math.nan
         rec = {"c1": est.c1, "c2": est.c2, "c3": est.c3, "g_star": est.g_star,
-               "g_star_low": lo, "g_star_high": hi,
-               "recommended_G": float(est.recommended_group_size(self.budget)),
+               "g_star_low": lo, "g_star_high": hi, "recommended_G": recommended,
+               "noise_scale": ns_val, "noise_scale_low": ns_lo, "noise_scale_high": ns_hi,
                "zero_variance_share": float(np.mean(same)),
                "mse_ratio_grpo_oracle": (est.mse(B, G, "grpo") / oracle if oracle > 0
                                          else math.nan),

@@ -59,6 +59,10 @@ def _check_outputs(out: Path, res_text: str, figure: bool = True):
     # the empirical share exists for G <= n_samples (4) only
     assert np.isfinite(groups.zero_var_empirical[:2]).all()
     assert groups.zero_var_empirical[2:].isna().all()
+    # GRPO's noise scale per G: N MSE / ||grad J||^2 from the same estimates
+    c1, c2, c3, gsq = (c.loc[k, "estimate"] for k in ("c1", "c2", "c3", "grad_norm_sq"))
+    want = (c1 * groups.G + c2 + c3 / (groups.G - 1)) / gsq if gsq > 0 else np.nan * groups.G
+    np.testing.assert_allclose(groups.noise_scale, want, rtol=1e-9)
     b = pd.read_csv(out / "advice_budgets.csv")
     assert list(b.N) == [16, 64]
     assert ((b.G >= 2) & (b.G <= b.N) & (b.G_low <= b.G_high)).all()

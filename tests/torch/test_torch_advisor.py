@@ -313,8 +313,12 @@ def test_grpo_trainer_callback_logs_the_constants(tmp_path):
     logged = [h for h in tr.state.log_history if "advisor/c1" in h]
     assert len(logged) == 2
     for h, rec, (state, out, rewards) in zip(logged, cb.history, seen):
-        for k in ("c1", "c2", "c3", "g_star", "recommended_G", "zero_variance_share"):
-            assert h[f"advisor/{k}"] == pytest.approx(rec[k], rel=1e-12)
+        for k in ("c1", "c2", "c3", "g_star", "recommended_G", "zero_variance_share",
+                  "noise_scale", "noise_scale_low", "noise_scale_high"):
+            if np.isnan(rec[k]):  # logged as missing (TRL's log history holds None)
+                assert h[f"advisor/{k}"] is None or np.isnan(h[f"advisor/{k}"])
+            else:
+                assert h[f"advisor/{k}"] == pytest.approx(rec[k], rel=1e-12)
         model = _model("llama", True, layers=1)
         model.load_state_dict(state)
         G = 3
@@ -326,7 +330,15 @@ def test_grpo_trainer_callback_logs_the_constants(tmp_path):
         for k in ("c1", "c2", "c3"):
             assert rec[k] == pytest.approx(getattr(est, k), rel=1e-6, abs=1e-9)
         assert rec["g_star"] == pytest.approx(est.g_star, rel=1e-6)
-        assert rec["recommended_G"] == est.recommended_group_size(9)
+        if est.c1_resolved:
+            assert rec["recommended_G"] == est.recommended_group_size(9)
+        else:  # no recommendation while c1 is not resolved above 0 (never the whole budget)
+            assert np.isnan(rec["recommended_G"])
+        if est.grad_norm_sq > 0:  # the GRPO noise scale at the trainer's G, in completions
+            assert rec["noise_scale"] == pytest.approx(est.noise_scale(G).value, rel=1e-6)
+            assert rec["noise_scale_low"] <= rec["noise_scale"] <= rec["noise_scale_high"]
+        else:
+            assert np.isnan(rec["noise_scale"])
         assert rec["budget"] == 9 and rec["group_size"] == G
         assert rec["zero_variance_share"] == pytest.approx(np.mean(np.ptp(z, axis=1) == 0))
         # TRL's own advantages on this batch are the package's preset on the same rewards
