@@ -13,44 +13,31 @@ teacher forcing on the left-padded prompt followed by the response: attention ma
 mask then response mask, position of a token = number of attended tokens before it (as
 ``model.generate`` numbers a left-padded prompt), so padding changes nothing.
 
-Squared norms at O(D) memory ("ghost norms", Li et al. 2021; Bu et al. 2023): one forward pass
-over the n responses of a prompt records, for each module that owns trainable parameters, its
-input ``a`` and output; one backward pass of ``sum_i log pi(y_i|x)`` gives the output gradients
-``b`` (sample i's gradient only reaches sample i's rows). For a linear layer the sample's weight
-gradient is ``b_i^T a_i`` and
-
-.. math:: \|b_i^\top a_i\|_F^2 = \sum_{t,t'} (a_{it} \cdot a_{it'})(b_{it} \cdot b_{it'}),
-
-O(T^2 (d_in + d_out)), or the (n, d_out, d_in) per-sample gradient is formed, whichever the
-rule shared with the JAX backend picks (:func:`grpo_theory.lm.ghost_rule.ghost_route`: fewer
-multiply-adds; :func:`layer_route`). An embedding is the same with ``a_t`` the one-hot token (``a_t \cdot a_{t'} =
-[id_t = id_{t'}]``; rows at ``padding_idx`` get no gradient). Other modules with trainable
-parameters (RMSNorm weights, small) get their per-sample gradients formed by ``torch.func``
-(``vmap`` of ``grad`` of ``<module(a_i), b_i>``). A parameter used by several modules (tied input
-and output embeddings) sums its uses, so its squared norm has the cross terms
-``<g_u, g_v>``, computed in the same factored way. Each ``ghat_a`` is one ordinary backward pass
-of ``(1/n) sum_i Z_ai w_ai log pi(y_ai|x_a)``; ``<ghat_a, S>`` needs ``S`` first, so the means
-are kept (m x D floats) when ``store_means`` allows, else recomputed in a second pass over the
-prompts. Products are formed in the model's dtype (float32), reductions accumulate in float64.
+All of it comes from one forward and one backward pass over the batch (:mod:`.ghost`): the
+backward pass of ``sum log pi`` to the outputs of the modules that own trainable parameters
+gives the per-sample squared norms by ghost norms (Li et al. 2021; Bu et al. 2023), the
+per-prompt ``||ghat_a||^2`` by the same algebra over each prompt's n rows, ``S`` by one matmul per
+layer and ``<ghat_a, S>`` by another, at O(D) memory beside the activations. With ``chunk``
+prompts per pass (fewer than m), ``S`` is known only after the last chunk: the per-prompt means
+are then kept (m x D floats, ``store_means``) or the dots taken in a second pass.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad, vmap
 
 from grpo_theory import _validation as V
 from grpo_theory.core.rollouts import RolloutStatistics
 from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate,
                                           estimate_from_rollouts)
-from grpo_theory.lm.ghost_rule import ghost_route
 
 from . import _checks as C
+from .ghost import Recorder, batch_dots, batch_statistics, owned_ids
 from .sampling import POLICY_SAMPLING, sample_from_policy  # noqa: F401 (re-exported)
 
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
@@ -136,6 +123,9 @@ def sequence_log_probs(model, prompt_ids, prompt_mask, response_ids, response_ma
                        temperature: float = 1.0):
     """``log pi(y|x)`` (N,) by teacher forcing (module docstring), differentiable.
 
+    Only the logits of the positions that predict the response are computed when the model
+    takes transformers' ``logits_to_keep`` (as TRL computes its log-probabilities).
+
     Args:
         model: a ``transformers`` causal LM (``model(input_ids, attention_mask, position_ids)``
             returning ``.logits``).
@@ -146,180 +136,29 @@ def sequence_log_probs(model, prompt_ids, prompt_mask, response_ids, response_ma
     Returns:
         (N,) float tensor.
     """
-    P = prompt_ids.shape[1]
+    P, T = prompt_ids.shape[1], response_ids.shape[1]
     ids = torch.cat([prompt_ids, response_ids], dim=1)
     att = torch.cat([prompt_mask, response_mask], dim=1)
     pos = (torch.cumsum(att, dim=1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits
-    logits = logits[:, P - 1:-1].float() / temperature
+    if _keeps_logits(model):  # positions P - 1 .. P + T - 1; the last predicts nothing
+        logits = model(input_ids=ids, attention_mask=att, position_ids=pos,
+                       logits_to_keep=T + 1).logits[:, :-1]
+    else:
+        logits = model(input_ids=ids, attention_mask=att, position_ids=pos).logits[:, P - 1:-1]
+    logits = logits.float() / temperature
     tok = torch.log_softmax(logits, dim=-1).gather(-1, response_ids[..., None])[..., 0]
     return (tok * response_mask.to(tok.dtype)).sum(dim=1)
 
 
-# --- ghost norms --------------------------------------------------------------------------------
-
-@dataclass
-class _Factored:
-    """Per-sample gradient ``sum_t L_t (x) R_t``: ``L`` (n, T, p) dense or (n, T) token ids of a
-    one-hot row (``rows``: the number of rows), ``R`` (n, T, r)."""
-
-    L: torch.Tensor
-    R: torch.Tensor
-    rows: int | None = None
-
-    @property
-    def ids(self) -> bool:
-        return self.rows is not None
-
-
-def _gram_left(u: _Factored, v: _Factored):
-    if u.ids and v.ids:
-        return (u.L[:, :, None] == v.L[:, None, :]).to(u.R.dtype)
-    if u.ids:
-        return torch.gather(v.L.transpose(1, 2), 1, u.L[:, :, None].expand(-1, -1, v.L.shape[1]))
-    if v.ids:
-        return _gram_left(v, u).transpose(1, 2)
-    return torch.bmm(u.L, v.L.transpose(1, 2))
-
-
-def _explicit(f: _Factored):
-    """The (n, p, r) per-sample gradients of a factored use."""
-    if f.ids:
-        out = f.R.new_zeros(f.R.shape[0], f.rows, f.R.shape[2])
-        return out.scatter_add_(1, f.L[:, :, None].expand(-1, -1, f.R.shape[2]), f.R)
-    return torch.bmm(f.L.transpose(1, 2), f.R)
-
-
-def _inner(u, v):
-    """(n,) float64 per-sample inner products of two uses of one parameter."""
-    if isinstance(u, _Factored) and isinstance(v, _Factored):
-        g = _gram_left(u, v) * torch.bmm(u.R, v.R.transpose(1, 2))
-        return g.double().sum(dim=(1, 2))
-    if isinstance(u, _Factored):
-        u, v = v, u
-    if isinstance(v, _Factored):  # u explicit (n, p, r)
-        if v.ids:
-            rows = torch.gather(u, 1, v.L[:, :, None].expand(-1, -1, u.shape[2]))
-        else:
-            rows = torch.bmm(v.L, u)  # (n, T, r)
-        return (rows * v.R).double().sum(dim=(1, 2))
-    return (u * v).double().flatten(1).sum(dim=1)
-
-
-def layer_route(positions: int, d_in: int, d_out: int, one_hot: bool = False,
-                dtype=torch.float32) -> str:
-    """The route of one layer's per-sample squared norm, by the rule both backends share
-    (:func:`grpo_theory.lm.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
-    matrices of the T positions), "direct" forms the (n, d_out, d_in) per-sample gradient."""
-    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
-                       dtype_bytes=torch.empty((), dtype=dtype).element_size())
-
-
-def _linear_uses(mod, a, b, n):
-    a = a.reshape(n, -1, a.shape[-1])
-    b = b.reshape(n, -1, b.shape[-1])
-    out = {}
-    if mod.weight.requires_grad:
-        f = _Factored(b, a)
-        route = layer_route(a.shape[1], a.shape[2], b.shape[2], dtype=b.dtype)
-        out[mod.weight] = _explicit(f) if route == "direct" else f
-    if mod.bias is not None and mod.bias.requires_grad:
-        out[mod.bias] = b.sum(dim=1)
-    return out
-
-
-def _embedding_uses(mod, ids, b, n):
-    ids = ids.reshape(n, -1)
-    b = b.reshape(n, ids.shape[1], -1)
-    if mod.padding_idx is not None:
-        b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
-    f = _Factored(ids, b, rows=mod.num_embeddings)
-    route = layer_route(ids.shape[1], mod.num_embeddings, b.shape[2], one_hot=True,
-                        dtype=b.dtype)
-    return {mod.weight: _explicit(f) if route == "direct" else f}
-
-
-def _generic_uses(mod, a, b, n):
-    """Per-sample gradients of the module's own trainable parameters (``torch.func``)."""
-    names = [k for k, p in mod.named_parameters(recurse=False) if p.requires_grad]
-    params = {k: getattr(mod, k).detach() for k in names}
-
-    def inner(pr, x, g):
-        return (functional_call(mod, pr, (x[None],)) * g[None]).sum()
-
-    per = vmap(grad(inner), in_dims=(None, 0, 0))(params, a, b)
-    return {getattr(mod, k): per[k].reshape(n, -1) for k in names}
-
-
-def _uses(mod, a, b, n):
-    if type(mod) is torch.nn.Linear or (isinstance(mod, torch.nn.Linear)
-                                        and type(mod).forward is torch.nn.Linear.forward):
-        return _linear_uses(mod, a, b, n)
-    if (isinstance(mod, torch.nn.Embedding) and type(mod).forward is torch.nn.Embedding.forward
-            and mod.max_norm is None and not mod.scale_grad_by_freq):
-        return _embedding_uses(mod, a, b, n)
-    return _generic_uses(mod, a, b, n)
-
-
-class _Recorder:
-    """Forward hooks on every module that owns a trainable parameter: its first input and its
-    output, while ``on``."""
-
-    def __init__(self, model, names):
-        self.calls, self.on, self.handles = [], False, []
-        ids = {id(p) for p in names.values()}
-        for mod in model.modules():
-            if any(id(p) in ids for p in mod.parameters(recurse=False)):
-                self.handles.append(mod.register_forward_hook(self._hook, with_kwargs=True))
-
-    def _hook(self, mod, args, kwargs, out):
-        if not self.on:
-            return
-        x = args[0] if args else next(iter(kwargs.values()), None)
-        if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
-            raise ValueError(f"module {type(mod).__name__} owns trainable parameters but its "
-                             f"forward does not map one tensor to one tensor; the per-sample "
-                             f"norms cannot be formed (freeze it: requires_grad=False)")
-        self.calls.append((mod, x.detach(), out))
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
-def _sq_norms(model, rec, names, logp, n):
-    """(n,) float64 ``||grad log pi(y_i|x)||^2`` from the recorded calls (ghost norms)."""
-    calls = [c for c in rec.calls if c[2].requires_grad]
-    outs = [c[2] for c in calls]
-    bs = torch.autograd.grad(logp.sum(), outs, retain_graph=True, allow_unused=True)
-    uses: dict[int, list] = {}
-    for (mod, a, out), b in zip(calls, bs):
-        if b is None:
-            continue
-        b = b.float() if b.dtype.itemsize < 4 else b
-        a = a.float() if a.is_floating_point() and a.dtype.itemsize < 4 else a
-        if a.shape[0] != n or out.shape[0] != n:
-            raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
-                             f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
-                             f"per-sample norms need (n, ...) activations")
-        for p, u in _uses(mod, a, b, n).items():
-            uses.setdefault(id(p), []).append(u)
-    q = torch.zeros(n, dtype=torch.float64, device=logp.device)
-    for us in uses.values():
-        for i, u in enumerate(us):
-            q += _inner(u, u)
-            for v in us[i + 1:]:
-                q += 2.0 * _inner(u, v)
-    return q, set(uses)
-
-
-def _weighted_grad(logp, coef, params):
-    gs = torch.autograd.grad((logp * coef).sum(), params, allow_unused=True)
-    return [torch.zeros_like(p) if g is None else g for g, p in zip(gs, params)]
-
-
-def _dot(xs, ys):
-    return float(sum(torch.sum(x.double() * y.double()) for x, y in zip(xs, ys)))
+def _keeps_logits(model) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (of a PEFT model: its base model's,
+    as TRL 1.16 reads it)."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is part of the torch extra
+        PeftModel = ()
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 # --- the statistics -------------------------------------------------------------------------------
@@ -367,8 +206,8 @@ def _prepare(model, prompt_ids, response_ids, rewards, prompt_mask, response_mas
 
 def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
                      response_mask=None, eos_token_id=None, sequence_weights=None,
-                     temperature: float = 1.0, store_means: bool | None = None,
-                     progress=None) -> RolloutStatistics:
+                     temperature: float = 1.0, chunk: int | None = None,
+                     store_means: bool | None = None, progress=None) -> RolloutStatistics:
     """The inner products the advisor needs, from a PyTorch causal LM (module docstring).
 
     Args:
@@ -383,9 +222,12 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
         sequence_weights: optional (m, n) weights ``w_ai`` of the scores (e.g. ``1/L_ai`` for
             a per-sequence length normalisation), default 1.
         temperature: > 0, the logits are divided by it.
-        store_means: keep the m per-prompt gradients (one pass) or recompute them (two
-            passes); default: keep when m x D floats take at most :data:`STORE_MEANS_BYTES`.
-        progress: optional ``progress(done, total)`` callback over the prompt passes.
+        chunk: prompts per forward/backward pass (all m by default: one pass, the cost of one
+            training step on the batch; fewer bound the activations held to chunk x n rows).
+        store_means: with several chunks, keep the m per-prompt gradients (one pass; m x D
+            floats) or take the dots in a second pass; default: keep when they take at most
+            :data:`STORE_MEANS_BYTES`. Ignored with one chunk.
+        progress: optional ``progress(done, total)`` callback over the passes.
 
     Returns:
         :class:`~grpo_theory.core.rollouts.RolloutStatistics` (the record
@@ -401,66 +243,74 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
     C.check_device(params)
     D = sum(p.numel() for p in params)
     m, n, _ = y.shape
+    k = m if chunk is None else min(V.positive_int("chunk", chunk), m)
+    starts = list(range(0, m, k))
     if store_means is None:
         store_means = m * D * params[0].element_size() <= STORE_MEANS_BYTES
     store_means = V.boolean("store_means", store_means)
+    one = len(starts) == 1
     dev = params[0].device
     x, xm, y, ym = (t.to(dev) for t in (x, xm, y, ym))
-    coef = torch.as_tensor(z * w / n, device=dev)
-    wt = torch.as_tensor(w, device=dev)
-    q = np.zeros((m, n))
-    mean_sq, mean_dot = np.zeros(m), np.zeros(m)
-    total = [torch.zeros_like(p, dtype=torch.float64) for p in params]
-    kept = []
-    passes = m if store_means else 2 * m
+    coef = torch.as_tensor(z * w / n, device=dev).reshape(-1)
+    wt = torch.as_tensor(w, device=dev).reshape(-1)
+    q, mean_sq, mean_dot = np.zeros(m * n), np.zeros(m), np.zeros(m)
+    sums, kept = None, []
+    passes = len(starts) * (1 if one or store_means else 2)
     was_training = model.training
-    rec = _Recorder(model, dict(named))
+    rec = Recorder(model, dict(named))
     model.eval()
     no_autocast = torch.autocast(dev.type, enabled=False)
     no_autocast.__enter__()
+
+    def forward(a0):
+        a1 = min(a0 + k, m)
+        rec.calls, rec.on = [], True
+        logp = sequence_log_probs(model, x[a0:a1].repeat_interleave(n, 0),
+                                  xm[a0:a1].repeat_interleave(n, 0), y[a0:a1].reshape(-1, y.shape[2]),
+                                  ym[a0:a1].reshape(-1, y.shape[2]), temperature)
+        rec.on = False
+        owned = owned_ids(rec)
+        uncovered = [(nm, p) for nm, p in named if id(p) not in owned]
+        return a1, logp, coef[a0 * n:a1 * n].to(logp.dtype), uncovered
+
     try:
-        for a in range(m):
-            rec.calls, rec.on = [], True
-            logp = sequence_log_probs(model, x[a].expand(n, -1), xm[a].expand(n, -1), y[a],
-                                      ym[a], temperature)
-            rec.on = False
-            qa, covered = _sq_norms(model, rec, dict(named), logp, n)
+        for j, a0 in enumerate(starts):
+            a1, logp, c, unc = forward(a0)
+            st = batch_statistics(rec, logp, c, a1 - a0, n, named, unc, dots=one,
+                                  keep=not one and store_means, sums=not one)
             rec.calls = []
-            g = _weighted_grad(logp, coef[a].to(logp.dtype), params)
-            for (name, p), ga in zip(named, g):
-                if id(p) not in covered and bool(ga.abs().max() > 0):
-                    raise ValueError(f"trainable parameter {name!r} receives a gradient but "
-                                     f"not through the forward of the module that owns it; its "
-                                     f"per-sample norms cannot be formed (freeze it)")
-            q[a] = (qa * wt[a] ** 2).cpu().numpy()
-            mean_sq[a] = _dot(g, g)
-            for t, ga in zip(total, g):
-                t += ga.double()
-            if store_means:
-                kept.append(g)
+            q[a0 * n:a1 * n] = (st.sq_norms * wt[a0 * n:a1 * n] ** 2).cpu().numpy()
+            mean_sq[a0:a1] = st.mean_sq.cpu().numpy()
+            if not one:
+                sums = st.sums if sums is None else [t + u for t, u in zip(sums, st.sums)]
+            if one:
+                mean_dot[:] = st.mean_dot.cpu().numpy()
+            elif store_means:
+                kept.append((a0, a1, st.kept))
             if progress is not None:
-                progress(a + 1, passes)
-        for a in range(m):
-            if store_means:
-                g = kept[a]
-            else:
-                logp = sequence_log_probs(model, x[a].expand(n, -1), xm[a].expand(n, -1), y[a],
-                                          ym[a], temperature)
-                g = _weighted_grad(logp, coef[a].to(logp.dtype), params)
+                progress(j + 1, passes)
+        for a0, a1, ks in kept:
+            mean_dot[a0:a1] = sum((g.double() * S).flatten(1).sum(1) for g, S in zip(ks, sums)
+                                  ).cpu().numpy()
+        if not one and not store_means:
+            for j, a0 in enumerate(starts):
+                a1, logp, c, unc = forward(a0)
+                mean_dot[a0:a1] = batch_dots(rec, logp, c, a1 - a0, n, named, sums,
+                                             unc).cpu().numpy()
+                rec.calls = []
                 if progress is not None:
-                    progress(m + a + 1, passes)
-            mean_dot[a] = _dot(g, total)
+                    progress(len(starts) + j + 1, passes)
     finally:
         no_autocast.__exit__(None, None, None)
         rec.remove()
         model.train(was_training)
-    return RolloutStatistics(z, q, mean_sq, mean_dot, n_params=int(D))
+    return RolloutStatistics(z, q.reshape(m, n), mean_sq, mean_dot, n_params=int(D))
 
 
 def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, prompt_mask=None,
                                 response_mask=None, eos_token_id=None, sequence_weights=None,
                                 temperature: float = 1.0, alpha: float = 0.05,
-                                store_means: bool | None = None,
+                                chunk: int | None = None, store_means: bool | None = None,
                                 progress=None) -> ScalingEstimate:
     """The advisor's estimate (c1, c2, c3, G*, intervals, MSE predictions) for a PyTorch LM on
     rollouts already sampled (token ids and their rewards).
@@ -471,7 +321,8 @@ def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, pr
 
     Args:
         model, prompt_ids, response_ids, rewards, prompt_mask, response_mask, eos_token_id,
-            sequence_weights, temperature, store_means, progress: see :func:`score_statistics`
+            sequence_weights, temperature, chunk, store_means, progress: see
+            :func:`score_statistics`
             (m >= 3 prompts, n >= 3 responses each).
         alpha: level of the ``*_ci`` attributes (0.05: 95%).
 
@@ -481,7 +332,7 @@ def estimate_from_torch_rollouts(model, prompt_ids, response_ids, rewards, *, pr
     st = score_statistics(model, prompt_ids, response_ids, rewards, prompt_mask=prompt_mask,
                           response_mask=response_mask, eos_token_id=eos_token_id,
                           sequence_weights=sequence_weights, temperature=temperature,
-                          store_means=store_means, progress=progress)
+                          chunk=chunk, store_means=store_means, progress=progress)
     return estimate_from_rollouts(st, alpha=alpha)
 
 

@@ -129,6 +129,7 @@ def test_validation(groups):
         dataclasses.replace(lm_rank.SETTINGS["quick"], run=(4, 32))
 
 
+@pytest.mark.slow  # make reproduce runs and gates this setting itself (2 min on one core)
 def test_quick_setting_as_make_reproduce_runs_it(tmp_path):
     """lm-rank's quick setting, seed 0, through the runner: exactly the cells and checks that
     ``make reproduce`` runs (the reproduction once failed check (iii) while a smaller test

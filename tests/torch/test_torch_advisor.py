@@ -31,6 +31,7 @@ from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_torch_model,
                                estimate_from_torch_rollouts, score_statistics, trl_preset,
                                trl_sequence_weighting)
 from grpo_theory.torch import estimate as torch_estimate
+from grpo_theory.torch import ghost as torch_ghost
 
 PAD, EOS = 1, 2
 SPECIAL = ["<unk>", "<pad>", "<eos>", "<bos>"]
@@ -129,10 +130,16 @@ def test_the_subpackage_does_not_shadow_torch():
 
 # --- the estimate equals the naive per-sample route ---------------------------------------------
 
-@pytest.mark.parametrize("kind,tied,store", [("llama", True, True), ("qwen2", False, False)])
-def test_estimate_equals_naive_per_sample_scores(kind, tied, store):
+@pytest.mark.parametrize("kind,tied,store,formed", [("llama", True, True, True),
+                                                    ("llama", True, None, False),
+                                                    ("qwen2", False, False, True),
+                                                    ("qwen2", False, None, False)])
+def test_estimate_equals_naive_per_sample_scores(kind, tied, store, formed, monkeypatch):
     """Tied Llama (cross terms of the shared embedding), untied Qwen2 with q/k/v biases; left
-    padding, EOS-masked responses; both the one-pass (kept means) and two-pass routes."""
+    padding, EOS-masked responses; the per-prompt means formed (small parameters) or kept
+    factored (per-prompt ghost norms, the dots by a matmul: ``FORM_BYTES = 0``)."""
+    if not formed:
+        monkeypatch.setattr(torch_ghost, "FORM_BYTES", 0)
     model = _model(kind, tied)
     x, xm, y, z = _rollouts()
     st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS, store_means=store)
@@ -147,6 +154,29 @@ def test_estimate_equals_naive_per_sample_scores(kind, tied, store):
                               store_means=store)
     _assert_same_estimate(est, gt.estimate_from_rollouts(z, scores=S), 1e-4)
     assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize("chunk,store,formed", [(1, True, True), (3, False, True),
+                                                (2, None, False), (3, False, False)])
+def test_chunks_give_the_one_pass_statistics(chunk, store, formed, monkeypatch):
+    """Fewer prompts per pass than m (the sum S known only after the last chunk): the kept
+    per-prompt means or a second pass give the one-pass statistics, uneven last chunk included;
+    a chunk of 0 is refused."""
+    model = _model("llama", True)
+    x, xm, y, z = _rollouts(m=5, n=3, seed=7)
+    one = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
+    if not formed:
+        monkeypatch.setattr(torch_ghost, "FORM_BYTES", 0)
+    done = []
+    st = score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS, chunk=chunk,
+                          store_means=store, progress=lambda *a: done.append(a))
+    for k in ("sq_norms", "mean_sq", "mean_dot"):
+        np.testing.assert_allclose(getattr(st, k), getattr(one, k), rtol=1e-5,
+                                   atol=1e-6 * np.abs(getattr(one, k)).max(), err_msg=k)
+    passes = -(-5 // chunk) * (2 if store is False else 1)
+    assert done[-1] == (passes, passes) and len(done) == passes
+    with pytest.raises(ValueError, match="chunk"):
+        score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS, chunk=0)
 
 
 def test_weights_temperature_and_mask_given():
@@ -192,18 +222,18 @@ def test_factored_and_explicit_inner_products_agree():
     dense (linear layer) or token-id (embedding) factors, factored or formed explicitly."""
     g = torch.Generator().manual_seed(0)
     n, T, V_, d = 3, 5, 7, 4
-    dense = torch_estimate._Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
+    dense = torch_ghost._Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
                                      torch.randn(n, T, d, generator=g, dtype=torch.float64))
-    ids = torch_estimate._Factored(torch.randint(0, V_, (n, T), generator=g),
+    ids = torch_ghost._Factored(torch.randint(0, V_, (n, T), generator=g),
                                    torch.randn(n, T, d, generator=g, dtype=torch.float64), V_)
     for u in (dense, ids):
         for v in (dense, ids):
-            eu, ev = torch_estimate._explicit(u), torch_estimate._explicit(v)
+            eu, ev = torch_ghost._explicit(u), torch_ghost._explicit(v)
             want = (eu * ev).sum(dim=(1, 2))
             for a, b in ((u, v), (eu, v), (u, ev), (eu, ev)):
-                torch.testing.assert_close(torch_estimate._inner(a, b), want)
+                torch.testing.assert_close(torch_ghost._inner(a, b), want)
     one_hot = torch.nn.functional.one_hot(ids.L, V_).double()
-    torch.testing.assert_close(torch_estimate._explicit(ids), one_hot.transpose(1, 2) @ ids.R)
+    torch.testing.assert_close(torch_ghost._explicit(ids), one_hot.transpose(1, 2) @ ids.R)
 
 
 # --- the same weights through the JAX route -----------------------------------------------------

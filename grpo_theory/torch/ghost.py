@@ -1,0 +1,387 @@
+r"""Per-sample and per-prompt score statistics of a PyTorch model from one backward pass.
+
+For a batch of ``N = m n`` rows (the n responses of each of m prompts) with
+``log pi(y_r | x_r)`` computed in one forward pass, one backward pass of ``sum_r log pi`` to the
+outputs of the modules that own trainable parameters gives, for each such module, its recorded
+input ``a`` and the output gradient ``b`` (row r's gradient reaches only row r's positions).
+A linear layer's weight gradient of row r is ``b_r^T a_r``; everything the advisor needs is a
+bilinear form in these factors, computed without forming the (N, D) per-sample gradients:
+
+* per-sample squared norms ("ghost norms", Li et al. 2021; Bu et al. 2023)
+
+  .. math:: \|b_r^\top a_r\|_F^2 = \sum_{t,t'} (a_{rt} \cdot a_{rt'})(b_{rt} \cdot b_{rt'});
+
+* per-prompt means ``ghat_a = sum_i c_ai s_ai`` (``c_ai = Z_ai w_ai / n``): the factors of a
+  prompt's n rows concatenated, ``b`` scaled by ``c``, are one "pseudo-sample" of n T
+  positions, so ``||ghat_a||^2`` is the same ghost norm over n T positions;
+* the batch sum ``S = sum_a ghat_a`` (one matmul per layer, as a weighted backward pass forms
+  the weight gradient) and the dots ``<ghat_a, S> = sum_{i,t} c_ai b_ait^T S a_ait`` (one
+  matmul per layer, as a forward pass).
+
+Each layer's route ("gram": factored, Gram matrices of the positions; "direct": the (n, d_out,
+d_in) gradients formed) is the rule shared with the JAX backend
+(:func:`grpo_theory.lm.ghost_rule.ghost_route`), decided for T positions (per sample) and n T
+(per prompt). An embedding is a linear layer whose input is the one-hot token
+(``a_t . a_t' = [id_t = id_t']``; rows at ``padding_idx`` get no gradient, as
+``torch.nn.Embedding`` trains). Other modules with trainable parameters (RMSNorm weights,
+small) get their per-sample gradients formed by ``torch.func`` (``vmap`` of ``grad`` of
+``<module(a_r), b_r>``). A parameter used by several modules (tied input and output embeddings)
+sums its uses, so its squared norms have the cross terms ``<g_u, g_v>``, computed in the same
+factored way. Products are formed in the model's dtype (float32); reductions accumulate in
+float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+from grpo_theory.lm.ghost_rule import ghost_route
+
+#: form a parameter's m per-prompt means when they take at most this many bytes (else factored)
+FORM_BYTES = 256 * 2 ** 20
+
+__all__ = ["Recorder", "owned_ids", "BatchStatistics", "layer_route", "batch_statistics",
+           "batch_dots", "dots_with_sum"]
+
+
+@dataclass
+class _Factored:
+    """Per-sample gradient ``sum_t L_t (x) R_t``: ``L`` (n, T, p) dense or (n, T) token ids of a
+    one-hot row (``rows``: the number of rows), ``R`` (n, T, r)."""
+
+    L: torch.Tensor
+    R: torch.Tensor
+    rows: int | None = None
+
+    @property
+    def ids(self) -> bool:
+        return self.rows is not None
+
+
+def _gram_left(u: _Factored, v: _Factored):
+    if u.ids and v.ids:
+        return (u.L[:, :, None] == v.L[:, None, :]).to(u.R.dtype)
+    if u.ids:
+        return torch.gather(v.L.transpose(1, 2), 1, u.L[:, :, None].expand(-1, -1, v.L.shape[1]))
+    if v.ids:
+        return _gram_left(v, u).transpose(1, 2)
+    return torch.bmm(u.L, v.L.transpose(1, 2))
+
+
+def _explicit(f: _Factored):
+    """The (n, p, r) per-sample gradients of a factored use."""
+    if f.ids:
+        out = f.R.new_zeros(f.R.shape[0], f.rows, f.R.shape[2])
+        return out.scatter_add_(1, f.L[:, :, None].expand(-1, -1, f.R.shape[2]), f.R)
+    return torch.bmm(f.L.transpose(1, 2), f.R)
+
+
+def _inner(u, v):
+    """(n,) float64 per-sample inner products of two uses of one parameter."""
+    if isinstance(u, _Factored) and isinstance(v, _Factored):
+        g = _gram_left(u, v) * torch.bmm(u.R, v.R.transpose(1, 2))
+        return g.double().sum(dim=(1, 2))
+    if isinstance(u, _Factored):
+        u, v = v, u
+    if isinstance(v, _Factored):  # u explicit (n, p, r)
+        if v.ids:
+            rows = torch.gather(u, 1, v.L[:, :, None].expand(-1, -1, u.shape[2]))
+        else:
+            rows = torch.bmm(v.L, u)  # (n, T, r)
+        return (rows * v.R).double().sum(dim=(1, 2))
+    return (u * v).double().flatten(1).sum(dim=1)
+
+
+def layer_route(positions: int, d_in: int, d_out: int, one_hot: bool = False,
+                dtype=torch.float32) -> str:
+    """The route of one layer's per-sample squared norm, by the rule both backends share
+    (:func:`grpo_theory.lm.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
+    matrices of the T positions), "direct" forms the (n, d_out, d_in) per-sample gradient."""
+    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
+                       dtype_bytes=torch.empty((), dtype=dtype).element_size())
+
+
+def _linear_uses(mod, a, b, n):
+    a = a.reshape(n, -1, a.shape[-1])
+    b = b.reshape(n, -1, b.shape[-1])
+    out = {}
+    if mod.weight.requires_grad:
+        f = _Factored(b, a)
+        route = layer_route(a.shape[1], a.shape[2], b.shape[2], dtype=b.dtype)
+        out[mod.weight] = _explicit(f) if route == "direct" else f
+    if mod.bias is not None and mod.bias.requires_grad:
+        out[mod.bias] = b.sum(dim=1)
+    return out
+
+
+def _embedding_uses(mod, ids, b, n):
+    ids = ids.reshape(n, -1)
+    b = b.reshape(n, ids.shape[1], -1)
+    if mod.padding_idx is not None:
+        b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
+    f = _Factored(ids, b, rows=mod.num_embeddings)
+    route = layer_route(ids.shape[1], mod.num_embeddings, b.shape[2], one_hot=True,
+                        dtype=b.dtype)
+    return {mod.weight: _explicit(f) if route == "direct" else f}
+
+
+def _generic_uses(mod, a, b, n):
+    """Per-sample gradients of the module's own trainable parameters (``torch.func``)."""
+    names = [k for k, p in mod.named_parameters(recurse=False) if p.requires_grad]
+    params = {k: getattr(mod, k).detach() for k in names}
+
+    def inner(pr, x, g):
+        return (functional_call(mod, pr, (x[None],)) * g[None]).sum()
+
+    per = vmap(grad(inner), in_dims=(None, 0, 0))(params, a, b)
+    return {getattr(mod, k): per[k].reshape(n, -1) for k in names}
+
+
+def _uses(mod, a, b, n):
+    if type(mod) is torch.nn.Linear or (isinstance(mod, torch.nn.Linear)
+                                        and type(mod).forward is torch.nn.Linear.forward):
+        return _linear_uses(mod, a, b, n)
+    if (isinstance(mod, torch.nn.Embedding) and type(mod).forward is torch.nn.Embedding.forward
+            and mod.max_norm is None and not mod.scale_grad_by_freq):
+        return _embedding_uses(mod, a, b, n)
+    return _generic_uses(mod, a, b, n)
+
+
+class Recorder:
+    """Forward hooks on every module that owns a trainable parameter: its first input and its
+    output, while ``on``."""
+
+    def __init__(self, model, names):
+        self.calls, self.on, self.handles = [], False, []
+        ids = {id(p) for p in names.values()}
+        for mod in model.modules():
+            if any(id(p) in ids for p in mod.parameters(recurse=False)):
+                self.handles.append(mod.register_forward_hook(self._hook, with_kwargs=True))
+
+    def _hook(self, mod, args, kwargs, out):
+        if not self.on:
+            return
+        x = args[0] if args else next(iter(kwargs.values()), None)
+        if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
+            raise ValueError(f"module {type(mod).__name__} owns trainable parameters but its "
+                             f"forward does not map one tensor to one tensor; the per-sample "
+                             f"norms cannot be formed (freeze it: requires_grad=False)")
+        self.calls.append((mod, x.detach(), out))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+# --- one batch: per-sample norms, per-prompt norms, the sum, the dots -----------------------------
+
+def owned_ids(rec) -> set:
+    """``id`` of every trainable parameter a recorded module owns (what the uses cover)."""
+    return {id(p) for mod, _, out in rec.calls if out.requires_grad
+            for p in mod.parameters(recurse=False) if p.requires_grad}
+
+
+def _record_uses(rec, logp, rows, uncovered):
+    """``{id(p): [use, ...]}`` of every recorded module (one backward pass of ``sum(logp)`` to
+    their outputs); refuses a parameter in ``uncovered`` that receives a gradient."""
+    calls = [c for c in rec.calls if c[2].requires_grad]
+    outs = [c[2] for c in calls]
+    grads = torch.autograd.grad(logp.sum(), outs + [p for _, p in uncovered],
+                                allow_unused=True)
+    for (name, _), g in zip(uncovered, grads[len(outs):]):
+        if g is not None and bool(g.abs().max() > 0):
+            raise ValueError(f"trainable parameter {name!r} receives a gradient but not through "
+                             f"the forward of the module that owns it; its per-sample norms "
+                             f"cannot be formed (freeze it)")
+    uses: dict[int, list] = {}
+    for (mod, a, out), b in zip(calls, grads[:len(outs)]):
+        if b is None:
+            continue
+        b = b.float() if b.dtype.itemsize < 4 else b
+        a = a.float() if a.is_floating_point() and a.dtype.itemsize < 4 else a
+        if a.shape[0] != rows or out.shape[0] != rows:
+            raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
+                             f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
+                             f"per-sample norms need (n, ...) activations")
+        for p, u in _uses(mod, a, b, rows).items():
+            uses.setdefault(id(p), []).append(u)
+    return uses
+
+
+def _sq(us):
+    """(batch,) float64 squared norms of the sum of a parameter's uses (cross terms included)."""
+    q = 0.0
+    for i, u in enumerate(us):
+        q = q + _inner(u, u)
+        for v in us[i + 1:]:
+            q = q + 2.0 * _inner(u, v)
+    return q
+
+
+def _grouped(u, coef, m, n):
+    """The per-prompt weighted sum ``sum_i c_ai u_ai`` of a per-sample use, as a use of m
+    pseudo-samples (factored over the n T positions when the shared rule keeps it factored)."""
+    if isinstance(u, _Factored):
+        T = u.R.shape[1]
+        R = (u.R * coef[:, None, None]) if u.ids else u.R
+        L = u.L if u.ids else u.L * coef[:, None, None]
+        g = _Factored(L.reshape((m, n * T) + tuple(L.shape[2:])), R.reshape(m, n * T, -1),
+                      u.rows)
+        p = u.rows if u.ids else u.L.shape[2]
+        route = layer_route(n * T, p, g.R.shape[2], one_hot=u.ids, dtype=g.R.dtype)
+        return g if route == "gram" else _explicit(g)
+    shape = (m, n) + tuple(u.shape[1:])
+    return (u * coef.reshape((-1,) + (1,) * (u.ndim - 1))).reshape(shape).sum(dim=1)
+
+
+def _total(u, shape, into=None):
+    """The sum over the batch of a (grouped) use, formed in ``shape`` (added to ``into``)."""
+    if isinstance(u, _Factored):
+        R = u.R.reshape(-1, u.R.shape[2])
+        if u.ids:
+            out = R.new_zeros(u.rows, R.shape[1]) if into is None else into.view(u.rows, -1)
+            out.index_add_(0, u.L.reshape(-1), R)
+        else:
+            L = u.L.reshape(-1, u.L.shape[2])
+            if into is None:
+                out = L.T @ R
+            else:
+                out = into.view(L.shape[1], R.shape[1])
+                out.addmm_(L.T, R)
+        return out.view(shape)
+    t = u.sum(dim=0).reshape(shape)
+    return t if into is None else into.add_(t)
+
+
+def dots_with_sum(u, S):
+    """(batch,) float64 ``<u_a, S>`` of a use and a formed gradient ``S`` of its parameter.
+
+    Args:
+        u: a use (factored, formed (batch, p, r), or per-sample vectors (batch, k)).
+        S: the parameter's gradient, any shape with the use's number of entries.
+
+    Returns:
+        (batch,) float64.
+    """
+    if isinstance(u, _Factored):
+        r = u.R.shape[2]
+        if u.ids:
+            rows = S.reshape(u.rows, r).to(u.R.dtype)[u.L]           # (batch, P, r)
+        else:
+            rows = u.L @ S.reshape(u.L.shape[2], r).to(u.L.dtype)   # (batch, P, r)
+        return (rows * u.R).double().sum(dim=(1, 2))
+    flat = u.reshape(u.shape[0], -1)
+    return flat.double() @ S.reshape(-1).double()
+
+
+@dataclass
+class BatchStatistics:
+    """The statistics of one batch of m prompts x n rows (float64 tensors).
+
+    Attributes:
+        sq_norms: (m n,) ``||s_r||^2``; mean_sq: (m,) ``||ghat_a||^2``.
+        sums: the batch's ``S = sum_a ghat_a``, one tensor per parameter (None unless asked).
+        mean_dot: (m,) ``<ghat_a, S>`` with this batch's own ``S`` (when asked: the batch is
+            then the whole batch), else None.
+        kept: the formed ``ghat_a``, one (m, *shape) tensor per parameter (when asked), else None.
+    """
+
+    sq_norms: torch.Tensor
+    mean_sq: torch.Tensor
+    sums: list | None
+    mean_dot: torch.Tensor | None = None
+    kept: list | None = None
+
+
+def batch_statistics(rec, logp, coef, m, n, params, uncovered=(), *, dots=True, keep=False,
+                     sums=True):
+    """The statistics of one batch of m prompts x n rows from one backward pass (module
+    docstring).
+
+    Args:
+        rec: the :class:`Recorder` that recorded the forward pass of ``logp``.
+        logp: (m n,) ``log pi(y_r|x_r)`` (prompt-major rows), differentiable.
+        coef: (m n,) weights ``c_r`` of the per-prompt means (``Z w / n``).
+        m, n: prompts and rows per prompt.
+        params: ``[(name, p)]`` the trainable parameters (the order of ``sums`` and ``kept``).
+        uncovered: ``[(name, p)]`` trainable parameters no recorded module owns (refused if
+            they receive a gradient).
+        dots: take ``<ghat_a, S>`` with this batch's own sum (right when the batch is all).
+        keep: return the formed per-prompt means ``ghat_a`` (m x D floats).
+        sums: return the batch's sums (D float64; else each is dropped once used).
+
+    Returns:
+        :class:`BatchStatistics`.
+    """
+    N = m * n
+    uses = _record_uses(rec, logp, N, uncovered)
+    dev = logp.device
+    out = BatchStatistics(torch.zeros(N, dtype=torch.float64, device=dev),
+                          torch.zeros(m, dtype=torch.float64, device=dev), [] if sums else None,
+                          torch.zeros(m, dtype=torch.float64, device=dev) if dots else None,
+                          [] if keep else None)
+    for _, p in params:
+        us = uses.pop(id(p), None)
+        if us is None:  # no gradient reaches it
+            if sums:
+                out.sums.append(torch.zeros(p.shape, dtype=torch.float64, device=dev))
+            if keep:
+                out.kept.append(torch.zeros((m,) + tuple(p.shape), dtype=p.dtype, device=dev))
+            continue
+        gs = [_grouped(u, coef.to(_dtype(u)), m, n) for u in us]
+        out.sq_norms += _sq(us)
+        if keep or m * p.numel() * p.element_size() <= FORM_BYTES:
+            # the m per-prompt means formed (one matmul per use, as the weight gradient of a
+            # backward pass): their norms, sum and dots are then O(m D_p)
+            E = _formed(gs[0], m, p.shape)
+            for g in gs[1:]:
+                E = E + _formed(g, m, p.shape)
+            flat = E.reshape(m, -1)  # products in the model's dtype (BLAS), sums in float64
+            out.mean_sq += torch.linalg.vecdot(flat, flat).double()
+            S = E.sum(dim=0)
+            if dots:
+                out.mean_dot += (flat @ S.reshape(-1)).double()
+            if keep:
+                out.kept.append(E)
+        else:  # factored: per-prompt ghost norms, S by one matmul, the dots by another
+            out.mean_sq += _sq(gs)
+            S = _total(gs[0], p.shape)  # the model's dtype
+            for g in gs[1:]:
+                S = _total(g, p.shape, into=S)
+            if dots:
+                for g in gs:
+                    out.mean_dot += dots_with_sum(g, S)
+        if sums:
+            out.sums.append(S.double())
+        del S
+    return out
+
+
+def batch_dots(rec, logp, coef, m, n, params, sums, uncovered=()):
+    """(m,) float64 ``<ghat_a, S>`` of one batch with given sums ``S`` (a second pass).
+
+    Args:
+        rec, logp, coef, m, n, params, uncovered: as in :func:`batch_statistics`.
+        sums: the formed ``S`` of every parameter, in ``params``' order.
+
+    Returns:
+        (m,) float64 tensor.
+    """
+    uses = _record_uses(rec, logp, m * n, uncovered)
+    mean_dot = torch.zeros(m, dtype=torch.float64, device=logp.device)
+    for (_, p), S in zip(params, sums):
+        for u in uses.pop(id(p), ()):
+            mean_dot += dots_with_sum(_grouped(u, coef.to(_dtype(u)), m, n), S)
+    return mean_dot
+
+
+def _formed(g, m, shape):
+    """A grouped use as the (m, *shape) per-prompt gradients."""
+    return (_explicit(g) if isinstance(g, _Factored) else g).reshape((m,) + tuple(shape))
+
+
+def _dtype(u):
+    return u.R.dtype if isinstance(u, _Factored) else u.dtype
