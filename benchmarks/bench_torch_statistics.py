@@ -10,7 +10,8 @@ case's: ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a wrapper whose only child i
 
 * ``plain``: the training step's forward+backward;
 * ``stats``: the statistics in one pass (the default ``chunk``: all prompts);
-* ``stats-chunk1``: one prompt per pass, the per-prompt means kept (bounded activations);
+* ``stats-chunk1``: one prompt per pass (bounded activations; the per-prompt means kept when
+  they fit in ``STORE_MEANS_BYTES``, else the dots in a second pass);
 * ``naive``: per-sample autograd (one backward pass per response, each prompt's mean gradient
   kept, m x D floats): the alternative a user would write (SmolLM2 only by default).
 
@@ -127,8 +128,7 @@ def run_case(shape, case, gguf, n_samples, response_len, repeats):
         (logp * adv.to(logp.dtype)).sum().backward()
 
     def stats(chunk=None):
-        return score_statistics(model, x, y, z, prompt_mask=xm, response_mask=ym, chunk=chunk,
-                                store_means=True)
+        return score_statistics(model, x, y, z, prompt_mask=xm, response_mask=ym, chunk=chunk)
 
     def naive():
         # per-sample autograd: the squared norms, each prompt's mean kept (m x D float32), S
