@@ -35,6 +35,13 @@ or EOS id (a ChatML prompt holds ``<|im_end|>`` after every turn) and every such
 attended to. Sampled responses hold ``pad_id`` (the checkpoint's pad token, else its first EOS
 id) after their first EOS, by position.
 
+The pad token's input-embedding row (``pad_token_id`` of config.json; GGUF:
+``tokenizer.ggml.padding_token_id``) gets no gradient through the lookup by default, as
+transformers' ``nn.Embedding(padding_idx=pad_token_id)`` trains it (``pad_embedding="frozen"``;
+``"trained"``: the exact gradient). The teacher-forced logits (``apply_fn``) are the family's
+pure forward (:class:`~grpo_theory.lm.ghost.PureForward`), so the per-sample, per-prompt and
+ghost-norm routes differentiate one computation; sampling runs tunix's KV-cached module.
+
 The files are read by :func:`grpo_theory.lm.loaders.load_checkpoint`, every family-specific fact
 (config fields, tensor names and shapes, tunix's module) from the family's spec
 (:mod:`grpo_theory.lm.families`); this module builds the policy.
