@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..advisor.advise import FigureWarning, advise
 from ..lm.memory import HINT, is_out_of_memory, parse_memory
-from ..lm.options import ModelOptions
+from ..lm.options import PAD_EMBEDDINGS, ModelOptions
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import package_version, report_section, run_experiments
@@ -256,15 +256,21 @@ def _advise_parser(sub) -> None:
                    help="send the raw question text to a Hugging Face checkpoint (default: "
                         "the checkpoint's chat template when it has one)")
     _model_options(p)
+    p.add_argument("--pad-embedding", choices=PAD_EMBEDDINGS, default=None,
+                   help="gradient of a checkpoint's pad-token input-embedding row: frozen "
+                        "(default: none through the lookup, as transformers' "
+                        "padding_idx=pad_token_id trains) or trained (the exact gradient)")
 
 
 def _advise_options(args) -> ModelOptions:
     """The one :class:`~grpo_theory.lm.options.ModelOptions` of ``advise`` from
     ``--memory-budget`` (a size, :func:`~grpo_theory.lm.memory.parse_memory`), ``--chunk``,
-    ``--dtype`` and ``--pad-id`` (a ``ValueError`` naming the option for a bad value)."""
+    ``--dtype``, ``--pad-id`` and ``--pad-embedding`` (a ``ValueError`` naming the option for
+    a bad value)."""
     try:
         return ModelOptions(memory_budget=args.memory_budget, chunk=args.chunk,
-                            dtype=args.dtype, pad_id=args.pad_id)
+                            dtype=args.dtype, pad_id=args.pad_id,
+                            pad_embedding=args.pad_embedding)
     except ValueError as e:
         msg = str(e)
         for f in ("chunk", "pad_id", "dtype"):

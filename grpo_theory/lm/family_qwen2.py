@@ -9,6 +9,12 @@ permutes its q/k rows (:func:`permute_qk`). Both run as tunix's ``Qwen2`` module
 
 Prompts are left-padded with ``-1`` (:func:`positions_mask`); the pure forward
 (:func:`forward`) forms only the logits at ``rows``.
+
+The embedding row ``frozen_row`` of the architecture (``config.json``'s ``pad_token_id`` by
+default) gets no gradient through the lookup, as transformers' ``nn.Embedding(vocab, d,
+padding_idx=config.pad_token_id)`` trains it (``LlamaModel`` and ``Qwen2Model`` of transformers
+5.12.1): the looked-up vectors at the positions holding that id are ``stop_gradient``-ed. A tied
+head still reads and trains that row (``padding_idx`` zeroes the lookup's gradient only).
 """
 
 from __future__ import annotations
@@ -22,14 +28,14 @@ from .spec import (SIZE_FIELDS, ModelSpec, TensorSpec, bool_field, check_sizes, 
                    need_extra, quiet_tunix)
 
 __all__ = ["QWEN2", "LLAMA", "CONFIG_FIELDS", "check_config", "tensors", "positions_mask",
-           "forward", "permute_qk", "unpermute_qk", "activation_bytes"]
+           "forward", "frozen_lookup", "permute_qk", "unpermute_qk", "activation_bytes"]
 
 #: keys of the checked architecture (:func:`check_config`)
 CONFIG_FIELDS = ("model_type", "n_layers", "vocab_size", "d_model", "d_ff", "n_heads",
                  "n_kv_heads", "head_dim", "rope_theta", "norm_eps", "tied", "qkv_bias",
-                 "max_length", "eos_ids", "pad_id")
+                 "max_length", "eos_ids", "pad_id", "frozen_row")
 _KEY_FIELDS = ("model_type", "n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
-               "rope_theta", "norm_eps", "tied", "qkv_bias")
+               "rope_theta", "norm_eps", "tied", "qkv_bias", "frozen_row")
 
 # GGUF tensor name (per block: blk.{i}.<name>) -> Hugging Face name
 _GLOBAL = {"token_embd.weight": "model.embed_tokens.weight",
@@ -66,7 +72,8 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
 
     Returns:
         dict with the keys :data:`CONFIG_FIELDS` (``max_length``, ``eos_ids``, ``pad_id`` None
-        when absent).
+        when absent; ``frozen_row`` = ``pad_id``: the row transformers' ``padding_idx``
+        freezes).
     """
     rope = c.get("rope_parameters")
     if rope is None:
@@ -106,7 +113,7 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
     out = dict(sizes, model_type=c["model_type"],
                tied=bool_field(c, "tie_word_embeddings", source, False),
                qkv_bias=always_bias or bool_field(c, "attention_bias", source, False),
-               eos_ids=eos, pad_id=pad)
+               eos_ids=eos, pad_id=pad, frozen_row=pad)
     return {k: out[k] for k in CONFIG_FIELDS}
 
 
@@ -257,13 +264,25 @@ def _attention(q, k, v, mask):
     return jnp.einsum("nkgts,nskd->ntkgd", p, v).reshape(n, t, h, hd)
 
 
+def frozen_lookup(x, tokens, row):
+    """The looked-up embeddings ``x`` (N, T, d) with no gradient at the positions where
+    ``tokens == row`` (transformers' ``padding_idx``); ``x`` itself when ``row`` is None.
+
+    The values are unchanged; every cotangent reaching those positions stops there, so the
+    lookup adds nothing to the gradient of row ``row`` (nor to anything that feeds ``x``
+    there, such as the ghost-norm taps)."""
+    if row is None:
+        return x
+    return jnp.where((tokens == row)[..., None], jax.lax.stop_gradient(x), x)
+
+
 def forward(a: dict, params, tokens, ops, rows=None):
     """Logits (N, T', V) at positions ``rows`` (default all) of left-padded ``tokens``, tunix's
     Qwen2 computation over the operations ``ops`` (paths name tunix's parameter dict)."""
     pos, mask = positions_mask(tokens)
     ids = jnp.maximum(tokens, 0)
     emb = params["embedder"]["input_embedding"]
-    x = ops.embed(emb, ids)
+    x = frozen_lookup(ops.embed(emb, ids), tokens, a["frozen_row"])
     n, t, d = x.shape
     h, kv, hd, eps = a["n_heads"], a["n_kv_heads"], a["head_dim"], a["norm_eps"]
     for i in range(a["n_layers"]):

@@ -195,7 +195,8 @@ def _config(reader, path: str) -> dict:
         "norm_eps": sizes["norm_eps"], "tied": flags["tied"], "qkv_bias": flags["qkv_bias"],
         "max_length": sizes["max_length"],
         "eos_ids": None if special["eos"] is None else _eos_ids(special["eos"]),
-        "pad_id": special["padding"], "bos_id": special["bos"],
+        "pad_id": special["padding"], "frozen_row": special["padding"],
+        "bos_id": special["bos"],
     }
 
 
@@ -315,7 +316,9 @@ def read_gguf_config(path) -> dict:
     Returns:
         the fields of :func:`~grpo_theory.lm.hf.read_config` (``model_type`` "llama" or
         "qwen2", sizes, ``rope_theta``, ``norm_eps``, ``tied`` (no ``output.weight``),
-        ``qkv_bias``, ``max_length``, ``eos_ids``, ``pad_id``) plus ``bos_id``.
+        ``qkv_bias``, ``max_length``, ``eos_ids``, ``pad_id``, ``frozen_row`` = ``pad_id``:
+        ``tokenizer.ggml.padding_token_id``, which transformers' GGUF loader maps to
+        ``config.pad_token_id`` and so to ``padding_idx``) plus ``bos_id``.
 
     Raises:
         ValueError: naming the file and the field (see the module doc).

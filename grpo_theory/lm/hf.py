@@ -35,6 +35,13 @@ or EOS id (a ChatML prompt holds ``<|im_end|>`` after every turn) and every such
 attended to. Sampled responses hold ``pad_id`` (the checkpoint's pad token, else its first EOS
 id) after their first EOS, by position.
 
+The pad token's input-embedding row (``pad_token_id`` of config.json; GGUF:
+``tokenizer.ggml.padding_token_id``) gets no gradient through the lookup by default, as
+transformers' ``nn.Embedding(padding_idx=pad_token_id)`` trains it (``pad_embedding="frozen"``;
+``"trained"``: the exact gradient). The teacher-forced logits (``apply_fn``) are the family's
+pure forward (:class:`~grpo_theory.lm.ghost.PureForward`), so the per-sample, per-prompt and
+ghost-norm routes differentiate one computation; sampling runs tunix's KV-cached module.
+
 The files are read by :func:`grpo_theory.lm.loaders.load_checkpoint`, every family-specific fact
 (config fields, tensor names and shapes, tunix's module) from the family's spec
 (:mod:`grpo_theory.lm.families`); this module builds the policy.
@@ -57,17 +64,19 @@ from .. import _validation as V
 from .chat_template import render as render_template
 from .checkpoint_io import SUPPORTED_MODEL_TYPES
 from .family_qwen2 import positions_mask as _positions_mask
-from .ghost import ghost_contractions, ghost_moments, score_dots
+from .ghost import PureForward, ghost_contractions, ghost_moments, score_dots
 from .loaders import load_checkpoint, read_config
 from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
 from .loaders import tunix_model as _tunix_model  # noqa: F401
 from .memory import ghost_row_bytes
+from .options import PAD_EMBEDDINGS, check_pad_embedding
 from .policy import LMPolicy, _texts, _tokens
 from .spec import quiet_tunix as _quiet
 from .statistics import ghost_statistics
 from .task import reward_answer_text
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "HFPolicy", "from_pretrained", "read_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "PAD_EMBEDDINGS", "HFPolicy", "from_pretrained",
+           "read_config"]
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1
@@ -86,6 +95,7 @@ class _Spec:
     head_dim: int
     dtype: Any
     zero_biases: tuple = ()  # ((path in tunix's dict, shape), ...): constants, not parameters
+    forward: Any = None  # the family's pure forward (a PureForward): the teacher-forced logits
 
     def module(self, params):
         """tunix's module at ``params`` (the checkpoint's tensors) plus the constant zero
@@ -99,9 +109,17 @@ class _Spec:
                              f"max_position_embeddings = {self.max_length}")
 
     def __call__(self, params, tokens, prompt_len):
-        """Next-token logits (N, T, V) (the ``apply_fn`` of the policy interface)."""
+        """Next-token logits (N, T, V) (the ``apply_fn`` of the policy interface): the
+        family's pure forward (:class:`~grpo_theory.lm.ghost.PureForward`, tunix's computation
+        with the architecture's ``frozen_row``), the one the ghost-norm route differentiates."""
         tokens = jnp.asarray(tokens)
         self._check_length(tokens.shape[1])
+        return self.forward(params, tokens, prompt_len)
+
+    def module_logits(self, params, tokens):
+        """Next-token logits (N, T, V) of tunix's module itself (a check of the pure
+        forward; its gradient has no frozen row)."""
+        tokens = jnp.asarray(tokens)
         pos, mask = _positions_mask(tokens)
         with _quiet():
             logits, _ = self.module(params)(jnp.maximum(tokens, 0), pos, None, mask)
@@ -459,14 +477,14 @@ class HFPolicy(LMPolicy):
 def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,
             source, chat_template) -> HFPolicy:
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
-                 arch["n_kv_heads"], arch["head_dim"], dtype, zero)
+                 arch["n_kv_heads"], arch["head_dim"], dtype, zero, PureForward.of(arch))
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
                     pad_id, tokenizer=tokenizer, config=arch, path=source,
                     chat_template=chat_template)
 
 
 def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
-                    pad_id: int | None = None) -> HFPolicy:
+                    pad_id: int | None = None, pad_embedding: str = "frozen") -> HFPolicy:
     """Load a local checkpoint of the Qwen2 / Qwen2.5 / Llama family as a policy.
 
     Args:
@@ -483,6 +501,14 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
             generation_config.json, else of config.json (GGUF:
             ``tokenizer.ggml.padding_token_id``), else the first EOS id. Prompts are padded
             with :data:`PROMPT_PAD`, never with ``pad_id``.
+        pad_embedding: the gradient of the pad token's input-embedding row
+            (:data:`PAD_EMBEDDINGS`): "frozen" (default; what transformers trains:
+            ``nn.Embedding(padding_idx=config.pad_token_id)`` gives the row no gradient through
+            the lookup, a tied head still trains it) or "trained" (the exact gradient of the
+            log-likelihood in every parameter). The row is ``pad_token_id`` of config.json
+            (GGUF: ``tokenizer.ggml.padding_token_id``), not ``pad_id``; with none, every row
+            is trained under either choice. Kept as ``policy.config["frozen_row"]`` (None when
+            no row is frozen).
 
     Returns:
         An :class:`HFPolicy` (an :class:`~grpo_theory.lm.policy.LMPolicy`) whose ``params``
@@ -493,6 +519,8 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
             missing or mis-shaped tensor, no EOS id anywhere, a malformed GGUF file (naming the
             file and the field or tensor), or the optional extra not installed.
     """
+    frozen = check_pad_embedding(pad_embedding) == "frozen"
     ck = load_checkpoint(path, dtype=dtype, eos_ids=eos_ids, pad_id=pad_id)
-    return _policy(ck.arch, ck.params, ck.graphdef, ck.zero_biases, ck.eos_ids, ck.pad_id,
+    arch = dict(ck.arch, frozen_row=ck.arch["pad_id"] if frozen else None)
+    return _policy(arch, ck.params, ck.graphdef, ck.zero_biases, ck.eos_ids, ck.pad_id,
                    ck.dtype, temperature, ck.tokenizer, ck.source, ck.chat_template)

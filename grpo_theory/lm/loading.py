@@ -114,8 +114,8 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
             :func:`grpo_theory.lm.warmup.save_checkpoint` whose metadata holds the warm-up
             configuration), a Hugging Face checkpoint directory, a llama.cpp ``.gguf`` file,
             or an ``LMPolicy`` (returned as it is).
-        options: the :class:`~grpo_theory.lm.options.ModelOptions`; ``dtype`` and ``pad_id``
-            apply to a checkpoint (:func:`grpo_theory.lm.hf.from_pretrained`) only.
+        options: the :class:`~grpo_theory.lm.options.ModelOptions`; ``dtype``, ``pad_id`` and
+            ``pad_embedding`` apply to a checkpoint (:func:`grpo_theory.lm.hf.from_pretrained`) only.
         cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
         warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
             setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
@@ -137,11 +137,10 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
     p = Path(spec).expanduser()
     checkpoint = is_checkpoint(p)
     if not checkpoint and options.checkpoint_only:
-        raise ValueError(f"pad_id and dtype apply to Hugging Face checkpoints (a directory or a "
-                         f".gguf file) only "
-                         f"(the package's models use their own PAD and float32); model "
-                         f"{str(spec)!r} is not one, got pad_id={options.pad_id!r}, "
-                         f"dtype={options.dtype!r}")
+        got = ", ".join(f"{k}={v!r}" for k, v in options.checkpoint_only.items())
+        raise ValueError(f"pad_id, pad_embedding and dtype apply to Hugging Face checkpoints "
+                         f"(a directory or a .gguf file) only (the package's models use their "
+                         f"own PAD and float32); model {str(spec)!r} is not one, got {got}")
     if str(spec) in PACKAGE_MODELS:
         from .warmup import cached_policies
 
@@ -153,7 +152,8 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
     if checkpoint:
         from .hf import from_pretrained
 
-        return from_pretrained(p, dtype=options.dtype or "float32", pad_id=options.pad_id)
+        return from_pretrained(p, dtype=options.dtype or "float32", pad_id=options.pad_id,
+                               pad_embedding=options.pad_embedding or "frozen")
     raise ValueError(f"model {str(spec)!r} is neither one of {', '.join(PACKAGE_MODELS)}, a "
                      f"package checkpoint (.npz), a Hugging Face checkpoint directory nor a "
                      f".gguf file")

@@ -22,10 +22,25 @@ import numpy as np
 from .. import _validation as V
 from .memory import chunk_for_budget, default_memory_budget, parse_memory, process_rss
 
-__all__ = ["ModelOptions", "MODEL_DTYPES", "score_memory", "resolve_chunk"]
+__all__ = ["ModelOptions", "MODEL_DTYPES", "PAD_EMBEDDINGS", "check_pad_embedding",
+           "score_memory", "resolve_chunk"]
 
 #: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
 MODEL_DTYPES = ("float32", "bfloat16")
+
+#: gradients of a checkpoint's pad-token input-embedding row (``--pad-embedding``): "frozen"
+#: (none through the lookup, as transformers' ``nn.Embedding(padding_idx=pad_token_id)``
+#: trains) or "trained" (the exact gradient in every parameter)
+PAD_EMBEDDINGS = ("frozen", "trained")
+
+
+def check_pad_embedding(value) -> str:
+    """``value`` if it is one of :data:`PAD_EMBEDDINGS`, else a ValueError naming
+    ``pad_embedding``."""
+    if not isinstance(value, str) or value not in PAD_EMBEDDINGS:
+        raise ValueError(f"pad_embedding must be one of {', '.join(PAD_EMBEDDINGS)}, got "
+                         f"{value!r}")
+    return value
 
 
 def _optional_int(name: str, value, low: int):
@@ -49,6 +64,9 @@ class ModelOptions:
         pad_id: a checkpoint's fill id after a sampled response's EOS (an integer >= 0); None:
             the checkpoint's pad token, else its first EOS id. Not accepted for the package's
             models.
+        pad_embedding: the gradient of a checkpoint's pad-token input-embedding row
+            (:data:`PAD_EMBEDDINGS`, :func:`grpo_theory.lm.hf.from_pretrained`); None:
+            "frozen", what transformers trains. Not accepted for the package's models.
 
     Raises:
         ValueError: naming the field, for a bad value.
@@ -58,6 +76,7 @@ class ModelOptions:
     chunk: int | None = None
     dtype: str | None = None
     pad_id: int | None = None
+    pad_embedding: str | None = None
 
     def __post_init__(self):
         budget = self.memory_budget
@@ -66,6 +85,8 @@ class ModelOptions:
         object.__setattr__(self, "memory_budget", _optional_int("memory_budget", budget, 1))
         object.__setattr__(self, "chunk", _optional_int("chunk", self.chunk, 1))
         object.__setattr__(self, "pad_id", _optional_int("pad_id", self.pad_id, 0))
+        if self.pad_embedding is not None:
+            check_pad_embedding(self.pad_embedding)
         if self.dtype is not None and self.dtype not in MODEL_DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(MODEL_DTYPES)} or None, got "
                              f"{self.dtype!r}")
@@ -73,8 +94,10 @@ class ModelOptions:
     @property
     def checkpoint_only(self) -> dict:
         """The options set that apply to a checkpoint only (``dtype`` other than float32,
-        ``pad_id``), by name."""
+        ``pad_id``, ``pad_embedding``), by name."""
         out = {}
+        if self.pad_embedding is not None:
+            out["pad_embedding"] = self.pad_embedding
         if self.dtype not in (None, "float32"):
             out["dtype"] = self.dtype
         if self.pad_id is not None:

@@ -144,6 +144,10 @@ def test_load_policy_and_is_checkpoint(checkpoint, minimal, tmp_path):
     assert jax.tree_util.tree_leaves(pol.params)[0].dtype == np.dtype("bfloat16")
     with pytest.raises(ValueError, match="apply to Hugging Face checkpoints"):
         load_policy("instruct", ModelOptions(pad_id=3))
+    with pytest.raises(ValueError, match="pad_embedding='trained'"):
+        load_policy("instruct", ModelOptions(pad_embedding="trained"))
+    assert load_policy(checkpoint.path, ModelOptions(pad_embedding="trained")).config[
+        "frozen_row"] is None
     with pytest.raises(ValueError, match="options must be a ModelOptions"):
         load_policy("instruct", dict(chunk=2))
     with pytest.raises(ValueError, match="neither one of base, instruct, icl"):
@@ -160,6 +164,7 @@ def test_load_policy_and_is_checkpoint(checkpoint, minimal, tmp_path):
     ("memory_budget", "lots", "--memory-budget must be a number"),
     ("dtype", "float16", "dtype must be one of float32, bfloat16"),
     ("pad_id", -1, "pad_id must be an integer >= 0"),
+    ("pad_embedding", "zero", "pad_embedding must be one of frozen, trained"),
 ])
 def test_options_errors_name_the_field(field, bad, message):
     with pytest.raises(ValueError, match=message):
@@ -171,6 +176,7 @@ def test_options_are_frozen_and_parse_sizes(minimal):
     assert (o.memory_budget, o.chunk, type(o.chunk)) == (2**29, 3, int)
     assert o.checkpoint_only == dict(dtype="bfloat16", pad_id=2)
     assert ModelOptions(dtype="float32").checkpoint_only == {}
+    assert ModelOptions(pad_embedding="frozen").checkpoint_only == dict(pad_embedding="frozen")
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.chunk = 4
     # the chunk: given, or once from the budget (the function is the same rule)
@@ -190,6 +196,9 @@ def test_the_command_line_builds_the_options_once():
         ["advise", "--prompts", "p.jsonl", "--memory-budget", "1.5GiB", "--chunk", "4",
          "--dtype", "bfloat16", "--pad-id", "0"])
     assert cli._advise_options(args) == ModelOptions(3 * 2**29, 4, "bfloat16", 0)
+    args = cli._parser(cli._experiments()).parse_args(
+        ["advise", "--prompts", "p.jsonl", "--pad-embedding", "trained"])
+    assert cli._advise_options(args) == ModelOptions(pad_embedding="trained")
     for opt, bad, msg in [("--chunk", "0", "--chunk must be an integer >= 1"),
                           ("--pad-id", "-2", "--pad-id must be an integer >= 0")]:
         args = cli._parser(cli._experiments()).parse_args(
