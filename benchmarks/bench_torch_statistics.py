@@ -12,6 +12,9 @@ case's: ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a wrapper whose only child i
 * ``stats``: the statistics in one pass (the default ``chunk``: all prompts);
 * ``stats-chunk1``: one prompt per pass (bounded activations; the per-prompt means kept when
   they fit in ``STORE_MEANS_BYTES``, else the dots in a second pass);
+* ``paired``: ``plain`` and ``stats`` called alternately in one process, ``--repeats`` pairs
+  after one warm-up pair: the time ratio of each pair (both under the same load of the
+  machine), and its median;
 * ``naive``: per-sample autograd (one backward pass per response, each prompt's mean gradient
   kept, m x D floats): the alternative a user would write (SmolLM2 only by default).
 
@@ -41,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 QUESTIONS = ["What is 1 + 2?", "What is 7 - 3?", "What is 4 + 4?", "What is 9 - 5?",
              "What is 2 + 6?", "What is 8 - 1?"]
-CASES = ("plain", "stats", "stats-chunk1", "naive")
+CASES = ("plain", "stats", "stats-chunk1", "naive", "paired")
 SHAPES = {
     "smollm2": dict(kind="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                     num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
@@ -148,6 +151,20 @@ def run_case(shape, case, gguf, n_samples, response_len, repeats):
         return q, [sum(float(torch.sum(u.double() * v.double())) for u, v in zip(g, S))
                    for g in ghat]
 
+    info = dict(case=case, D=D, rows=m * n, prompt_len=int(x.shape[1]), response_len=T,
+                response_tokens=int(ym.sum()))
+    if case == "paired":  # plain and stats alternately in one process: the same load on both
+        plain(), stats()
+        tp, ts = [], []
+        for _ in range(repeats):
+            for f, out in ((plain, tp), (stats, ts)):
+                t0 = time.perf_counter()
+                f()
+                out.append(time.perf_counter() - t0)
+        ratios = [b / a for a, b in zip(tp, ts)]
+        return dict(info, plain_s=tp, stats_s=ts, ratios=ratios,
+                    median_ratio=float(np.median(ratios)), median_s=float(np.median(ts)),
+                    plain_median_s=float(np.median(tp)))
     fn = {"plain": plain, "stats": stats, "stats-chunk1": lambda: stats(1), "naive": naive}[case]
     times = []
     for _ in range(1 if case == "naive" else repeats + 1):
@@ -155,9 +172,7 @@ def run_case(shape, case, gguf, n_samples, response_len, repeats):
         fn()
         times.append(time.perf_counter() - t0)
     kept = times if case == "naive" else times[1:]
-    return dict(case=case, D=D, rows=m * n, prompt_len=int(x.shape[1]), response_len=T,
-                response_tokens=int(ym.sum()), first_s=times[0],
-                median_s=float(np.median(kept)), times=kept)
+    return dict(info, first_s=times[0], median_s=float(np.median(kept)), times=kept)
 
 
 def _measure(argv):
@@ -196,6 +211,9 @@ def _report(rows, args, machine, load):
              f"responses; median of {args.repeats} calls after one warm-up call (naive: one "
              f"call).", "", f"Machine: {machine}. Load average at start {load[0]:.2f} / "
              f"{load[1]:.2f} / {load[2]:.2f}.", "",
+             "`paired` rows: the median over pairs of (stats time / plain time), each pair run "
+             "back to back in one process (robust to the machine's load, which changes the "
+             "separate cases' times).", "",
              "| model | D | rows | prompt / response tokens | case | median s | x plain | "
              "peak RSS GiB | x plain |", "|---|---|---|---|---|---|---|---|---|"]
     by = {(r["shape"], r["case"]): r for r in rows if "error" not in r}
@@ -204,11 +222,19 @@ def _report(rows, args, machine, load):
             lines.append(f"| {TITLES[r['shape']]} | | | | {r['case']} | failed: {r['error']} "
                          f"| | | |")
             continue
+        if r["case"] == "paired":
+            continue
         p = by.get((r["shape"], "plain"))
         lines.append(f"| {TITLES[r['shape']]} | {r['D']:,} | {r['rows']} | {r['prompt_len']} / "
                      f"{r['response_len']} | {r['case']} | {r['median_s']:.2f} | "
                      f"{r['median_s'] / p['median_s']:.2f} | {r['peak_rss_bytes'] / gib:.2f} | "
                      f"{r['peak_rss_bytes'] / p['peak_rss_bytes']:.2f} |")
+    for r in rows:
+        if r.get("case") == "paired" and "error" not in r:
+            lines.append(f"| {TITLES[r['shape']]} | {r['D']:,} | {r['rows']} | {r['prompt_len']} "
+                         f"/ {r['response_len']} | paired: plain {r['plain_median_s']:.2f} s, "
+                         f"stats {r['median_s']:.2f} s | **{r['median_ratio']:.2f}** (pairs: "
+                         f"{', '.join(f'{v:.2f}' for v in r['ratios'])}) | | |")
     lines += ["", "`x plain`: time and peak memory over the `plain` case of the same model "
               "(the whole process's peak RSS, the model's parameters and Python included).", ""]
     return "\n".join(lines)
