@@ -8,7 +8,6 @@ averages each ``_metrics`` list over the logging window. Each estimate is checke
 per-sample autograd scores of the rows it pools, and against the rows the step trains on (the
 inputs of ``compute_loss``)."""
 
-import numpy as np
 import pytest
 from support.tiny_trl import naive_scores, rows, tiny_trainer
 
