@@ -6,14 +6,18 @@ r"""``GroupSizeAdvisor``: the advisor inside ``trl.GRPOTrainer`` (a ``transforme
     trainer.add_callback(GroupSizeAdvisor(trainer, every=10))
     trainer.train()   # logs advisor/c1, advisor/c2, advisor/c3, advisor/g_star, advisor/recommended_G ...
 
-Every ``every`` optimisation steps the callback estimates c1, c2, c3 and G* from the rollouts the
-trainer has just generated and scored (no extra generation): it wraps, on this trainer instance
-only, ``_calculate_rewards`` (to keep the rewards: ``nansum(rewards_per_func * reward_weights)``,
+On optimisation steps 1, 1 + ``every``, ... the callback estimates c1, c2, c3 and G* from the
+completions that step trains on (no extra generation; :mod:`grpo_theory.torch.schedule` for
+gradient accumulation, ``steps_per_generation`` and ``num_iterations``): it wraps, on this
+trainer instance only, ``_calculate_rewards`` (to keep the rewards: ``nansum(rewards_per_func * reward_weights)``,
 TRL's ``multi_objective_aggregation="sum_then_normalize"``) and ``_generate_and_score_completions``
 (whose output holds the left-padded ``prompt_ids``/``prompt_mask`` and the ``completion_ids``/
 ``completion_mask`` of the generation batch, ``num_generations`` consecutive rows per prompt).
-The estimate runs at the parameters that generated the completions (before the update), so the
-scores are the policy's own. Both are private methods of TRL 1.16.0; a TRL without them is refused
+The estimate runs in ``on_pre_optimizer_step`` (after the step's micro-batches, before its
+update), at the parameters that generated the completions, so the scores are the policy's own.
+Each logged ``advisor/*`` value is that of one estimate, the latest of TRL's logging window
+(TRL's ``log`` averages each ``_metrics`` list over the window: the callback keeps one value in
+each of its lists, as TRL does for ``num_tokens``); ``history`` keeps every estimate. Both are private methods of TRL 1.16.0; a TRL without them is refused
 with a ``ValueError`` when the callback is made.
 
 Conventions of TRL 1.16.0 (``trl/trainer/grpo_trainer.py``; checked in the tests):
@@ -33,7 +37,8 @@ Conventions of TRL 1.16.0 (``trl/trainer/grpo_trainer.py``; checked in the tests
 * TRL's loss forward passes no ``position_ids`` (positions 0..T-1 over the left padding) where
   ``generate`` and :func:`grpo_theory.torch.sequence_log_probs` number real tokens from 0: with
   rotary embeddings only position differences enter attention, so the log-probabilities agree.
-* ``num_iterations > 1`` reuses a generation batch; the statistics hold for its first update.
+* ``num_iterations > 1`` reuses a generation batch; the statistics hold for its first update
+  (:mod:`grpo_theory.torch.schedule`).
 * The budget is the number of completions per optimisation step,
   ``per_device_train_batch_size * gradient_accumulation_steps * num_processes``; B = budget / G.
 """
@@ -53,6 +58,8 @@ from grpo_theory.core.frameworks import preset as framework_preset
 
 from ._checks import check_causal
 from .estimate import estimate_from_torch_rollouts
+from .layers import check_trainable_layers
+from .schedule import Schedule, pool_batches
 
 __all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
@@ -100,7 +107,9 @@ class GroupSizeAdvisor(TrainerCallback):
     Args:
         trainer: the ``trl.GRPOTrainer`` (TRL's convention for callbacks that need the trainer:
             ``trainer.add_callback(GroupSizeAdvisor(trainer, every=K))``).
-        every: estimate on optimisation steps 1, 1 + K, 1 + 2K, ... (K >= 1).
+        every: estimate on optimisation steps 1, 1 + K, 1 + 2K, ... (K >= 1; with a
+            generation batch feeding several steps, on the first step of each batch that feeds
+            one of these, :func:`grpo_theory.torch.schedule.estimated_steps`).
         budget: completions per optimisation step for the recommendation; default the
             trainer's own (module docstring).
         weighting: ``"auto"`` (from the trainer's ``loss_type``, :func:`trl_sequence_weighting`),
@@ -127,7 +136,8 @@ class GroupSizeAdvisor(TrainerCallback):
             raise ValueError(f"weighting must be 'auto', 'none' or 'length', got {weighting!r}")
         for name in ("_generate_and_score_completions", "_calculate_rewards", "_metrics",
                      "num_generations", "scale_rewards", "loss_type", "accelerator", "args",
-                     "reward_weights", "temperature", "state", "model"):
+                     "reward_weights", "temperature", "state", "model", "num_iterations",
+                     "callback_handler"):
             if not hasattr(trainer, name):
                 raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
                                  f"{name!r}; this TRL version is not supported by "
@@ -138,10 +148,13 @@ class GroupSizeAdvisor(TrainerCallback):
             raise ValueError(f"GroupSizeAdvisor needs num_generations >= {MIN_SAMPLES} (the "
                              f"advisor's U-statistics use 3 distinct completions per prompt), "
                              f"got {self.group_size}")
-        rows = int(args.generation_batch_size)
+        self.schedule = Schedule(args.gradient_accumulation_steps, args.steps_per_generation,
+                                 trainer.num_iterations, self.every)
+        rows = int(args.generation_batch_size) * self.schedule.batches_per_step
         if rows // self.group_size < MIN_PROMPTS:
-            raise ValueError(f"GroupSizeAdvisor needs >= {MIN_PROMPTS} prompts per generation "
-                             f"batch, got generation_batch_size {rows} / num_generations "
+            raise ValueError(f"GroupSizeAdvisor needs >= {MIN_PROMPTS} prompts per estimate, got "
+                             f"generation_batch_size {args.generation_batch_size} x "
+                             f"{self.schedule.batches_per_step} batch(es) / num_generations "
                              f"{self.group_size}; raise per_device_train_batch_size or "
                              f"gradient_accumulation_steps")
         if trainer.accelerator.num_processes != 1:
@@ -157,6 +170,7 @@ class GroupSizeAdvisor(TrainerCallback):
         self.budget = V.integer("budget", own if budget is None else budget, 2)
         V.real_scalar("trainer.temperature", trainer.temperature, positive=True)
         check_causal(trainer.model)
+        check_trainable_layers(trainer.model)
         if weighting == "auto":
             weighting = trl_sequence_weighting(trainer.loss_type)
         if weighting not in ("none", "length"):
@@ -168,6 +182,7 @@ class GroupSizeAdvisor(TrainerCallback):
         self.last_estimate = None
         self.last_rollouts = None
         self._rewards = None
+        self._pending = []  # (output, rewards) of the generation batches of the current step
         gen, calc = trainer._generate_and_score_completions, trainer._calculate_rewards
 
         def calculate_rewards(*a, **k):
@@ -179,12 +194,23 @@ class GroupSizeAdvisor(TrainerCallback):
 
         def generate_and_score(*a, **k):
             out = gen(*a, **k)
-            if trainer.model.training and trainer.state.global_step % self.every == 0:
-                self._estimate(out)
+            if trainer.model.training and self.schedule.due(trainer.state.global_step):
+                if self not in trainer.callback_handler.callbacks:
+                    raise ValueError("GroupSizeAdvisor estimates in on_pre_optimizer_step: add "
+                                     "it with trainer.add_callback(advisor)")
+                self._pending.append((out, self._rewards))
             return out
 
         trainer._calculate_rewards = calculate_rewards
         trainer._generate_and_score_completions = generate_and_score
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        """Estimate from the generation batches this step trains on (pooled), before its
+        update."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            out, self._rewards = pool_batches(pending)
+            self._estimate(out)
 
     def _estimate(self, out):
         G = self.group_size
@@ -243,8 +269,8 @@ class GroupSizeAdvisor(TrainerCallback):
                                          else math.nan),
                "budget": float(self.budget), "group_size": float(G)}
         metrics = self.trainer._metrics["train"]
-        for k, v in rec.items():
-            metrics[f"advisor/{k}"].append(float(v))
+        for k, v in rec.items():  # one value per list: TRL's window mean is this estimate
+            metrics[f"advisor/{k}"] = [float(v)]
         self.history.append(dict(step=int(self.trainer.state.global_step) + 1, **rec,
                                  preset=self.preset, weighting=self.weighting))
         self.last_estimate, self.last_rollouts = est, rollouts

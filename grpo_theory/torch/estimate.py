@@ -37,7 +37,8 @@ from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstim
                                           estimate_from_rollouts)
 
 from . import _checks as C
-from .ghost import Recorder, batch_dots, batch_statistics, owned_ids
+from .ghost import batch_dots, batch_statistics, owned_ids
+from .layers import Recorder, check_trainable_layers
 from .sampling import POLICY_SAMPLING, sample_from_policy  # noqa: F401 (re-exported)
 
 __all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
@@ -239,6 +240,7 @@ def score_statistics(model, prompt_ids, response_ids, rewards, *, prompt_mask=No
                                   response_mask, eos_token_id, sequence_weights)
     temperature = V.real_scalar("temperature", temperature, positive=True)
     named = _trainable(model)
+    check_trainable_layers(model)
     params = [p for _, p in named]
     C.check_device(params)
     D = sum(p.numel() for p in params)

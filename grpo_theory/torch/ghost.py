@@ -36,159 +36,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.func import functional_call, grad, vmap
 
-from grpo_theory.lm.ghost_rule import ghost_route
+from .layers import _explicit, _Factored, _inner, _uses, layer_route
 
 #: form a parameter's m per-prompt means when they take at most this many bytes (else factored)
 FORM_BYTES = 256 * 2 ** 20
 
-__all__ = ["Recorder", "owned_ids", "BatchStatistics", "layer_route", "batch_statistics",
-           "batch_dots", "dots_with_sum"]
-
-
-@dataclass
-class _Factored:
-    """Per-sample gradient ``sum_t L_t (x) R_t``: ``L`` (n, T, p) dense or (n, T) token ids of a
-    one-hot row (``rows``: the number of rows), ``R`` (n, T, r)."""
-
-    L: torch.Tensor
-    R: torch.Tensor
-    rows: int | None = None
-
-    @property
-    def ids(self) -> bool:
-        return self.rows is not None
-
-
-def _gram_left(u: _Factored, v: _Factored):
-    if u.ids and v.ids:
-        return (u.L[:, :, None] == v.L[:, None, :]).to(u.R.dtype)
-    if u.ids:
-        return torch.gather(v.L.transpose(1, 2), 1, u.L[:, :, None].expand(-1, -1, v.L.shape[1]))
-    if v.ids:
-        return _gram_left(v, u).transpose(1, 2)
-    return torch.bmm(u.L, v.L.transpose(1, 2))
-
-
-def _explicit(f: _Factored):
-    """The (n, p, r) per-sample gradients of a factored use."""
-    if f.ids:
-        out = f.R.new_zeros(f.R.shape[0], f.rows, f.R.shape[2])
-        return out.scatter_add_(1, f.L[:, :, None].expand(-1, -1, f.R.shape[2]), f.R)
-    return torch.bmm(f.L.transpose(1, 2), f.R)
-
-
-def _inner(u, v):
-    """(n,) float64 per-sample inner products of two uses of one parameter."""
-    if isinstance(u, _Factored) and isinstance(v, _Factored):
-        g = _gram_left(u, v) * torch.bmm(u.R, v.R.transpose(1, 2))
-        return g.double().sum(dim=(1, 2))
-    if isinstance(u, _Factored):
-        u, v = v, u
-    if isinstance(v, _Factored):  # u explicit (n, p, r)
-        if v.ids:
-            rows = torch.gather(u, 1, v.L[:, :, None].expand(-1, -1, u.shape[2]))
-        else:
-            rows = torch.bmm(v.L, u)  # (n, T, r)
-        return (rows * v.R).double().sum(dim=(1, 2))
-    return (u * v).double().flatten(1).sum(dim=1)
-
-
-def layer_route(positions: int, d_in: int, d_out: int, one_hot: bool = False,
-                dtype=torch.float32) -> str:
-    """The route of one layer's per-sample squared norm, by the rule both backends share
-    (:func:`grpo_theory.lm.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
-    matrices of the T positions), "direct" forms the (n, d_out, d_in) per-sample gradient."""
-    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
-                       dtype_bytes=torch.empty((), dtype=dtype).element_size())
-
-
-def _linear_uses(mod, a, b, n):
-    a = a.reshape(n, -1, a.shape[-1])
-    b = b.reshape(n, -1, b.shape[-1])
-    out = {}
-    if mod.weight.requires_grad:
-        f = _Factored(b, a)
-        route = layer_route(a.shape[1], a.shape[2], b.shape[2], dtype=b.dtype)
-        out[mod.weight] = _explicit(f) if route == "direct" else f
-    if mod.bias is not None and mod.bias.requires_grad:
-        out[mod.bias] = b.sum(dim=1)
-    return out
-
-
-def _embedding_uses(mod, ids, b, n):
-    ids = ids.reshape(n, -1)
-    b = b.reshape(n, ids.shape[1], -1)
-    if mod.padding_idx is not None:
-        b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
-    f = _Factored(ids, b, rows=mod.num_embeddings)
-    route = layer_route(ids.shape[1], mod.num_embeddings, b.shape[2], one_hot=True,
-                        dtype=b.dtype)
-    return {mod.weight: _explicit(f) if route == "direct" else f}
-
-
-def _generic_uses(mod, a, b, n):
-    """Per-sample gradients of the module's own trainable parameters (``torch.func``)."""
-    names = [k for k, p in mod.named_parameters(recurse=False) if p.requires_grad]
-    params = {k: getattr(mod, k).detach() for k in names}
-
-    def inner(pr, x, g):
-        return (functional_call(mod, pr, (x[None],)) * g[None]).sum()
-
-    per = vmap(grad(inner), in_dims=(None, 0, 0))(params, a, b)
-    return {getattr(mod, k): per[k].reshape(n, -1) for k in names}
-
-
-def _uses(mod, a, b, n):
-    if type(mod) is torch.nn.Linear or (isinstance(mod, torch.nn.Linear)
-                                        and type(mod).forward is torch.nn.Linear.forward):
-        return _linear_uses(mod, a, b, n)
-    if (isinstance(mod, torch.nn.Embedding) and type(mod).forward is torch.nn.Embedding.forward
-            and mod.max_norm is None and not mod.scale_grad_by_freq):
-        return _embedding_uses(mod, a, b, n)
-    return _generic_uses(mod, a, b, n)
-
-
-class Recorder:
-    """Forward hooks on every module that owns a trainable parameter: its first input and its
-    output, while ``on``."""
-
-    def __init__(self, model, names):
-        self.calls, self.on, self.handles = [], False, []
-        ids = {id(p) for p in names.values()}
-        for mod in model.modules():
-            if any(id(p) in ids for p in mod.parameters(recurse=False)):
-                self.handles.append(mod.register_forward_hook(self._hook, with_kwargs=True))
-
-    def _hook(self, mod, args, kwargs, out):
-        if not self.on:
-            return
-        x = args[0] if args else next(iter(kwargs.values()), None)
-        if not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
-            raise ValueError(f"module {type(mod).__name__} owns trainable parameters but its "
-                             f"forward does not map one tensor to one tensor; the per-sample "
-                             f"norms cannot be formed (freeze it: requires_grad=False)")
-        self.calls.append((mod, x.detach(), out))
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
+__all__ = ["owned_ids", "BatchStatistics", "batch_statistics", "batch_dots", "dots_with_sum"]
 
 
 # --- one batch: per-sample norms, per-prompt norms, the sum, the dots -----------------------------
 
 def owned_ids(rec) -> set:
-    """``id`` of every trainable parameter a recorded module owns (what the uses cover)."""
-    return {id(p) for mod, _, out in rec.calls if out.requires_grad
-            for p in mod.parameters(recurse=False) if p.requires_grad}
+    """``id`` of every trainable parameter a recorded call handles (what the uses cover)."""
+    return {id(p) for mod, _, _, out in rec.calls if out.requires_grad
+            for p in rec.owned[id(mod)].values()}
 
 
 def _record_uses(rec, logp, rows, uncovered):
-    """``{id(p): [use, ...]}`` of every recorded module (one backward pass of ``sum(logp)`` to
+    """``{id(p): [use, ...]}`` of every recorded call (one backward pass of ``sum(logp)`` to
     their outputs); refuses a parameter in ``uncovered`` that receives a gradient."""
-    calls = [c for c in rec.calls if c[2].requires_grad]
-    outs = [c[2] for c in calls]
+    calls = [c for c in rec.calls if c[3].requires_grad]
+    outs = [c[3] for c in calls]
     grads = torch.autograd.grad(logp.sum(), outs + [p for _, p in uncovered],
                                 allow_unused=True)
     for (name, _), g in zip(uncovered, grads[len(outs):]):
@@ -197,16 +66,18 @@ def _record_uses(rec, logp, rows, uncovered):
                              f"the forward of the module that owns it; its per-sample norms "
                              f"cannot be formed (freeze it)")
     uses: dict[int, list] = {}
-    for (mod, a, out), b in zip(calls, grads[:len(outs)]):
+    for (mod, args, kwargs, out), b in zip(calls, grads[:len(outs)]):
         if b is None:
             continue
         b = b.float() if b.dtype.itemsize < 4 else b
+        a = args[0]
         a = a.float() if a.is_floating_point() and a.dtype.itemsize < 4 else a
         if a.shape[0] != rows or out.shape[0] != rows:
             raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
                              f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
                              f"per-sample norms need (n, ...) activations")
-        for p, u in _uses(mod, a, b, rows).items():
+        for p, u in _uses(mod, (a,) + tuple(args[1:]), kwargs, b, rows,
+                          rec.owned[id(mod)]).items():
             uses.setdefault(id(p), []).append(u)
     return uses
 
@@ -302,7 +173,8 @@ def batch_statistics(rec, logp, coef, m, n, params, uncovered=(), *, dots=True, 
     docstring).
 
     Args:
-        rec: the :class:`Recorder` that recorded the forward pass of ``logp``.
+        rec: the :class:`~grpo_theory.torch.layers.Recorder` that recorded the forward pass
+            of ``logp``.
         logp: (m n,) ``log pi(y_r|x_r)`` (prompt-major rows), differentiable.
         coef: (m n,) weights ``c_r`` of the per-prompt means (``Z w / n``).
         m, n: prompts and rows per prompt.

@@ -19,7 +19,7 @@ import torch
 
 from grpo_theory import lm
 from grpo_theory.lm import ghost, ghost_rule
-from grpo_theory.torch import ghost as torch_ghost
+from grpo_theory.torch import layers as torch_layers
 from support.hf_checkpoint import EOS, write_checkpoint
 
 PP = -1
@@ -97,13 +97,13 @@ def _torch_route(t, di, do, one_hot, n=2):
     if one_hot:
         mod = torch.nn.Embedding(di, do)
         a = torch.randint(0, di, (n, t), generator=g)
-        out = torch_ghost._embedding_uses(mod, a, torch.randn(n, t, do, generator=g), n)
+        out = torch_layers._embedding_uses(mod, a, torch.randn(n, t, do, generator=g), n)
     else:
         mod = torch.nn.Linear(di, do, bias=False)
-        out = torch_ghost._linear_uses(mod, torch.randn(n, t, di, generator=g),
+        out = torch_layers._linear_uses(mod, torch.randn(n, t, di, generator=g),
                                           torch.randn(n, t, do, generator=g), n)
     use = out[mod.weight]
-    return "gram" if isinstance(use, torch_ghost._Factored) else "direct"
+    return "gram" if isinstance(use, torch_layers._Factored) else "direct"
 
 
 @pytest.mark.parametrize("t,di,do,one_hot", GRID)
