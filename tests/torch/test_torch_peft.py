@@ -41,3 +41,14 @@ def test_ia3_is_refused_before_any_pass():
     x, xm, y, z = rollouts(seed=2)
     with pytest.raises(ValueError, match="IA3|LoRA|tuner"):
         score_statistics(model, x, y, z, prompt_mask=xm, eos_token_id=EOS)
+
+
+def test_the_callback_refuses_ia3_when_it_is_made(tmp_path):
+    from support.tiny_trl import tiny_llama, tiny_trainer
+
+    from grpo_theory.torch import GroupSizeAdvisor
+
+    cfg = IA3Config(target_modules=["q_proj", "down_proj"], feedforward_modules=["down_proj"])
+    trainer = tiny_trainer(tmp_path, model=get_peft_model(tiny_llama(), cfg))
+    with pytest.raises(ValueError, match="IA3|LoRA|tuner"):
+        GroupSizeAdvisor(trainer, every=1)
