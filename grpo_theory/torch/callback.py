@@ -57,7 +57,6 @@ from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
 from ._checks import check_causal
-from .layers import check_trainable_layers
 from .estimate import estimate_from_torch_rollouts
 from .layers import check_trainable_layers
 from .schedule import Schedule, pool_batches
@@ -172,7 +171,6 @@ class GroupSizeAdvisor(TrainerCallback):
         V.real_scalar("trainer.temperature", trainer.temperature, positive=True)
         check_causal(trainer.model)
         check_trainable_layers(trainer.model)  # a PEFT setup the score pass cannot follow
-        check_trainable_layers(trainer.model)
         if weighting == "auto":
             weighting = trl_sequence_weighting(trainer.loss_type)
         if weighting not in ("none", "length"):
