@@ -39,6 +39,9 @@ Conventions of TRL 1.16.0 (``trl/trainer/grpo_trainer.py``; checked in the tests
   rotary embeddings only position differences enter attention, so the log-probabilities agree.
 * ``num_iterations > 1`` reuses a generation batch; the statistics hold for its first update
   (:mod:`grpo_theory.torch.schedule`).
+* Under DDP (``torchrun``, ``accelerate launch``) the step's rows of every process are gathered,
+  the estimate runs once on the main process and its values are logged on every process
+  (:mod:`grpo_theory.torch.distributed`); FSDP, DeepSpeed and Megatron-LM are refused.
 * The budget is the number of completions per optimisation step,
   ``per_device_train_batch_size * gradient_accumulation_steps * num_processes``; B = budget / G.
 """
@@ -57,6 +60,7 @@ from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
 from ._checks import check_causal
+from .distributed import check_distributed, gather_rollouts, on_main
 from .estimate import estimate_from_torch_rollouts
 from .layers import check_trainable_layers
 from .schedule import Schedule, pool_batches
@@ -67,6 +71,7 @@ LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_
           "noise_scale", "noise_scale_low", "noise_scale_high",
           "zero_variance_share", "mse_ratio_grpo_oracle", "budget", "group_size")
 """The metrics logged (each prefixed "advisor/")."""
+_KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
 #: loss types whose token losses are divided by each sequence's own length
 _PER_SEQUENCE = ("grpo", "sapo")
 #: loss types whose normaliser is common to the batch (or absent)
@@ -157,9 +162,7 @@ class GroupSizeAdvisor(TrainerCallback):
                              f"{self.schedule.batches_per_step} batch(es) / num_generations "
                              f"{self.group_size}; raise per_device_train_batch_size or "
                              f"gradient_accumulation_steps")
-        if trainer.accelerator.num_processes != 1:
-            raise ValueError("GroupSizeAdvisor supports single-process training only (the "
-                             "completions of the other processes are not gathered)")
+        check_distributed(trainer.accelerator)
         if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") != \
                 "sum_then_normalize":
             raise ValueError("GroupSizeAdvisor needs multi_objective_aggregation="
@@ -205,19 +208,33 @@ class GroupSizeAdvisor(TrainerCallback):
         trainer._generate_and_score_completions = generate_and_score
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        """Estimate from the generation batches this step trains on (pooled), before its
-        update."""
+        """Estimate from the generation batches this step trains on (pooled, and gathered
+        across processes), before its update."""
         if self._pending:
             pending, self._pending = self._pending, []
-            out, self._rewards = pool_batches(pending)
-            self._estimate(out)
+            acc = self.trainer.accelerator
+            if acc.num_processes > 1:  # the rows of every process, in the rewards' order
+                pending = [(dict(zip(_KEYS, gather_rollouts(acc, *(out[k] for k in _KEYS)))),
+                            z) for out, z in pending]
+            out, z = pool_batches(pending)
+            rec = on_main(acc, lambda: self._estimate(out, z))
+            if rec is not None:
+                self._log(rec)
 
-    def _estimate(self, out):
+    def _log(self, rec):
+        """Log one estimate on every process (the same values: TRL's main process reports)."""
+        metrics = self.trainer._metrics["train"]
+        for k, v in rec.items():  # one value per list: TRL's window mean is this estimate
+            metrics[f"advisor/{k}"] = [float(v)]
+        self.history.append(dict(step=int(self.trainer.state.global_step) + 1, **rec,
+                                 preset=self.preset, weighting=self.weighting))
+
+    def _estimate(self, out, z):
+        """The logged values from the step's rows (None: no estimate this step)."""
         G = self.group_size
         x, xm = out["prompt_ids"], out["prompt_mask"]
         y, ym = out["completion_ids"], out["completion_mask"]
         N = y.shape[0]
-        z = self._rewards
         if z is None or z.shape[0] != N:
             got = None if z is None else z.shape[0]
             raise ValueError(f"GroupSizeAdvisor: the rewards of the batch ({got} rows) do not "
@@ -226,9 +243,11 @@ class GroupSizeAdvisor(TrainerCallback):
             warnings.warn(f"GroupSizeAdvisor: no estimate at step "
                           f"{self.trainer.state.global_step + 1}: some completions have no reward "
                           f"(every reward function returned None)", RuntimeWarning, stacklevel=2)
-            return
+            return None
         m = N // G
-        if m * G != N or not torch.equal(x[::G].repeat_interleave(G, 0), x):
+        xs = x * xm  # a group split across processes may be padded with different ids
+        if m * G != N or not (torch.equal(xs[::G].repeat_interleave(G, 0), xs)
+                              and torch.equal(xm[::G].repeat_interleave(G, 0), xm)):
             raise ValueError("GroupSizeAdvisor: the generation batch is not made of groups of "
                              "num_generations consecutive rows sharing a prompt")
         zz = z.detach().double().cpu().numpy().reshape(m, G)
@@ -268,9 +287,5 @@ class GroupSizeAdvisor(TrainerCallback):
                "mse_ratio_grpo_oracle": (est.mse(B, G, "grpo") / oracle if oracle > 0
                                          else math.nan),
                "budget": float(self.budget), "group_size": float(G)}
-        metrics = self.trainer._metrics["train"]
-        for k, v in rec.items():  # one value per list: TRL's window mean is this estimate
-            metrics[f"advisor/{k}"] = [float(v)]
-        self.history.append(dict(step=int(self.trainer.state.global_step) + 1, **rec,
-                                 preset=self.preset, weighting=self.weighting))
         self.last_estimate, self.last_rollouts = est, rollouts
+        return {k: float(v) for k, v in rec.items()}

@@ -290,9 +290,9 @@ def test_grpo_trainer_callback_logs_the_constants(tmp_path):
     seen = []
     inner = cb._estimate
 
-    def spy(out):  # the parameters and the trainer's output at each estimate
-        seen.append((copy.deepcopy(tr.model.state_dict()), out, cb._rewards.clone()))
-        inner(out)
+    def spy(out, rewards):  # the parameters and the trainer's output at each estimate
+        seen.append((copy.deepcopy(tr.model.state_dict()), out, rewards.clone()))
+        return inner(out, rewards)
 
     cb._estimate = spy
     tr.train()

@@ -39,14 +39,14 @@ def _run(tmp_path, every, **config):
         seen["generated"].setdefault(tr.state.global_step + 1, []).append(out)
         return out
 
-    def estimate(out):
+    def estimate(out, rewards):
         x, xm, y, ym = (out[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                          "completion_mask"))
         S = naive_scores(tr.accelerator.unwrap_model(tr.model), x, xm, y, ym)
-        z = cb._rewards.double().numpy().reshape(-1, G)
+        z = rewards.double().numpy().reshape(-1, G)
         ref = gt.estimate_from_rollouts(z, scores=S.reshape(z.shape[0], G, -1))
         seen["naive"].append((rows(x, xm, y, ym), ref, z, S))
-        inner(out)
+        return inner(out, rewards)
 
     tr.compute_loss, tr._generate_and_score_completions, cb._estimate = \
         compute_loss, generate, estimate
