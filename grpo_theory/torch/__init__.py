@@ -9,7 +9,10 @@ This ``__init__`` is the face of :mod:`grpo_theory.torch`: ``__all__`` lists the
   memory, ghost norms), :func:`score_statistics` the inner products it uses;
 * :func:`estimate_from_torch_model`: samples the rollouts with the model's ``generate`` first;
 * :class:`GroupSizeAdvisor` (:mod:`.callback`): a ``transformers.TrainerCallback`` for
-  ``trl.GRPOTrainer`` that logs the estimate every K steps from the trainer's own rollouts.
+  ``trl.GRPOTrainer`` that logs the estimate every K steps from the trainer's own rollouts;
+* :class:`GroupSizeScheduler` (:mod:`.scheduler`): a second callback that changes TRL's group
+  size at a fixed budget from the advisor's estimates (a re-chunking sampler,
+  :class:`ReChunkingSampler`; :func:`propose_group_size` its rule).
 
 **The reward of this layer** is TRL's reward-function convention,
 ``reward(prompts, completions) -> rewards`` on text (:class:`CompletionReward`);
@@ -38,7 +41,10 @@ from .estimate import (CompletionReward, estimate_from_torch_model,  # noqa: E40
                        estimate_from_torch_rollouts, response_mask_from_eos, score_statistics,
                        sequence_log_probs)
 from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
+from .scheduler import (GroupSizeScheduler, ReChunkingSampler,  # noqa: E402
+                        allowed_group_sizes, propose_group_size)
 
 __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
            "score_statistics", "sequence_log_probs", "response_mask_from_eos",
-           "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
+           "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED",
+           "GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes", "propose_group_size"]

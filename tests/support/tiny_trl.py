@@ -44,12 +44,13 @@ def odd_length_reward(completions, **kw):
     return [float(len(c[0]["content"]) % 2) for c in completions]
 
 
-def tiny_trainer(tmp_path, *, model=None, prompts=3, num_generations=3, max_steps=2, **config):
-    """A GRPOTrainer of ``prompts * num_generations`` rows per micro-batch; ``config`` goes to
-    GRPOConfig (gradient_accumulation_steps, steps_per_generation, num_iterations, ...);
-    ``peft_config`` to the trainer."""
+def tiny_trainer(tmp_path, *, model=None, prompts=3, num_generations=3, max_steps=2,
+                 texts=TEXTS, **config):
+    """A GRPOTrainer of ``prompts * num_generations`` rows per micro-batch on the prompts
+    ``texts``; ``config`` goes to GRPOConfig (gradient_accumulation_steps, steps_per_generation,
+    num_iterations, ...); ``peft_config`` to the trainer."""
     peft_config = config.pop("peft_config", None)
-    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in TEXTS]})
+    ds = Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in texts]})
     kw = dict(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16=False,
               max_completion_length=5, num_generations=num_generations,
               per_device_train_batch_size=num_generations * prompts, max_steps=max_steps,
