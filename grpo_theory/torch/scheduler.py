@@ -25,10 +25,11 @@ generation batches, at the same N:
   generation, to the G of the batch being generated (TRL 1.16.0 groups rewards with
   ``rewards.view(-1, num_generations)`` in ``_generate_and_score_completions``, so its advantages
   and loss follow the new layout).
-* :func:`propose_group_size` decides, after each estimate: no change while the recommendation is
-  missing (c1 not resolved above 0) or the current G lies inside the estimate's G* interval (the
-  data do not exclude it); otherwise the allowed G nearest the recommended one (in log scale),
-  if it differs from the current G by at least the factor ``min_change`` (hysteresis).
+* :func:`propose_group_size` decides, after each estimate: no change while the current G lies
+  inside the estimate's G* interval (the data do not exclude it); otherwise the allowed G
+  nearest the recommended one (in log scale) or, with no recommendation (c1 not resolved above
+  0, so the interval is [low, inf)), the smallest allowed G >= low; taken if it differs from
+  the current G by at least the factor ``min_change`` (hysteresis).
 
 Allowed sizes (:func:`allowed_group_sizes`): divisors G of the generation batch with
 G >= ``min_group_size`` (3 by default: the advisor needs 3 completions per prompt to keep
@@ -83,21 +84,29 @@ def propose_group_size(current: int, record: dict, allowed, min_change: float = 
         min_change: the least factor between the new and the current G (>= 1).
 
     Returns:
-        The current G, or the allowed G nearest the recommendation.
+        The current G, or the allowed G nearest the recommendation (without one: the allowed G
+        nearest the interval's end the current G lies beyond).
 
     >>> rec = dict(recommended_G=16.0, g_star_low=9.0, g_star_high=30.0)
     >>> propose_group_size(4, rec, [3, 4, 6, 8, 12, 16, 24])
     16
     >>> propose_group_size(12, rec, [3, 4, 6, 8, 12, 16, 24])   # inside the interval
     12
+    >>> unresolved = dict(recommended_G=float("nan"), g_star_low=5.2, g_star_high=float("inf"))
+    >>> propose_group_size(3, unresolved, [3, 4, 6, 8, 12, 16, 24])   # G < 5.2 is excluded
+    6
     """
     rec = float(record["recommended_G"])
-    if not math.isfinite(rec) or rec < 1:
-        return int(current)
     lo, hi = float(record["g_star_low"]), float(record["g_star_high"])
-    if lo <= current <= hi:
+    if lo <= current <= hi or math.isnan(lo) or math.isnan(hi):
         return int(current)
-    target = min(allowed, key=lambda g: (abs(math.log(g / rec)), g))
+    allowed = sorted(int(g) for g in allowed)
+    if math.isfinite(rec) and rec >= 1:
+        target = min(allowed, key=lambda g: (abs(math.log(g / rec)), g))
+    elif current < lo:  # no point estimate (c1 not resolved above 0): the end nearest
+        target = next((g for g in allowed if g >= lo), allowed[-1])
+    else:
+        target = next((g for g in reversed(allowed) if g <= hi), allowed[0])
     if max(target / current, current / target) < min_change:
         return int(current)
     return int(target)

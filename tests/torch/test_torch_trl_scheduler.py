@@ -30,7 +30,12 @@ def test_propose_group_size_moves_only_on_a_resolved_excluded_recommendation():
     rec = dict(recommended_G=16.0, g_star_low=9.0, g_star_high=30.0)
     assert propose_group_size(4, rec, allowed) == 16
     assert propose_group_size(12, rec, allowed) == 12          # inside the G* interval
-    assert propose_group_size(4, dict(rec, recommended_G=math.nan), allowed) == 4  # c1 unresolved
+    # c1 not resolved above 0: no point estimate, the interval [low, inf) still excludes G < low
+    unresolved = dict(recommended_G=math.nan, g_star_low=5.2, g_star_high=math.inf)
+    assert propose_group_size(6, unresolved, allowed) == 6
+    assert propose_group_size(4, unresolved, allowed) == 6
+    assert propose_group_size(3, dict(unresolved, g_star_low=30.0), allowed) == 24
+    assert propose_group_size(4, dict(unresolved, g_star_low=1.0), allowed) == 4
     assert propose_group_size(4, dict(rec, recommended_G=10.0), allowed) == 12  # nearest in log
     assert propose_group_size(4, dict(rec, recommended_G=10.0), [3, 4, 8]) == 8
     near = dict(recommended_G=4.8, g_star_low=4.5, g_star_high=5.5)
