@@ -70,16 +70,24 @@ class ConformalStopping(Rule):
     """C-GRPO: stop at the first grid size whose conformal prediction set is one answer."""
 
     grid: tuple = (2, 4, 8)
-    qhat: float = 1.0
+    qhat: tuple = (1.0, 1.0, 1.0)   # one threshold per grid size
     agree: str = "answer"
+    score: str = "aps"
 
     def horizon(self) -> int:
         return int(self.grid[-1])
 
+    def _threshold(self, t):
+        return dict(zip(self.grid, self.qhat)).get(int(t), np.inf)
+
     def decide(self, t, n1):
-        at_grid = t in self.grid
-        top = np.maximum(n1, t - n1)
-        stop = (t == self.grid[-1]) | (at_grid & (top >= self.qhat * t - 1e-12))
+        q = self._threshold(t)
+        # the trainer's own float expressions, so a share at the threshold rounds as there
+        if self.score == "pass_rate":  # a pass seen and 1 - n_pass / k <= qhat_k
+            resolved = (n1 > 0) & (1.0 - n1 / t <= q)
+        else:  # APS singleton: the top answer's share reaches qhat_k
+            resolved = np.maximum(n1, t - n1) / t >= q
+        stop = (t == self.grid[-1]) | ((t in self.grid) & resolved)
         return stop[None, :], n1[None, :], (t - n1)[None, :]
 
     def prompt_moments(self, structure, estimator, normaliser):
@@ -105,16 +113,27 @@ class ConformalStopping(Rule):
         return n_sampled, keep
 
 
-def conformal_stopping(grid=(2, 4, 8), qhat: float = 1.0,
-                       agree: str = "answer") -> ConformalStopping:
-    r"""C-GRPO's conformal stopping (as described for PyPI ``trl-cgrpo`` 0.2.0; the trainer's
-    source was not available to check the APS details against).
+def conformal_stopping(grid=(2, 4, 8), qhat=1.0, agree: str = "answer",
+                       score: str = "aps") -> ConformalStopping:
+    r"""C-GRPO's conformal stopping, as PyPI ``trl-cgrpo`` 0.2.0 implements it
+    (``CGRPOTrainer._generate_single_turn`` and ``conformal.resolves_singleton``).
 
-    Sample along ``grid`` and stop a prompt at the first size k whose APS prediction set over the
-    k sampled answers is a single answer, otherwise at the last grid size; the estimator is
-    applied to the k responses sampled. The set is modelled without randomisation: answers sorted
-    by empirical frequency are included until their cumulative frequency reaches ``qhat``, so it
-    is a singleton iff the top answer's share is ``>= qhat`` (``qhat = 1``: all k answers agree).
+    Sample along ``grid`` and stop a prompt at the first size k whose prediction set over the
+    k sampled answers is resolved, otherwise at the last grid size; the estimator is applied to
+    the k responses sampled. The trainer's set (APS, ``score="aps"``): answers by decreasing
+    frequency until their cumulative share reaches the size's threshold ``qhat_k``; resolved
+    when it is one answer whose share reaches ``qhat_k``, i.e. iff the top answer's share is
+    ``>= qhat_k`` (its random tie-breaking and its randomised score change which answer is
+    listed, not whether the set is a singleton; ``qhat_k = 1``: all k answers agree).
+    ``score="pass_rate"`` is the trainer's execution score for pass/fail rewards: resolved when
+    some completion passed and ``1 - n_pass / k <= qhat_k``. (Its ``first_success`` score
+    depends on the position of the first pass, not on counts, and has no exact route here.)
+
+    The trainer calibrates one threshold per grid size (``qhats[k]``) on held-out prompts and
+    pads a stopped group with masked rows of NaN reward: the group baseline is over the k real
+    completions, and only token-normalised losses (``dapo``, ``bnpo``, ``cispo``, ``vespo``)
+    are allowed, so a prompt's weight is its share of the batch's real tokens: the audit's
+    ``normaliser="token"``. Its default grid is ``(2, 4, 8, 16, 32)``.
 
     ``agree="answer"`` takes a response's identity as its answer (a bandit's responses are its
     answers); only ``qhat = 1`` has an exact route there, where stopping happens at ``grid[0]``
@@ -123,11 +142,15 @@ def conformal_stopping(grid=(2, 4, 8), qhat: float = 1.0,
 
     Args:
         grid: strictly increasing integers >= 2.
-        qhat: the calibrated threshold in (0, 1].
-        agree: ``"answer"`` or ``"reward"``.
+        qhat: the threshold in [0, 1], one for every grid size, or a sequence of one per size.
+        agree: ``"answer"`` or ``"reward"`` (``score="pass_rate"`` reads the rewards).
+        score: ``"aps"`` or ``"pass_rate"``.
 
     Returns:
         A :class:`ConformalStopping` rule.
+
+    >>> conformal_stopping((2, 4, 8), qhat=[0.9, 0.75, 1.0], agree="reward").name
+    'conformal_stopping(grid=(2, 4, 8),qhat=(0.9, 0.75, 1),reward)'
     """
     try:
         g = tuple(int(v) for v in grid)
@@ -136,15 +159,33 @@ def conformal_stopping(grid=(2, 4, 8), qhat: float = 1.0,
     if not g or any(a != b for a, b in zip(g, grid)) or g[0] < 2 or any(
             b <= a for a, b in zip(g, g[1:])):
         raise ValueError(f"grid must be strictly increasing integers >= 2, got {grid!r}")
-    q = V.real_scalar("qhat", qhat, positive=True)
-    if q > 1.0:
-        raise ValueError(f"qhat must lie in (0, 1], got {qhat!r}")
+    if score not in ("aps", "pass_rate"):
+        hint = (" (it depends on the position of the first pass: no exact route)"
+                if score == "first_success" else "")
+        raise ValueError(f"score must be 'aps' or 'pass_rate', got {score!r}{hint}")
+    qs = np.ravel(np.asarray(qhat, dtype=object))
+    if qs.size == 1:
+        qs = np.repeat(qs, len(g))
+    if qs.size != len(g):
+        raise ValueError(f"qhat must be one number or one per grid size ({len(g)}), got {qhat!r}")
+    q = []
+    for v in qs:
+        v = V.real_scalar("qhat", v)
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"qhat must lie in [0, 1], got {qhat!r}")
+        q.append(float(v))
+    q = tuple(q)
     if agree not in ("answer", "reward"):
         raise ValueError(f"agree must be 'answer' or 'reward', got {agree!r}")
-    if agree == "answer" and q != 1.0:
+    if score == "pass_rate":
+        agree = "reward"
+    if agree == "answer" and any(v != 1.0 for v in q):
         raise ValueError(f"qhat must be 1 with agree='answer' (the exact route needs it), got "
                          f"{qhat!r}; use agree='reward' for qhat < 1")
-    return ConformalStopping(f"conformal_stopping(grid={g},qhat={q:g},{agree})", g, q, agree)
+    qtext = f"{q[0]:g}" if len(set(q)) == 1 else "(" + ", ".join(f"{v:g}" for v in q) + ")"
+    extra = ",pass_rate" if score == "pass_rate" else ""
+    return ConformalStopping(f"conformal_stopping(grid={g},qhat={qtext},{agree}{extra})", g, q,
+                             agree, score)
 
 
 # --- PODS max-variance down-sampling -------------------------------------------------------------

@@ -23,6 +23,8 @@ RULES = [
     A.conformal_stopping((2, 3, 4)),
     A.conformal_stopping((2, 4), agree="reward"),
     A.conformal_stopping((2, 3, 4), qhat=0.7, agree="reward"),
+    A.conformal_stopping((2, 3, 4), qhat=(0.9, 0.6, 1.0), agree="reward"),
+    A.conformal_stopping((2, 3, 4), qhat=0.5, score="pass_rate"),
     A.max_variance_subset(4, 2),
     A.max_variance_subset(5, 3),
     A.successive_elimination(2, 2, 3),
