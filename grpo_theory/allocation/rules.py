@@ -42,6 +42,7 @@ import numpy as np
 from .. import _validation as V
 
 __all__ = ["Rule", "FixedSize", "PerPromptSize", "fixed", "per_prompt", "pass_rate_allocation",
+           "knapsack_value",
            "register_rule", "get_rule", "available_rules"]
 
 
@@ -226,6 +227,31 @@ def _largest_remainder(share, total, minimum):
     return base + minimum
 
 
+def knapsack_value(G, p):
+    """Knapsack RL's value of G rollouts of a prompt of pass rate p:
+    ``(1 - p^G - (1 - p)^G) p (1 - p)^2`` (arrays broadcast)."""
+    G, p = np.asarray(G, float), np.asarray(p, float)
+    return (1.0 - p ** G - (1.0 - p) ** G) * p * (1.0 - p) ** 2
+
+
+def _knapsack_sizes(p, total, lo, hi):
+    """argmax of ``sum_x knapsack_value(G_x, p_x)`` at ``sum G_x = total``, ``lo <= G_x <= hi``:
+    the largest marginal gains, one rollout at a time (exact for concave values)."""
+    import heapq
+
+    sizes = np.full(p.size, lo, np.int64)
+    gain = lambda x: float(knapsack_value(sizes[x] + 1, p[x])  # noqa: E731
+                           - knapsack_value(sizes[x], p[x]))
+    heap = [(-gain(x), x) for x in range(p.size) if sizes[x] < hi]
+    heapq.heapify(heap)
+    for _ in range(total - lo * p.size):
+        _, x = heapq.heappop(heap)
+        sizes[x] += 1
+        if sizes[x] < hi:
+            heapq.heappush(heap, (-gain(x), x))
+    return sizes
+
+
 def pass_rate_allocation(pass_rates, budget: int, method: str = "vip", min_size: int = 2,
                          max_size: int | None = None) -> PerPromptSize:
     r"""Group sizes from pass-rate estimates that do not use the current samples.
@@ -233,16 +259,23 @@ def pass_rate_allocation(pass_rates, budget: int, method: str = "vip", min_size:
     ``"vip"``: VIP (arXiv 2602.01601) takes a prompt's gradient variance as proportional to
     ``p(1 - p)``; minimising ``sum_x p_x (1 - p_x) / G_x`` at ``sum_x G_x = N`` (Lagrange) gives
     ``G_x \propto \sqrt{p_x (1 - p_x)}``. ``"sgpo"``: sGPO's ``G_x \propto 1 / p_x``. Both are
-    rounded by largest remainders to integers ``>= min_size`` summing to ``budget``. Because the
-    sizes are fixed before sampling, leave-one-out stays unbiased per prompt (with the default
-    per-prompt normaliser).
+    rounded by largest remainders to integers ``>= min_size`` summing to ``budget``.
+    ``"knapsack"``: Knapsack RL (arXiv 2509.25849) values G rollouts of a prompt as the chance of
+    a non-zero GRPO gradient times its information gain,
+    ``v(G, p) = (1 - p^G - (1 - p)^G) p (1 - p)^2``, and maximises ``sum_x v(G_x, p_x)`` at
+    ``sum_x G_x = N`` with ``min_size <= G_x <= max_size`` (solved exactly: ``v`` is concave in
+    G, so taking the largest marginal gains one rollout at a time is optimal; ties go to the
+    earlier prompt; prompts with p in {0, 1} have no value and keep ``min_size`` unless the
+    budget cannot be spent otherwise). Because the sizes are fixed before sampling,
+    leave-one-out stays unbiased per prompt (with the default per-prompt normaliser).
 
     Args:
         pass_rates: (P,) estimates in [0, 1] (previous step or cross-fitted).
         budget: N, the total rollouts per pass over the P prompts, ``>= min_size * P``.
-        method: ``"vip"`` or ``"sgpo"``.
+        method: ``"vip"``, ``"sgpo"`` or ``"knapsack"``.
         min_size: the smallest G_x (2 for leave-one-out).
-        max_size: an optional cap on G_x (the excess is not redistributed).
+        max_size: an optional cap on G_x (vip, sgpo: the excess is not redistributed;
+            knapsack: a constraint, ``budget <= max_size * P``).
 
     Returns:
         A :class:`PerPromptSize` rule named ``"pass_rate(<method>)"``.
@@ -250,10 +283,16 @@ def pass_rate_allocation(pass_rates, budget: int, method: str = "vip", min_size:
     p = V.finite_array("pass_rates", pass_rates, ndim=1)
     if p.size == 0 or np.any(p < 0) or np.any(p > 1):
         raise ValueError(f"pass_rates must be a non-empty 1-d array in [0, 1], got {p.tolist()!r}")
-    if method not in ("vip", "sgpo"):
-        raise ValueError(f"method must be 'vip' or 'sgpo', got {method!r}")
+    if method not in ("vip", "sgpo", "knapsack"):
+        raise ValueError(f"method must be 'vip', 'sgpo' or 'knapsack', got {method!r}")
     lo = V.integer("min_size", min_size, 1)
     N = V.integer("budget", budget, lo * p.size)
+    if method == "knapsack":
+        hi = N if max_size is None else V.integer("max_size", max_size, lo)
+        if hi * p.size < N:
+            raise ValueError(f"budget {N} exceeds max_size {hi} times the {p.size} prompts")
+        sizes = _knapsack_sizes(p, N, lo, hi)
+        return PerPromptSize("pass_rate(knapsack)", tuple(int(g) for g in sizes))
     if method == "vip":
         share = np.sqrt(p * (1 - p))
     else:

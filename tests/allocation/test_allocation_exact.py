@@ -19,6 +19,7 @@ RULES = [
     A.per_prompt([2, 4]),
     A.pass_rate_allocation([0.3, 0.6], 6, "sgpo"),
     A.pass_rate_allocation([0.3, 0.9], 7, "vip"),
+    A.pass_rate_allocation([0.1, 0.6], 7, "knapsack"),
     A.dynamic_sampling(3),
     A.conformal_stopping((2, 3, 4)),
     A.conformal_stopping((2, 4), agree="reward"),
