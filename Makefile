@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study
+.PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study trl-scheduler-study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,3 +52,8 @@ smollm2: $(SMOLLM2)
 smollm2-study: $(STAMP) $(SMOLLM2)
 	$(PY) -m grpo_theory.studies.smollm2 --model $(SMOLLM2) --out results-full/smollm2 \
 		--tasks add1,add1-n,sub1-n,addsub1-n --n-prompts 64 --n-samples 8 --chunk 16
+
+# does acting pay? TRL's fixed G against GroupSizeScheduler at equal completions (real
+# GRPOTrainer runs of a tiny model on CPU, about 20 minutes on 2 cores; resumes run by run)
+trl-scheduler-study: $(STAMP)
+	$(PY) -m grpo_theory.studies.trl_scheduler --out results-full/trl_scheduler

@@ -1,0 +1,116 @@
+"""The A/B study's tables, figure and report: per-arm means and paired differences over seeds
+with Student-t intervals (95%)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+#: paired comparisons (a, b): a - b per seed
+PAIRS = (("scheduled-8", "fixed-8"), ("scheduled-3", "fixed-3"), ("fixed-3", "fixed-8"),
+         ("scheduled-3", "fixed-8"))
+METRICS = ("mean_reward", "last_quarter_reward", "final_G", "changes")
+
+
+def _per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (arm, seed): the metrics of :data:`METRICS`."""
+    rows = []
+    for (arm, seed), d in runs.groupby(["arm", "seed"]):
+        d = d.sort_values("step")
+        q = max(1, len(d) // 4)
+        rows.append(dict(arm=arm, seed=seed, mean_reward=d["reward"].mean(),
+                         last_quarter_reward=d["reward"].iloc[-q:].mean(),
+                         final_G=float(d["G"].iloc[-1]), changes=float(d["changes"].iloc[0])))
+    return pd.DataFrame(rows)
+
+
+def _t_interval(x: np.ndarray, level: float = 0.95):
+    x = np.asarray(x, float)
+    n, m = len(x), float(np.mean(x))
+    if n < 2:
+        return m, np.nan, np.nan
+    h = stats.t.ppf(0.5 + level / 2, n - 1) * np.std(x, ddof=1) / np.sqrt(n)
+    return m, m - h, m + h
+
+
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy summary: ``kind`` (arm or difference), ``name``, ``metric``, ``mean``, ``ci_low``,
+    ``ci_high``, ``seeds`` (differences paired by seed: the same initial model and prompts)."""
+    ps = _per_seed(runs)
+    rows = []
+    for arm, d in ps.groupby("arm"):
+        for m in METRICS:
+            mean, lo, hi = _t_interval(d[m])
+            rows.append(dict(kind="arm", name=arm, metric=m, mean=mean, ci_low=lo, ci_high=hi,
+                             seeds=len(d)))
+    wide = ps.set_index(["seed", "arm"]).unstack("arm")
+    for a, b in PAIRS:
+        if a not in ps["arm"].values or b not in ps["arm"].values:
+            continue
+        for m in ("mean_reward", "last_quarter_reward"):
+            diff = (wide[m][a] - wide[m][b]).dropna()
+            mean, lo, hi = _t_interval(diff)
+            rows.append(dict(kind="difference", name=f"{a} - {b}", metric=m, mean=mean,
+                             ci_low=lo, ci_high=hi, seeds=len(diff)))
+    out = pd.DataFrame(rows)
+    out["version"] = runs["version"].iloc[0]
+    return out
+
+
+def figure(runs: pd.DataFrame, path) -> None:
+    """Mean reward and mean G against completions generated, one line per arm (95% band)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for arm, d in runs.groupby("arm"):
+        g = d.groupby("completions")
+        m, s, n = g["reward"].mean(), g["reward"].std(ddof=1), g["reward"].count()
+        h = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * s / np.sqrt(n)
+        ax.plot(m.index, m.values, label=arm)
+        ax.fill_between(m.index, (m - h).values, (m + h).values, alpha=0.15)
+        bx.plot(m.index, g["G"].mean().values, label=arm)
+    ax.set(xlabel="completions generated", ylabel="mean reward of the step's rollouts")
+    bx.set(xlabel="completions generated", ylabel="group size G (mean over seeds)",
+           yscale="log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _verdict(r) -> str:
+    if not np.isfinite(r.ci_low):
+        return "one seed: no interval"
+    if r.ci_low > 0:
+        return "higher (the interval excludes 0)"
+    if r.ci_high < 0:
+        return "lower (the interval excludes 0)"
+    return "not distinguishable (the interval contains 0)"
+
+
+def report(runs: pd.DataFrame, summary: pd.DataFrame, cfg) -> str:
+    """REPORT.md: the setting, the per-arm table, the paired differences with verdicts."""
+    c = json.loads(runs["config"].iloc[0])
+    lines = ["# Does acting pay? TRL's fixed G against GroupSizeScheduler", "",
+             f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
+             f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
+             f"(paired: the same initial model and prompts per seed); advisor every "
+             f"{c['every']} steps. grpo-theory {runs['version'].iloc[0]}; wall time "
+             f"{runs.groupby(['arm', 'seed'])['wall_s'].first().sum():.0f} s for all runs.",
+             "", "| arm | metric | mean | 95% CI |", "|---|---|---|---|"]
+    for r in summary[summary.kind == "arm"].itertuples():
+        lines.append(f"| {r.name} | {r.metric} | {r.mean:.4g} | [{r.ci_low:.4g}, "
+                     f"{r.ci_high:.4g}] |")
+    lines += ["", "Paired differences (per seed, then t over seeds):", "",
+              "| difference | metric | mean | 95% CI | verdict |", "|---|---|---|---|---|"]
+    for r in summary[summary.kind == "difference"].itertuples():
+        lines.append(f"| {r.name} | {r.metric} | {r.mean:+.4f} | [{r.ci_low:+.4f}, "
+                     f"{r.ci_high:+.4f}] | {_verdict(r)} |")
+    lines += ["", "![reward and G against completions](reward.png)", ""]
+    return "\n".join(lines)
