@@ -68,8 +68,9 @@ def _bounded_compiled_programs():
 @pytest.fixture(autouse=True)
 def _budgets_without_the_test_process(monkeypatch):
     """Memory budgets in the tests are sized for the tiny models alone: the test process's own
-    resident memory (1-3 GB, which ``resolve_chunk`` counts first) is left out; the tests of
-    that accounting (tests/lm/test_lm_memory.py) set it themselves."""
+    memory (1-3 GB resident and the other tests' live arrays, which ``resolve_chunk`` counts
+    first) is left out; the tests of that accounting (tests/lm/test_lm_memory.py) set it
+    themselves."""
     from grpo_theory.lm import options
 
-    monkeypatch.setattr(options, "process_rss", lambda: 0)
+    monkeypatch.setattr(options, "resident_base", lambda params: 0)

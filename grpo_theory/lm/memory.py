@@ -25,10 +25,24 @@ with ``a`` about 100 MB for SmolLM2-135M at 64 positions against 1.6 GB for one 
 score: the chunk is no longer what limits the model size (``row_bytes`` of
 :func:`chunk_for_budget`).
 
-The budget is for the whole process: the resident memory already held beyond the
-parameters (the Python interpreter, JAX's runtime, the tokenizer: ``B``, ``base_bytes``,
-:func:`process_rss` minus the parameters' bytes, read when the chunk is chosen) is added, so
-the chunk is the largest c with ``B + M(c) <= budget``.
+The budget is for the whole process, so what the process already holds beyond the
+parameters, ``B`` (``base_bytes``, :func:`resident_base`), is added: the chunk is the largest c
+with ``B + M(c) <= budget``. Only what is held when the chunk is chosen counts, not what an
+earlier pass left for reuse:
+
+.. math:: B = \max(0,\ \mathrm{RSS}_0 - L_0) + L_\text{now} - P,
+
+with RSS_0 and L_0 the resident bytes (:func:`process_rss`) and the bytes of all live JAX
+arrays (:func:`live_array_bytes`) at the first chunk choice of the process, L_now the live
+JAX arrays' bytes now and P the parameters' share of them (P is in ``M(c)``). The first term
+is the memory outside JAX arrays (the Python interpreter, JAX's runtime, the tokenizer),
+taken once; the second what arrays beyond the parameters hold now. What a pass leaves
+resident outside live arrays (freed buffers the allocator keeps, XLA's compiled executables
+and caches) is not counted again: a second pass at the same chunk reuses it. Measured on a
+2.4M-parameter checkpoint (``benchmarks/results/memory_repeat.md``): the first pass leaves
+the resident memory 280 MiB higher with no live array added, and later passes at the same
+chunk leave it where it was; counting that growth (``B = RSS - P``, read at every choice)
+shrank the chunk or refused the second pass.
 
 The default budget (:func:`default_memory_budget`) is :data:`DEFAULT_BUDGET_FRACTION` of the
 memory available now: ``MemAvailable`` of ``/proc/meminfo`` (Linux), else the available
@@ -49,7 +63,8 @@ from . import families
 
 __all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
            "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
-           "is_out_of_memory", "DEFAULT_BUDGET_FRACTION", "OVERHEAD_FACTOR"]
+           "is_out_of_memory", "live_array_bytes", "resident_base", "DEFAULT_BUDGET_FRACTION",
+           "OVERHEAD_FACTOR"]
 
 #: share of the available memory the default budget allows
 DEFAULT_BUDGET_FRACTION = 0.5
@@ -122,6 +137,28 @@ def process_rss() -> int:
             return int(fh.read().split()[1]) * int(os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, IndexError, AttributeError):
         return 0
+
+
+def live_array_bytes(exclude=()) -> int:
+    """Bytes of the JAX arrays alive now (``jax.live_arrays()``), leaving out the arrays in
+    ``exclude`` (by identity)."""
+    skip = {id(x) for x in exclude}
+    return int(sum(x.nbytes for x in jax.live_arrays() if id(x) not in skip))
+
+
+#: the process's resident bytes outside JAX arrays at its first chunk choice (None: not read
+#: yet; :func:`resident_base`)
+_outside_arrays: int | None = None
+
+
+def resident_base(params) -> int:
+    """``B``, the bytes this process holds beyond the parameters ``params`` (module docstring):
+    its resident memory outside JAX arrays, read once (at the first call in the process),
+    plus the bytes of the live JAX arrays that are not leaves of ``params`` now."""
+    global _outside_arrays
+    if _outside_arrays is None:
+        _outside_arrays = max(0, process_rss() - live_array_bytes())
+    return _outside_arrays + live_array_bytes(jax.tree_util.tree_leaves(params))
 
 
 def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:

@@ -9,7 +9,7 @@ from the budget by :meth:`ModelOptions.resolve_chunk`:
 
 with ``a`` the bytes one sequence adds to the score pass (the policy's
 :meth:`~grpo_theory.lm.policy.LMPolicy.row_bytes`; ``D (b + 8)`` on the per-sample route),
-``B`` the process's other resident memory (:func:`grpo_theory.lm.memory.chunk_for_budget`).
+``B`` the process's other memory (:func:`grpo_theory.lm.memory.resident_base`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from .. import _validation as V
-from .memory import chunk_for_budget, default_memory_budget, parse_memory, process_rss
+from .memory import chunk_for_budget, default_memory_budget, parse_memory, resident_base
 
 __all__ = ["ModelOptions", "MODEL_DTYPES", "PAD_EMBEDDINGS", "check_pad_embedding",
            "score_memory", "resolve_chunk"]
@@ -109,8 +109,10 @@ class ModelOptions:
         """The chunk of sequences per block of the score pass: ``chunk`` when set, else the
         largest that fits in the budget (module docstring).
 
-        The budget is the whole process's: what it holds besides the parameters now
-        (:func:`grpo_theory.lm.memory.process_rss`) is counted first. With ``seq_len`` and
+        The budget is the whole process's: what it holds besides the parameters
+        (:func:`grpo_theory.lm.memory.resident_base`: its memory outside JAX arrays at its
+        first chunk choice, and the live JAX arrays beyond the parameters now) is counted
+        first. With ``seq_len`` and
         ``response_len`` a sequence costs ``policy.row_bytes(seq_len, response_len)`` (the
         per-sample scores when that is None); without them, the per-sample scores.
 
@@ -132,7 +134,7 @@ class ModelOptions:
             row = policy.row_bytes(seq_len, response_len)
         return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
                                 n_accumulators=n_accumulators, row_bytes=row,
-                                base_bytes=max(0, process_rss() - d * b))
+                                base_bytes=resident_base(policy.params))
 
 
 def score_memory(policy) -> tuple[int, int]:

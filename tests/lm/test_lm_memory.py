@@ -2,6 +2,9 @@
 out-of-memory error as a ValueError; and the streamed statistics that use them
 (advisor.estimate.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 
+import gc
+import math
+
 import jax
 import numpy as np
 import pytest
@@ -246,19 +249,96 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     assert E.resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
 
 
-def test_the_process_base_is_counted_first(policy, monkeypatch):
-    """resolve_chunk counts the process's resident memory beyond the parameters before the
-    chunk: budget = base + M(c)."""
+@pytest.fixture
+def counted(monkeypatch):
+    """resident_base as the package reads it (the conftest leaves it out), its once-per-process
+    reading of the memory outside JAX arrays reset."""
+    gc.collect()
+    monkeypatch.setattr(O, "resident_base", M.resident_base)
+    monkeypatch.setattr(M, "_outside_arrays", None)
+
+
+def _others(policy):
+    """Bytes of the live JAX arrays that are not the policy's parameters."""
+    return M.live_array_bytes(jax.tree_util.tree_leaves(policy.params))
+
+
+def test_the_process_base_is_counted_first(policy, counted, monkeypatch):
+    """resolve_chunk counts the process's memory beyond the parameters before the chunk:
+    budget = B + M(c), B = (RSS_0 - L_0) + the live arrays beyond the parameters."""
     d, b = E.score_memory(policy)
     base = 50 * d * (b + 8)
-    monkeypatch.setattr(O, "process_rss", lambda: d * b + base)
-    budget = M.chunk_bytes(d, 3, dtype_bytes=b, base_bytes=base)
-    assert budget == M.chunk_bytes(d, 3, dtype_bytes=b) + base
+    monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + base)
+    budget = M.chunk_bytes(d, 3, dtype_bytes=b, base_bytes=base + _others(policy))
+    assert budget == M.chunk_bytes(d, 3, dtype_bytes=b) + base + _others(policy)
     assert E.resolve_chunk(policy, None, 100, budget) == 3
     assert E.resolve_chunk(policy, None, 100, budget - 1) == 2
     with pytest.raises(ValueError, match="already resident"):
         E.resolve_chunk(policy, None, 100, base)
-    monkeypatch.setattr(O, "process_rss", lambda: 0)  # nothing readable: no base
+    monkeypatch.setattr(M, "_outside_arrays", None)
+    monkeypatch.setattr(M, "process_rss", lambda: 0)  # nothing readable: no base
     assert E.resolve_chunk(policy, None, 100, budget) == 43  # + base / (1.25 D (b + 8)) = 40
+    monkeypatch.undo()
     rss = M.process_rss()
     assert 10 * 2**20 < rss < M.available_memory() + rss  # this process: tens of MB at least
+
+
+def test_resident_growth_between_calls_keeps_the_chunk(policy, counted, monkeypatch):
+    """What the process keeps resident after a pass (outside live arrays) is not counted again:
+    with the resident memory growing by 20 per-sample rows before each call, the rule reading
+    the whole RSS at every call shrinks the chunk (10, then 1, then refused); this one keeps 10."""
+    d, b = E.score_memory(policy)
+    base, row = 50 * d * (b + 8), math.ceil(1.25 * d * (b + 8))
+    grown = [0]
+    monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + base + grown[0])
+    budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=base + _others(policy))
+    new, old = [], []
+    for _ in range(3):
+        new.append(E.resolve_chunk(policy, None, 100, budget))
+        try:  # the earlier rule: B = RSS now - D b
+            old.append(M.chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget,
+                                          n_items=100, base_bytes=M.process_rss() - d * b))
+        except ValueError:
+            old.append(None)
+        grown[0] += 9 * row
+    assert new == [10, 10, 10]
+    assert old == [10, 1, None]
+
+
+def test_live_arrays_beyond_the_parameters_are_counted(policy, counted, monkeypatch):
+    """Memory genuinely held by live JAX arrays is counted at every choice: an array of 4
+    per-sample rows alive shrinks the chunk by 4; freed, the chunk is back."""
+    d, b = E.score_memory(policy)
+    row = math.ceil(1.25 * d * (b + 8))
+    monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + 10**6)
+    budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=10**6 + _others(policy))
+    assert E.resolve_chunk(policy, None, 100, budget) == 10
+    held = jax.numpy.zeros(4 * row // 4 + 1, jax.numpy.float32)
+    assert E.resolve_chunk(policy, None, 100, budget) == 5  # 4 rows and a byte: 10 - 5
+    del held
+    gc.collect()
+    assert E.resolve_chunk(policy, None, 100, budget) == 10
+
+
+def test_repeated_statistics_calls_keep_their_chunk(tmp_path, counted):
+    """Three statistics calls on a checkpoint in one process, the same budget and no chunk:
+    the same chunk each time, none refused (the process's real resident memory, which the
+    first call's compilation grows by tens of MB, against a budget with two rows to spare)."""
+    from support.hf_checkpoint import write_checkpoint
+
+    from grpo_theory import lm
+
+    write_checkpoint(tmp_path / "ck", "llama", tied=True, bias=False, shards=1)
+    pol = lm.from_pretrained(tmp_path / "ck")
+    d, b = E.score_memory(pol)
+    x = np.random.default_rng(0).integers(4, 40, size=(2, 6))
+    a = pol.row_bytes(6 + 5, 5)
+    budget = M.chunk_bytes(d, 2 * 4 + 2, dtype_bytes=b, row_bytes=a,
+                           base_bytes=M.resident_base(pol.params))
+    rss0 = M.process_rss()
+    chunks = [S.lm_rollout_statistics(pol, x, lambda r, y: np.arange(len(r)) % 2, 4, i, 5,
+                                      chunk=None, memory_budget=budget).chunk
+              for i in range(3)]
+    assert chunks == [8, 8, 8]
+    # the rival rule would have refused: the first call left more than the spare rows resident
+    assert M.process_rss() - rss0 > 2 * math.ceil(1.25 * a)
