@@ -39,8 +39,8 @@ is the memory outside JAX arrays (the Python interpreter, JAX's runtime, the tok
 taken once; the second what arrays beyond the parameters hold now. What a pass leaves
 resident outside live arrays (freed buffers the allocator keeps, XLA's compiled executables
 and caches) is not counted again: a second pass at the same chunk reuses it. Measured on a
-2.4M-parameter checkpoint (``benchmarks/results/memory_repeat.md``): the first pass leaves
-the resident memory 280 MiB higher with no live array added, and later passes at the same
+3.4M-parameter checkpoint (``benchmarks/results/memory_repeat.md``): the first pass leaves
+the resident memory about 375 MiB higher with no live array added, and later passes at the same
 chunk leave it where it was; counting that growth (``B = RSS - P``, read at every choice)
 shrank the chunk or refused the second pass.
 
