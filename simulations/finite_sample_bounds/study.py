@@ -197,6 +197,7 @@ def checks(df: pd.DataFrame) -> list:
     n_div = core.groupby(["schedule", "estimator"]).diverged_seeds.max()
     out = [check("oracle and GRPO runs never diverge (finite M)", (n_div == 0).all(),
                  n_div.to_numpy(dtype=float),
+                 kind="sanity",
                  detail=", ".join(f"{s}/{e}: {int(v)}" for (s, e), v in n_div.items()))]
     for (sch, est), d in df.groupby(["schedule", "estimator"], sort=False):
         if (d.diverged_seeds > 0).any():
@@ -205,6 +206,7 @@ def checks(df: pd.DataFrame) -> list:
         out.append(check(f"{sch}/{est}: 95% CI high of E[Delta_n] <= Lemma 6 bound at every n",
                          _below(d.ci_high, d.bound).all(), d.ci_high.to_numpy(dtype=float),
                          d.bound.to_numpy(dtype=float),
+                         kind="sanity",
                          detail=f"max over n >= 1 of CI-high / bound {np.max(ratio):.3f} "
                                 f"({len(d)} logged n)"))
     return out
