@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from grpo_theory.core.stats import t_value
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments.runner import Section, check
 from grpo_theory.experiments.stats import markdown_table
@@ -17,6 +18,8 @@ __all__ = ["training_summary", "checks", "report", "plot"]
 
 EXACT_TOL = 1e-12
 Z_TOL = 4.5
+#: two-sided level of the t test that alpha = 1 leaves E[L | incorrect] where it started
+DRIFT_ALPHA = 1e-3
 
 
 def training_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -29,7 +32,7 @@ def training_summary(df: pd.DataFrame) -> pd.DataFrame:
         "L_incorrect_end": last.L_incorrect, "drift_incorrect": last.drift_incorrect,
         "drift_incorrect_se": last.drift_incorrect_se,
         "flow_drift_incorrect": last.L_incorrect_flow - first.L_incorrect_flow,
-        "drift_correct": last.drift_correct, "J_end": last.J,
+        "drift_correct": last.drift_correct, "J_end": last.J, "n_seeds": last.n_seeds,
     }).reset_index()
     return out
 
@@ -63,6 +66,7 @@ def checks(tables) -> dict:
     a0d = a0.set_index("estimator").drift_incorrect
     a1d = a1.set_index("estimator").drift_incorrect
     gap = 0.25 * a0d.reindex(a1d.index) - a1d.abs()  # > 0: alpha=1 drifts < 1/4 of alpha=0
+    t1 = np.array([t_value(DRIFT_ALPHA, n - 1) for n in a1.n_seeds], dtype=float)
     c = {
         "exact_enumeration": check(
             f"conditioning formula = enumeration of all G-tuples (<= {EXACT_TOL:g})",
@@ -117,13 +121,16 @@ def checks(tables) -> dict:
                    f"flow {a0.flow_drift_incorrect.min():+.3f}"
             if len(a0) else ""),
         "alpha1_does_not": check(
-            "α = 1 does not (abs flow drift < 0.01, abs drift < 4 se + 0.05 and < α = 0's / 4)",
+            f"α = 1 does not (abs flow drift < 0.01, abs drift < t(n_seeds - 1) se at level "
+            f"{DRIFT_ALPHA:g}, and < α = 0's / 4)",
             _finite_all(a1.flow_drift_incorrect.abs() < 0.01)
-            and _finite_all(a1.drift_incorrect.abs() < 4 * a1.drift_incorrect_se + 0.05)
+            and _finite_all(a1.drift_incorrect.abs() < t1 * a1.drift_incorrect_se)
             and _finite_all(gap > 0),
-            a1.drift_incorrect, a1.drift_incorrect_se, a1.flow_drift_incorrect, gap,
-            kind="statistical", excludes="alpha = 1 lengthening incorrect answers",
-            detail=f"largest abs drift {a1.drift_incorrect.abs().max():.3f}" if len(a1) else ""),
+            a1.drift_incorrect, a1.drift_incorrect_se, a1.flow_drift_incorrect, gap, t1,
+            kind="statistical", excludes="alpha = 1 lengthening (or shortening) incorrect answers",
+            detail=(f"largest abs drift {a1.drift_incorrect.abs().max():.3f} vs "
+                    f"{(t1 * a1.drift_incorrect_se).min():.3f} (t = {t1.min():.2f}, "
+                    f"{int(a1.n_seeds.min())} seeds)") if len(a1) else ""),
     }
     return c
 
