@@ -31,7 +31,7 @@ from ..lm.memory import HINT, is_out_of_memory, parse_memory
 from ..lm.options import PAD_EMBEDDINGS, ModelOptions
 from .executors import open_executor
 from .registry import experiments as _experiments
-from .runner import package_version, report_section, run_experiments
+from .runner import kind_counts_line, package_version, report_section, run_experiments
 from .store import atomic_write_text, check_out_dir
 
 __all__ = ["main", "write_report"]
@@ -45,6 +45,10 @@ def write_report(out: Path, sections: dict, timings: dict | None = None,
              f"Package version {package_version()}. Each section is produced from the validated "
              "cells under this folder; PASS means every check of the section passed, FAIL that "
              "one failed, INCOMPLETE that cells or numbers are missing.", "",
+             kind_counts_line([c for _, sec, _ in sections.values() for c in sec.checks])
+             + " (all sections; exact: an identity between separately coded routes; "
+             "statistical: a test that excludes the named alternative; sanity: holds by "
+             "construction, a bound, or a run that finished).", "",
              "| experiment | claim | setting | seed | result |", "|---|---|---|---|---|"]
     body = []
     for name, (exp, sec, m) in sections.items():

@@ -125,14 +125,15 @@ def report(tables, s) -> Section:
     checks = [
         check("c1 > 0 at the starting policy, so G* = 1 + sqrt(c3/c1) is finite",
               pred.c1 > 0 and np.isfinite(pred.G_continuous), pred.c1, pred.c3,
+              kind="sanity",
               detail=f"c1 = {pred.c1:.4g}, c3 = {pred.c3:.4g}, G* = {pred.G_continuous:.1f}"),
         check("every held-out accuracy is a probability (in [0, 1])",
               tr_all.accuracy.between(0, 1).all(), tr_all.accuracy.to_numpy(),
-              detail=f"{len(tr_all)} accuracies in [{tr_all.accuracy.min():.3f}, "
+              kind="sanity", detail=f"{len(tr_all)} accuracies in [{tr_all.accuracy.min():.3f}, "
               f"{tr_all.accuracy.max():.3f}]"),
         check("a best G with its bootstrap CI for every (N, checkpoint) of the main sweep",
               len(sm) > 0 and got == want, len(sm),
-              detail=f"{len(got & want)} of {len(want)}"),
+              kind="sanity", detail=f"{len(got & want)} of {len(want)}"),
     ]
     title = ("Small-LM optimal group size" if s.model is None else
              f"Optimal group size of {Path(s.model).name}")

@@ -134,14 +134,17 @@ def report(tables, s, estimator: str) -> Section:
     checks = [
         check(f"(i) binary identity ghat = c(k,G)(s+ - s-) on real scores (relative squared "
               f"residual <= {IDENTITY_TOL:g})", bool((m.identity <= IDENTITY_TOL).all()),
-              m.identity.to_numpy(), detail=f"largest {m.identity.max():.1e}"),
+              m.identity.to_numpy(), kind="exact", detail=f"largest {m.identity.max():.1e}"),
         check("(ii) class aggregates of rank <= 2; rank diag(A)S <= #distinct responses",
               bool((m.class_n <= 2).all() and (m.excess <= 0).all()),
               m[["class_n", "excess"]].to_numpy(),
+              kind="exact",
               detail=f"max class rank {m.class_n.max()}, max rank - distinct {m.excess.max()}"),
         check(f"(iii) zero-advantage share within {Z_TOL:g} se of mean V^G + (1-V)^G",
               bool((both.zero_z.abs() <= Z_TOL).all()),
               both[["zero_obs", "zero_pred"]].to_numpy(),
+              kind="statistical",
+              excludes="a zero-advantage share other than mean V^G + (1-V)^G (beyond 4 se)",
               detail=f"largest |z| {both.zero_z.abs().max():.2f}"),
     ]
     title = ("the small transformer's" if s.model is None else f"{Path(s.model).name}'s")

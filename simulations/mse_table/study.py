@@ -78,6 +78,8 @@ def report(tables, s: Settings) -> Section:
     lines = [f"Default bandit (4 prompts x 6 responses), B = 1, {s.n_reps} Monte Carlo "
              "replicates per cell.", "", markdown_table(both), "", "![](mse_exact_vs_mc.png)"]
     checks = [check(f"every |MC - exact| / se <= {Z_TOL}", zmax <= Z_TOL, df.z.to_numpy(),
+                    kind="statistical",
+                    excludes="an exact MSE table that misdescribes the sampled estimators (beyond 4 se)",
                     detail=f"largest {zmax:.2f} over {len(df)} cells")]
     return Section("Exact vs Monte Carlo MSE (core engine)", "\n".join(lines), checks)
 

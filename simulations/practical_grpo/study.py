@@ -20,7 +20,8 @@ Cells (one per kind, except Monte Carlo):
 
 PASS when: the corrected K3 form equals autodiff (1e-10) and the inverted ones do not; the
 log-log slope of ``E||g_hat - U||^2`` in G (G >= 1024) is -1 within 0.1 and
-``G E||g_hat - U||^2`` is within 10% of its predicted limit at the largest G;
+``G E||g_hat - U||^2`` is within 2% of its predicted limit at the largest G and its Richardson
+extrapolation (the 1/G term eliminated between the two largest G) within 0.1%;
 ``G Var / tr Sigma_1`` is within 2% of 1 at the largest G; the MSE is within 1% of
 ``bias^2 + tr Sigma_1/G`` at the largest G; the squared bias vanishes at eta = 0 (< 1e-20)
 and its slope in eta is 2 within 0.1 (importance-ratio part, and K3 part with reference

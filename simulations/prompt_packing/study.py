@@ -253,17 +253,19 @@ def report(tables, s: Settings) -> Section:
         "![](packing_density.png)"]
     checks = [
         check(f"packed loss = unpacked loss (relative <= {EQ_TOL:g})", c["eq_loss"] <= EQ_TOL,
-              c["eq_loss"], detail=f"{c['eq_loss']:.1e}"),
+              c["eq_loss"], kind="exact", detail=f"{c['eq_loss']:.1e}"),
         check(f"packed gradient = unpacked gradient (relative <= {EQ_TOL:g})",
-              c["eq_grad"] <= EQ_TOL, c["eq_grad"], detail=f"{c['eq_grad']:.1e}"),
+              c["eq_grad"] <= EQ_TOL, c["eq_grad"], kind="exact", detail=f"{c['eq_grad']:.1e}"),
         check("every token placed exactly once and recovered by unpacking", c["token_once"],
-              float(len(dens)) if len(dens) else np.nan, detail=f"{len(dens)} packings"),
+              float(len(dens)) if len(dens) else np.nan,
+              kind="sanity", detail=f"{len(dens)} packings"),
         check("no row exceeds its capacity", c["max_fill"] <= c["capacity"], c["max_fill"],
-              c["capacity"], detail=f"largest fill {c['max_fill']:.0f} of {c['capacity']:.0f}"),
+              c["capacity"],
+              kind="sanity", detail=f"largest fill {c['max_fill']:.0f} of {c['capacity']:.0f}"),
         check("packing never lowers the valid-token density", c["min_gain"] >= 0,
-              c["min_gain"], detail=f"smallest gain {c['min_gain']:.3f}"),
+              c["min_gain"], kind="sanity", detail=f"smallest gain {c['min_gain']:.3f}"),
         check("rows >= ceil(sum L / capacity)", c["rows_vs_bound"] >= 0, c["rows_vs_bound"],
-              detail=f"smallest rows - bound {c['rows_vs_bound']:.0f}"),
+              kind="sanity", detail=f"smallest rows - bound {c['rows_vs_bound']:.0f}"),
     ]
     return Section("Dense prompt packing: density and exact equivalence", "\n".join(lines),
                    checks)

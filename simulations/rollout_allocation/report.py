@@ -57,41 +57,47 @@ def checks(s: dict) -> list[Check]:
     unb_rule = unb[unb.family != "optimal"]
     opt_rows = au[au.family == "optimal"]
     return [
-        check("greedy marginal allocation = brute force over all allocations (1e-12); "
-              "excludes a greedy that is not the optimum", len(o) > 0 and (o.brute_err < 1e-12).all(),
-              o.brute_err, detail=f"largest relative gap {o.brute_err.max():.1e}"),
-        check("alike prompts: the optimal allocation is uniform at the scaling law's G*; "
-              "excludes an optimum that differs from 1 + sqrt(c3/c1)",
-              len(o) > 0 and (o.alike_ok == 1).all(), o.alike_ok),
+        check("greedy marginal allocation = brute force over all allocations (1e-12)",
+              len(o) > 0 and (o.brute_err < 1e-12).all(),
+              o.brute_err,
+              kind="exact", excludes="a greedy that is not the optimum",
+              detail=f"largest relative gap {o.brute_err.max():.1e}"),
+        check("alike prompts: the optimal allocation is uniform at the scaling law's G*",
+              len(o) > 0 and (o.alike_ok == 1).all(), o.alike_ok,
+              kind="exact", excludes="an optimum that differs from 1 + sqrt(c3/c1)"),
         check("optimal allocation at or below uniform G* at matched rollouts on every member, "
-              "strictly below on some; excludes an 'optimal' that is only uniform",
+              "strictly below on some",
               len(o) > 0 and (o.matched_ratio <= 1 + 1e-12).all()
               and (o.matched_ratio < 1 - 1e-6).any(), o.matched_ratio,
+              kind="exact", excludes="an 'optimal' allocation that is only uniform",
               detail=", ".join(f"{r.member}: {r.matched_ratio:.4f}" for r in o.itertuples())),
         check("its exact MSE (greedy constants) = the auditor's exact MSE of the same sizes "
-              "(1e-9); excludes constants that disagree with the dynamic programme",
+              "(1e-9)",
               len(opt_rows) > 0 and (np.abs(opt_rows.opt_check / opt_rows.mse - 1) < 1e-9).all(),
-              opt_rows.opt_check, opt_rows.mse),
+              opt_rows.opt_check, opt_rows.mse,
+              kind="exact", excludes="constants that disagree with the dynamic programme"),
         check("rules with sizes fixed before sampling have zero bias (relative 1e-9 of the "
-              "gradient-free scale sqrt(mse)); excludes a biased rule listed as unbiased",
+              "gradient-free scale sqrt(mse))",
               len(unb) > 0 and (unb.bias_norm <= 1e-9 * np.sqrt(unb.mse) + 1e-12).all(),
-              unb.bias_norm),
-        check("every data-dependent rule is biased (bias above 1e-9 sqrt(mse)) on some member; "
-              "excludes an unbiased rule listed as biased",
+              unb.bias_norm, kind="exact", excludes="a biased rule listed as unbiased"),
+        check("every data-dependent rule is biased (bias above 1e-9 sqrt(mse)) on some member",
               len(bia) > 0 and bia.groupby("family").apply(
-                  lambda d: (d.bias_norm > 1e-9 * np.sqrt(d.mse)).any()).all(), bia.bias_norm),
+                  lambda d: (d.bias_norm > 1e-9 * np.sqrt(d.mse)).any()).all(), bia.bias_norm,
+                  kind="sanity", excludes="an unbiased rule listed as biased"),
         check("optimal allocation's MSE <= every unbiased rule's at matched rollouts "
-              "(1e-9); excludes an unbiased allocation that beats it",
+              "(1e-9)",
               len(unb_rule) > 0 and (unb_rule.opt_mse <= unb_rule.mse * (1 + 1e-9)).all(),
-              unb_rule.opt_mse, unb_rule.mse),
-        check(f"exact MSE and expected rollouts = Monte Carlo (|z| < {Z_MAX}); excludes an "
-              "audit that does not describe the sampled rule",
+              unb_rule.opt_mse, unb_rule.mse,
+              kind="exact", excludes="an unbiased allocation that beats it"),
+        check(f"exact MSE and expected rollouts = Monte Carlo (|z| < {Z_MAX})",
               len(mc) > 0 and (mc.z_mse.abs() < Z_MAX).all() and (mc.z_rollouts.abs()
                                                                    < Z_MAX).all(),
               mc.z_mse, mc.z_rollouts,
+              kind="statistical",
+              excludes="an audit that does not describe the sampled rule (beyond the z limit)",
               detail=f"largest |z| {max(mc.z_mse.abs().max(), mc.z_rollouts.abs().max()):.2f}"),
         check("every training rule x budget has a bootstrap CI over >= 16 seeds",
-              len(tr) > 0 and (tr.n_runs >= 16).all(), tr.ci_low, tr.ci_high),
+              len(tr) > 0 and (tr.n_runs >= 16).all(), tr.ci_low, tr.ci_high, kind="sanity"),
     ]
 
 

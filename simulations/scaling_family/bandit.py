@@ -14,13 +14,15 @@ reward gap delta, at its maximiser theta*. Three cell kinds (one table each):
   deterministic part of the dynamics is the same for every member) from theta0 = 0; the exact
   final gap per seed.
 
-:func:`bandit_points` turns the three tables into the report's best-G rows.
+:func:`bandit_points` turns the three tables into the report's best-G rows; :func:`law_z` puts
+each member's Monte Carlo MSE against the law and its rival.
 """
 
 from __future__ import annotations
 
 import jax
 import numpy as np
+import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.core.scaling import grid_argmin
@@ -136,3 +138,28 @@ def bandit_points(tables, n_boot: int) -> list[dict]:
                          G_grid=grid_argmin(pred(d), sorted(by)), best_G=int(b.best),
                          ci_low=int(b.lo), ci_high=int(b.hi)))
     return rows
+
+
+def law_z(tables):
+    """Per member: the Monte Carlo MSE against the law and against its rival, in standard errors.
+
+    The law is Theorem 7's ``(c1 G + c2 + c3/(G-1)) / N`` (the form with the +1 in
+    ``G* = 1 + sqrt(c3/c1)``; :func:`grpo_theory.core.scaling.budget_mse`), the rival the paper's
+    leading-order ``(c1 G + c2 + c3/G) / N`` (argmin ``sqrt(c3/c1)``), which differs by
+    ``c3 / (N G (G-1))``, most at the smallest G.
+
+    Returns:
+        DataFrame (delta, max_abs_z, rival_z, n_cells): the largest ``|mc - law| / se`` over the
+        member's (N, G) cells, and the largest ``|mc - rival| / se``.
+    """
+    const = tables["constants"].set_index("delta")
+    rows = []
+    for d, e in tables["mse"].groupby("delta"):
+        c = gt.ScalingConstants(*(float(const.loc[d, k]) for k in ("c1", "c2", "c3")))
+        G, N = e.G.to_numpy(float), e.N.to_numpy(float)
+        law = np.asarray(gt.budget_mse(c, G, 1.0)) / N
+        rival = (c.c1 * G + c.c2 + c.c3 / G) / N
+        se = e.mc_se.to_numpy(float)
+        rows.append(dict(delta=float(d), max_abs_z=float(np.max(np.abs(e.mc - law) / se)),
+                         rival_z=float(np.max(np.abs(e.mc - rival) / se)), n_cells=len(e)))
+    return pd.DataFrame(rows, columns=["delta", "max_abs_z", "rival_z", "n_cells"])

@@ -274,11 +274,13 @@ def lm_report(tables, s) -> tuple[list, list]:
     span = (float(pr.G_continuous.max() / pr.G_continuous.min()) if len(pr) else float("nan"))
     ch = [check("LM: c1 > 0 (finite G*) at every trained concentration",
                 len(pr) > 0 and bool((pr.c1 > 0).all()), pr.c1,
+                kind="sanity",
                 detail=", ".join(f"p={r.value}: c1={r.c1:.3g}" for r in pr.itertuples())),
           check("LM: the trained concentrations' predicted G* span a factor >= 4",
                 len(pr) > 0 and span >= 4, span,
+                kind="sanity",
                 detail=f"G* {pr.G_continuous.min():.1f} to {pr.G_continuous.max():.1f} "
                        f"(x{span:.1f})" if len(pr) else "no prediction"),
           check("LM: every J_p is a probability", len(tr) > 0 and bool(tr.J_mix.between(0,
-                1).all()), tr.J_mix.to_numpy(), detail=f"{len(tr)} values")]
+                1).all()), tr.J_mix.to_numpy(), kind="sanity", detail=f"{len(tr)} values")]
     return lines, ch

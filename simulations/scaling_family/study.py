@@ -32,7 +32,9 @@ stays readable by ``grpo-theory report``):
 
 PASS (what Theorem 7 guarantees): for every member, the exact integer argmin equals the exact
 form's prediction; for every member and budget, the exact argmin over the grid equals the
-grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it. With the LM
+grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it; every cell's
+Monte Carlo MSE lies within 4 se of the law ``(c1 G + c2 + c3/(G-1))/N`` and, in every member,
+some cell lies beyond 4 se of the rival leading-order ``(c1 G + c2 + c3/G)/N``. With the LM
 part: c1 > 0 at every trained concentration, their predicted G* span a factor >= 4, and every
 J_p is a probability. Training agreement (and Spearman's rank correlation between predicted and
 best G) is reported, not gated.
@@ -56,7 +58,8 @@ from grpo_theory.experiments.runner import Cell, Experiment, Section, check, flo
 from grpo_theory.experiments.stats import markdown_table, spearman
 from grpo_theory.lm.warmup import WarmupConfig
 
-from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, mse_cell, train_cell)
+from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, law_z, mse_cell,
+                     train_cell)
 from .lm import LMPart, knob_cell, lm_cells
 from .figure import plot_points
 from .lm import train_cell as lm_train_cell
@@ -84,6 +87,10 @@ FULL_ESTIMATE = ("measured: 877 s (133 cells, one worker, shared 2-core machine,
                  "The lm_noise cells (15, 32 seeds each, warm-up cached): 652.6 s wall, 644.6 s "
                  "of cell time, one worker pinned to one core")
 
+
+#: a cell's Monte Carlo MSE lies within this many standard errors of the law, and the rival law
+#: beyond it somewhere in every member
+Z_TOL = 4.0
 
 @dataclass(frozen=True)
 class Settings:
@@ -217,24 +224,35 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     # the grid prediction (training, MSE) or, for LM rows without a grid, the real G* itself
     target = np.where(pts.G_grid > 0, pts.G_grid, pts.G_pred)
     pts["in_ci"] = (pts.ci_low <= target) & (target <= pts.ci_high)
-    return {"constants": tables["constants"], "points": pts}
+    return {"constants": tables["constants"], "points": pts, "law": law_z(tables)}
 
 
 def checks(sm: dict) -> list:
     """The PASS rule (module docstring) as checks on :func:`summaries`."""
-    c, p = sm["constants"], sm["points"]
+    c, p, lz = sm["constants"], sm["points"], sm["law"]
     ex, mc = p[p.source == "exact"], p[p.source == "mc"]
     return [
+        check(f"every cell's Monte Carlo MSE within {Z_TOL:g} se of (c1 G + c2 + c3/(G-1))/N",
+              len(lz) > 0 and bool((lz.max_abs_z <= Z_TOL).all()), lz.max_abs_z,
+              kind="statistical",
+              excludes="a fixed-budget MSE other than the law with the +1 (beyond 4 se in a cell)",
+              detail=", ".join(f"δ={r.delta}: largest |z| {r.max_abs_z:.2f}"
+                               for r in lz.itertuples())),
+        check(f"the rival leading-order law (c1 G + c2 + c3/G)/N beyond {Z_TOL:g} se in every "
+              "member", len(lz) > 0 and bool((lz.rival_z > Z_TOL).all()), lz.rival_z,
+              kind="statistical", excludes="the rival law (c1 G + c2 + c3/G)/N",
+              detail=", ".join(f"δ={r.delta}: {r.rival_z:.1f}" for r in lz.itertuples())),
         check("exact integer argmin of the fixed-budget MSE = exact-form G* (every member)",
               len(c) > 0 and bool((c.int_argmin == c.G_exact).all()), c.int_argmin, c.G_exact,
-              detail=", ".join(f"δ={r.delta}: {r.int_argmin} vs {r.G_exact}"
+              kind="exact", detail=", ".join(f"δ={r.delta}: {r.int_argmin} vs {r.G_exact}"
                                for r in c.itertuples())),
         check("exact argmin over the grid = grid argmin of the law (every member and N)",
               len(ex) > 0 and bool((ex.best_G == ex.G_grid).all()), ex.best_G, ex.G_grid,
-              detail=", ".join(f"δ={r.delta} N={r.N}: {r.best_G} vs {r.G_grid}"
+              kind="exact", detail=", ".join(f"δ={r.delta} N={r.N}: {r.best_G} vs {r.G_grid}"
                                for r in ex.itertuples())),
         check("Monte Carlo argmin's bootstrap 95% CI contains the prediction (every member and N)",
               len(mc) > 0 and bool(mc.in_ci.all()), mc.ci_low, mc.ci_high,
+              kind="statistical", excludes="a Monte Carlo argmin away from the predicted G*",
               detail=", ".join(f"δ={r.delta} N={r.N}: [{r.ci_low}, {r.ci_high}] ∋ {r.G_grid}?"
                                for r in mc.itertuples())),
     ]

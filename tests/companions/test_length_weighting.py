@@ -209,3 +209,22 @@ def test_driver_checks_can_fail(driver_out):
     mc = res.tables["mc"].copy()
     mc.loc[0, "max_abs_z"] = np.nan
     assert drv.checks(dict(res.tables, mc=mc))["mc_agrees"].verdict == "INCOMPLETE"
+
+
+def test_driver_alpha1_drift_check_refuses_a_drift_the_old_slack_let_through(driver_out):
+    """The rival: alpha = 1 lengthens incorrect answers by a drift beyond the t-quantile (level
+    1e-3) but inside the former '4 se + 0.05' slack and below alpha = 0's / 4."""
+    from grpo_theory.core.stats import t_value
+
+    drv, _, res = driver_out
+    tr = res.tables["training"].copy()
+    last1 = tr.drift_incorrect.notna() & (tr.alpha == 1.0)
+    last0 = tr.drift_incorrect.notna() & (tr.alpha == 0.0)
+    se, n = tr.loc[last1, "drift_incorrect_se"].max(), tr.loc[last1, "n_seeds"].min()
+    thr = t_value(1e-3, n - 1) * se
+    ceiling = min(4 * se + 0.05, 0.25 * tr.loc[last0, "drift_incorrect"].min())
+    assert thr < ceiling  # room between the test's threshold and the old slack
+    tr.loc[last1, "drift_incorrect"] = 0.5 * (thr + ceiling)
+    assert drv.checks(dict(res.tables, training=tr))["alpha1_does_not"].verdict == "FAIL"
+    tr.loc[last1, "drift_incorrect"] = 0.5 * thr  # within the quantile: no evidence of a drift
+    assert drv.checks(dict(res.tables, training=tr))["alpha1_does_not"].verdict == "PASS"

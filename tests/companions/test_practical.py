@@ -122,3 +122,19 @@ def test_driver_small_setting_passes(tmp_path):
     assert res.verdict == "PASS", res.section.checks_markdown()
     sm = drv.summary(res.tables)
     assert sm["kl_ref_at0"] > 1e-8 and sm["is_at0"] < 1e-20
+    # the rivals of the Lemma 11 limit checks: a limit 3% off fails both; a 1/sqrt(G) approach
+    # with the same 0.5% gap at the largest G passes the 2% check but not the extrapolation
+    lm = res.tables["lemma11"]
+
+    def verdicts(lemma11):
+        sec = drv.report(dict(res.tables, lemma11=lemma11), s)
+        return {c.name.split(" (")[0].split(" within")[0]: c.verdict for c in sec.checks
+                if c.name.startswith("Lemma 11: G E") or "Richardson" in c.name}
+
+    assert set(verdicts(lm).values()) == {"PASS"} and len(verdicts(lm)) == 2
+    assert set(verdicts(lm.assign(diff_limit=lm.diff_limit * 1.03)).values()) == {"FAIL"}
+    g_max = lm.G.max()
+    c = 0.005 * np.sqrt(g_max)
+    root = lm.assign(G_diff_sq=lm.diff_limit * (1 + c / np.sqrt(lm.G)))
+    assert verdicts(root) == {"Lemma 11: G E||g_hat - U||^2": "PASS",
+                              "Lemma 11: Richardson extrapolation": "FAIL"}

@@ -20,7 +20,8 @@ import pytest
 from grpo_theory.experiments import cli, registry, runner, store
 from grpo_theory.experiments.progress import CellProgress
 from grpo_theory.experiments.runner import (Cell, Check, Section, cell_key, check, collect,
-                                            is_timing, report_section, run_experiment)
+                                            is_timing, kind_counts, report_section,
+                                            run_experiment)
 
 EXP = toy.EXPERIMENT
 N = toy.SETTINGS["quick"].n_cells
@@ -333,11 +334,28 @@ def test_files_follow_the_umask(tmp_path, mask, mode):
 
 
 def test_check_is_incomplete_without_finite_numbers():
-    assert check("a", True, 1.0, [2.0, 3.0]).verdict == "PASS"
-    assert check("a", False, 1.0).verdict == "FAIL"
+    assert check("a", True, 1.0, [2.0, 3.0], kind="exact").verdict == "PASS"
+    assert check("a", False, 1.0, kind="sanity").verdict == "FAIL"
     for bad in (np.nan, np.inf, None, [1.0, np.nan], []):
-        assert check("a", True, 1.0, bad).verdict == "INCOMPLETE"
-    assert check("a", True, float("nan"), detail="d").detail == "d"
+        assert check("a", True, 1.0, bad, kind="sanity").verdict == "INCOMPLETE"
+    assert check("a", True, float("nan"), kind="sanity", detail="d").detail == "d"
+    c = check("a", True, 1.0, kind="statistical", excludes="the rival", detail="d")
+    assert (c.kind, c.excludes, c.verdict) == ("statistical", "the rival", "PASS")
+    assert check("a", True, np.nan, kind="statistical", excludes="r").kind == "statistical"
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    (dict(), "kind"), (dict(kind="exactly"), "kind"), (dict(kind=None), "kind"),
+    (dict(kind="statistical"), "excludes"), (dict(kind="statistical", excludes="  "), "excludes"),
+    (dict(kind="sanity", excludes=None), "excludes")])
+def test_check_refuses_a_bad_kind_or_a_statistical_check_without_excludes(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        check("a", True, 1.0, **kwargs)
+    with pytest.raises(ValueError, match=word):  # a missing number does not skip the rule
+        check("a", True, np.nan, **kwargs)
+    if "kind" in kwargs:
+        with pytest.raises(ValueError, match=word):
+            Check("a", True, "", kwargs["kind"], kwargs.get("excludes", ""))
 
 
 def test_section_verdict_rules():
@@ -347,7 +365,38 @@ def test_section_verdict_rules():
     assert Section("t", "", [ok, fail]).verdict == "FAIL"
     assert Section("t", "", [ok, none]).verdict == "INCOMPLETE"
     assert Section("t", "", [fail, none]).verdict == "FAIL"  # a failed check is definite
-    assert "| b | FAIL |" in Section("t", "", [ok, fail]).checks_markdown()
+    assert "| b | sanity | FAIL |  |  |" in Section("t", "", [ok, fail]).checks_markdown()
+
+
+def test_check_table_has_kind_and_excludes_columns_and_escapes_pipes():
+    checks = [check("abs |z| <= 4", True, 1.0, kind="statistical",
+                    excludes="a rival | law", detail="largest |z| 1.0"),
+              check("identity", True, 0.0, kind="exact", detail="0.0e+00"),
+              check("ran", False, 1.0, kind="sanity")]
+    md = Section("t", "", checks).checks_markdown().splitlines()
+    assert md[0] == "Checks by kind: 1 exact, 1 statistical, 1 sanity"
+    assert md[2] == "| check | kind | result | excludes | detail |"
+    assert md[3] == "|---|---|---|---|---|"
+    assert md[4] == ("| abs \\|z\\| <= 4 | statistical | PASS | a rival \\| law | "
+                     "largest \\|z\\| 1.0 |")
+    assert md[5] == "| identity | exact | PASS |  | 0.0e+00 |"
+    assert md[6] == "| ran | sanity | FAIL |  |  |"
+    for row in md[4:]:  # five cells once the escaped pipes are set aside
+        assert len(row.replace("\\|", "").split("|")) == 7
+    assert kind_counts(checks) == {"exact": 1, "statistical": 1, "sanity": 1}
+
+
+def test_report_counts_checks_by_kind_per_study_and_in_total(tmp_path):
+    a = Section("A", "body", [check("x", True, 1.0, kind="exact"),
+                              check("y", True, 1.0, kind="statistical", excludes="r")])
+    b = Section("B", "body", [check("z", True, 1.0, kind="sanity"),
+                              check("w", True, 1.0, kind="exact")])
+    text = cli.write_report(tmp_path, {"a": (EXP, a, {}), "b": (EXP, b, {})}).read_text()
+    head = text.split("| experiment |")[0]
+    assert "Checks by kind: 2 exact, 1 statistical, 1 sanity" in head
+    assert text.count("Checks by kind: 1 exact, 1 statistical, 0 sanity") == 1
+    assert text.count("Checks by kind: 1 exact, 0 statistical, 1 sanity") == 1
+    assert text.count("| check | kind | result | excludes | detail |") == 2
 
 
 def test_report_that_raises_on_partial_table_is_incomplete(tmp_path):

@@ -11,9 +11,11 @@ import pytest
 from grpo_theory.experiments.runner import Tables, run_experiment
 from grpo_theory.studies import asymptotic_distribution as asym
 from grpo_theory.studies import finite_sample_bounds as fsb
+from grpo_theory.studies.finite_sample_bounds import rates
 
-# fewer seeds and steps than "quick" (compilation dominates either way); still PASS
-FSB_SMALL = dataclasses.replace(fsb.SETTINGS["quick"], n_seeds=100, n_steps=128)
+# fewer seeds and steps than "quick" (compilation dominates either way); still PASS, and enough
+# of both for the rate (n = 32..512) and the plateau (n >= 128) checks to decide
+FSB_SMALL = dataclasses.replace(fsb.SETTINGS["quick"], n_seeds=400, n_steps=512)
 ASYM_SMALL = dataclasses.replace(asym.SETTINGS["quick"], n_seeds=400, n_steps=256)
 
 
@@ -68,6 +70,60 @@ def test_finite_sample_bounds_check_can_fail(bounds_run):
     missing = df.copy()
     missing.loc[missing.estimator == "grpo", "bound"] = np.nan
     assert fsb.report(Tables({"table": missing}), FSB_SMALL).verdict == "INCOMPLETE"
+
+
+def _rate_checks(df):
+    return {c.name.split(":")[0] + ":" + c.name.split(":")[1].split()[0]: c
+            for c in rates.rate_checks(df)}
+
+
+def test_finite_sample_bounds_rate_and_plateau_checks_refuse_their_rivals(bounds_run):
+    _, res = bounds_run
+    df = res.tables["table"]
+    got = _rate_checks(df)
+    assert {"inverse/oracle:slope", "inverse/grpo:slope", "constant/oracle:plateau",
+            "constant/grpo:plateau"} <= set(got)
+    assert all(c.passed and c.kind == "statistical" for c in got.values())
+    # the rival rate 1/sqrt(n): seeds whose gaps decay as n^(-1/2) give a failing slope
+    rng = np.random.default_rng(0)
+    steps = np.array([0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+    for rate, ok in ((-0.5, False), (0.0, False), (-1.0, True)):
+        gaps = (np.maximum(steps, 1) ** rate) * rng.exponential(1.0, (400, steps.size))
+        slope = rates.batch_slope(gaps, steps)
+        inv = df.schedule == "inverse"
+        rival = df.assign(slope=np.where(inv, slope[0], df.slope),
+                          slope_low=np.where(inv, slope[1], df.slope_low),
+                          slope_high=np.where(inv, slope[2], df.slope_high))
+        assert all(c.passed is ok for k, c in _rate_checks(rival).items() if "slope" in k), rate
+    # the rival plateau: Lemma 6's constant-step limit L beta^2 M / (4 mu beta - 2 L mu beta^2)
+    const = df.schedule == "constant"
+    lemma6 = df.L * df.beta**2 * df.M / (4 * df.mu * df.beta - 2 * df.L * df.mu * df.beta**2)
+    assert (lemma6[const] > 1.25 * df.stationary_gap[const]).all()
+    rival = df.assign(stationary_gap=np.where(const, lemma6, df.stationary_gap))
+    assert all(c.passed is False for k, c in _rate_checks(rival).items() if "plateau" in k)
+    # and a gap that keeps falling (the beta/i run's last value as the plateau)
+    inv = df[(df.schedule == "inverse") & (df.estimator == "oracle")]
+    falling = df.assign(plateau=np.where(const, inv.sort_values("n").mean_gap.iloc[-1],
+                                         df.plateau))
+    assert all(c.passed is False for k, c in _rate_checks(falling).items() if "plateau" in k)
+    # a missing number is never a PASS
+    assert all(c.passed is None for c in rates.rate_checks(df.assign(stationary_gap=np.nan))
+               if "plateau" in c.name)
+
+
+def test_stationary_gap_solves_the_discrete_lyapunov_equation():
+    from grpo_theory import problems
+    from grpo_theory.optim import theory as opt
+    p = problems.default_gaussian_bandit()
+    a, gam, beta = (np.asarray(p.curvature_matrix()),
+                    np.asarray(opt.limiting_covariance(p, "grpo", 4, 2)), 0.25)
+    # a separately coded route: iterate the covariance recursion to its fixed point
+    sig = np.zeros_like(a)
+    m = np.eye(2) - beta * a
+    for _ in range(2000):
+        sig = m @ sig @ m.T + beta**2 * gam
+    assert rates.stationary_gap(p, "grpo", 4, 2, beta) == pytest.approx(
+        0.5 * np.trace(a @ sig), rel=1e-10)
 
 
 def test_asymptotic_distribution_small_setting_passes(asym_run):

@@ -261,7 +261,8 @@ def _toy_cell(config, key):
 
 def _toy_report(tables, s):
     t = tables["table"]
-    return Section("toy", f"model {s.model}", [check("x", (t.x == s.n).all(), t.x.to_numpy())])
+    return Section("toy", f"model {s.model}", [check("x", (t.x == s.n).all(), t.x.to_numpy(),
+                                                       kind="sanity")])
 
 
 TOY = Experiment(name="toy-model", claim="toy", settings={"quick": _Toy(2)},

@@ -11,9 +11,11 @@ import grpo_theory as gt
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.studies import scaling_family as sf
+from grpo_theory.studies.scaling_family.study import Z_TOL
 
+# mc_reps as in quick: with fewer the rival law is not beyond 4 se at G = 2 for delta = 0.5
 SMALL = dataclasses.replace(sf.SETTINGS["quick"], deltas=(0.5, 0.1), grid=(2, 8), budgets=(16,),
-                            mc_reps=500, train_N=16, train_steps=20, n_seeds=8, n_boot=300,
+                            mc_reps=2000, train_N=16, train_steps=20, n_seeds=8, n_boot=300,
                             train_deltas=(0.1,))
 
 
@@ -83,6 +85,26 @@ def test_tampered_table_fails(small_run):
     t2 = dict(res.tables, mse=m2)
     checks = {c.name: c.passed for c in sf.checks(sf.summaries(t2, n_boot=SMALL.n_boot))}
     assert checks[next(k for k in checks if k.startswith("Monte Carlo"))] is False
+
+
+def test_mse_law_checks_pass_and_refuse_monte_carlo_drawn_around_the_rival(small_run):
+    _, res = small_run
+    law = sf.summaries(res.tables, n_boot=SMALL.n_boot)["law"]
+    assert set(law.delta) == set(SMALL.deltas)
+    assert (law.max_abs_z <= Z_TOL).all() and (law.rival_z > Z_TOL).all()
+
+    def verdicts(t):
+        return {c.name.split(" (")[0]: c.verdict
+                for c in sf.checks(sf.summaries(t, n_boot=SMALL.n_boot))}
+
+    names = ("every cell's Monte Carlo MSE within 4 se of", "the rival leading-order law")
+    assert [verdicts(res.tables)[n] for n in names] == ["PASS", "PASS"]
+    # the rival: the same Monte Carlo noise around (c1 G + c2 + c3/G)/N
+    m = res.tables["mse"].merge(res.tables["constants"][["delta", "c1", "c2", "c3"]],
+                                on="delta")
+    rival = (m.c1 * m.G + m.c2 + m.c3 / m.G) / m.N
+    t = dict(res.tables, mse=res.tables["mse"].assign(mc=(rival + m.mc - m.exact).values))
+    assert [verdicts(t)[n] for n in names] == ["FAIL", "FAIL"]
 
 
 def test_lm_rows_enter_points(small_run):

@@ -78,9 +78,9 @@ def report(tables, s: Settings) -> Section:
                                                     means.items()])
     return Section(CLAIM, md, [
         check("every value within 6 of its cell index", spread < 6.0, spread,
-              detail=f"max |value - i| = {spread:.3f}"),
+              kind="sanity", detail=f"max |value - i| = {spread:.3f}"),
         check("last cell's mean near n_cells - 1", abs(last - (s.n_cells - 1)) < 3.0, last,
-              detail=f"{last:.3f}"),
+              kind="sanity", detail=f"{last:.3f}"),
     ])
 
 
