@@ -227,10 +227,10 @@ def _largest_remainder(share, total, minimum):
     return base + minimum
 
 
-def knapsack_value(G, p):
-    """Knapsack RL's value of G rollouts of a prompt of pass rate p:
+def knapsack_value(group_size, p):
+    """Knapsack RL's value of G = ``group_size`` rollouts of a prompt of pass rate p:
     ``(1 - p^G - (1 - p)^G) p (1 - p)^2`` (arrays broadcast)."""
-    G, p = np.asarray(G, float), np.asarray(p, float)
+    G, p = np.asarray(group_size, float), np.asarray(p, float)
     return (1.0 - p ** G - (1.0 - p) ** G) * p * (1.0 - p) ** 2
 
 
