@@ -142,6 +142,15 @@ def report(tables, s) -> Section:
             f"[{r.acc_time_cpu_lo:.3f}, {r.acc_time_cpu_hi:.3f}] (n={r.n_time_cpu}) | "
             f"{_where(r.acc_time_cpu, r.full_lo, r.full_hi)} | {r.acc_time_wall:.3f} "
             f"(n={r.n_time_wall}) | {r.n} | {r.load1:.1f} |")
+    pr = rs[((rs.r_q != 0) | (rs.r_o != 0)) & rs.speedup_cpu_lo.notna()]
+    if len(pr):
+        up = int((pr.speedup_cpu_lo > 1).sum())
+        lines += ["", f"Speed-ups and accuracies are measurements, not checks: the CPU speed-up's "
+                  f"CI lies above 1 in {up} of {len(pr)} pruned configurations"
+                  + ("" if up == len(pr) else "; in the others this setting cannot decide "
+                     "whether pruning is faster") + ", and with "
+                  f"{int(pr.n.min())} seeds per configuration "
+                  "an accuracy inside full GRPO's CI does not show the two equal."]
     lines += ["", "Kept share = kept responses / BG (expected q); token share = kept real "
               "tokens / all real tokens (what the backward pass must process); slot share = "
               "token slots of the packed, bucketed array / the unpacked full batch's (what it "
@@ -186,6 +195,13 @@ def report(tables, s) -> Section:
               f"to detect with {int(g0.n_masks)} masks; it is reported, not gated.", "",
               "![](lm_dppo.png)"]
     d = grad[grad.method == "dppo"]
+    if "detectable_bias" in d:
+        lines[-1:-1] = [
+            f"Power of (i): with {int(g0.n_masks)} masks the test along g_full flags a DPPO "
+            f"bias only above {d.detectable_bias.min():.0%} to {d.detectable_bias.max():.0%} "
+            "of ||g_full|| (4 se, by rate); a smaller bias this setting cannot decide. The "
+            "no-1/q control of (ii) is q times the DPPO estimate on the same masks, so it "
+            "shows the test sees a bias of (1 - q) ||g_full|| and no more.", ""]
     nr = grad[grad.method == "no_rescale"]
     checks = [
         check(f"(i) DPPO unbiased: |z| <= {Z_TOL:g} on every direction at every rate",

@@ -139,7 +139,8 @@ SCHEMA = {
                   kept_share="float?", token_share="float?", row_share="float?", load1="float"),
     "grad": dict(_RATE, method="str", q="float", kept_share="float", kept_share_se="float",
                  token_share="float", mse="float", mse_se="float", rel_mse="float",
-                 z_max="float", z_full="float", grad_seconds="float",
+                 z_max="float", z_full="float", detectable_bias="float",
+                 grad_seconds="float",
                  full_rows_seconds="float", full_packed_seconds="float", n_masks="int",
                  load1="float"),
 }
@@ -272,6 +273,10 @@ def _grad_cell(config, key, pol, pool, load0):
                             mse_se=float(err[meth].std(ddof=1) / np.sqrt(R)),
                             rel_mse=float(err[meth].mean() / norm2),
                             z_max=float(np.max(np.abs(zs))), z_full=float(zs[0]),
+                            # the smallest bias along g_full, relative to ||g_full||, that
+                            # |z| > 4 would flag with these masks
+                            detectable_bias=float(4.0 * proj[meth][:, 0].std(ddof=1)
+                                                  / np.sqrt(R) / ref[0]),
                             grad_seconds=float(np.median(secs)), full_rows_seconds=t_rows,
                             full_packed_seconds=t_pack,
                             grad_cpu_seconds=float(np.median(cpus)),

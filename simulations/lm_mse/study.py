@@ -12,11 +12,11 @@ PASS when, in every cell, (i) the measured vanilla - oracle MSE difference agree
 prediction ``-sum_x (V^2 S2 - 2 V S2Z) / (B^2 G)`` (for a unique correct answer
 ``V^2 (M - (2 - V)||s*||^2)``) within 4 combined standard errors, (ii) in the answer-only format
 the vanilla and oracle MSEs agree with their exact-form predictions within 4 se or 15% (grpo's
-excess over the oracle, ``(E||s||^2 V(1-V) + ||g(x)||^2) / (G(G-1))`` per prompt, is compared too
-and reported, not gated: it is driven by rare pairs of correct answers at low V, whose heavy
-tail makes a 5-8 replicate standard error unreliable), (iii) ``G * MSE_oracle`` is constant in G
-(MSE ~ 1/G) within 4 se and (iv) grpo / oracle moves toward 1 from the smallest to the largest
-G; in the full setting also (v) base < instruct < in-context accuracy in both formats, base
+excess over the oracle, ``(E||s||^2 V(1-V) + ||g(x)||^2) / (G(G-1))`` per prompt, is gated too,
+(iv'), the paired gap within 4 se of it at every G; it is driven by rare pairs of correct answers
+at low V, whose heavy tail makes a 5-8 replicate standard error rough), (iii) ``G * MSE_oracle``
+is constant in G (MSE ~ 1/G) within 4 se and (iv) grpo / oracle moves toward 1 from the smallest
+to the largest G; in the full setting also (v) base < instruct < in-context accuracy in both formats, base
 > 0.05 and in-context < 0.95. 4-sigma bands: many comparisons, fixed seeds.
 
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory,

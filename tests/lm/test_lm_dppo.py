@@ -245,3 +245,11 @@ def test_driver_tiny(tmp_path):
     assert pruned.step.max() == 4  # min(max_factor = 2, 1/q = 4) x 2 steps
     assert res.verdict in ("PASS", "FAIL")  # every check has its numbers
     assert "speed-up" in res.section.markdown
+    # the power statement: the no-1/q control's bias (1 - q) along g_full, divided by its own z,
+    # is the control's se; DPPO's detectable bias is 4 of its se relative to ||g_full||
+    nr = grad[grad.method == "no_rescale"].iloc[0]
+    dp = grad[grad.method == "dppo"].iloc[0]
+    assert dp.detectable_bias > 0 and np.isfinite(dp.detectable_bias)
+    np.testing.assert_allclose(nr.detectable_bias, nr.q * dp.detectable_bias, rtol=1e-6)
+    assert "Power of (i)" in res.section.markdown and "measurements, not checks" in \
+        res.section.markdown

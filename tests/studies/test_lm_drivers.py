@@ -203,3 +203,23 @@ def test_bootstrap_best_g():
     tie = pd.DataFrame([[0.5, 0.1], [0.3, 0.3]], index=[4, 8])
     bs = lm_groupsize.bootstrap_best_g(tie, n_boot=4000)
     assert bs["lo"] == 4 and bs["hi"] == 8 and 0.5 < bs["p_best"] < 0.95
+
+
+def test_lm_mse_grpo_gap_gate_can_fail(runs):
+    """(iv') sees a grpo excess over the oracle that does not vanish with G (the rival of
+    c3 / (B G (G - 1))): a constant excess of 6 se at every G fails the check and the verdict."""
+    tables = runs[1][lm_mse.NAME].tables
+    good = lm_mse.checks(tables["table"])
+    assert good[good.fmt == "answer"].go_ok.all()
+    bad = tables["table"].copy()
+    m = (bad.estimator == "grpo-oracle") & (bad.fmt == "answer")
+    excess = 6 * np.hypot(bad.loc[m, "se"], bad.loc[m, "predicted_se"]).max()
+    bad.loc[m, "mse"] += excess
+    bad.loc[m, "z"] = (bad.loc[m, "mse"] - bad.loc[m, "predicted"]) / np.hypot(
+        bad.loc[m, "se"], bad.loc[m, "predicted_se"])
+    ck = lm_mse.checks(bad)
+    assert not ck[ck.fmt == "answer"].go_ok.any()
+    sec = lm_mse.report(dict(tables, table=bad), MSE_SMALL)
+    row = [c for c in sec.checks if c.name.startswith("(iv')")]
+    assert len(row) == 1 and row[0].passed is False and sec.verdict == "FAIL"
+    assert "Power of (i)" in sec.markdown
