@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study trl-scheduler-study
+.PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study trl-scheduler-study \
+	allocation-lm-study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,3 +58,8 @@ smollm2-study: $(STAMP) $(SMOLLM2)
 # GRPOTrainer runs of a tiny model on CPU, about 20 minutes on 2 cores; resumes run by run)
 trl-scheduler-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.trl_scheduler --out results-full/trl_scheduler
+
+# rollout rules at equal rollouts on the small transformer: fixed G*, DAPO, C-GRPO, Knapsack RL
+# (16 seeds each; resumes run by run)
+allocation-lm-study: $(STAMP)
+	$(PY) -m grpo_theory.studies.allocation_lm --out results-full/allocation_lm

@@ -35,6 +35,7 @@ from .mixture import mixture_constants, mixture_objective
 from .mixture_mc import mixture_mse_prediction
 from .gradmse import gradient_mse_study
 from .dppo import train_dppo
+from .allocation_train import lm_rule, train_with_rule
 from .spec import ModelSpec, TensorSpec
 from .families import FAMILIES, family
 from .ghost_rule import ghost_route
@@ -58,6 +59,7 @@ __all__ = [
     # warm-ups and GRPO training
     "WarmupConfig", "train_supervised", "three_policies", "study_policies",
     "train_grpo", "exact_accuracy", "predicted_group_size", "train_dppo",
+    "lm_rule", "train_with_rule",
     # per-sample score statistics (ghost norms)
     "ghost_moments", "ghost_contractions", "score_dots", "lm_rollout_statistics",
     # model families (one spec each, a registry by name) and the ghost-norm route rule

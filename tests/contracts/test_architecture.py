@@ -69,8 +69,9 @@ def test_the_library_never_imports_a_study():
 
 #: study folders run as a module (``python -m grpo_theory.studies.<name>``), not registered: the
 #: real-model study needs a download that a fresh clone lacks; the TRL study needs the torch extra
-#: and trains (minutes), so it is not part of ``reproduce``
-STANDALONE = {"smollm2", "trl_scheduler"}
+#: and trains (minutes), so it is not part of ``reproduce``; the transformer allocation study
+#: trains for every rule and seed (minutes)
+STANDALONE = {"smollm2", "trl_scheduler", "allocation_lm"}
 
 
 def study_layout_problems(root: Path, eps: set, standalone=STANDALONE) -> list:

@@ -1,0 +1,278 @@
+r"""GRPO training of the small transformer with a rollout rule choosing each prompt's group.
+
+Every step draws B prompts uniformly from the training pool; the rule decides which responses
+are generated and which enter the estimate; the update is Adam after global-norm clipping at 1
+(as :func:`grpo_theory.lm.grpo.train_grpo`) along the mean over the kept prompts ``K`` of each
+prompt's leave-one-out estimate on its ``n_b`` kept responses,
+
+.. math:: \hat g = \frac{1}{|K|} \sum_{b \in K} \frac{1}{n_b} \sum_{g \le n_b}
+          \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) \nabla \log\pi(y_{bg}|x_b).
+
+The rules (one padded ``(B, W)`` draw per step and a mask; :func:`lm_rule` makes them):
+
+* ``fixed``: ``G`` responses each.
+* ``dynamic_sampling`` (DAPO; verl ``recipe/dapo``, ``filter_groups``): rounds of B fresh
+  prompts with G responses; groups whose rewards are all equal are dropped; the first B kept
+  groups are used (fewer when ``max_rounds`` rounds run out: verl raises there); every response
+  of the rounds used counts.
+* ``conformal_stopping`` (C-GRPO with ``qhat = 1``): responses along the grid; a prompt stops at
+  the first grid size whose responses are all one response, token for token, otherwise at the
+  last grid size. A prompt that stops early has equal rewards, so it adds no gradient.
+* ``knapsack`` (Knapsack RL, arXiv 2509.25849, with the policy's exact pass rates
+  ``V(x) = pi(y*|x)``, teacher forced before sampling: the rule as it would run with perfect
+  pass-rate predictions): sizes in ``[2, W]`` summing to ``m B`` that maximise
+  ``sum_b v(G_b, V_b)``, ``v(G, p) = (1 - p^G - (1 - p)^G) p (1 - p)^2`` (greedy on its concave
+  marginals, as :func:`grpo_theory.allocation.pass_rate_allocation`). The sizes do not depend
+  on the current samples, so each prompt's estimate stays unbiased and the prompts keep equal
+  weights.
+
+The held-out accuracy, the exact expected reward ``mean_x pi(y*|x)`` of the evaluation questions
+(teacher forcing), is recorded after every step, with the responses generated; runs are then
+compared at common rollout budgets (:func:`accuracy_at_budgets`).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _validation as V
+from .grpo import _optimizer, task_tokens
+from .policy import LMPolicy, seq_log_probs
+from .task import reward_exact_tokens
+
+__all__ = ["LM_RULES", "lm_rule", "rule_width", "knapsack_sizes", "train_with_rule",
+           "accuracy_at_budgets"]
+
+#: the rules :func:`train_with_rule` runs (name -> the parameters its value carries)
+LM_RULES = {"fixed": ("group_size",), "dynamic_sampling": ("group_size", "max_rounds"),
+            "conformal_stopping": ("grid",), "knapsack": ("rollouts", "max_group")}
+
+
+def lm_rule(name: str, **params) -> tuple:
+    """A hashable rule value ``(name, ((key, value), ...))`` for :func:`train_with_rule`.
+
+    Args:
+        name: one of :data:`LM_RULES`.
+        **params: ``fixed``: ``group_size``; ``dynamic_sampling``: ``group_size``,
+            ``max_rounds``; ``conformal_stopping``: ``grid`` (strictly increasing sizes >= 2);
+            ``knapsack``: ``rollouts`` (m per prompt, an integer) and ``max_group`` (>= m).
+
+    Returns:
+        The rule value.
+
+    >>> lm_rule("conformal_stopping", grid=(2, 4, 8))
+    ('conformal_stopping', (('grid', (2, 4, 8)),))
+    """
+    if name not in LM_RULES:
+        raise ValueError(f"rule must be one of {sorted(LM_RULES)}, got {name!r}")
+    if set(params) != set(LM_RULES[name]):
+        raise ValueError(f"rule {name!r} needs parameters {list(LM_RULES[name])}, "
+                         f"got {sorted(params)}")
+    out = {}
+    for k, v in params.items():
+        if k == "grid":
+            g = tuple(V.integer("grid", u, 2) for u in v) if np.ndim(v) == 1 else ()
+            if not g or list(g) != sorted(set(g)):
+                raise ValueError(f"grid must be strictly increasing integers >= 2, got {v!r}")
+            out[k] = g
+        else:
+            out[k] = V.integer(k, v, 1 if k == "max_rounds" else 2)
+    if name == "knapsack" and out["max_group"] < out["rollouts"]:
+        raise ValueError(f"max_group must be >= rollouts={out['rollouts']}, "
+                         f"got {out['max_group']}")
+    return name, tuple(sorted(out.items()))
+
+
+def _check_rule(rule) -> None:
+    """Refuse anything but an :func:`lm_rule` value (the jitted step reads its fields)."""
+    try:
+        ok = lm_rule(rule[0], **dict(rule[1])) == rule
+    except (TypeError, ValueError, IndexError, KeyError):
+        ok = False
+    if not ok:
+        raise ValueError(f"rule must be an lm_rule(...) value, got {rule!r}")
+
+
+def rule_width(rule: tuple) -> int:
+    """The padded group width W a rule draws per prompt (and round)."""
+    name, params = rule
+    p = dict(params)
+    return {"conformal_stopping": lambda: p["grid"][-1], "knapsack": lambda: p["max_group"]}.get(
+        name, lambda: p["group_size"])()
+
+
+def knapsack_sizes(pass_rates, total: int, width: int):
+    """Knapsack RL's sizes ``(B,)`` in ``[2, width]`` summing to ``total`` (JAX, jit-able).
+
+    The value ``v(G, p) = (1 - p^G - (1 - p)^G) p (1 - p)^2`` is concave in G, so the
+    ``total - 2B`` largest marginal gains ``v(G + 1) - v(G)``, G = 2 .. width - 1, give the
+    optimum (a stable sort breaks ties by prompt, then by G).
+
+    >>> import numpy as np
+    >>> np.asarray(knapsack_sizes(jnp.array([0.5, 0.95]), 8, 6)).tolist()
+    [6, 2]
+    """
+    p = jnp.asarray(pass_rates)
+    B = p.shape[0]
+    if width <= 2:
+        return jnp.full(B, 2, jnp.int32)
+    G = jnp.arange(2, width, dtype=p.dtype)[None, :]
+    q = p[:, None]
+
+    def v(g):
+        return (1 - q**g - (1 - q)**g) * q * (1 - q) ** 2
+
+    gains = (v(G + 1) - v(G)).reshape(-1)
+    order = jnp.argsort(-gains, stable=True)
+    take = (jnp.arange(order.size) < (total - 2 * B)).astype(jnp.int32)
+    return 2 + jnp.zeros(B, jnp.int32).at[order // (width - 2)].add(take)
+
+
+def _draw(sample_fn, params, key, xb, cb, width, temperature):
+    """``width`` responses to each prompt of ``xb`` and their rewards ``(B, width)``."""
+    x = jnp.repeat(xb, width, axis=0)
+    y = jax.lax.stop_gradient(sample_fn(params, key, x, cb.shape[1], temperature))
+    z = reward_exact_tokens(y, jnp.repeat(cb, width, axis=0)).astype(jnp.float32)
+    return x, y, z.reshape(xb.shape[0], width)
+
+
+def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperature, eos):
+    """``(x, y, z (B, W), mask (B, W), rollouts)`` of one step under ``rule``."""
+    name, prm = rule
+    p = dict(prm)
+    kx, ky = jax.random.split(key)
+    if name == "dynamic_sampling":
+        R, G = p["max_rounds"], p["group_size"]
+        idx = jax.random.randint(kx, (R * B,), 0, pool_x.shape[0])
+        x, y, z = _draw(sample_fn, params, ky, pool_x[idx], pool_c[idx], G, temperature)
+        s = jnp.sum(z, axis=1)
+        valid = (s > 0) & (s < G)
+        rank = jnp.cumsum(valid)
+        keep = valid & (rank <= B)
+        rounds = jnp.where(jnp.sum(valid) >= B, jnp.argmax(rank >= B) // B + 1, R)
+        # the kept groups first (in sampling order), then filler groups with zero mask
+        sel = jnp.argsort(jnp.where(keep, rank, B + 1 + jnp.arange(R * B)), stable=True)[:B]
+        rows = (sel[:, None] * G + jnp.arange(G)[None, :]).reshape(-1)
+        mask = jnp.broadcast_to(keep[sel][:, None], (B, G)).astype(jnp.float32)
+        return x[rows], y[rows], z[sel], mask, rounds * B * G
+    W = rule_width(rule)
+    idx = jax.random.randint(kx, (B,), 0, pool_x.shape[0])
+    xb, cb = pool_x[idx], pool_c[idx]
+    if name == "knapsack":
+        v = jnp.exp(seq_log_probs(apply_fn, params, xb, cb, temperature, eos))
+        n = knapsack_sizes(jax.lax.stop_gradient(v), p["rollouts"] * B, W)
+    x, y, z = _draw(sample_fn, params, ky, xb, cb, W, temperature)
+    if name == "fixed":
+        n = jnp.full(B, p["group_size"])
+    elif name == "conformal_stopping":
+        grid = jnp.asarray(p["grid"])
+        yy = y.reshape(B, W, -1)
+        same = jnp.cumprod(jnp.all(yy == yy[:, :1], axis=-1), axis=1)  # 0..g all one response
+        agree = same[:, grid - 1] > 0
+        n = jnp.where(jnp.any(agree, axis=1), grid[jnp.argmax(agree, axis=1)], grid[-1])
+    mask = (jnp.arange(W)[None, :] < n[:, None]).astype(jnp.float32)
+    return x, y, z, mask, jnp.sum(n)
+
+
+def _weights(z, mask):
+    """Per-response weights ``(B W,)`` of ``sum w log pi`` whose gradient is ``ghat``."""
+    n = jnp.sum(mask, axis=1)
+    base = (jnp.sum(mask * z, axis=1)[:, None] - z) / jnp.maximum(n[:, None] - 1, 1)
+    kept = jnp.sum(n > 0)
+    w = mask * (z - base) / jnp.maximum(n, 1)[:, None] / jnp.maximum(kept, 1)
+    return w.reshape(-1), kept
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "rule", "batch", "n_steps",
+                                   "eos"))
+def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_c, eval_x,
+           eval_c, batch, n_steps, temperature=1.0, eos=None):
+    import optax
+
+    def step(carry, k):
+        params, opt_state = carry
+        x, y, z, mask, spent = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,
+                                      batch, temperature, eos)
+        w, kept = _weights(z, mask)
+
+        def surrogate(q):
+            return -jnp.sum(w * seq_log_probs(apply_fn, q, x, y, temperature, eos))
+
+        upd, opt_state = opt.update(jax.grad(surrogate)(params), opt_state, params)
+        params = optax.apply_updates(params, upd)
+        acc = jnp.mean(jnp.exp(seq_log_probs(apply_fn, params, eval_x, eval_c, temperature,
+                                             eos)))
+        gen = jnp.sum(mask * z) / jnp.maximum(jnp.sum(mask), 1)
+        return (params, opt_state), (acc, spent, kept, gen)
+
+    (params, opt_state), out = jax.lax.scan(step, (params, opt_state),
+                                            jax.random.split(key, n_steps))
+    return params, opt_state, out
+
+
+def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_size: int,
+                    rollout_budget: int, lr: float, seed: int, *, chunk_steps: int = 10,
+                    max_steps: int = 10_000, key=None) -> dict:
+    """Train from ``policy`` under ``rule`` until ``rollout_budget`` responses are generated.
+
+    Args:
+        policy: the starting :class:`~.policy.LMPolicy` (answer-only task).
+        pool: the training questions the prompts are drawn from (uniformly, with replacement).
+        eval_questions: the held-out questions of the exact accuracy.
+        rule: an :func:`lm_rule` value.
+        batch_size: B prompts a step (kept prompts for ``dynamic_sampling``).
+        rollout_budget: run whole chunks of ``chunk_steps`` steps until the responses generated
+            reach it (or ``max_steps``).
+        lr: Adam's learning rate.
+        seed: the run's seed (``key``, a JAX key or an integer, instead when given).
+
+    Returns:
+        ``dict(accuracy=(n + 1,), rollouts=(n + 1,), kept=(n,), reward=(n,))``: the exact
+        held-out accuracy before and after each step, the cumulative responses generated, the
+        prompts kept and the mean reward of the kept responses of each step.
+    """
+    _check_rule(rule)
+    B = V.integer("batch_size", batch_size, 1)
+    budget = V.integer("rollout_budget", rollout_budget, 1)
+    chunk_steps = V.integer("chunk_steps", chunk_steps, 1)
+    if policy.sample_fn is None:
+        raise ValueError("policy needs a jit-able sample_fn for GRPO training")
+    px, pc = task_tokens(policy, pool)
+    ex, ec = task_tokens(policy, eval_questions)
+    pool_x, pool_c, ex, ec = map(jnp.asarray, (px, pc, ex, ec))
+    opt = _optimizer(float(lr), "adam")
+    params, key = policy.params, V.random_key(seed, key)
+    opt_state = opt.init(params)
+    acc0 = float(jnp.mean(jnp.exp(seq_log_probs(policy.apply_fn, params, ex, ec,
+                                                policy.temperature, policy.eos_ids))))
+    parts, spent, steps = [], 0.0, 0
+    while spent < budget and steps < max_steps:
+        key, k = jax.random.split(key)
+        params, opt_state, out = _chunk(policy.apply_fn, policy.sample_fn, opt, rule, params,
+                                        opt_state, k, pool_x, pool_c, ex, ec, B, chunk_steps,
+                                        policy.temperature, policy.eos_ids)
+        out = [np.asarray(o, np.float64) for o in out]
+        parts.append(out)
+        spent += float(out[1].sum())
+        steps += chunk_steps
+    acc, gen, kept, rew = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    return dict(accuracy=np.concatenate([[acc0], acc]),
+                rollouts=np.concatenate([[0.0], np.cumsum(gen)]), kept=kept, reward=rew)
+
+
+def accuracy_at_budgets(accuracy, rollouts, budgets) -> np.ndarray:
+    """The accuracy of a run at each budget: at the last step whose cumulative rollouts do not
+    pass it (NaN where the run stopped before reaching it).
+
+    >>> accuracy_at_budgets([0.1, 0.2, 0.3], [0, 10, 20], [5, 15, 20, 30]).tolist()
+    [0.1, 0.2, 0.3, nan]
+    """
+    a, r = np.asarray(accuracy, float), np.asarray(rollouts, float)
+    out = []
+    for T in budgets:
+        out.append(a[np.sum(r <= T) - 1] if r[-1] >= T else np.nan)
+    return np.asarray(out)

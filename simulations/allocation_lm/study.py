@@ -1,0 +1,209 @@
+r"""Training at equal rollouts on the small transformer: does a rollout rule buy accuracy?
+
+From the instruct warm-up policy (answer-only task, :mod:`grpo_theory.lm.warmup`), GRPO
+(leave-one-out, Adam) under each rule of :mod:`grpo_theory.lm.allocation_train`, B prompts a
+step, until every run has generated ``B G* steps`` responses (the fixed-G* rule's total):
+
+* ``fixed``: G* responses a prompt, G* = the integer minimiser of ``c1 G + c2 + c3/(G - 1)``
+  with c1, c2, c3 measured exactly at the starting policy (:func:`grpo_theory.lm.grpo.
+  predicted_group_size`);
+* ``dynamic_sampling`` (DAPO): G* a prompt, all-equal groups dropped and refilled (up to
+  ``max_rounds`` rounds of B prompts);
+* ``conformal_stopping`` (C-GRPO, qhat = 1) on ``grid``;
+* ``knapsack`` (Knapsack RL with the exact pass rates): G* a prompt on average, sizes in
+  ``[2, knapsack_cap G*]``.
+
+Each run records the exact held-out accuracy (``mean_x pi(y*|x)`` over the evaluation
+questions, no sampling noise) after every step and the responses generated; the comparison reads
+each run's accuracy at fractions of the common rollout budget, with bootstrap CIs over seeds
+and the difference to fixed G* (analysis.py). Cells (rule, seed) are written atomically and
+skipped when present with the same configuration (resume).
+
+    python -m grpo_theory.studies.allocation_lm --out results-full/allocation_lm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import grpo_theory
+from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
+from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
+
+from .analysis import figure, report, summarise
+
+RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """The study's settings (every row carries them as ``config``).
+
+    Attributes:
+        seeds: runs per rule.
+        batch: prompts a step B.
+        steps: the fixed-G* rule's steps; the rollout budget is ``batch * G* * steps``.
+        lr: Adam's learning rate.
+        n_pool, n_eval: training and held-out questions.
+        gstar_samples: responses per question behind G*'s ``E||s||^2``.
+        gstar: G* itself, when given (tests); otherwise predicted at the starting policy.
+        max_rounds: DAPO's cap on generation rounds.
+        grid: C-GRPO's budget grid.
+        knapsack_cap: Knapsack's largest group, as a multiple of G*.
+        fractions: the budgets compared, as fractions of the common rollout budget.
+        warmup: ``"quick"`` or ``"full"``, the warm-up configuration of the start policy.
+    """
+    seeds: int = 16
+    batch: int = 16
+    steps: int = 40
+    lr: float = 1e-3
+    n_pool: int = 2000
+    n_eval: int = 200
+    gstar_samples: int = 16
+    gstar: int | None = None
+    max_rounds: int = 4
+    grid: tuple = (2, 4, 8, 16)
+    knapsack_cap: int = 4
+    fractions: tuple = field(default=(0.25, 0.5, 0.75, 1.0))
+    warmup: str = "quick"
+
+    def __post_init__(self):
+        for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "gstar_samples", "max_rounds",
+                  "knapsack_cap"):
+            if int(getattr(self, f)) != getattr(self, f) or getattr(self, f) < 1:
+                raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
+        if self.warmup not in ("quick", "full"):
+            raise ValueError(f"warmup must be 'quick' or 'full', got {self.warmup!r}")
+        if not all(0 < f <= 1 for f in self.fractions):
+            raise ValueError(f"fractions must lie in (0, 1], got {self.fractions!r}")
+
+
+def _warmup(cfg: StudyConfig):
+    from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
+
+    return QUICK_WARMUP if cfg.warmup == "quick" else WarmupConfig()
+
+
+def start_policy(cfg: StudyConfig):
+    """The instruct warm-up policy of ``cfg.warmup`` (trained on first use, then cached)."""
+    from grpo_theory.lm.warmup import study_policies
+
+    return study_policies(_warmup(cfg))["instruct"][0]
+
+
+def questions(cfg: StudyConfig):
+    """``(pool, eval)``: the training pool and the held-out questions (disjoint seeds) of the
+    warm-up's task distribution."""
+    from grpo_theory.lm.task import eval_set, train_pool
+
+    task = _warmup(cfg).task
+    return train_pool(task, n=cfg.n_pool), eval_set(task).subset(np.arange(cfg.n_eval))
+
+
+def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
+    """The :func:`~grpo_theory.lm.allocation_train.lm_rule` value of a rule name at G*."""
+    return {"fixed": lambda: lm_rule("fixed", group_size=gstar),
+            "dynamic_sampling": lambda: lm_rule("dynamic_sampling", group_size=gstar,
+                                                max_rounds=cfg.max_rounds),
+            "conformal_stopping": lambda: lm_rule("conformal_stopping", grid=tuple(cfg.grid)),
+            "knapsack": lambda: lm_rule("knapsack", rollouts=gstar,
+                                        max_group=cfg.knapsack_cap * gstar)}[name]()
+
+
+def run_cell(policy, pool, ev, cfg: StudyConfig, rule: str, seed: int, gstar: int,
+             chunk_steps: int = 10) -> pd.DataFrame:
+    """One run: a row per step (step 0 first) with the accuracy and the rollouts so far."""
+    budget = cfg.batch * gstar * cfg.steps
+    r = train_with_rule(policy, pool, ev, rule_for(rule, cfg, gstar), cfg.batch, budget,
+                        cfg.lr, seed=seed, chunk_steps=chunk_steps)
+    n = r["accuracy"].size
+    return pd.DataFrame(dict(
+        rule=rule, seed=seed, step=np.arange(n), rollouts=r["rollouts"],
+        accuracy=r["accuracy"], kept=np.concatenate([[np.nan], r["kept"]]),
+        reward=np.concatenate([[np.nan], r["reward"]]), G_star=gstar, budget=budget,
+        config=json.dumps(asdict(cfg), sort_keys=True), version=grpo_theory.__version__))
+
+
+def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = True,
+              chunk_steps: int = 10) -> pd.DataFrame:
+    """Every (rule, seed) cell (resumed from ``out/cells``), then ``runs.csv``, ``summary.csv``,
+    ``gstar.json``, ``REPORT.md`` and ``accuracy.png`` under ``out``.
+
+    Args:
+        cfg: the settings.
+        out: the output folder.
+        rules: the rules run (names of :data:`RULES`; ``fixed`` is the reference).
+        policy: the start policy (default: :func:`start_policy`).
+        progress: a progress bar over the cells.
+        chunk_steps: steps per compiled chunk (the loop stops at the first chunk that reaches
+            the budget).
+    """
+    from tqdm.auto import tqdm
+
+    from grpo_theory._precision import float64
+    from grpo_theory.lm.grpo import predicted_group_size
+
+    bad = [r for r in rules if r not in RULES]
+    if bad or "fixed" not in rules:
+        raise ValueError(f"rules must be names of {RULES} including 'fixed', got {rules!r}")
+    out = Path(out)
+    t0 = time.time()
+    policy = start_policy(cfg) if policy is None else policy
+    pool, ev = questions(cfg)
+    gpath = out / "gstar.json"
+    cfg_text = json.dumps(asdict(cfg), sort_keys=True)
+    pred = json.loads(gpath.read_text()) if gpath.is_file() else {}
+    if pred.get("config") != cfg_text:
+        if cfg.gstar is None:
+            sub = pool.subset(np.arange(min(500, cfg.n_pool)))
+            pred = float64(predicted_group_size)(policy, sub, cfg.gstar_samples, seed=0)
+        else:
+            pred = dict(G_exact=int(cfg.gstar))
+        pred = dict(pred, config=cfg_text, seconds=round(time.time() - t0, 2))
+        atomic_write_text(gpath, json.dumps(pred, indent=1, sort_keys=True))
+    gstar = int(pred["G_exact"])
+    todo = [(r, s) for s in range(cfg.seeds) for r in rules]
+    frames = []
+    for rule, seed in tqdm(todo, desc="allocation-lm runs", disable=not progress):
+        path = out / "cells" / f"{rule}-seed{seed}.csv"
+        if path.is_file():
+            df = pd.read_csv(path)
+            if len(df) and (df["config"] == cfg_text).all():
+                frames.append(df)
+                continue
+        t = time.time()
+        df = run_cell(policy, pool, ev, cfg, rule, seed, gstar, chunk_steps)
+        df["wall_s"] = round(time.time() - t, 2)
+        atomic_write_csv(path, df)
+        frames.append(df)
+    runs = pd.concat(frames, ignore_index=True)
+    atomic_write_csv(out / "runs.csv", runs)
+    summary = summarise(runs, cfg.fractions)
+    atomic_write_csv(out / "summary.csv", summary)
+    figure(runs, out / "accuracy.png")
+    atomic_write_text(out / "REPORT.md", report(runs, summary, pred))
+    return runs
+
+
+def main(argv=None) -> int:
+    """``python -m grpo_theory.studies.allocation_lm --out DIR [--seeds 16] [--steps 40] ...``."""
+    ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.allocation_lm",
+                                 description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="results-full/allocation_lm")
+    for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "max_rounds"):
+        ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(StudyConfig, f))
+    ap.add_argument("--lr", type=float, default=StudyConfig.lr)
+    ap.add_argument("--warmup", choices=("quick", "full"), default=StudyConfig.warmup)
+    a = ap.parse_args(argv)
+    cfg = StudyConfig(seeds=a.seeds, batch=a.batch, steps=a.steps, n_pool=a.n_pool,
+                      n_eval=a.n_eval, max_rounds=a.max_rounds, lr=a.lr, warmup=a.warmup)
+    run_study(cfg, a.out)
+    print((Path(a.out) / "REPORT.md").read_text())
+    return 0
