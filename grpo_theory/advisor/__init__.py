@@ -23,6 +23,7 @@ from .intervals import fieller_interval, group_size_interval, jackknife_cov
 from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward,
                      read_prompts, write_prompts)
 from .lm_task import advised_group_size
+from .schedule import allowed_group_sizes, propose_group_size
 from ..lm.task import TextReward
 from ..core.rollouts import RolloutStatistics
 
@@ -33,4 +34,5 @@ __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage",
            "RolloutStatistics"]
 __all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
-            "read_prompts", "write_prompts", "advised_group_size", "TextReward"]
+            "read_prompts", "write_prompts", "advised_group_size", "TextReward",
+            "allowed_group_sizes", "propose_group_size"]

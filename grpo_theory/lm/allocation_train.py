@@ -216,7 +216,7 @@ def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_
 
 def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_size: int,
                     rollout_budget: int, lr: float, seed: int, *, chunk_steps: int = 10,
-                    max_steps: int = 10_000, key=None) -> dict:
+                    max_steps: int = 10_000, key=None, schedule=None) -> dict:
     """Train from ``policy`` under ``rule`` until ``rollout_budget`` responses are generated.
 
     Args:
@@ -229,11 +229,15 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
             reach it (or ``max_steps``).
         lr: Adam's learning rate.
         seed: the run's seed (``key``, a JAX key or an integer, instead when given).
+        schedule: optional ``schedule(step, policy, rule, batch_size)`` called after each chunk
+            with the policy reached; it returns ``None`` (keep) or a new ``(rule, batch_size)``
+            for the next chunks (a scheduler of G; the optimiser's state carries over).
 
     Returns:
-        ``dict(accuracy=(n + 1,), rollouts=(n + 1,), kept=(n,), reward=(n,))``: the exact
-        held-out accuracy before and after each step, the cumulative responses generated, the
-        prompts kept and the mean reward of the kept responses of each step.
+        ``dict(accuracy=(n + 1,), rollouts=(n + 1,), kept=(n,), reward=(n,), group=(n,),
+        batch=(n,))``: the exact held-out accuracy before and after each step, the cumulative
+        responses generated, the prompts kept, the mean reward of the kept responses, the
+        rule's group width and B of each step.
     """
     _check_rule(rule)
     B = V.integer("batch_size", batch_size, 1)
@@ -256,12 +260,20 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
                                         opt_state, k, pool_x, pool_c, ex, ec, B, chunk_steps,
                                         policy.temperature, policy.eos_ids)
         out = [np.asarray(o, np.float64) for o in out]
-        parts.append(out)
+        parts.append(out + [np.full(chunk_steps, rule_width(rule), float),
+                            np.full(chunk_steps, B, float)])
         spent += float(out[1].sum())
         steps += chunk_steps
-    acc, gen, kept, rew = (np.concatenate([p[i] for p in parts]) for i in range(4))
+        if schedule is not None and spent < budget:
+            new = schedule(steps, policy.with_params(params), rule, B)
+            if new is not None:
+                rule, B = new
+                _check_rule(rule)
+                B = V.integer("batch_size", B, 1)
+    acc, gen, kept, rew, width, bs = (np.concatenate([p[i] for p in parts]) for i in range(6))
     return dict(accuracy=np.concatenate([[acc0], acc]),
-                rollouts=np.concatenate([[0.0], np.cumsum(gen)]), kept=kept, reward=rew)
+                rollouts=np.concatenate([[0.0], np.cumsum(gen)]), kept=kept, reward=rew,
+                group=width, batch=bs)
 
 
 def accuracy_at_budgets(accuracy, rollouts, budgets) -> np.ndarray:

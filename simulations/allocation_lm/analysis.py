@@ -14,11 +14,14 @@ from grpo_theory.lm.allocation_train import accuracy_at_budgets
 
 #: bootstrap resamples of every interval
 N_BOOT = 4000
+#: each arm is compared with fixed G*, except the scheduled one: with the fixed arm it starts from
+REFERENCE = {"scheduled-8": "fixed-8"}
 
 
 def at_budgets(runs: pd.DataFrame, fractions) -> pd.DataFrame:
     """One row per (rule, seed, fraction): the run's accuracy at ``fraction * budget``
-    responses (the last step not past it) and the responses per prompt it spent a step."""
+    responses (the last step not past it) and the responses it generated per prompt trained
+    on (``B`` of each step)."""
     rows = []
     for (rule, seed), d in runs.groupby(["rule", "seed"]):
         d = d.sort_values("step")
@@ -28,12 +31,8 @@ def at_budgets(runs: pd.DataFrame, fractions) -> pd.DataFrame:
         for f, a in zip(fractions, acc):
             rows.append(dict(rule=rule, seed=int(seed), fraction=float(f), budget=f * budget,
                              accuracy=float(a), steps=steps,
-                             per_prompt=float(d.rollouts.iloc[-1]) / (steps * _batch(d))))
+                             per_prompt=float(d.rollouts.iloc[-1]) / float(d.B.sum())))
     return pd.DataFrame(rows)
-
-
-def _batch(d: pd.DataFrame) -> int:
-    return int(json.loads(d.config.iloc[0])["batch"])
 
 
 def _diff_ci(a, b, n_boot: int = N_BOOT, seed: int = 3):
@@ -47,15 +46,17 @@ def _diff_ci(a, b, n_boot: int = N_BOOT, seed: int = 3):
 
 def summarise(runs: pd.DataFrame, fractions, n_boot: int = N_BOOT) -> pd.DataFrame:
     """Tidy summary: per (rule, fraction) the mean accuracy and its 95% CI, the difference to
-    ``fixed`` and its CI, seeds, responses per prompt a step."""
+    its ``reference`` arm (``fixed``, or :data:`REFERENCE`) and its CI, seeds, responses per
+    prompt a step."""
     ab = at_budgets(runs, fractions)
     out = []
     for (rule, f), d in ab.groupby(["rule", "fraction"]):
         acc = d.accuracy.dropna().to_numpy()
-        ref = ab[(ab.rule == "fixed") & (ab.fraction == f)].accuracy.dropna().to_numpy()
+        base = REFERENCE.get(rule, "fixed")
+        ref = ab[(ab.rule == base) & (ab.fraction == f)].accuracy.dropna().to_numpy()
         lo, hi = bootstrap_ci(acc, n_boot=n_boot, seed=1)
         dlo, dhi = _diff_ci(acc, ref, n_boot) if acc.size and ref.size else (np.nan, np.nan)
-        out.append(dict(rule=rule, fraction=f, budget=float(d.budget.iloc[0]),
+        out.append(dict(rule=rule, reference=base, fraction=f, budget=float(d.budget.iloc[0]),
                         seeds=int(acc.size), accuracy=float(np.mean(acc)) if acc.size else np.nan,
                         ci_low=lo, ci_high=hi,
                         delta=float(np.mean(acc) - np.mean(ref)) if acc.size and ref.size
@@ -89,15 +90,27 @@ def figure(runs: pd.DataFrame, path) -> None:
 
 
 def _verdict(r) -> str:
-    if r.rule == "fixed":
+    if r.rule == r.reference:
         return "reference"
     if not np.isfinite(r.delta_low):
         return "no interval"
     if r.delta_low > 0:
-        return "higher than fixed G* (the interval excludes 0)"
+        return f"higher than {r.reference} (the interval excludes 0)"
     if r.delta_high < 0:
-        return "lower than fixed G* (the interval excludes 0)"
-    return "not distinguishable from fixed G* (the interval contains 0)"
+        return f"lower than {r.reference} (the interval excludes 0)"
+    return f"not distinguishable from {r.reference} (the interval contains 0)"
+
+
+def _schedule_lines(runs: pd.DataFrame) -> list:
+    """What the scheduled arm did: its final G and its changes per run."""
+    d = runs[runs.rule == "scheduled-8"]
+    if not len(d):
+        return []
+    last = d.sort_values("step").groupby("seed").tail(1)
+    lo, hi = bootstrap_ci(last.G.to_numpy(), n_boot=N_BOOT, seed=4)
+    return [f"The scheduled arm changed G {last.changes.mean():.2f} times a run on average "
+            f"(final G {last.G.mean():.1f} [{lo:.1f}, {hi:.1f}] from "
+            f"{int(d[d.step == 1].G.iloc[0])}; the G of each step is in runs.csv)."]
 
 
 def report(runs: pd.DataFrame, summary: pd.DataFrame, pred: dict) -> str:
@@ -118,19 +131,26 @@ def report(runs: pd.DataFrame, summary: pd.DataFrame, pred: dict) -> str:
              "Rules: `fixed` (G* a prompt); `dynamic_sampling` (DAPO: all-equal groups dropped "
              f"and refilled, at most {c['max_rounds']} rounds); `conformal_stopping` (C-GRPO, "
              f"qhat = 1, grid {tuple(c['grid'])}); `knapsack` (Knapsack RL's sizes from the "
-             f"exact pass rates, G* a prompt on average, at most {c['knapsack_cap']} G*).", "",
+             f"exact pass rates, G* a prompt on average, at most {c['knapsack_cap']} G*); "
+             "`fixed-8` (the same responses a step as `fixed`, in groups of TRL's default 8) "
+             f"and `scheduled-8` (from G = 8, G re-estimated every {c['every']} steps by the "
+             f"advisor from {c['sched_questions']} questions x {c['sched_samples']} responses, "
+             "moved by the rule of TRL's GroupSizeScheduler; compared with `fixed-8`).", "",
              "| rule | budget (share) | responses / prompt / step | accuracy | 95% CI | "
-             "- fixed G* | 95% CI | verdict |", "|---|---|---|---|---|---|---|---|"]
+             "- reference | 95% CI | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in summary.sort_values(["fraction", "rule"]).itertuples():
         lines.append(f"| {r.rule} | {r.budget:.0f} ({r.fraction:.0%}) | {r.per_prompt:.2f} | "
                      f"{r.accuracy:.4f} | [{r.ci_low:.4f}, {r.ci_high:.4f}] | {r.delta:+.4f} | "
                      f"[{r.delta_low:+.4f}, {r.delta_high:+.4f}] | {_verdict(r)} |")
     last = summary[summary.fraction == summary.fraction.max()]
-    up = [r.rule for r in last.itertuples() if r.rule != "fixed" and r.delta_low > 0]
-    down = [r.rule for r in last.itertuples() if r.rule != "fixed" and r.delta_high < 0]
-    lines += ["", f"At the whole budget: higher than fixed G*: {', '.join(up) or 'none'}; "
+    up = [f"{r.rule} (vs {r.reference})" for r in last.itertuples()
+          if r.rule != r.reference and r.delta_low > 0]
+    down = [f"{r.rule} (vs {r.reference})" for r in last.itertuples()
+            if r.rule != r.reference and r.delta_high < 0]
+    lines += ["", f"At the whole budget: higher: {', '.join(up) or 'none'}; "
               f"lower: {', '.join(down) or 'none'}; the others are not distinguishable with "
-              f"{c['seeds']} seeds. Dynamic sampling and conformal stopping are biased "
+              f"{c['seeds']} seeds."] + _schedule_lines(runs) + [
+              "Dynamic sampling and conformal stopping are biased "
               "estimators of the gradient (their exact audits on the bandit families, "
               "`rollout-allocation`); Knapsack's sizes are fixed before sampling, so its "
               "estimate is unbiased.", "", "![accuracy against responses](accuracy.png)", ""]

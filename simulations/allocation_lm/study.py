@@ -11,7 +11,16 @@ step, until every run has generated ``B G* steps`` responses (the fixed-G* rule'
   ``max_rounds`` rounds of B prompts);
 * ``conformal_stopping`` (C-GRPO, qhat = 1) on ``grid``;
 * ``knapsack`` (Knapsack RL with the exact pass rates): G* a prompt on average, sizes in
-  ``[2, knapsack_cap G*]``.
+  ``[2, knapsack_cap G*]``;
+* ``fixed-8`` (TRL's default ``num_generations``) and ``scheduled-8``: the same N = B G*
+  responses a step as ``fixed``, as N / G prompts of G = 8 (the allowed size nearest 8); the
+  scheduled arm re-estimates G* every ``every`` steps with the advisor
+  (:func:`grpo_theory.advisor.advised_group_size`: sample-based c1, c3 with 95% intervals at the
+  policy reached, ``sched_questions`` pool questions x ``sched_samples`` responses) and moves G by
+  the rule of TRL's :class:`~grpo_theory.torch.GroupSizeScheduler`
+  (:func:`grpo_theory.advisor.propose_group_size`, divisors of N with >= 3 prompts, hysteresis
+  ``min_change``). Its estimates' responses are not counted as rollouts (the TRL callback
+  estimates from the training rollouts; here they are extra samples).
 
 Each run records the exact held-out accuracy (``mean_x pi(y*|x)`` over the evaluation
 questions, no sampling noise) after every step and the responses generated; the comparison reads
@@ -39,7 +48,10 @@ from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
 
 from .analysis import figure, report, summarise
 
-RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack")
+RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack", "fixed-8",
+         "scheduled-8")
+#: the arms whose step spends N = B G* responses as (B', G) with G from the allowed sizes
+FIXED_BUDGET = ("fixed-8", "scheduled-8")
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,10 @@ class StudyConfig:
         knapsack_cap: Knapsack's largest group, as a multiple of G*.
         fractions: the budgets compared, as fractions of the common rollout budget.
         warmup: ``"quick"`` or ``"full"``, the warm-up configuration of the start policy.
+        every: steps between the scheduled arm's estimates (also the chunk of every run).
+        sched_questions, sched_samples: the scheduled arm's estimate (pool questions x
+            responses each).
+        min_change: the scheduler's hysteresis factor.
     """
     seeds: int = 16
     batch: int = 16
@@ -73,10 +89,14 @@ class StudyConfig:
     knapsack_cap: int = 4
     fractions: tuple = field(default=(0.25, 0.5, 0.75, 1.0))
     warmup: str = "quick"
+    every: int = 5
+    sched_questions: int = 128
+    sched_samples: int = 8
+    min_change: float = 1.25
 
     def __post_init__(self):
         for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "gstar_samples", "max_rounds",
-                  "knapsack_cap"):
+                  "knapsack_cap", "every", "sched_questions", "sched_samples"):
             if int(getattr(self, f)) != getattr(self, f) or getattr(self, f) < 1:
                 raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
         if self.warmup not in ("quick", "full"):
@@ -107,32 +127,76 @@ def questions(cfg: StudyConfig):
     return train_pool(task, n=cfg.n_pool), eval_set(task).subset(np.arange(cfg.n_eval))
 
 
+def _near_8(N: int) -> int:
+    from grpo_theory.advisor import allowed_group_sizes
+
+    return min(allowed_group_sizes(N), key=lambda g: (abs(np.log(g / 8)), g))
+
+
 def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
-    """The :func:`~grpo_theory.lm.allocation_train.lm_rule` value of a rule name at G*."""
+    """``(rule, B)``: the :func:`~grpo_theory.lm.allocation_train.lm_rule` value of an arm at G*
+    and its prompts a step."""
+    if name in FIXED_BUDGET:
+        G = _near_8(cfg.batch * gstar)
+        return lm_rule("fixed", group_size=G), cfg.batch * gstar // G
     return {"fixed": lambda: lm_rule("fixed", group_size=gstar),
             "dynamic_sampling": lambda: lm_rule("dynamic_sampling", group_size=gstar,
                                                 max_rounds=cfg.max_rounds),
             "conformal_stopping": lambda: lm_rule("conformal_stopping", grid=tuple(cfg.grid)),
             "knapsack": lambda: lm_rule("knapsack", rollouts=gstar,
-                                        max_group=cfg.knapsack_cap * gstar)}[name]()
+                                        max_group=cfg.knapsack_cap * gstar)}[name](), cfg.batch
+
+
+def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):
+    """The scheduled arm's ``schedule`` callback (module doc); appends each estimate to ``log``."""
+    from grpo_theory.advisor import advised_group_size, allowed_group_sizes, propose_group_size
+
+    allowed = allowed_group_sizes(N)
+    qs = pool.subset(np.arange(min(cfg.sched_questions, len(pool.text))))
+
+    def schedule(step, pol, rule, B):
+        est = advised_group_size(pol, qs, cfg.sched_samples, key=seed * 100_003 + step,
+                                 chunk=256)
+        rec = dict(recommended_G=float(est["G_exact"]) if est["c1_low"] > 0 else np.nan,
+                   g_star_low=est["G_low"], g_star_high=est["G_high"])
+        G = propose_group_size(dict(rule[1])["group_size"], rec, allowed, cfg.min_change)
+        log.append(dict(step=step, G=G, **rec))
+        return lm_rule("fixed", group_size=G), N // G
+
+    return schedule
+
+
+def _changes(rule, log) -> int:
+    """How many of the scheduled arm's estimates changed G (0 without a schedule)."""
+    if not log:
+        return 0
+    gs = [dict(rule[1])["group_size"]] + [e["G"] for e in log]
+    return int(sum(a != b for a, b in zip(gs, gs[1:])))
 
 
 def run_cell(policy, pool, ev, cfg: StudyConfig, rule: str, seed: int, gstar: int,
-             chunk_steps: int = 10) -> pd.DataFrame:
+             chunk_steps: int = 5) -> pd.DataFrame:
     """One run: a row per step (step 0 first) with the accuracy and the rollouts so far."""
     budget = cfg.batch * gstar * cfg.steps
-    r = train_with_rule(policy, pool, ev, rule_for(rule, cfg, gstar), cfg.batch, budget,
-                        cfg.lr, seed=seed, chunk_steps=chunk_steps)
+    lm, B = rule_for(rule, cfg, gstar)
+    log = []
+    sched = (scheduler(cfg, pool, cfg.batch * gstar, seed, log) if rule == "scheduled-8"
+             else None)
+    r = train_with_rule(policy, pool, ev, lm, B, budget, cfg.lr, seed=seed,
+                        chunk_steps=chunk_steps, schedule=sched)
     n = r["accuracy"].size
+    nan = [np.nan]
     return pd.DataFrame(dict(
         rule=rule, seed=seed, step=np.arange(n), rollouts=r["rollouts"],
-        accuracy=r["accuracy"], kept=np.concatenate([[np.nan], r["kept"]]),
-        reward=np.concatenate([[np.nan], r["reward"]]), G_star=gstar, budget=budget,
-        config=json.dumps(asdict(cfg), sort_keys=True), version=grpo_theory.__version__))
+        accuracy=r["accuracy"], kept=np.concatenate([nan, r["kept"]]),
+        reward=np.concatenate([nan, r["reward"]]), G=np.concatenate([nan, r["group"]]),
+        B=np.concatenate([nan, r["batch"]]), changes=_changes(lm, log),
+        G_star=gstar, budget=budget, config=json.dumps(asdict(cfg), sort_keys=True),
+        version=grpo_theory.__version__))
 
 
-def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = True,
-              chunk_steps: int = 10) -> pd.DataFrame:
+def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = True
+              ) -> pd.DataFrame:
     """Every (rule, seed) cell (resumed from ``out/cells``), then ``runs.csv``, ``summary.csv``,
     ``gstar.json``, ``REPORT.md`` and ``accuracy.png`` under ``out``.
 
@@ -142,8 +206,9 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
         rules: the rules run (names of :data:`RULES`; ``fixed`` is the reference).
         policy: the start policy (default: :func:`start_policy`).
         progress: a progress bar over the cells.
-        chunk_steps: steps per compiled chunk (the loop stops at the first chunk that reaches
-            the budget).
+
+    Every run goes in chunks of ``cfg.every`` steps (the loop stops at the first chunk that
+    reaches the budget).
     """
     from tqdm.auto import tqdm
 
@@ -179,7 +244,7 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
                 frames.append(df)
                 continue
         t = time.time()
-        df = run_cell(policy, pool, ev, cfg, rule, seed, gstar, chunk_steps)
+        df = run_cell(policy, pool, ev, cfg, rule, seed, gstar, cfg.every)
         df["wall_s"] = round(time.time() - t, 2)
         atomic_write_csv(path, df)
         frames.append(df)

@@ -160,6 +160,27 @@ def test_train_with_rule_spends_its_budget_and_reports_accuracy():
     assert r["accuracy"][0] == pytest.approx(grpo.exact_accuracy(pol, x, c), rel=1e-5)
 
 
+def test_a_schedule_changes_the_rule_between_chunks():
+    pol = _eos_policy(0.3)
+    q = task.eval_set().subset(np.arange(8))
+    calls = []
+
+    def schedule(step, now, rule, B):
+        calls.append((step, rule, B))
+        assert isinstance(now, policy.LMPolicy)
+        return AT.lm_rule("fixed", group_size=2), 8
+
+    r = AT.train_with_rule(pol, q, q, AT.lm_rule("fixed", group_size=4), 4, 64, 1e-3, seed=0,
+                           chunk_steps=2, schedule=schedule)
+    assert calls[0] == (2, AT.lm_rule("fixed", group_size=4), 4)
+    np.testing.assert_array_equal(r["group"], [4, 4, 2, 2])  # 64 responses: 4 steps
+    np.testing.assert_array_equal(r["batch"], [4, 4, 8, 8])
+    np.testing.assert_array_equal(np.diff(r["rollouts"]), 16)  # the same N = B G a step
+    with pytest.raises(ValueError, match="lm_rule"):
+        AT.train_with_rule(pol, q, q, AT.lm_rule("fixed", group_size=4), 4, 64, 1e-3, seed=0,
+                           chunk_steps=2, schedule=lambda *a: (("fixed", 4), 8))
+
+
 def test_accuracy_at_budgets_and_bad_rules():
     acc = AT.accuracy_at_budgets([0.1, 0.2, 0.3], [0, 8, 20], [0, 7, 8, 19, 20, 21])
     np.testing.assert_array_equal(acc[:5], [0.1, 0.1, 0.2, 0.2, 0.3])
