@@ -167,6 +167,16 @@ def test_baseline_checks_catch_a_violation(baseline_run):
     bad = s.copy()
     bad["max_abs_z"] = np.nan
     assert [c.verdict for c in m.checks(bad)].count("INCOMPLETE") == 1
+    # baselines equal to V cannot pass the comparison for the others: a table whose every
+    # baseline is V (quadratic term 0) has nothing to compare and does not PASS
+    df = res.tables["table"].copy()
+    df["quad"] = 0.0
+    s0 = m.summary(df)
+    assert (s0.n_tested == 0).all()
+    name = "Assumption 2 holds: no baseline below the oracle (exact, MC 4-sigma)"
+    assert {c.name: c.verdict for c in m.checks(s0)}[name] != "PASS"
+    held = s[s.problem == "a2_holds"]
+    assert (held.n_equal_oracle > 0).all() and (held.n_tested > 0).all()
 
 
 @pytest.fixture(scope="module")
