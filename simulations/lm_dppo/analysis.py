@@ -109,6 +109,12 @@ def _where(v, lo, hi) -> str:
     return "inside" if lo - 1e-12 <= v <= hi + 1e-12 else ("above" if v > hi else "below")
 
 
+def _span(v) -> str:
+    """``"12%"`` or ``"12% to 30%"``: the range of the shares ``v``."""
+    lo, hi = f"{v.min():.0%}", f"{v.max():.0%}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def report(tables, s) -> Section:
     train, grad = tables["train"], tables["grad"]
     runs = run_summary(train, s.steps)
@@ -198,8 +204,8 @@ def report(tables, s) -> Section:
     if "detectable_bias" in d:
         lines[-1:-1] = [
             f"Power of (i): with {int(g0.n_masks)} masks the test along g_full flags a DPPO "
-            f"bias only above {d.detectable_bias.min():.0%} to {d.detectable_bias.max():.0%} "
-            "of ||g_full|| (4 se, by rate); a smaller bias this setting cannot decide. The "
+            f"bias only above {_span(d.detectable_bias)} of ||g_full|| (4 se, by rate); a "
+            "smaller bias this setting cannot decide. The "
             "no-1/q control of (ii) is q times the DPPO estimate on the same masks, so it "
             "shows the test sees a bias of (1 - q) ||g_full|| and no more.", ""]
     nr = grad[grad.method == "no_rescale"]
