@@ -60,6 +60,6 @@ trl-scheduler-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.trl_scheduler --out results-full/trl_scheduler
 
 # rollout rules at equal rollouts on the small transformer: fixed G*, DAPO, C-GRPO, Knapsack RL
-# (16 seeds each; resumes run by run)
+# (32 seeds each, about 20 minutes on 2 cores; resumes run by run)
 allocation-lm-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.allocation_lm --out results-full/allocation_lm

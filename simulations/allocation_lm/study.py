@@ -76,7 +76,7 @@ class StudyConfig:
             responses each).
         min_change: the scheduler's hysteresis factor.
     """
-    seeds: int = 16
+    seeds: int = 32
     batch: int = 16
     steps: int = 40
     lr: float = 1e-3
