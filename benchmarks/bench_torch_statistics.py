@@ -207,7 +207,9 @@ def _report(rows, args, machine, load):
     lines = ["# The torch route's statistics vs one plain forward+backward pass", "",
              f"`python benchmarks/bench_torch_statistics.py{' --gguf ' + args.gguf if args.gguf else ''}"
              f" --models {' '.join(args.models)} --n-samples {args.n_samples} --response-len "
-             f"{args.response_len} --repeats {args.repeats}`: 6 prompts x {args.n_samples} "
+             f"{args.response_len} --repeats {args.repeats}"
+             f"{'' if list(args.cases) == list(CASES) else ' --cases ' + ' '.join(args.cases)}`: "
+             f"6 prompts x {args.n_samples} "
              f"responses; median of {args.repeats} calls after one warm-up call (naive: one "
              f"call).", "", f"Machine: {machine}. Load average at start {load[0]:.2f} / "
              f"{load[1]:.2f} / {load[2]:.2f}.", "",
