@@ -16,7 +16,7 @@ below every unbiased rule at matched rollouts; its MSE equals the auditor's; the
 before sampling are unbiased and the data-dependent ones biased; exact = Monte Carlo; every
 training cell has a CI over >= 16 seeds.
 
-    grpo-theory run rollout-allocation [--quick|--full]
+    grpo-theory rollout-allocation [--quick|--full]
 """
 
 from __future__ import annotations
