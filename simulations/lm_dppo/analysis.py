@@ -201,7 +201,7 @@ def report(tables, s) -> Section:
               f"to detect with {int(g0.n_masks)} masks; it is reported, not gated.", "",
               "![](lm_dppo.png)"]
     d = grad[grad.method == "dppo"]
-    if "detectable_bias" in d:
+    if "detectable_bias" in d and d.detectable_bias.notna().any():  # (absent in older cells)
         lines[-1:-1] = [
             f"Power of (i): with {int(g0.n_masks)} masks the test along g_full flags a DPPO "
             f"bias only above {_span(d.detectable_bias)} of ||g_full|| (4 se, by rate); a "

@@ -31,6 +31,11 @@ def summaries(tables, n_boot: int = 1000, unbiased=UNBIASED) -> dict:
     """
     au = tables["audit"].copy()
     au["expected_unbiased"] = au.family.isin(unbiased)
+    # at theta* grad J is zero up to rounding (about 1e-9): a bias relative to it, and its
+    # direction, are then rounding noise, not numbers (the cells blank them only below 1e-9)
+    gn = au.bias_norm / au.relative_bias
+    flat = (gn < 1e-6 * np.sqrt(au.mse)).fillna(False)
+    au.loc[flat, ["relative_bias", "cosine"]] = np.nan
     tr = tables["train"]
     rows = []
     base = {fr: d[d.rule == "fixed"].gap.dropna().values for fr, d in tr.groupby("fraction")}
