@@ -38,6 +38,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from .. import _validation as V
 from .grpo import _optimizer, task_tokens
@@ -191,8 +192,6 @@ def _weights(z, mask):
                                    "eos"))
 def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_c, eval_x,
            eval_c, batch, n_steps, temperature=1.0, eos=None):
-    import optax
-
     def step(carry, k):
         params, opt_state = carry
         x, y, z, mask, spent = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,

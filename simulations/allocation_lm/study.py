@@ -258,7 +258,7 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
 
 
 def main(argv=None) -> int:
-    """``python -m grpo_theory.studies.allocation_lm --out DIR [--seeds 16] [--steps 40] ...``."""
+    """``python -m grpo_theory.studies.allocation_lm --out DIR [--seeds 32] [--steps 40] ...``."""
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.allocation_lm",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results-full/allocation_lm")
