@@ -60,6 +60,9 @@ trl-scheduler-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.trl_scheduler --out results-full/trl_scheduler
 
 # rollout rules at equal rollouts on the small transformer: fixed G*, DAPO, C-GRPO, Knapsack RL
-# (32 seeds each, about 20 minutes on 2 cores; resumes run by run)
+# on the quick and the full warm-up's policies (32 seeds each, about 3 and 20 minutes on 2 cores;
+# resumes run by run)
 allocation-lm-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.allocation_lm --out results-full/allocation_lm
+	$(PY) -m grpo_theory.studies.allocation_lm --out results-full/allocation_lm_full_warmup \
+		--warmup full --lr 1e-4 --steps 80 --every 10

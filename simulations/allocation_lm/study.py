@@ -262,13 +262,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.allocation_lm",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results-full/allocation_lm")
-    for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "max_rounds"):
+    for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "max_rounds", "every"):
         ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(StudyConfig, f))
     ap.add_argument("--lr", type=float, default=StudyConfig.lr)
     ap.add_argument("--warmup", choices=("quick", "full"), default=StudyConfig.warmup)
     a = ap.parse_args(argv)
     cfg = StudyConfig(seeds=a.seeds, batch=a.batch, steps=a.steps, n_pool=a.n_pool,
-                      n_eval=a.n_eval, max_rounds=a.max_rounds, lr=a.lr, warmup=a.warmup)
+                      n_eval=a.n_eval, max_rounds=a.max_rounds, lr=a.lr, warmup=a.warmup,
+                      every=a.every)
     run_study(cfg, a.out)
     print((Path(a.out) / "REPORT.md").read_text())
     return 0
