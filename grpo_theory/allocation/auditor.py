@@ -57,7 +57,7 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
     Returns:
         An :class:`AllocationAudit`.
 
-    Example:
+    Examples:
         >>> from grpo_theory import SoftmaxBandit, allocation
         >>> import numpy as np
         >>> bandit = SoftmaxBandit(np.log([[0.1, 0.6, 0.3]]), [[1.0, 0.0, 0.0]])

@@ -115,7 +115,7 @@ def length_weights(lengths, alpha) -> jnp.ndarray:
     Returns:
         ``L^(alpha - 1)``, same shape.
 
-    Example:
+    Examples:
         ``alpha = 0`` divides each sequence by its length (TRL's "grpo"), ``alpha = 1`` sums it:
 
         >>> from grpo_theory.companions import length_weights

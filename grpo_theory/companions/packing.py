@@ -123,7 +123,7 @@ def pack(lengths, capacity: int, window: int) -> Packing:
     Returns:
         :class:`Packing` (``row``, ``offset`` of each sequence and ``n_rows``).
 
-    Example:
+    Examples:
         >>> from grpo_theory.companions import pack
         >>> p = pack([5, 3, 4, 2, 6], capacity=8, window=3)
         >>> p.n_rows, p.row.tolist(), p.offset.tolist()

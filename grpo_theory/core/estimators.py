@@ -141,7 +141,7 @@ def register(est: Estimator, *aliases: str) -> Estimator:
     Returns:
         ``est``.
 
-    Example:
+    Examples:
         An advantage ``A = Z - 1/2`` (a constant baseline), by name everywhere afterwards:
 
         >>> import jax.numpy as jnp

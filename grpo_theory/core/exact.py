@@ -212,7 +212,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
         The exact minibatch MSE (float). Raises ``ValueError`` when the estimator has no exact
         form (or couples the prompts of a batch) or a route's table would not fit.
 
-    Example:
+    Examples:
         Two prompts, three responses each, B = 2 prompts of G = 4 responses:
 
         >>> from grpo_theory.core import SoftmaxBandit, exact_mse

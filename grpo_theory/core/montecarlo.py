@@ -318,7 +318,7 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     Returns:
         :class:`MCResult`.
 
-    Example:
+    Examples:
         The 95% interval of 4000 replicates covers the exact MSE (:func:`exact_mse`):
 
         >>> from grpo_theory.core import SoftmaxBandit, exact_mse, mc_mse

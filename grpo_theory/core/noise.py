@@ -93,7 +93,7 @@ def noise_scale(problem, group_size: int) -> NoiseScale:
     Raises:
         ValueError: ``group_size`` below 2, or a problem whose gradient is zero (no noise scale).
 
-    Example:
+    Examples:
         At a budget of ``B_noise`` responses the MSE equals ``||grad J||^2``:
 
         >>> from grpo_theory.core import SoftmaxBandit, exact_mse, noise_scale

@@ -53,7 +53,7 @@ def scaling_constants(bandit) -> ScalingConstants:
         :class:`ScalingConstants` with ``c1 = E_X||g(X) - g||^2``, ``c2 = E_X tr Sigma_or(X)``
         and ``c3 = E_X[E[||s||^2|X] sigma^2(X) + ||g(X)||^2]``.
 
-    Example:
+    Examples:
         GRPO's exact MSE at budget ``N = B G`` is ``(c1 G + c2 + c3/(G - 1)) / N`` (Theorem 7):
 
         >>> from grpo_theory.core import SoftmaxBandit, budget_mse, exact_mse, scaling_constants
@@ -133,7 +133,7 @@ def optimal_group_size(bandit) -> GroupSizeOptimum:
         :class:`GroupSizeOptimum` (paper's sqrt(c3/c1), the exact form's 1 + sqrt(c3/c1), the
         integer argmin over G >= 2 and the constants).
 
-    Example:
+    Examples:
         >>> from grpo_theory.core import SoftmaxBandit, optimal_group_size
         >>> bandit = SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
         ...                        [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])

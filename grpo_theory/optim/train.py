@@ -442,7 +442,7 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
         ``jax.vmap(train)(keys)`` runs seeds in parallel; equal configs and problems of equal
         shapes share one compilation.
 
-    Example:
+    Examples:
         Ten steps of GRPO on a one-prompt bandit whose first response is the correct one:
 
         >>> from grpo_theory.core import SoftmaxBandit
