@@ -111,7 +111,9 @@ def conditional_laws(st):
     p = np.asarray(st.probs)
     mu = np.asarray(st.reward_means)
     ssq = np.asarray(st.sq_norms())
-    v = np.sum(p * mu, axis=1)
+    # clipped: with every reward 1, sum(p mu) can round to 1 + 1e-16, and binom.pmf(., ., v)
+    # is NaN outside [0, 1]
+    v = np.clip(np.sum(p * mu, axis=1), 0.0, 1.0)
     w1 = p * mu / np.where(v > 0, v, 1.0)[:, None]
     w0 = p * (1 - mu) / np.where(v < 1, 1 - v, 1.0)[:, None]
     M1 = np.asarray(st.project(w1))

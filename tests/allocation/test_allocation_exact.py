@@ -143,3 +143,23 @@ def test_registry():
 def test_a_group_too_small_for_the_estimator_is_refused_by_name(rule):
     with pytest.raises(ValueError, match=re.escape(f"rule '{rule.name}'") + ".*fewer than estimator"):
         A.audit(TINY, rule, "grpo")
+
+
+# every response of the second prompt rewarded: with these logits its pass rate sum(p mu) rounds
+# to 1 + 2^-52, and scipy's binom.pmf is NaN for a probability above 1 (the case that made the
+# answer-agreement audit NaN before the pass rate was clipped)
+ALL_RIGHT = SoftmaxBandit(np.array([[0.3, -0.2, 1.1, 0.0],
+                                    [-0.12853466294403426, 1.3664634705496859,
+                                     -0.6651946734866135, 0.3515100700930197]]),
+                          [[1.0, 0.0, 0.0, 0.5], [1.0, 1.0, 1.0, 1.0]])
+
+
+@pytest.mark.parametrize("rule", [A.fixed(3), A.dynamic_sampling(3), A.conformal_stopping((2, 3)),
+                                  A.conformal_stopping((2, 3), agree="reward"),
+                                  A.max_variance_subset(4, 2)], ids=lambda r: r.name)
+def test_a_prompt_whose_every_response_is_rewarded(rule):
+    res = A.audit(ALL_RIGHT, rule)
+    ref = A.enumerate_rule(ALL_RIGHT, rule)
+    assert np.isfinite(res.mse) and np.all(np.isfinite(res.mean))
+    np.testing.assert_allclose(np.ravel(res.mean), ref.mean, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(res.mse, ref.mse, rtol=1e-12, atol=1e-15)
