@@ -36,3 +36,8 @@ from .optimal import (Allocation, PlugInResult, PromptConstants, estimated_const
 __all__ += ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
             "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
             "PlugInResult"]
+
+# the same greedy step in JAX, for training loops (jit-able)
+from .greedy import sizes_from_gains  # noqa: E402
+
+__all__ += ["sizes_from_gains"]

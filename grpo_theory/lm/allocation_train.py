@@ -41,6 +41,7 @@ import numpy as np
 import optax
 
 from .. import _validation as V
+from ..allocation.greedy import sizes_from_gains
 from .grpo import _optimizer, task_tokens
 from .policy import LMPolicy, seq_log_probs
 from .task import reward_exact_tokens
@@ -127,10 +128,7 @@ def knapsack_sizes(pass_rates, total: int, width: int):
     def v(g):
         return (1 - q**g - (1 - q)**g) * q * (1 - q) ** 2
 
-    gains = (v(G + 1) - v(G)).reshape(-1)
-    order = jnp.argsort(-gains, stable=True)
-    take = (jnp.arange(order.size) < (total - 2 * B)).astype(jnp.int32)
-    return 2 + jnp.zeros(B, jnp.int32).at[order // (width - 2)].add(take)
+    return sizes_from_gains(v(G + 1) - v(G), total)
 
 
 def _draw(sample_fn, params, key, xb, cb, width, temperature):

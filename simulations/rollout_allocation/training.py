@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_theory._precision import float64
+from grpo_theory.allocation.greedy import sizes_from_gains
 from grpo_theory.core.gram import ExplicitScores
 from grpo_theory.core.ustat import prompt_moments
 
@@ -105,13 +106,8 @@ def _greedy_sizes(a, b, total, width):
     """Integer sizes (B,) in [2, width] with sum ``total``: the ``total - 2B`` largest marginal
     gains ``(a + 2b/(G-1))/(G(G+1))`` over G = 2..width-1 (greedy marginal allocation; a stable
     sort breaks ties by prompt, then by G)."""
-    B = a.shape[0]
     G = jnp.arange(2, width, dtype=jnp.float64)[None, :]
-    gains = (a[:, None] + 2.0 * b[:, None] / (G - 1)) / (G * (G + 1))
-    order = jnp.argsort(-gains.reshape(-1), stable=True)
-    take = jnp.arange(order.size) < (total - 2 * B)
-    rows = order // (width - 2)
-    return 2 + jnp.zeros(B, jnp.int32).at[rows].add(take.astype(jnp.int32))
+    return sizes_from_gains((a[:, None] + 2.0 * b[:, None] / (G - 1)) / (G * (G + 1)), total)
 
 
 def _step_rule(rule, key, dp, B, stats):

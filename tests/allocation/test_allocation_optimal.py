@@ -140,3 +140,31 @@ def test_pass_rate_model_is_a_valid_plug_in(family):
 def test_bad_arguments_name_the_argument(family, call, name):
     with pytest.raises(ValueError, match=name):
         call(family)
+
+
+def test_the_jax_greedy_step_equals_the_heap_allocation():
+    """sizes_from_gains (one sort, jit-able: the training loops' step) gives greedy_allocation's
+    sizes for the MSE-optimal gains (a + 2b/(G - 1)) / (G (G + 1)); a flat gain table (the rival:
+    gains that ignore the constants) does not."""
+    import jax.numpy as jnp
+
+    from grpo_theory._precision import float64
+    from grpo_theory.allocation import greedy_allocation, sizes_from_gains
+
+    @float64
+    def sizes(a, b, total, flat=False):
+        G = jnp.arange(2, total, dtype=jnp.float64)[None, :]
+        gains = (jnp.asarray(a)[:, None] + 2.0 * jnp.asarray(b)[:, None] / (G - 1)) / (
+            G * (G + 1))
+        return np.asarray(sizes_from_gains(jnp.ones_like(gains) if flat else gains, total))
+
+    rng = np.random.default_rng(3)
+    for B, extra in ((5, 17), (8, 40), (3, 1)):
+        a, b = rng.uniform(0.1, 2.0, B), rng.uniform(0.0, 3.0, B)
+        total = 2 * B + extra
+        got = sizes(a, b, total)
+        np.testing.assert_array_equal(got, greedy_allocation(a, b, total))
+        flat = sizes(a, b, total, flat=True)
+        assert flat.sum() == total
+        if B > 3:
+            assert not np.array_equal(flat, got)
