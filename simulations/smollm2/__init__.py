@@ -6,7 +6,10 @@ as a module::
     python -m grpo_theory.studies.smollm2 --model FILE --out DIR [...]
 
 The study's modules: ``study`` (the two phases, their configuration and the command line),
-``tasks`` (prompt families and pass rates), ``analysis`` (tables, figure and REPORT.md).
+``tasks`` (prompt families and pass rates), ``analysis`` (tables, figure and REPORT.md);
+``measured`` (the gradient MSE against G measured from independent groups, next to the
+advisor's prediction: ``python -m grpo_theory.studies.smollm2.measured``), its statistics
+``measured_stats`` and its tables ``measured_report``.
 """
 
 from .study import (CANDIDATES, StudyConfig, budget_table, candidate_questions, choose_task,

@@ -11,6 +11,7 @@ computed from, and the zero-variance share must follow ``C(k,G)/C(n,G)`` on know
 import json
 import math
 
+import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -137,3 +138,48 @@ def test_bad_inputs_raise_value_errors():
         S.candidate_questions("sub1", 1000, 0)
     with pytest.raises(ValueError, match="same length"):
         S.sample_pass_rates(None, ["a"], ["b"], [1, 2], 2, 2, 0)
+
+
+def test_measured_mse_end_to_end_and_resume(run, tmp_path):
+    """The measurement on the study's output: tables tagged, invariants of every group's Gram
+    entries, zero-weight padding equal to the unpadded gradient, and a rerun that resumes."""
+    from grpo_theory.studies.smollm2 import measured as MS
+
+    policy, sc, out, _ = run
+    cfg = MS.MeasuredConfig(model=sc.model, study=str(out), group_sizes=(2, 4), rows=8,
+                            n_value=2, n_batches=3, budgets=(4, 8), seed=3)
+    dest, work = tmp_path / "m", tmp_path / "w"
+    tabs = MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
+    g = pd.read_csv(dest / "measured_groups.csv")
+    assert sorted(g.G.value_counts().items()) == [(2, 4), (4, 2)]
+    assert (g.k <= g.G).all() and set(g.vhat) <= {0.0, 0.5, 1.0}
+    assert (g.s11 >= 0).all() and (g.s00 >= 0).all()
+    assert (g.s10 ** 2 <= g.s11 * g.s00 * (1 + 1e-5) + 1e-9).all()  # Cauchy-Schwarz
+    assert (g.s11[g.k == 0] == 0).all() and (g.s00[g.k == g.G] == 0).all()
+    b = pd.read_csv(dest / "measured_batches.csv")
+    assert b["count"].sum() == len(g) and (g.version == S.grpo_theory.__version__).all()
+    mse = pd.read_csv(dest / "measured_mse.csv")
+    assert {"estimator", "N", "G", "mse", "se", "predicted", "predicted_se",
+            "replicates"} <= set(mse.columns)
+    assert set(zip(mse.N, mse.G)) == {(4, 2), (4, 4), (8, 2), (8, 4)}
+    assert np.isfinite(mse.predicted).all() and (mse.predicted_se >= 0).all()
+    for f in ("measured_argmin.csv", "measured_mse.png", "MEASURED.md", "measured_meta.json"):
+        assert (dest / f).is_file(), f
+    assert tabs["grad_norm_sq"]["predicted"] == pytest.approx(
+        float(pd.read_csv(out / "constants.csv").set_index("parameter").loc[
+            "grad_norm_sq", "estimate"]))
+    # resume: the same configuration computes no group again
+    again = MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
+    pd.testing.assert_frame_equal(pd.read_csv(dest / "measured_groups.csv"), g)
+    assert again["mse"].mse.tolist() == pytest.approx(mse.mse.tolist())
+    # zero-weight padding rows (a power-of-two bucket) leave the gradient unchanged
+    x = np.repeat(np.asarray(S._prompts(policy, ["What is 2 + 3?"], ["2 + 3 ="])), 4, axis=0)
+    y = np.asarray(policy.sample(jax.random.PRNGKey(0), x, 3))
+    rows = np.array([0, 2, 3])
+    padded = MS._subset_score(policy, x, y, rows)
+    plain = policy.weighted_score(x[rows], y[rows], np.ones(3))
+    assert padded.shape == plain.shape  # float32 rounding of a 4-row against a 3-row batch
+    assert np.linalg.norm(padded - plain) <= 1e-5 * np.linalg.norm(plain)
+    assert MS._subset_score(policy, x, y, np.array([], int)) is None
+    with pytest.raises(ValueError, match="make smollm2-study"):
+        MS.population(tmp_path)

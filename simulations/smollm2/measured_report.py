@@ -1,0 +1,189 @@
+"""The measured-MSE tables, figure and MEASURED.md, from the saved tables only.
+
+:func:`analyse` reads ``measured_groups.csv``, ``measured_batches.csv`` and
+``measured_meta.json`` (written by :func:`.measured.run_measurement`) and the advisor study's
+``rollouts.npz`` (the prediction), and writes ``measured_mse.csv``, ``measured_argmin.csv``,
+``measured_mse.png``/``.pdf`` and ``MEASURED.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
+from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.plotting import plt, save_figure
+
+from .measured_stats import (ESTIMATORS, bootstrap_argmin, measured_group_variance,
+                             measured_mse_table, oracle_hat_extra)
+from .tasks import _family
+
+__all__ = ["population", "prediction", "analyse"]
+
+_TAG = ["model", "rows", "n_value", "n_batches", "seed", "version"]
+
+
+def population(study) -> dict:
+    """The study's phase-2 prompts: questions, prefills, answers, reference rewards, meta.
+
+    Raises:
+        ValueError: a file of the study is missing (naming it and ``make smollm2-study``).
+    """
+    study = Path(study)
+    for f in ("prompts.csv", "passrates.csv", "rollouts.npz", "meta.json"):
+        if not (study / f).is_file():
+            raise ValueError(f"--study {study}: {f} is missing (run make smollm2-study first)")
+    meta = json.loads((study / "meta.json").read_text())
+    task = meta["task"]
+    pr = pd.read_csv(study / "prompts.csv").sort_values("prompt")
+    qs, pre, ans = _family(task)
+    by_q = {q: (p, a) for q, p, a in zip(qs, pre, ans)}
+    ref = pd.read_csv(study / "passrates.csv", dtype={"rewards": str})
+    ref = ref[ref.task == task].set_index("prompt")
+    n_ref = int(meta["config"]["n_ref"])
+    ref_z = np.asarray([[int(c) for c in str(ref.loc[p, "rewards"]).zfill(n_ref)]
+                        for p in pr.prompt], np.float64)
+    return dict(task=task, questions=list(pr.question), prefills=[by_q[q][0] for q in pr.question],
+                answers=np.asarray([by_q[q][1] for q in pr.question]), ref_rewards=ref_z,
+                score_sq=pr.score_sq.to_numpy(np.float64),
+                response_len=int(meta["config"]["response_len"]), meta=meta)
+
+
+def _estimate(study):
+    with np.load(Path(study) / "rollouts.npz") as f:
+        return estimate_from_rollouts(f["rewards"], sq_norms=f["sq_norms"], mean_sq=f["mean_sq"],
+                                      mean_dot=f["mean_dot"])
+
+
+def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0), n_value: int = 1):
+    """The advisor's MSE at B = N / G groups of G and its standard error (jackknife over the
+    study's prompts); ``oracle_hat`` adds ``extra`` (:func:`.measured_stats.oracle_hat_extra`,
+    per response) divided by N."""
+    B = N / G
+    e = "oracle" if estimator == "oracle_hat" else estimator
+    val = est.mse(B, G, e)
+    lo, hi = est.mse_ci(B, G, e)
+    se = (hi - lo) / (2 * t_quantile(0.05, est.n_prompts))
+    if estimator == "oracle_hat":
+        val += extra[0] / N
+        se = float(np.hypot(se, extra[1] / N))
+    return float(val), float(se)
+
+
+def analyse(out, study) -> dict:
+    """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring); returns the tables."""
+    out = Path(out)
+    meta = json.loads((out / "measured_meta.json").read_text())
+    cfg = meta["config"]
+    groups = pd.read_csv(out / "measured_groups.csv")
+    batches = pd.read_csv(out / "measured_batches.csv")
+    K = int(cfg["n_batches"])
+    gram = batches[[f"gram_{k}" for k in range(K)]].to_numpy(np.float64)
+    tag = {c: groups[c].iloc[0] for c in _TAG}
+    var = measured_group_variance(groups, gram, K)
+    mse = measured_mse_table(var, cfg["budgets"])
+    est = _estimate(study)
+    pop = population(study)
+    extra = oracle_hat_extra(pop["ref_rewards"], pop["score_sq"], int(cfg["n_value"]))
+    pred = [prediction(est, r.N, r.G, r.estimator, extra, int(cfg["n_value"]))
+            for r in mse.itertuples(index=False)]
+    mse["predicted"] = [p[0] for p in pred]
+    mse["predicted_se"] = [p[1] for p in pred]
+    mse["z"] = (mse.mse - mse.predicted) / np.hypot(mse.se, mse.predicted_se)
+    mse = mse.assign(**tag)
+    mse.to_csv(out / "measured_mse.csv", index=False)
+    arg = bootstrap_argmin(groups, gram, K, seed=int(cfg["seed"]))
+    Gs = sorted(int(g) for g in groups.G.unique())
+    arg["predicted_argmin"] = [min(Gs, key=lambda G: G * est.mse(1, G, "oracle" if e == "oracle_hat"
+                                                                  else e))
+                               for e in arg.estimator]
+    arg = arg.assign(g_star=est.g_star, g_star_low=est.g_star_ci[0],
+                     g_star_high=est.g_star_ci[1], **tag)
+    arg.to_csv(out / "measured_argmin.csv", index=False)
+    J = var.iloc[0]
+    grad = dict(measured=float(J.grad_norm_sq), measured_se=float(J.grad_norm_sq_se),
+                predicted=est.grad_norm_sq, predicted_se=float(est.bse[4]))
+    _figure(mse, out)
+    _report(out, meta, mse, arg, grad, extra)
+    return dict(variance=var, mse=mse, argmin=arg, grad_norm_sq=grad)
+
+
+def _figure(mse, out):
+    N = int(mse.N.max())
+    d = mse[mse.N == N]
+    fig, axes = plt.subplots(1, len(ESTIMATORS), figsize=(4.2 * len(ESTIMATORS), 3.6),
+                             sharey=True)
+    for ax, e in zip(axes, ESTIMATORS):
+        r = d[d.estimator == e].sort_values("G")
+        ax.errorbar(r.G, r.mse, yerr=1.96 * r.se, fmt="o", color="C0", capsize=3,
+                    label="measured (95%)")
+        ax.plot(r.G, r.predicted, "-", color="C1", label="advisor's prediction")
+        ax.fill_between(r.G, r.predicted - 1.96 * r.predicted_se,
+                        r.predicted + 1.96 * r.predicted_se, color="C1", alpha=0.25)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{e}, N = {N}")
+        ax.set_xlabel("G (B = N / G)")
+    axes[0].set_ylabel("E||g_hat - grad J||^2")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, out / "measured_mse")
+    plt.close(fig)
+
+
+def _fmt(x):
+    return f"{x:.4g}"
+
+
+def _report(out, meta, mse, arg, grad, extra):
+    cfg = meta["config"]
+    N = int(mse.N.max())
+    d = mse[mse.N == N][["estimator", "G", "B", "replicates", "mse", "se", "predicted",
+                         "predicted_se", "z"]]
+    a = arg[["estimator", "argmin", "G_low", "G_high", "predicted_argmin"]
+            + [c for c in arg.columns if c.startswith("share_")]]
+    zmax = float(np.abs(mse[mse.N == N].z).max())
+    lines = [
+        "# SmolLM2-135M-Instruct: the gradient MSE against G, measured",
+        "",
+        f"Command: `make smollm2-measured` (model `{cfg['model']}`, task {meta['task']}, "
+        f"package {meta['version']}, seed {cfg['seed']}). {meta['groups']} independent groups, "
+        f"{meta['responses_scored']} responses scored ({cfg['rows']} per G), "
+        f"{meta['responses_sampled']} sampled (with m = {cfg['n_value']} per group for the "
+        f"oracle's value); {meta['seconds_groups'] / 60:.1f} min of sampling and gradients.",
+        "",
+        "Each group: a prompt drawn uniformly from the study's phase-2 prompts, G responses, "
+        "two weighted backward passes (the rewarded and the unrewarded responses' summed "
+        "scores), from which every estimator's squared norm is exact. MSE(N, G) = (G / N) "
+        "(E||g_1||^2 - ||grad J||^2) for independent groups; ||grad J||^2 by the U-statistic "
+        f"of {cfg['n_batches']} batch means; standard errors by delete-one-batch jackknife "
+        "(the shared ||grad J||^2 included). The prediction is the advisor's, from the study's "
+        "own rollouts (independent of these), with its jackknife standard error; oracle_hat "
+        f"adds the term of its estimated value, E_x[V(1-V) E||s||^2] / (m N) "
+        f"({_fmt(extra[0])} / (m N), se {_fmt(extra[1])} / (m N)).",
+        "",
+        f"## MSE at N = {N} (the table holds N = {', '.join(str(n) for n in cfg['budgets'])}; "
+        "for independent groups the MSE scales as 1/N at each G)",
+        "",
+        markdown_table(d),
+        "",
+        f"Largest |z| (measured against predicted, both errors): {zmax:.2f} over {len(d)} rows.",
+        "",
+        "## The argmin over G (the same at every N), with its bootstrap over batches",
+        "",
+        markdown_table(a),
+        "",
+        f"The advisor's G* = {arg.g_star.iloc[0]:.3g} (Fieller 95% interval "
+        f"[{arg.g_star_low.iloc[0]:.3g}, {arg.g_star_high.iloc[0]:.3g}]).",
+        "",
+        f"## ||grad J||^2: measured {_fmt(grad['measured'])} (se {_fmt(grad['measured_se'])}); "
+        f"the advisor's {_fmt(grad['predicted'])} (se {_fmt(grad['predicted_se'])})",
+        "",
+        "![figure](measured_mse.png)",
+        "",
+    ]
+    (out / "MEASURED.md").write_text("\n".join(lines))
