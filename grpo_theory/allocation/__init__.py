@@ -38,6 +38,6 @@ __all__ += ["PromptConstants", "prompt_constants", "estimated_constants", "Alloc
             "PlugInResult"]
 
 # the same greedy step in JAX, for training loops (jit-able)
-from .greedy import sizes_from_gains  # noqa: E402
+from .greedy import mse_gains, sizes_from_gains, unique_answer_constants  # noqa: E402
 
-__all__ += ["sizes_from_gains"]
+__all__ += ["sizes_from_gains", "mse_gains", "unique_answer_constants"]

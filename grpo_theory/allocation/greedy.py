@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-__all__ = ["sizes_from_gains"]
+__all__ = ["sizes_from_gains", "mse_gains", "unique_answer_constants"]
 
 
 def sizes_from_gains(gains, total: int, min_size: int = 2):
@@ -37,3 +37,45 @@ def sizes_from_gains(gains, total: int, min_size: int = 2):
     order = jnp.argsort(-gains.reshape(-1), stable=True)
     take = (jnp.arange(order.size) < (total - min_size * B)).astype(jnp.int32)
     return min_size + jnp.zeros(B, jnp.int32).at[order // n].add(take)
+
+
+def mse_gains(a, b, width: int):
+    """The MSE-optimal allocation's gains ``v(G) - v(G + 1) = (a + 2 b / (G - 1)) / (G (G + 1))``
+    for ``G = 2 .. width - 1`` (``(B, width - 2)``, the input of :func:`sizes_from_gains`), with
+    ``v(G) = a / G + b / (G (G - 1))`` a prompt's leave-one-out variance (:mod:`.optimal`).
+
+    Args:
+        a, b: ``(B,)`` per-prompt constants (>= 0); width: the largest group (>= 3).
+
+    >>> import numpy as np
+    >>> np.asarray(mse_gains(jnp.array([6.0]), jnp.array([0.0]), 4)).round(3).tolist()
+    [[1.0, 0.5]]
+    """
+    G = jnp.arange(2, width, dtype=jnp.result_type(a, float))[None, :]
+    a, b = jnp.asarray(a)[:, None], jnp.asarray(b)[:, None]
+    return (a + 2.0 * b / (G - 1)) / (G * (G + 1))
+
+
+def unique_answer_constants(value, answer_score_sq, score_sq):
+    r"""``(a_x, b_x)`` of a prompt whose only rewarded response is ``y*`` (reward 1, else 0).
+
+    With ``V = pi(y*|x)``, ``g(x) = V s*`` and ``E[||s||^2 Z | x] = V ||s*||^2``:
+
+    .. math:: a_x = \operatorname{tr}\Sigma_{or}(x) = E[\|s\|^2 (Z - V)^2] - \|g(x)\|^2
+              = V (1 - 3V) \|s^*\|^2 + V^2 E\|s\|^2, \qquad
+              b_x = E\|s\|^2 V (1 - V) + V^2 \|s^*\|^2 .
+
+    ``a`` is floored at 0 (a trace; a plug-in ``E||s||^2`` may undershoot).
+
+    Args:
+        value: ``V`` (B,); answer_score_sq: ``||s*||^2`` (B,); score_sq: ``E[||s||^2 | x]``
+            (B,) or one shared value.
+
+    >>> a, b = unique_answer_constants(jnp.array([0.5]), jnp.array([2.0]), jnp.array([3.0]))
+    >>> float(a[0]), float(b[0])
+    (0.25, 1.25)
+    """
+    v, star, s2 = jnp.asarray(value), jnp.asarray(answer_score_sq), jnp.asarray(score_sq)
+    a = jnp.maximum(v * (1 - 3 * v) * star + v**2 * s2, 0.0)
+    b = s2 * v * (1 - v) + v**2 * star
+    return a, b

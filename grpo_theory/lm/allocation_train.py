@@ -25,6 +25,15 @@ The rules (one padded ``(B, W)`` draw per step and a mask; :func:`lm_rule` makes
   marginals, as :func:`grpo_theory.allocation.pass_rate_allocation`). The sizes do not depend
   on the current samples, so each prompt's estimate stays unbiased and the prompts keep equal
   weights.
+* ``optimal`` (the MSE-optimal unbiased allocation, :mod:`grpo_theory.allocation.optimal`):
+  sizes in ``[2, W]`` summing to ``m B`` that minimise ``sum_b a_b / G_b + b_b / (G_b (G_b -
+  1))``, the leave-one-out variance (greedy on its convex marginals,
+  :func:`grpo_theory.allocation.mse_gains`), with ``(a_b, b_b)`` of a prompt whose one correct
+  response is ``y*`` (:func:`grpo_theory.allocation.unique_answer_constants`): ``V = pi(y*|x)``
+  and ``||s*||^2`` exact by teacher forcing, and ``E[||s||^2 | x]`` replaced by the previous
+  step's mean over its prompts of one sampled response's ``||s||^2`` (before the first step, B
+  responses drawn for it, counted in the rollouts). The sizes use no current sample: unbiased,
+  equal prompt weights.
 
 The held-out accuracy, the exact expected reward ``mean_x pi(y*|x)`` of the evaluation questions
 (teacher forcing), is recorded after every step, with the responses generated; runs are then
@@ -41,7 +50,7 @@ import numpy as np
 import optax
 
 from .. import _validation as V
-from ..allocation.greedy import sizes_from_gains
+from ..allocation.greedy import mse_gains, sizes_from_gains, unique_answer_constants
 from .grpo import _optimizer, task_tokens
 from .policy import LMPolicy, seq_log_probs
 from .task import reward_exact_tokens
@@ -51,7 +60,8 @@ __all__ = ["LM_RULES", "lm_rule", "rule_width", "knapsack_sizes", "train_with_ru
 
 #: the rules :func:`train_with_rule` runs (name -> the parameters its value carries)
 LM_RULES = {"fixed": ("group_size",), "dynamic_sampling": ("group_size", "max_rounds"),
-            "conformal_stopping": ("grid",), "knapsack": ("rollouts", "max_group")}
+            "conformal_stopping": ("grid",), "knapsack": ("rollouts", "max_group"),
+            "optimal": ("rollouts", "max_group")}
 
 
 def lm_rule(name: str, **params) -> tuple:
@@ -61,7 +71,8 @@ def lm_rule(name: str, **params) -> tuple:
         name: one of :data:`LM_RULES`.
         **params: ``fixed``: ``group_size``; ``dynamic_sampling``: ``group_size``,
             ``max_rounds``; ``conformal_stopping``: ``grid`` (strictly increasing sizes >= 2);
-            ``knapsack``: ``rollouts`` (m per prompt, an integer) and ``max_group`` (>= m).
+            ``knapsack`` and ``optimal``: ``rollouts`` (m per prompt, an integer) and
+            ``max_group`` (>= m).
 
     Returns:
         The rule value.
@@ -83,7 +94,7 @@ def lm_rule(name: str, **params) -> tuple:
             out[k] = g
         else:
             out[k] = V.integer(k, v, 1 if k == "max_rounds" else 2)
-    if name == "knapsack" and out["max_group"] < out["rollouts"]:
+    if name in ("knapsack", "optimal") and out["max_group"] < out["rollouts"]:
         raise ValueError(f"max_group must be >= rollouts={out['rollouts']}, "
                          f"got {out['max_group']}")
     return name, tuple(sorted(out.items()))
@@ -103,8 +114,8 @@ def rule_width(rule: tuple) -> int:
     """The padded group width W a rule draws per prompt (and round)."""
     name, params = rule
     p = dict(params)
-    return {"conformal_stopping": lambda: p["grid"][-1], "knapsack": lambda: p["max_group"]}.get(
-        name, lambda: p["group_size"])()
+    return {"conformal_stopping": lambda: p["grid"][-1], "knapsack": lambda: p["max_group"],
+            "optimal": lambda: p["max_group"]}.get(name, lambda: p["group_size"])()
 
 
 def knapsack_sizes(pass_rates, total: int, width: int):
@@ -131,6 +142,16 @@ def knapsack_sizes(pass_rates, total: int, width: int):
     return sizes_from_gains(v(G + 1) - v(G), total)
 
 
+def _sq_norms(apply_fn, params, x, y, temperature, eos):
+    """``||grad log pi(y_i | x_i)||^2`` of each row (per-sample gradients, vmapped)."""
+    def one(xi, yi):
+        g = jax.grad(lambda q: seq_log_probs(apply_fn, q, xi[None], yi[None], temperature,
+                                             eos)[0])(params)
+        return sum(jnp.sum(leaf.astype(jnp.float32) ** 2) for leaf in jax.tree_util.tree_leaves(g))
+
+    return jax.lax.stop_gradient(jax.vmap(one)(x, y))
+
+
 def _draw(sample_fn, params, key, xb, cb, width, temperature):
     """``width`` responses to each prompt of ``xb`` and their rewards ``(B, width)``."""
     x = jnp.repeat(xb, width, axis=0)
@@ -139,8 +160,9 @@ def _draw(sample_fn, params, key, xb, cb, width, temperature):
     return x, y, z.reshape(xb.shape[0], width)
 
 
-def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperature, eos):
-    """``(x, y, z (B, W), mask (B, W), rollouts)`` of one step under ``rule``."""
+def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperature, eos, s2):
+    """``(x, y, z (B, W), mask (B, W), rollouts, s2)`` of one step under ``rule`` (``s2``: the
+    ``E||s||^2`` plug-in of ``optimal``, the next step's from this step's first responses)."""
     name, prm = rule
     p = dict(prm)
     kx, ky = jax.random.split(key)
@@ -157,14 +179,23 @@ def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperatur
         sel = jnp.argsort(jnp.where(keep, rank, B + 1 + jnp.arange(R * B)), stable=True)[:B]
         rows = (sel[:, None] * G + jnp.arange(G)[None, :]).reshape(-1)
         mask = jnp.broadcast_to(keep[sel][:, None], (B, G)).astype(jnp.float32)
-        return x[rows], y[rows], z[sel], mask, rounds * B * G
+        return x[rows], y[rows], z[sel], mask, rounds * B * G, s2
     W = rule_width(rule)
     idx = jax.random.randint(kx, (B,), 0, pool_x.shape[0])
     xb, cb = pool_x[idx], pool_c[idx]
     if name == "knapsack":
         v = jnp.exp(seq_log_probs(apply_fn, params, xb, cb, temperature, eos))
         n = knapsack_sizes(jax.lax.stop_gradient(v), p["rollouts"] * B, W)
+    elif name == "optimal":
+        v = jax.lax.stop_gradient(jnp.exp(seq_log_probs(apply_fn, params, xb, cb, temperature,
+                                                        eos)))
+        a, b = unique_answer_constants(v, _sq_norms(apply_fn, params, xb, cb, temperature, eos),
+                                       s2)
+        n = sizes_from_gains(mse_gains(a, b, W), p["rollouts"] * B)
     x, y, z = _draw(sample_fn, params, ky, xb, cb, W, temperature)
+    if name == "optimal":
+        first = y.reshape(B, W, -1)[:, 0]
+        s2 = jnp.mean(_sq_norms(apply_fn, params, xb, first, temperature, eos))
     if name == "fixed":
         n = jnp.full(B, p["group_size"])
     elif name == "conformal_stopping":
@@ -174,7 +205,7 @@ def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperatur
         agree = same[:, grid - 1] > 0
         n = jnp.where(jnp.any(agree, axis=1), grid[jnp.argmax(agree, axis=1)], grid[-1])
     mask = (jnp.arange(W)[None, :] < n[:, None]).astype(jnp.float32)
-    return x, y, z, mask, jnp.sum(n)
+    return x, y, z, mask, jnp.sum(n), s2
 
 
 def _weights(z, mask):
@@ -189,11 +220,11 @@ def _weights(z, mask):
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "rule", "batch", "n_steps",
                                    "eos"))
 def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_c, eval_x,
-           eval_c, batch, n_steps, temperature=1.0, eos=None):
+           eval_c, batch, n_steps, temperature=1.0, eos=None, s2=0.0):
     def step(carry, k):
-        params, opt_state = carry
-        x, y, z, mask, spent = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,
-                                      batch, temperature, eos)
+        params, opt_state, s2 = carry
+        x, y, z, mask, spent, s2 = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,
+                                          batch, temperature, eos, s2)
         w, kept = _weights(z, mask)
 
         def surrogate(q):
@@ -204,11 +235,21 @@ def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_
         acc = jnp.mean(jnp.exp(seq_log_probs(apply_fn, params, eval_x, eval_c, temperature,
                                              eos)))
         gen = jnp.sum(mask * z) / jnp.maximum(jnp.sum(mask), 1)
-        return (params, opt_state), (acc, spent, kept, gen)
+        return (params, opt_state, s2), (acc, spent, kept, gen)
 
-    (params, opt_state), out = jax.lax.scan(step, (params, opt_state),
-                                            jax.random.split(key, n_steps))
-    return params, opt_state, out
+    (params, opt_state, s2), out = jax.lax.scan(step, (params, opt_state,
+                                                       jnp.asarray(s2, jnp.float32)),
+                                                jax.random.split(key, n_steps))
+    return params, opt_state, s2, out
+
+
+@partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "B", "eos"))
+def _first_s2(apply_fn, sample_fn, params, key, pool_x, pool_c, B, temperature, eos):
+    """``optimal``'s first plug-in: mean ``||s||^2`` of one response to each of B prompts."""
+    kx, ky = jax.random.split(key)
+    idx = jax.random.randint(kx, (B,), 0, pool_x.shape[0])
+    y = jax.lax.stop_gradient(sample_fn(params, ky, pool_x[idx], pool_c.shape[1], temperature))
+    return jnp.mean(_sq_norms(apply_fn, params, pool_x[idx], y, temperature, eos))
 
 
 def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_size: int,
@@ -250,13 +291,22 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     opt_state = opt.init(params)
     acc0 = float(jnp.mean(jnp.exp(seq_log_probs(policy.apply_fn, params, ex, ec,
                                                 policy.temperature, policy.eos_ids))))
-    parts, spent, steps = [], 0.0, 0
+    parts, spent, steps, s2 = [], 0.0, 0, None
     while spent < budget and steps < max_steps:
         key, k = jax.random.split(key)
-        params, opt_state, out = _chunk(policy.apply_fn, policy.sample_fn, opt, rule, params,
-                                        opt_state, k, pool_x, pool_c, ex, ec, B, chunk_steps,
-                                        policy.temperature, policy.eos_ids)
+        extra = 0
+        if rule[0] == "optimal" and s2 is None:
+            key, k0 = jax.random.split(key)
+            s2 = _first_s2(policy.apply_fn, policy.sample_fn, params, k0, pool_x, pool_c, B,
+                           policy.temperature, policy.eos_ids)
+            extra = B
+        params, opt_state, s2_out, out = _chunk(
+            policy.apply_fn, policy.sample_fn, opt, rule, params, opt_state, k, pool_x, pool_c,
+            ex, ec, B, chunk_steps, policy.temperature, policy.eos_ids,
+            0.0 if s2 is None else s2)
+        s2 = s2_out if rule[0] == "optimal" else None
         out = [np.asarray(o, np.float64) for o in out]
+        out[1][0] += extra
         parts.append(out + [np.full(chunk_steps, rule_width(rule), float),
                             np.full(chunk_steps, B, float)])
         spent += float(out[1].sum())

@@ -132,6 +132,9 @@ def report(runs: pd.DataFrame, summary: pd.DataFrame, pred: dict) -> str:
              f"and refilled, at most {c['max_rounds']} rounds); `conformal_stopping` (C-GRPO, "
              f"qhat = 1, grid {tuple(c['grid'])}); `knapsack` (Knapsack RL's sizes from the "
              f"exact pass rates, G* a prompt on average, at most {c['knapsack_cap']} G*); "
+             "`optimal` (the MSE-optimal unbiased allocation of the same responses, from the "
+             "exact V and ||s*||^2 and the previous step's E||s||^2; its first plug-in's B "
+             "responses counted); "
              "`fixed-8` (the same responses a step as `fixed`, in groups of TRL's default 8) "
              f"and `scheduled-8` (from G = 8, G re-estimated every {c['every']} steps by the "
              f"advisor from {c['sched_questions']} questions x {c['sched_samples']} responses, "
@@ -152,6 +155,6 @@ def report(runs: pd.DataFrame, summary: pd.DataFrame, pred: dict) -> str:
               f"{c['seeds']} seeds."] + _schedule_lines(runs) + [
               "Dynamic sampling and conformal stopping are biased "
               "estimators of the gradient (their exact audits on the bandit families, "
-              "`rollout-allocation`); Knapsack's sizes are fixed before sampling, so its "
-              "estimate is unbiased.", "", "![accuracy against responses](accuracy.png)", ""]
+              "`rollout-allocation`); Knapsack's and the optimal allocation's sizes are fixed "
+              "before sampling, so their estimates are unbiased.", "", "![accuracy against responses](accuracy.png)", ""]
     return "\n".join(lines)

@@ -12,6 +12,8 @@ step, until every run has generated ``B G* steps`` responses (the fixed-G* rule'
 * ``conformal_stopping`` (C-GRPO, qhat = 1) on ``grid``;
 * ``knapsack`` (Knapsack RL with the exact pass rates): G* a prompt on average, sizes in
   ``[2, knapsack_cap G*]``;
+* ``optimal`` (the MSE-optimal unbiased allocation: exact ``V`` and ``||s*||^2``, the previous
+  step's ``E||s||^2``): G* a prompt on average, sizes in ``[2, knapsack_cap G*]``;
 * ``fixed-8`` (TRL's default ``num_generations``) and ``scheduled-8``: the same N = B G*
   responses a step as ``fixed``, as N / G prompts of G = 8 (the allowed size nearest 8); the
   scheduled arm re-estimates G* every ``every`` steps with the advisor
@@ -48,7 +50,7 @@ from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
 
 from .analysis import figure, report, summarise
 
-RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack", "fixed-8",
+RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack", "optimal", "fixed-8",
          "scheduled-8")
 #: the arms whose step spends N = B G* responses as (B', G) with G from the allowed sizes
 FIXED_BUDGET = ("fixed-8", "scheduled-8")
@@ -68,7 +70,8 @@ class StudyConfig:
         gstar: G* itself, when given (tests); otherwise predicted at the starting policy.
         max_rounds: DAPO's cap on generation rounds.
         grid: C-GRPO's budget grid.
-        knapsack_cap: Knapsack's largest group, as a multiple of G*.
+        knapsack_cap: Knapsack's and the optimal allocation's largest group, as a multiple
+            of G*.
         fractions: the budgets compared, as fractions of the common rollout budget.
         warmup: ``"quick"`` or ``"full"``, the warm-up configuration of the start policy.
         every: steps between the scheduled arm's estimates (also the chunk of every run).
@@ -144,7 +147,9 @@ def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
                                                 max_rounds=cfg.max_rounds),
             "conformal_stopping": lambda: lm_rule("conformal_stopping", grid=tuple(cfg.grid)),
             "knapsack": lambda: lm_rule("knapsack", rollouts=gstar,
-                                        max_group=cfg.knapsack_cap * gstar)}[name](), cfg.batch
+                                        max_group=cfg.knapsack_cap * gstar),
+            "optimal": lambda: lm_rule("optimal", rollouts=gstar,
+                                       max_group=cfg.knapsack_cap * gstar)}[name](), cfg.batch
 
 
 def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):

@@ -53,7 +53,7 @@ def test_fixed_rule_is_algorithm_1_step_for_step():
     ref, _, rew = grpo._grpo_chunk(pol.apply_fn, pol.sample_fn, opt, "grpo", pol.params, s0, key,
                                    px, pc, 4, 6, 3, 1, None, **tail)
     assert 0 < float(np.mean(rew)) < 1
-    got, _, (acc, spent, kept, gen) = AT._chunk(
+    got, _, _, (acc, spent, kept, gen) = AT._chunk(
         pol.apply_fn, pol.sample_fn, opt, AT.lm_rule("fixed", group_size=6), pol.params, s0, key,
         px, pc, px, pc, 4, 3, **tail)
     moved = np.abs(_flat(ref) - _flat(pol.params)).sum()
@@ -109,8 +109,8 @@ def test_dynamic_sampling_keeps_the_first_b_mixed_groups():
     for s in range(12):  # mixed groups are common at p = 0.15, rare at p = 0.02
         pol = _eos_policy(0.15 if s % 2 else 0.02)
         key = jax.random.PRNGKey(s)
-        x, y, z, mask, spent = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
-                                         px, pc, B, pol.temperature, pol.eos_ids)
+        x, y, z, mask, spent, _ = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
+                                            px, pc, B, pol.temperature, pol.eos_ids, 0.0)
         _, z_all = _draws(pol, key, px, pc, R * B, G)
         tot = z_all.sum(1)
         valid = np.flatnonzero((tot > 0) & (tot < G))
@@ -134,8 +134,8 @@ def test_conformal_stopping_stops_at_the_first_agreeing_grid_size():
     sizes = []
     for s in range(4):
         key = jax.random.PRNGKey(s)
-        _, _, _, mask, spent = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
-                                         px, pc, B, pol.temperature, pol.eos_ids)
+        _, _, _, mask, spent, _ = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
+                                            px, pc, B, pol.temperature, pol.eos_ids, 0.0)
         y, _ = _draws(pol, key, px, pc, B, grid[-1])
         y = y.reshape(B, grid[-1], -1)
         for b in range(B):
@@ -145,6 +145,70 @@ def test_conformal_stopping_stops_at_the_first_agreeing_grid_size():
             sizes.append(n)
         assert int(spent) == np.asarray(mask).sum()
     assert len(set(sizes)) > 1  # early and late stops both occur
+
+
+def test_unique_answer_constants_are_the_exact_prompt_constants():
+    """``(a_x, b_x)`` from ``V``, ``||s*||^2`` and ``E||s||^2`` equal the allocation package's
+    exact constants of a bandit with one rewarded response per prompt; rival: the pass-rate-only
+    model (``g(x) = 0``) misses ``V^2 ||s*||^2``."""
+    from grpo_theory.core import SoftmaxBandit
+    from grpo_theory.core.problem import as_problem
+
+    rng = np.random.default_rng(0)
+    star = rng.integers(0, 5, 6)
+    mu = np.zeros((6, 5))
+    mu[np.arange(6), star] = 1.0
+    bandit = SoftmaxBandit(rng.normal(0, 1.5, (6, 5)), mu)
+    pc = A.prompt_constants(bandit, "grpo")
+    p = as_problem(bandit)
+    v = np.asarray(p.values())
+    s_star = np.asarray(p.score_sq_norms())[np.arange(6), star]
+    s2 = np.asarray(p.mean_score_sq_norm())
+    a, b = A.unique_answer_constants(v, s_star, s2)
+    np.testing.assert_allclose(a, pc.a, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(b, pc.b, rtol=1e-5, atol=1e-9)
+    assert np.abs(s2 * v * (1 - v) - pc.b).max() > 1e-3 * pc.b.max()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_optimal_sizes_are_the_greedy_optimum(seed):
+    rng = np.random.default_rng(seed)
+    B, m = 7, 5
+    a, b = rng.exponential(size=B), rng.exponential(size=B) * rng.uniform(0, 4, B)
+    got = np.asarray(A.sizes_from_gains(A.mse_gains(jnp.asarray(a), jnp.asarray(b), m * B),
+                                        m * B))
+    want = A.greedy_allocation(a, b, m * B)
+    v = lambda g: np.sum(a / g + b / (g * (g - 1)))  # noqa: E731
+    assert got.sum() == m * B and v(got) == pytest.approx(v(want), rel=1e-6)
+    assert v(got) < v(np.full(B, m)) or np.allclose(got, m)
+
+
+def test_optimal_rule_sizes_from_exact_values_and_the_previous_plug_in():
+    """The step's sizes are the greedy optimum of the teacher-forced ``V``, ``||s*||^2`` and
+    the given ``E||s||^2`` plug-in; the plug-in handed on is the mean ``||s||^2`` of each
+    prompt's first response (both recomputed here by the policy's own weighted score)."""
+    pol = policy.LMPolicy(model.init_params(jax.random.PRNGKey(7), CFG), model.make_apply(CFG),
+                          model.make_sampler(CFG))
+    px, pc = map(jnp.asarray, grpo.task_tokens(pol, task.eval_set().subset(np.arange(16))))
+    B, m, W = 6, 4, 10
+    rule = AT.lm_rule("optimal", rollouts=m, max_group=W)
+    key = jax.random.PRNGKey(3)
+    x, y, z, mask, spent, s2 = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
+                                         px, pc, B, pol.temperature, pol.eos_ids, 2.5)
+    kx, _ = jax.random.split(key)
+    idx = np.asarray(jax.random.randint(kx, (B,), 0, px.shape[0]))
+    xb, cb = np.asarray(px)[idx], np.asarray(pc)[idx]
+    v = np.exp(np.asarray(pol.log_probs(xb, cb), np.float64))
+    sq = lambda xs, ys: np.array([np.sum(pol.weighted_score(xs[i:i + 1], ys[i:i + 1], [1.0]) ** 2)  # noqa: E731
+                                  for i in range(len(xs))])
+    a, b = A.unique_answer_constants(v, sq(xb, cb), 2.5)
+    want = A.greedy_allocation(np.asarray(a), np.asarray(b), m * B)
+    got = np.asarray(mask).sum(1)
+    f = lambda g: np.sum(np.asarray(a) / g + np.asarray(b) / (g * (g - 1)))  # noqa: E731
+    assert int(spent) == m * B and got.sum() == m * B and got.max() <= W
+    assert f(got) == pytest.approx(f(want), rel=1e-5) and len(set(got)) > 1
+    first = np.asarray(y).reshape(B, W, -1)[:, 0]
+    assert float(s2) == pytest.approx(np.mean(sq(xb, first)), rel=1e-4)
 
 
 def test_train_with_rule_spends_its_budget_and_reports_accuracy():
@@ -158,6 +222,10 @@ def test_train_with_rule_spends_its_budget_and_reports_accuracy():
     # step 0 is the exact accuracy of the starting policy
     x, c = grpo.task_tokens(pol, q)
     assert r["accuracy"][0] == pytest.approx(grpo.exact_accuracy(pol, x, c), rel=1e-5)
+    # optimal: m B a step, plus the B responses of its first plug-in before step 1
+    r = AT.train_with_rule(pol, q, q, AT.lm_rule("optimal", rollouts=4, max_group=8), 4, 40,
+                           1e-3, seed=1, chunk_steps=2)
+    np.testing.assert_array_equal(np.diff(r["rollouts"]), [20, 16, 16, 16])  # whole chunks
 
 
 def test_a_schedule_changes_the_rule_between_chunks():

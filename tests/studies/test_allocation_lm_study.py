@@ -12,7 +12,7 @@ from grpo_theory.lm import model, policy
 from grpo_theory.studies.allocation_lm import analysis, study
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
-ARMS = ("fixed", "conformal_stopping", "fixed-8", "scheduled-8")
+ARMS = ("fixed", "conformal_stopping", "optimal", "fixed-8", "scheduled-8")
 
 
 @pytest.fixture(scope="module")
