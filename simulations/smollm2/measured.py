@@ -116,14 +116,16 @@ def _dot(a, b, block: int = 1 << 22) -> float:
                      for i in range(0, a.shape[0], block)))
 
 
-def _batch_gram(sums, counts) -> np.ndarray:
-    K = sums.shape[0]
-    means = [sums[k] / max(counts[k], 1) for k in range(K)]
+def _batch_gram(sums, counts, block: int = 1 << 21) -> np.ndarray:
+    """The (K, K) Gram matrix of the batch means ``sums[k] / counts[k]``, accumulated in float64
+    over column blocks (no copy of the K x D sums)."""
+    K, D = sums.shape
     M = np.zeros((K, K))
-    for k in range(K):
-        for l in range(k, K):
-            M[k, l] = M[l, k] = _dot(means[k], means[l])
-    return M
+    for i in range(0, D, block):
+        S = np.asarray(sums[:, i:i + block], np.float64)
+        M += S @ S.T
+    n = np.maximum(np.asarray(counts, np.float64), 1.0)
+    return M / np.outer(n, n)
 
 
 def _save_atomic(path: Path, write):
@@ -164,10 +166,12 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
     done, sums, counts = [], None, np.zeros(K, np.int64)
     if state.is_file() and json.loads(state.read_text()).get("key") == key:
         done = pd.read_csv(work / "groups.csv").to_dict("records")
-        sums = np.load(work / "sums.npy")
+        sums = np.load(work / "sums.npy", mmap_mode="r")  # copied below if groups remain
         counts = np.asarray(json.loads(state.read_text())["counts"], np.int64)
     seen = {(int(r["G"]), int(r["j"])) for r in done}
     plan = [p for p in _schedule(cfg) if p not in seen]
+    if plan and sums is not None:
+        sums = np.array(sums)
     kw = {} if reward is None else dict(reward=reward)
     root = jax.random.PRNGKey(cfg.seed)
     from tqdm.auto import tqdm

@@ -18,8 +18,8 @@ from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
 from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.plotting import plt, save_figure
 
-from .measured_stats import (ESTIMATORS, bootstrap_argmin, measured_group_variance,
-                             measured_mse_table, oracle_hat_extra)
+from .measured_stats import (ESTIMATORS, bootstrap_argmin, budget_differences,
+                             measured_group_variance, measured_mse_table, oracle_hat_extra)
 from .tasks import _family
 
 __all__ = ["population", "prediction", "analyse"]
@@ -74,6 +74,32 @@ def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0), n_value: i
     return float(val), float(se)
 
 
+def _budget_weights(estimator: str, G: int) -> np.ndarray:
+    """``w`` with ``N MSE(N, G) = w . theta`` (theta = c1, c2, c3, c_v, ||grad J||^2; the
+    oracle_hat's extra term is the same at every G and cancels in differences)."""
+    return {"vanilla": np.array([G, 0, 0, 1, 0.0]), "grpo": np.array([G, 1, 1 / (G - 1), 0, 0]),
+            "oracle_hat": np.array([G, 1, 0, 0, 0.0])}[estimator]
+
+
+def differences(groups, gram, K, est, arg, rows: int) -> pd.DataFrame:
+    """Measured and predicted ``N MSE(G) - N MSE(G_ref)`` against each estimator's predicted
+    argmin, and the responses per G at which the measured z would reach 2 if the predicted
+    difference is the true one (``rows (2 se / |predicted|)^2``)."""
+    out = []
+    for e in ESTIMATORS:
+        R = int(arg.loc[arg.estimator == e, "predicted_argmin"].iloc[0])
+        d = budget_differences(groups, gram, K, e, R)
+        th, cov = np.asarray(est.theta), np.asarray(est.cov)
+        w = [_budget_weights(e, G) - _budget_weights(e, R) for G in d.G]
+        d["predicted"] = [float(x @ th) for x in w]
+        d["predicted_se"] = [float(np.sqrt(max(x @ cov @ x, 0.0))) for x in w]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = rows * (2 * d.se / d.predicted.abs()) ** 2
+        d["rows_for_z2"] = np.where(d.G == R, np.nan, np.ceil(need))
+        out.append(d)
+    return pd.concat(out, ignore_index=True)
+
+
 def analyse(out, study) -> dict:
     """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring); returns the tables."""
     out = Path(out)
@@ -104,12 +130,14 @@ def analyse(out, study) -> dict:
     arg = arg.assign(g_star=est.g_star, g_star_low=est.g_star_ci[0],
                      g_star_high=est.g_star_ci[1], **tag)
     arg.to_csv(out / "measured_argmin.csv", index=False)
+    diff = differences(groups, gram, K, est, arg, int(cfg["rows"])).assign(**tag)
+    diff.to_csv(out / "measured_differences.csv", index=False)
     J = var.iloc[0]
     grad = dict(measured=float(J.grad_norm_sq), measured_se=float(J.grad_norm_sq_se),
                 predicted=est.grad_norm_sq, predicted_se=float(est.bse[4]))
     _figure(mse, out)
-    _report(out, meta, mse, arg, grad, extra)
-    return dict(variance=var, mse=mse, argmin=arg, grad_norm_sq=grad)
+    _report(out, meta, mse, arg, grad, extra, diff)
+    return dict(variance=var, mse=mse, argmin=arg, differences=diff, grad_norm_sq=grad)
 
 
 def _figure(mse, out):
@@ -139,7 +167,7 @@ def _fmt(x):
     return f"{x:.4g}"
 
 
-def _report(out, meta, mse, arg, grad, extra):
+def _report(out, meta, mse, arg, grad, extra, diff):
     cfg = meta["config"]
     N = int(mse.N.max())
     d = mse[mse.N == N][["estimator", "G", "B", "replicates", "mse", "se", "predicted",
@@ -179,6 +207,15 @@ def _report(out, meta, mse, arg, grad, extra):
         "",
         f"The advisor's G* = {arg.g_star.iloc[0]:.3g} (Fieller 95% interval "
         f"[{arg.g_star_low.iloc[0]:.3g}, {arg.g_star_high.iloc[0]:.3g}]).",
+        "",
+        "## Does the measurement separate the G's? N MSE(G) - N MSE(predicted argmin)",
+        "",
+        "Measured difference with its jackknife se and z, the advisor's predicted difference "
+        "(se from its jackknife covariance), and the responses per G at which the measured z "
+        "would reach 2 if the predicted difference were the true one.",
+        "",
+        markdown_table(diff[["estimator", "G", "reference", "difference", "se", "z",
+                             "predicted", "predicted_se", "rows_for_z2"]]),
         "",
         f"## ||grad J||^2: measured {_fmt(grad['measured'])} (se {_fmt(grad['measured_se'])}); "
         f"the advisor's {_fmt(grad['predicted'])} (se {_fmt(grad['predicted_se'])})",

@@ -35,8 +35,8 @@ import pandas as pd
 from grpo_theory import _validation as V
 
 __all__ = ["ESTIMATORS", "coefficients", "group_squared_norms", "u_statistic",
-           "measured_group_variance", "measured_mse_table", "bootstrap_argmin",
-           "oracle_hat_extra"]
+           "measured_group_variance", "measured_mse_table", "budget_differences",
+           "bootstrap_argmin", "oracle_hat_extra"]
 
 #: the estimators measured (the oracle with ``V(x)`` estimated from independent responses)
 ESTIMATORS = ("vanilla", "grpo", "oracle_hat")
@@ -152,6 +152,35 @@ def measured_mse_table(variance: pd.DataFrame, budgets) -> pd.DataFrame:
                 rows.append(dict(estimator=r.estimator, N=N, G=r.G, B=N // r.G,
                                  mse=r.group_mse * r.G / N, se=r.se * r.G / N,
                                  replicates=r.replicates, responses=r.replicates * r.G))
+    return pd.DataFrame(rows)
+
+
+def budget_differences(groups: pd.DataFrame, gram, n_batches: int, estimator: str,
+                       reference: int) -> pd.DataFrame:
+    """``N MSE(G) - N MSE(reference)`` (``G v_G - G_ref v_ref``, the same at every N) for every
+    G, with delete-one-batch jackknife SEs (the shared ``||grad J||^2``, which enters with the
+    factor ``G_ref - G``, included) and ``z = difference / se``.
+
+    Returns:
+        ``DataFrame`` with ``estimator, G, reference, difference, se, z``.
+    """
+    K = V.integer("n_batches", n_batches, 3)
+    batch = groups.batch.to_numpy()
+    sq = group_squared_norms(groups, estimator)
+    J = u_statistic(gram)
+    J_jk = [u_statistic(gram, np.delete(np.arange(K), k)) for k in range(K)]
+    full = _means(groups, sq, np.ones(len(groups)))
+    jk = [_means(groups, sq, (batch != k).astype(float)) for k in range(K)]
+    if reference not in full:
+        raise ValueError(f"reference must be a measured G {sorted(full)}, got {reference!r}")
+    R = reference
+    rows = []
+    for G in sorted(full):
+        d = G * (full[G] - J) - R * (full[R] - J)
+        th = np.array([G * (jk[k][G] - J_jk[k]) - R * (jk[k][R] - J_jk[k]) for k in range(K)])
+        se = float(np.sqrt((K - 1) / K * np.sum((th - th.mean()) ** 2)))
+        rows.append(dict(estimator=estimator, G=G, reference=R, difference=d, se=se,
+                         z=d / se if se > 0 else np.nan))
     return pd.DataFrame(rows)
 
 

@@ -105,6 +105,15 @@ def test_measured_mse_agrees_with_exact_and_rejects_the_iid_law(bandit):
     # the rival: GRPO's MSE without its c3 / (G - 1) term (the oracle's) is rejected at G = 2
     g2 = var[(var.estimator == "grpo") & (var.G == 2)].iloc[0]
     assert abs(g2.group_mse - exact_mse(bandit, "oracle", 2, 1)) > 6 * g2.se
+    # differences of the budget MSE: G v_G - 4 v_4, and the exact one within its se
+    d = M.budget_differences(groups, gram, K, "grpo", 4).set_index("G")
+    v = var[var.estimator == "grpo"].set_index("G").group_mse
+    assert d.loc[2, "difference"] == pytest.approx(2 * v[2] - 4 * v[4])
+    assert d.loc[4, "difference"] == 0 and d.loc[8, "se"] > 0
+    exact_d = 2 * exact_mse(bandit, "grpo", 2, 1) - 4 * exact_mse(bandit, "grpo", 4, 1)
+    assert abs(d.loc[2, "difference"] - exact_d) < 4 * d.loc[2, "se"]
+    with pytest.raises(ValueError, match="reference"):
+        M.budget_differences(groups, gram, K, "grpo", 3)
     tab = M.measured_mse_table(var, (8, 16))
     assert set(zip(tab.N, tab.G)) == {(8, 2), (8, 4), (8, 8), (16, 2), (16, 4), (16, 8)}
     row = tab[(tab.N == 16) & (tab.G == 4) & (tab.estimator == "grpo")].iloc[0]

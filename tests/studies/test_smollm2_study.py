@@ -163,7 +163,8 @@ def test_measured_mse_end_to_end_and_resume(run, tmp_path):
             "replicates"} <= set(mse.columns)
     assert set(zip(mse.N, mse.G)) == {(4, 2), (4, 4), (8, 2), (8, 4)}
     assert np.isfinite(mse.predicted).all() and (mse.predicted_se >= 0).all()
-    for f in ("measured_argmin.csv", "measured_mse.png", "MEASURED.md", "measured_meta.json"):
+    for f in ("measured_argmin.csv", "measured_differences.csv", "measured_mse.png",
+              "MEASURED.md", "measured_meta.json"):
         assert (dest / f).is_file(), f
     assert tabs["grad_norm_sq"]["predicted"] == pytest.approx(
         float(pd.read_csv(out / "constants.csv").set_index("parameter").loc[
