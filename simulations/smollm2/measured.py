@@ -80,7 +80,10 @@ class MeasuredConfig:
                     n_batches=self.n_batches, seed=self.seed, version=grpo_theory.__version__)
 
     def key(self) -> str:
-        d = {k: v for k, v in asdict(self).items() if k not in ("study", "budgets")}
+        """What a checkpoint must match to be resumed: not ``rows`` (group j of size G is the
+        same draw in any run, so a run with more rows extends a saved one), ``study`` or
+        ``budgets``."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("study", "budgets", "rows")}
         d["model"] = Path(self.model).name
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -169,7 +172,12 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
         sums = np.load(work / "sums.npy", mmap_mode="r")  # copied below if groups remain
         counts = np.asarray(json.loads(state.read_text())["counts"], np.int64)
     seen = {(int(r["G"]), int(r["j"])) for r in done}
-    plan = [p for p in _schedule(cfg) if p not in seen]
+    wanted = _schedule(cfg)
+    if seen - set(wanted):
+        raise ValueError(f"--work {work} holds {len(seen - set(wanted))} groups beyond --rows "
+                         f"{cfg.rows} (its sums include them): give --rows at least the saved "
+                         "run's, or another --work")
+    plan = [p for p in wanted if p not in seen]
     if plan and sums is not None:
         sums = np.array(sums)
     kw = {} if reward is None else dict(reward=reward)
@@ -180,9 +188,13 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
                disable=not progress, file=sys.stderr)
     last = time.time()
 
-    def checkpoint():
-        _save_atomic(work / "sums.npy", lambda p: np.save(open(p, "wb"), sums))
-        pd.DataFrame(done).to_csv(work / "groups.csv", index=False)
+    def save_sums(path):
+        with open(path, "wb") as f:
+            np.save(f, sums)
+
+    def checkpoint():  # the state (key, counts) last: it vouches for the other two files
+        _save_atomic(work / "sums.npy", save_sums)
+        _save_atomic(work / "groups.csv", lambda p: pd.DataFrame(done).to_csv(p, index=False))
         _save_atomic(state, lambda p: p.write_text(json.dumps(dict(key=key,
                                                                     counts=counts.tolist()))))
 

@@ -173,6 +173,18 @@ def test_measured_mse_end_to_end_and_resume(run, tmp_path):
     again = MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
     pd.testing.assert_frame_equal(pd.read_csv(dest / "measured_groups.csv"), g)
     assert again["mse"].mse.tolist() == pytest.approx(mse.mse.tolist())
+    # more rows extend the saved run (the same draws for the same (G, j)); fewer are refused
+    import dataclasses
+
+    more = dataclasses.replace(cfg, rows=12)
+    MS.run_measurement(policy, more, dest, work, progress=False, reward=parity)
+    g2 = pd.read_csv(dest / "measured_groups.csv")
+    assert sorted(g2.G.value_counts().items()) == [(2, 6), (4, 3)]
+    old = g.drop(columns=["seconds", "rows"]).set_index(["G", "j"])
+    new = g2.drop(columns=["seconds", "rows"]).set_index(["G", "j"]).loc[old.index]
+    pd.testing.assert_frame_equal(new, old)
+    with pytest.raises(ValueError, match="beyond --rows"):
+        MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
     # zero-weight padding rows (a power-of-two bucket) leave the gradient unchanged
     x = np.repeat(np.asarray(S._prompts(policy, ["What is 2 + 3?"], ["2 + 3 ="])), 4, axis=0)
     y = np.asarray(policy.sample(jax.random.PRNGKey(0), x, 3))
