@@ -55,11 +55,12 @@ smollm2-study: $(STAMP) $(SMOLLM2)
 		--tasks add1,add1-n,sub1-n,addsub1-n --n-prompts 64 --n-samples 8 --chunk 16
 
 # Figure 4 on SmolLM2 by measurement: the MSE of vanilla, GRPO and the oracle against G from
-# independent groups, next to the advisor's prediction (after smollm2-study; about 50 minutes on
-# 2 cores; checkpoints in ~/.cache/grpo-theory/smollm2-measured, resumes)
+# independent groups, next to the advisor's prediction (after smollm2-study; about 75 minutes on
+# 2 cores; checkpoints in ~/.cache/grpo-theory/smollm2-measured; resumes, and extends a run
+# with fewer --rows)
 smollm2-measured: $(STAMP) $(SMOLLM2)
 	$(PY) -m grpo_theory.studies.smollm2.measured --model $(SMOLLM2) --study results-full/smollm2 \
-		--rows 512 --n-batches 16 --seed 1
+		--rows 768 --n-batches 16 --seed 1
 
 # does acting pay? TRL's fixed G against GroupSizeScheduler at equal completions (real
 # GRPOTrainer runs of a tiny model on CPU, about 20 minutes on 2 cores; resumes run by run)
