@@ -59,7 +59,7 @@ def _estimate(study):
                                       mean_dot=f["mean_dot"])
 
 
-def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0), n_value: int = 1):
+def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0)):
     """The advisor's MSE at B = N / G groups of G and its standard error (jackknife over the
     study's prompts); ``oracle_hat`` adds ``extra`` (:func:`.measured_stats.oracle_hat_extra`,
     per response) divided by N."""
@@ -115,7 +115,7 @@ def analyse(out, study) -> dict:
     est = _estimate(study)
     pop = population(study)
     extra = oracle_hat_extra(pop["ref_rewards"], pop["score_sq"], int(cfg["n_value"]))
-    pred = [prediction(est, r.N, r.G, r.estimator, extra, int(cfg["n_value"]))
+    pred = [prediction(est, r.N, r.G, r.estimator, extra)
             for r in mse.itertuples(index=False)]
     mse["predicted"] = [p[0] for p in pred]
     mse["predicted_se"] = [p[1] for p in pred]
