@@ -12,7 +12,10 @@ This ``__init__`` is the face of :mod:`grpo_theory.torch`: ``__all__`` lists the
   ``trl.GRPOTrainer`` that logs the estimate every K steps from the trainer's own rollouts;
 * :class:`GroupSizeScheduler` (:mod:`.scheduler`): a second callback that changes TRL's group
   size at a fixed budget from the advisor's estimates (a re-chunking sampler,
-  :class:`ReChunkingSampler`; :func:`propose_group_size` its rule).
+  :class:`ReChunkingSampler`; :func:`propose_group_size` its rule);
+* :class:`RolloutAllocator` (:mod:`.allocator`): a per-prompt group size G_i in TRL through its
+  largest-G layout with masking, the sizes from a :class:`SizeRule` (:class:`PassRateSizes`,
+  :class:`UniformSizes`, :class:`FunctionSizes`).
 
 **The reward of this layer** is TRL's reward-function convention,
 ``reward(prompts, completions) -> rewards`` on text (:class:`CompletionReward`);
@@ -41,10 +44,13 @@ from .estimate import (CompletionReward, estimate_from_torch_model,  # noqa: E40
                        estimate_from_torch_rollouts, response_mask_from_eos, score_statistics,
                        sequence_log_probs)
 from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
+from .allocator import (FunctionSizes, PassRateSizes, RolloutAllocator,  # noqa: E402
+                        SizeRule, UniformSizes)
 from .scheduler import (GroupSizeScheduler, ReChunkingSampler,  # noqa: E402
                         allowed_group_sizes, propose_group_size)
 
 __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
            "score_statistics", "sequence_log_probs", "response_mask_from_eos",
            "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED",
-           "GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes", "propose_group_size"]
+           "GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes", "propose_group_size",
+           "RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes"]
