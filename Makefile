@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study smollm2-measured trl-scheduler-study \
-	allocation-lm-study
+	trl-allocation-study allocation-lm-study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -66,6 +66,11 @@ smollm2-measured: $(STAMP) $(SMOLLM2)
 # GRPOTrainer runs of a tiny model on CPU, about 20 minutes on 2 cores; resumes run by run)
 trl-scheduler-study: $(STAMP)
 	$(PY) -m grpo_theory.studies.trl_scheduler --out results-full/trl_scheduler
+
+# does per-prompt allocation pay in TRL? uniform G against pass-rate sizes (RolloutAllocator) at
+# equal completions, the same tiny task (32 seeds; resumes run by run)
+trl-allocation-study: $(STAMP)
+	$(PY) -m grpo_theory.studies.trl_scheduler.allocation --out results-full/trl_allocation
 
 # rollout rules at equal rollouts on the small transformer: fixed G*, DAPO, C-GRPO, Knapsack RL
 # on the quick and the full warm-up's policies (32 seeds each, about 3 and 20 minutes on 2 cores;

@@ -36,32 +36,42 @@ def _t_interval(x: np.ndarray, level: float = 0.95):
     return m, m - h, m + h
 
 
-def summarise(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy summary: ``kind`` (arm or difference), ``name``, ``metric``, ``mean``, ``ci_low``,
-    ``ci_high``, ``seeds`` (differences paired by seed: the same initial model and prompts)."""
-    ps = _per_seed(runs)
+def summarise_seeds(ps: pd.DataFrame, metrics, pairs, paired_metrics, version) -> pd.DataFrame:
+    """Tidy summary of per-(arm, seed) metrics ``ps``: ``kind`` (arm or difference), ``name``,
+    ``metric``, ``mean``, ``ci_low``, ``ci_high``, ``seeds``; differences ``a - b`` of ``pairs``
+    paired by seed (the same initial model and prompts), for ``paired_metrics``."""
     rows = []
     for arm, d in ps.groupby("arm"):
-        for m in METRICS:
+        for m in metrics:
             mean, lo, hi = _t_interval(d[m])
             rows.append(dict(kind="arm", name=arm, metric=m, mean=mean, ci_low=lo, ci_high=hi,
                              seeds=len(d)))
     wide = ps.set_index(["seed", "arm"]).unstack("arm")
-    for a, b in PAIRS:
+    for a, b in pairs:
         if a not in ps["arm"].values or b not in ps["arm"].values:
             continue
-        for m in ("mean_reward", "last_quarter_reward"):
+        for m in paired_metrics:
             diff = (wide[m][a] - wide[m][b]).dropna()
             mean, lo, hi = _t_interval(diff)
             rows.append(dict(kind="difference", name=f"{a} - {b}", metric=m, mean=mean,
                              ci_low=lo, ci_high=hi, seeds=len(diff)))
     out = pd.DataFrame(rows)
-    out["version"] = runs["version"].iloc[0]
+    out["version"] = version
     return out
 
 
-def figure(runs: pd.DataFrame, path) -> None:
-    """Mean reward and mean G against completions generated, one line per arm (95% band)."""
+def summarise(runs: pd.DataFrame) -> pd.DataFrame:
+    """The scheduler study's summary (:func:`summarise_seeds` of :data:`METRICS` and
+    :data:`PAIRS`)."""
+    return summarise_seeds(_per_seed(runs), METRICS, PAIRS, ("mean_reward", "last_quarter_reward"),
+                           runs["version"].iloc[0])
+
+
+def figure(runs: pd.DataFrame, path, right: str = "G",
+           right_label: str = "group size G (mean over seeds)", right_scale: str = "log",
+           left_label: str = "mean reward of the step's rollouts") -> None:
+    """Mean reward against completions generated, one line per arm (95% band), and the mean of
+    the column ``right`` beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,10 +84,9 @@ def figure(runs: pd.DataFrame, path) -> None:
         h = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * s / np.sqrt(n)
         ax.plot(m.index, m.values, label=arm)
         ax.fill_between(m.index, (m - h).values, (m + h).values, alpha=0.15)
-        bx.plot(m.index, g["G"].mean().values, label=arm)
-    ax.set(xlabel="completions generated", ylabel="mean reward of the step's rollouts")
-    bx.set(xlabel="completions generated", ylabel="group size G (mean over seeds)",
-           yscale="log")
+        bx.plot(m.index, g[right].mean().values, label=arm)
+    ax.set(xlabel="completions generated", ylabel=left_label)
+    bx.set(xlabel="completions generated", ylabel=right_label, yscale=right_scale)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -94,16 +103,9 @@ def _verdict(r) -> str:
     return "not distinguishable (the interval contains 0)"
 
 
-def report(runs: pd.DataFrame, summary: pd.DataFrame, cfg) -> str:
-    """REPORT.md: the setting, the per-arm table, the paired differences with verdicts."""
-    c = json.loads(runs["config"].iloc[0])
-    lines = ["# Does acting pay? TRL's fixed G against GroupSizeScheduler", "",
-             f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
-             f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
-             f"(paired: the same initial model and prompts per seed); advisor every "
-             f"{c['every']} steps. grpo-theory {runs['version'].iloc[0]}; wall time "
-             f"{runs.groupby(['arm', 'seed'])['wall_s'].first().sum():.0f} s for all runs.",
-             "", "| arm | metric | mean | 95% CI |", "|---|---|---|---|"]
+def tables(summary: pd.DataFrame) -> list[str]:
+    """The report's per-arm table and its table of paired differences with verdicts."""
+    lines = ["| arm | metric | mean | 95% CI |", "|---|---|---|---|"]
     for r in summary[summary.kind == "arm"].itertuples():
         lines.append(f"| {r.name} | {r.metric} | {r.mean:.4g} | [{r.ci_low:.4g}, "
                      f"{r.ci_high:.4g}] |")
@@ -112,5 +114,18 @@ def report(runs: pd.DataFrame, summary: pd.DataFrame, cfg) -> str:
     for r in summary[summary.kind == "difference"].itertuples():
         lines.append(f"| {r.name} | {r.metric} | {r.mean:+.4f} | [{r.ci_low:+.4f}, "
                      f"{r.ci_high:+.4f}] | {_verdict(r)} |")
+    return lines
+
+
+def report(runs: pd.DataFrame, summary: pd.DataFrame, cfg) -> str:
+    """REPORT.md: the setting, the per-arm table, the paired differences with verdicts."""
+    c = json.loads(runs["config"].iloc[0])
+    lines = ["# Does acting pay? TRL's fixed G against GroupSizeScheduler", "",
+             f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
+             f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
+             f"(paired: the same initial model and prompts per seed); advisor every "
+             f"{c['every']} steps. grpo-theory {runs['version'].iloc[0]}; wall time "
+             f"{runs.groupby(['arm', 'seed'])['wall_s'].first().sum():.0f} s for all runs.", ""]
+    lines += tables(summary)
     lines += ["", "![reward and G against completions](reward.png)", ""]
     return "\n".join(lines)

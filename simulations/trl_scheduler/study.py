@@ -119,21 +119,18 @@ def run_cell(cfg: StudyConfig, arm: str, seed: int) -> pd.DataFrame:
     return df
 
 
-def run_study(cfg: StudyConfig, out, arms=ARMS, progress: bool = True) -> pd.DataFrame:
-    """Every (arm, seed) cell (resumed from ``out/cells``), then ``runs.csv``, ``summary.csv``,
-    ``REPORT.md`` and ``reward.png`` under ``out``."""
+def run_cells(todo, cfg, steps: int, out, run_cell, desc: str, progress: bool = True) -> list:
+    """The per-step tables of the (arm, seed) cells ``todo``: each read back from
+    ``out/cells/<arm>-seed<seed>.csv`` when it holds ``steps`` rows of this ``cfg``, otherwise
+    run (``run_cell(cfg, arm, seed)``), timed and written atomically."""
     from tqdm.auto import tqdm
 
-    out = Path(out)
-    cells = out / "cells"
-    todo = [(a, s) for s in range(cfg.seeds) for a in arms]
-    frames, bar = [], tqdm(todo, desc="trl-scheduler runs", disable=not progress)
-    cfg_text = json.dumps(asdict(cfg), sort_keys=True)
-    for arm, seed in bar:
-        path = cells / f"{arm}-seed{seed}.csv"
+    frames, cfg_text = [], json.dumps(asdict(cfg), sort_keys=True)
+    for arm, seed in tqdm(todo, desc=desc, disable=not progress):
+        path = Path(out) / "cells" / f"{arm}-seed{seed}.csv"
         if path.is_file():
             df = pd.read_csv(path)
-            if len(df) == cfg.steps and (df["config"] == cfg_text).all():
+            if len(df) == steps and (df["config"] == cfg_text).all():
                 frames.append(df)
                 continue
         t0 = time.time()
@@ -141,6 +138,15 @@ def run_study(cfg: StudyConfig, out, arms=ARMS, progress: bool = True) -> pd.Dat
         df["wall_s"] = round(time.time() - t0, 2)
         atomic_write_csv(path, df)
         frames.append(df)
+    return frames
+
+
+def run_study(cfg: StudyConfig, out, arms=ARMS, progress: bool = True) -> pd.DataFrame:
+    """Every (arm, seed) cell (resumed from ``out/cells``), then ``runs.csv``, ``summary.csv``,
+    ``REPORT.md`` and ``reward.png`` under ``out``."""
+    out = Path(out)
+    todo = [(a, s) for s in range(cfg.seeds) for a in arms]
+    frames = run_cells(todo, cfg, cfg.steps, out, run_cell, "trl-scheduler runs", progress)
     runs = pd.concat(frames, ignore_index=True)
     atomic_write_csv(out / "runs.csv", runs)
     summary = summarise(runs)

@@ -123,62 +123,18 @@ def _weights(z, sizes, lengths, weighting, loss_type, scale, Lmax, B=B):
     return np.concatenate(out)
 
 
-@pytest.mark.parametrize("weighting, loss_type, scale", [
-    ("trl", "grpo", "group"), ("trl", "dapo", "group"), ("trl", "bnpo", "group"),
-    ("trl", "dr_grpo", "none"),
-    ("prompt", "dr_grpo", "none"), ("prompt", "grpo", "none")])
-def test_the_gradient_trl_trains_is_the_stated_estimator(tmp_path, weighting, loss_type, scale):
-    reward, calls = _recording_reward()
-    tr = _trainer(tmp_path, reward=reward, max_steps=1, loss_type=loss_type,
-                  scale_rewards=scale, learning_rate=0.0)
-    al = RolloutAllocator(tr, FunctionSizes(lambda *a: SIZES), budget=11, weighting=weighting)
-    tr.add_callback(al)
-    outs = _capture(tr)
-    tr.train()
-    (_, out), = outs
-    model = tr.model
-    model.train()
-    model.zero_grad()
-    tr.compute_loss(model, out).backward()
-    params = [p for p in model.parameters() if p.requires_grad]
-    got = torch.cat([p.grad.reshape(-1) for p in params]).double().numpy()
-    keep = np.array([j < g for g in SIZES for j in range(W)])
-    x, xm, y, ym = (out[k][keep] for k in ("prompt_ids", "prompt_mask", "completion_ids",
-                                           "completion_mask"))
-    S = naive_scores(model, x, xm, y, ym)  # the real rows' sequence scores, at lr 0 unchanged
-    lengths = ym.sum(1).numpy()
-    w = _weights(calls[0], SIZES, lengths, weighting, loss_type, scale,
-                 tr.max_completion_length)
-    ref = -(w[:, None] * S).sum(0)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6 * np.abs(ref).max())
-    # the rival: TRL's advantages over the padded layout without the allocator's weights
-    A = out["advantages"].double().numpy()[keep]
-    factor = {"prompt": W / (np.repeat(SIZES, SIZES) - 1)}.get(
-        weighting, B * W / sum(SIZES) if loss_type in ("grpo", "dr_grpo") else 1.0)
-    if np.ndim(factor) or factor != 1.0:
-        raw = A / factor
-        denom = {"grpo": B * W * lengths, "dr_grpo": B * W * tr.max_completion_length
-                 * np.ones_like(lengths)}[loss_type]
-        rival = -((raw / denom)[:, None] * S).sum(0)
-        assert not np.allclose(rival, ref, rtol=1e-3, atol=1e-6 * np.abs(ref).max())
-
-
-@pytest.mark.parametrize("weighting, loss_type, scale", [
-    ("trl", "grpo", "group"), ("trl", "dapo", "group"), ("prompt", "dr_grpo", "none")])
-def test_under_accumulation_the_step_gradient_is_the_estimator(tmp_path, weighting, loss_type,
-                                                               scale):
-    # 2 micro-batches of 16 rows per step (steps_per_generation = 2): one generation batch of
-    # 8 prompts, shuffled into the 2 micro-batches with its masked rows
+def _one_step(tmp_path, sizes, weighting, loss_type, scale, **config):
+    """One step at learning rate 0 (the model stays at the parameters that generated): the
+    gradient TRL's loss gives over the step's micro-batches, and the stated estimator's
+    ``-sum_r w_r S_r`` from per-sample autograd scores of the real rows."""
     reward, calls = _recording_reward()
     tr = _trainer(tmp_path, reward=reward, max_steps=1, loss_type=loss_type, scale_rewards=scale,
-                  learning_rate=0.0, gradient_accumulation_steps=2)
-    sizes = SIZES + [4, 2, 2, 3]
-    tr.add_callback(RolloutAllocator(tr, FunctionSizes(lambda *a: sizes), budget=22,
+                  learning_rate=0.0, **config)
+    tr.add_callback(RolloutAllocator(tr, FunctionSizes(lambda *a: sizes), budget=sum(sizes),
                                      weighting=weighting))
     outs = _capture(tr)
     tr.train()
     (_, out), = outs
-    assert len(tr._buffered_inputs) == 2 and tr.current_gradient_accumulation_steps == 2
     model = tr.model
     model.train()
     model.zero_grad()
@@ -190,10 +146,39 @@ def test_under_accumulation_the_step_gradient_is_the_estimator(tmp_path, weighti
     x, xm, y, ym = (out[k][keep] for k in ("prompt_ids", "prompt_mask", "completion_ids",
                                            "completion_mask"))
     S = naive_scores(model, x, xm, y, ym)
-    w = _weights(calls[0], sizes, ym.sum(1).numpy(), weighting, loss_type, scale,
-                 tr.max_completion_length, B=8)
+    lengths = ym.sum(1).numpy()
+    w = _weights(calls[0], sizes, lengths, weighting, loss_type, scale,
+                 tr.max_completion_length, B=len(sizes))
     ref = -(w[:, None] * S).sum(0)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6 * np.abs(ref).max())
+    return tr, out["advantages"].double().numpy()[keep], S, lengths, ref
+
+
+@pytest.mark.parametrize("weighting, loss_type, scale", [
+    ("trl", "grpo", "group"), ("trl", "dapo", "group"), ("trl", "bnpo", "group"),
+    ("trl", "dr_grpo", "none"),
+    ("prompt", "dr_grpo", "none"), ("prompt", "grpo", "none")])
+def test_the_gradient_trl_trains_is_the_stated_estimator(tmp_path, weighting, loss_type, scale):
+    tr, A, S, lengths, ref = _one_step(tmp_path, SIZES, weighting, loss_type, scale)
+    # the rival: TRL's advantages over the padded layout without the allocator's weights
+    factor = {"prompt": W / (np.repeat(SIZES, SIZES) - 1)}.get(
+        weighting, B * W / sum(SIZES) if loss_type in ("grpo", "dr_grpo") else 1.0)
+    if np.ndim(factor) or factor != 1.0:
+        denom = {"grpo": B * W * lengths, "dr_grpo": B * W * tr.max_completion_length
+                 * np.ones_like(lengths)}[loss_type]
+        rival = -((A / factor / denom)[:, None] * S).sum(0)
+        assert not np.allclose(rival, ref, rtol=1e-3, atol=1e-6 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("weighting, loss_type, scale", [
+    ("trl", "grpo", "group"), ("trl", "dapo", "group"), ("prompt", "dr_grpo", "none")])
+def test_under_accumulation_the_step_gradient_is_the_estimator(tmp_path, weighting, loss_type,
+                                                               scale):
+    # 2 micro-batches of 16 rows per step (steps_per_generation = 2): one generation batch of
+    # 8 prompts, shuffled into the 2 micro-batches with its masked rows
+    tr, *_ = _one_step(tmp_path, SIZES + [4, 2, 2, 3], weighting, loss_type, scale,
+                       gradient_accumulation_steps=2)
+    assert len(tr._buffered_inputs) == 2 and tr.current_gradient_accumulation_steps == 2
 
 
 def test_pass_rate_sizes_decide_from_earlier_batches_only(tmp_path):
