@@ -41,7 +41,7 @@ import grpo_theory
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
 
 from . import tiny
-from .analysis import figure, summarise_seeds, tables
+from .analysis import figure, page, per_seed, summarise_seeds
 from .study import run_cells
 
 ARMS = ("uniform", "knapsack", "vip", "trl-default")
@@ -155,15 +155,8 @@ def run_cell(cfg: AllocationConfig, arm: str, seed: int) -> pd.DataFrame:
 
 
 def _per_seed(runs: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for (arm, seed), d in runs.groupby(["arm", "seed"]):
-        d = d.sort_values("step")
-        q = max(1, len(d) // 4)
-        rows.append(dict(arm=arm, seed=seed, mean_reward=d["reward"].mean(),
-                         last_quarter_reward=d["reward"].iloc[-q:].mean(),
-                         eval_reward=float(d["eval_reward"].iloc[0]),
-                         size_spread=float((d["G_max"] - d["G_min"]).mean())))
-    return pd.DataFrame(rows)
+    return per_seed(runs, lambda d: dict(eval_reward=float(d["eval_reward"].iloc[0]),
+                                         size_spread=float((d["G_max"] - d["G_min"]).mean())))
 
 
 def summarise(runs: pd.DataFrame) -> pd.DataFrame:
@@ -176,17 +169,14 @@ def summarise(runs: pd.DataFrame) -> pd.DataFrame:
 def report(runs: pd.DataFrame, summary: pd.DataFrame) -> str:
     """REPORT.md: the setting, the per-arm table, the paired differences with verdicts."""
     c = json.loads(runs["config"].iloc[0])
-    lines = ["# Does per-prompt allocation pay in TRL?", "",
-             f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
-             f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
-             f"(paired: the same initial model, prompts and evaluation sampling seed); "
-             f"{c['prompts_per_step']} prompts per step from a pool of {c['n_prompts']}, sizes "
-             f"in [2, {c['width']}]; eval_reward over {c['eval_samples']} completions of each "
-             f"prompt after training. grpo-theory {runs['version'].iloc[0]}; wall time "
-             f"{runs.groupby(['arm', 'seed'])['wall_s'].first().sum():.0f} s for all runs.", ""]
-    lines += tables(summary)
-    lines += ["", "![reward and sizes against completions](reward.png)", ""]
-    return "\n".join(lines)
+    setting = (f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
+               f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
+               f"(paired: the same initial model, prompts and evaluation sampling seed); "
+               f"{c['prompts_per_step']} prompts per step from a pool of {c['n_prompts']}, "
+               f"sizes in [2, {c['width']}]; eval_reward over {c['eval_samples']} completions of "
+               f"each prompt after training.")
+    return page("Does per-prompt allocation pay in TRL?", setting, runs, summary,
+                "reward and sizes against completions")
 
 
 def run_study(cfg: AllocationConfig, out, arms=ARMS, progress: bool = True) -> pd.DataFrame:

@@ -15,16 +15,22 @@ PAIRS = (("scheduled-8", "fixed-8"), ("scheduled-3", "fixed-3"), ("fixed-3", "fi
 METRICS = ("mean_reward", "last_quarter_reward", "final_G", "changes")
 
 
-def _per_seed(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (arm, seed): the metrics of :data:`METRICS`."""
+def per_seed(runs: pd.DataFrame, extra) -> pd.DataFrame:
+    """One row per (arm, seed): the mean reward over the run and over its last quarter of steps,
+    and the metrics ``extra(d)`` returns (a dict) from the cell's steps ``d``."""
     rows = []
     for (arm, seed), d in runs.groupby(["arm", "seed"]):
         d = d.sort_values("step")
         q = max(1, len(d) // 4)
         rows.append(dict(arm=arm, seed=seed, mean_reward=d["reward"].mean(),
-                         last_quarter_reward=d["reward"].iloc[-q:].mean(),
-                         final_G=float(d["G"].iloc[-1]), changes=float(d["changes"].iloc[0])))
+                         last_quarter_reward=d["reward"].iloc[-q:].mean(), **extra(d)))
     return pd.DataFrame(rows)
+
+
+def _per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (arm, seed): the metrics of :data:`METRICS`."""
+    return per_seed(runs, lambda d: dict(final_G=float(d["G"].iloc[-1]),
+                                         changes=float(d["changes"].iloc[0])))
 
 
 def _t_interval(x: np.ndarray, level: float = 0.95):
@@ -117,15 +123,23 @@ def tables(summary: pd.DataFrame) -> list[str]:
     return lines
 
 
+def page(title: str, setting: str, runs: pd.DataFrame, summary: pd.DataFrame, alt: str) -> str:
+    """A study's REPORT.md: ``title``, the ``setting`` sentence followed by the version and the
+    runs' wall time, the :func:`tables` and the figure ``reward.png`` (alt text ``alt``)."""
+    wall = runs.groupby(["arm", "seed"])["wall_s"].first().sum()
+    lines = [f"# {title}", "", f"{setting} grpo-theory {runs['version'].iloc[0]}; wall time "
+             f"{wall:.0f} s for all runs.", ""]
+    lines += tables(summary)
+    lines += ["", f"![{alt}](reward.png)", ""]
+    return "\n".join(lines)
+
+
 def report(runs: pd.DataFrame, summary: pd.DataFrame, cfg) -> str:
     """REPORT.md: the setting, the per-arm table, the paired differences with verdicts."""
     c = json.loads(runs["config"].iloc[0])
-    lines = ["# Does acting pay? TRL's fixed G against GroupSizeScheduler", "",
-             f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
-             f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
-             f"(paired: the same initial model and prompts per seed); advisor every "
-             f"{c['every']} steps. grpo-theory {runs['version'].iloc[0]}; wall time "
-             f"{runs.groupby(['arm', 'seed'])['wall_s'].first().sum():.0f} s for all runs.", ""]
-    lines += tables(summary)
-    lines += ["", "![reward and G against completions](reward.png)", ""]
-    return "\n".join(lines)
+    setting = (f"Real `trl.GRPOTrainer` runs of a tiny random Llama on CPU; {c['budget']} "
+               f"completions per step in every arm, {c['steps']} steps, {c['seeds']} seeds "
+               f"(paired: the same initial model and prompts per seed); advisor every "
+               f"{c['every']} steps.")
+    return page("Does acting pay? TRL's fixed G against GroupSizeScheduler", setting, runs,
+                summary, "reward and G against completions")
