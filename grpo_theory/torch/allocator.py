@@ -45,7 +45,18 @@ tokens, ``L`` the ``max_completion_length``, ``T`` the batch's real tokens and `
   ``E[h (r - V)]``, V the prompt's mean reward: the same target at every allocation (the policy
   gradient itself, over a constant, with ``dr_grpo``, whose ``h`` is the sequence score).
 
-Single process, TRL's own generation (no vLLM, continuous batching, ``rollout_func``, tools or
+Under DDP (``torchrun`` / ``accelerate launch``) process r holds rows
+``[r n, (r + 1) n)`` of the generation batch, n = ``generation_batch_size / num_processes`` (a
+group may be split between processes). The batch's rows are gathered, the main process decides
+the sizes and broadcasts them, and each process generates and scores only its own real rows
+(TRL's ``_calculate_rewards`` is called on them without its final ``gather``; the allocator
+gathers each process's full block, masked rows NaN, in TRL's order). ``num_items_in_batch`` counts
+the real tokens of every process, as TRL's does, so ``dapo`` and the row losses train the same
+estimator as one process on the same rows; ``bnpo`` normalises by each process's micro-batch
+tokens, as TRL does under DDP. FSDP, DeepSpeed and Megatron-LM are refused (their forward passes
+are collective, and the processes generate different numbers of rows).
+
+TRL's own generation only (no vLLM, continuous batching, ``rollout_func``, tools or
 environments), text prompts, ``beta = 0`` and no entropy bonus (terms not proportional to the
 advantage, which the rescaling would leave unweighted); refused otherwise when the callback is
 made. Not with :class:`~grpo_theory.torch.GroupSizeAdvisor` or the scheduler, which assume equal
@@ -54,6 +65,7 @@ groups.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -64,11 +76,29 @@ from transformers import TrainerCallback
 from grpo_theory import _validation as V
 from grpo_theory.allocation.rules import pass_rate_allocation
 
+from .distributed import check_distributed, on_main
+
 __all__ = ["RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
            "prompt_key"]
 
 #: the losses linear in the advantage with a known normaliser: row mean or token count
 ROW_LOSSES, TOKEN_LOSSES = ("grpo", "dr_grpo"), ("bnpo", "dapo")
+
+
+@contextlib.contextmanager
+def _ungathered():
+    """TRL 1.16.0's ``_calculate_rewards`` ends with ``gather(rewards_per_func)`` (its module's
+    name for ``accelerate.utils.gather``). Called on a process's real rows, whose number differs
+    between processes, that gather cannot run; the allocator scores them without it and gathers
+    the process's full block of rows (NaN for the masked ones) itself."""
+    import trl.trainer.grpo_trainer as grpo
+
+    saved = grpo.gather
+    grpo.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo.gather = saved
 
 
 def prompt_key(row: dict) -> str:
@@ -204,6 +234,8 @@ class RolloutAllocator(TrainerCallback):
         W = int(trainer.num_generations)
         rows = int(trainer.args.generation_batch_size)
         self.width, self.prompts = W, rows // W
+        acc = trainer.accelerator
+        self.n_local, self.rank = rows // acc.num_processes, acc.process_index
         self.min_size = V.integer("min_size", min_size, 2)
         if self.min_size > W:
             raise ValueError(f"min_size {min_size} exceeds num_generations {W}, the layout's "
@@ -237,9 +269,9 @@ class RolloutAllocator(TrainerCallback):
         from .callback import GroupSizeAdvisor
         from .scheduler import GroupSizeScheduler
 
-        if trainer.accelerator.num_processes != 1:
-            raise ValueError("RolloutAllocator supports single-process training only (under "
-                             "DDP a generation batch's rows are split across processes)")
+        check_distributed(trainer.accelerator, "RolloutAllocator",
+                          "each process generates only its real rows, so the processes' forward "
+                          "passes differ in number and shape")
         checks = [(trainer.use_vllm, "use_vllm=False (vLLM requests n completions per "
                                      "prompt; per-prompt n is not wired)"),
                   (trainer.use_transformers_continuous_batching,
@@ -255,6 +287,13 @@ class RolloutAllocator(TrainerCallback):
         for bad, fix in checks:
             if bad:
                 raise ValueError(f"RolloutAllocator needs {fix}")
+        import trl
+        import trl.trainer.grpo_trainer as grpo
+
+        if not callable(getattr(grpo, "gather", None)):
+            raise ValueError(f"RolloutAllocator needs TRL's GRPOTrainer to gather rewards through "
+                             f"its module's gather (TRL 1.16.0 does); trl {trl.__version__} "
+                             f"does not")
         for cb in trainer.callback_handler.callbacks:
             if isinstance(cb, (GroupSizeAdvisor, GroupSizeScheduler)):
                 raise ValueError(f"RolloutAllocator cannot run beside {type(cb).__name__}, "
@@ -274,8 +313,8 @@ class RolloutAllocator(TrainerCallback):
                 raise ValueError("RolloutAllocator supports text prompts only (this batch has "
                                  "images or multimodal fields)")
             idx = m.nonzero().flatten().tolist()
-            ids, lps = single([prompt_ids[i] for i in idx], images, multimodal_fields,
-                              num_generations, *a, **k)
+            ids, lps = (single([prompt_ids[i] for i in idx], images, multimodal_fields,
+                               num_generations, *a, **k) if idx else ([], None))
             out_ids = [[eos] for _ in prompt_ids]
             out_lps = None if lps is None else [[0.0] for _ in prompt_ids]
             for j, i in enumerate(idx):
@@ -289,11 +328,16 @@ class RolloutAllocator(TrainerCallback):
             if m is None:
                 return calc(inputs, prompts, completions, completion_ids_list)
             idx = m.nonzero().flatten().tolist()
-            sub = calc([inputs[i] for i in idx], [prompts[i] for i in idx],
-                       [completions[i] for i in idx], [completion_ids_list[i] for i in idx])
-            full = torch.full((len(prompts), sub.shape[1]), math.nan, dtype=sub.dtype,
-                              device=sub.device)
-            full[m.to(sub.device)] = sub
+            device = tr.accelerator.device
+            local = torch.full((len(prompts), len(tr.reward_funcs)), math.nan,
+                               dtype=torch.float32, device=device)
+            if idx:  # this process's real rows, scored without TRL's gather (module docstring)
+                with _ungathered():
+                    sub = calc([inputs[i] for i in idx], [prompts[i] for i in idx],
+                               [completions[i] for i in idx],
+                               [completion_ids_list[i] for i in idx])
+                local[m.to(device)] = sub.to(local.dtype)
+            full = tr.accelerator.gather(local)  # what TRL's gather returns: process order
             self._rewards = full
             return full
 
@@ -301,8 +345,9 @@ class RolloutAllocator(TrainerCallback):
             if not tr.model.training:  # evaluation: TRL's own layout
                 return gen(inputs, *a, **k)
             prompts, sizes = self._decide(inputs)
-            W = self.width
-            self._mask = torch.tensor([j < g for g in sizes for j in range(W)])
+            W, n = self.width, self.n_local
+            mask = torch.tensor([j < g for g in sizes for j in range(W)])
+            self._mask = mask[self.rank * n:(self.rank + 1) * n]  # this process's rows
             try:
                 out = gen(inputs, *a, **k)
             finally:
@@ -315,16 +360,28 @@ class RolloutAllocator(TrainerCallback):
         tr._generate_and_score_completions = generate_and_score
 
     def _decide(self, inputs):
-        W = self.width
-        if len(inputs) != self.prompts * W:
-            raise ValueError(f"RolloutAllocator: a generation batch of {len(inputs)} rows, not "
-                             f"the {self.prompts} x {W} of generation_batch_size")
-        prompts = [inputs[i * W] for i in range(self.prompts)]
+        """The generation batch's prompts (its rows gathered in process order) and their sizes,
+        decided on the main process by the rule and checked there."""
+        W, acc = self.width, self.trainer.accelerator
+        if len(inputs) != self.n_local:
+            raise ValueError(f"RolloutAllocator: a process's generation batch of {len(inputs)} "
+                             f"rows, not the {self.n_local} of generation_batch_size "
+                             f"{self.prompts * W} over {acc.num_processes} process(es)")
+        rows = list(inputs)
+        if acc.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            rows = gather_object(rows)
+        prompts = [rows[i * W] for i in range(self.prompts)]
         for i, x in enumerate(prompts):
             key = prompt_key(x)
-            if any(prompt_key(r) != key for r in inputs[i * W:(i + 1) * W]):
+            if any(prompt_key(r) != key for r in rows[i * W:(i + 1) * W]):
                 raise ValueError("RolloutAllocator: the generation batch is not TRL's layout of "
                                  f"{W} consecutive rows per prompt (was the sampler replaced?)")
+        return prompts, on_main(acc, lambda: self._sizes(prompts))
+
+    def _sizes(self, prompts):
+        W = self.width
         sizes = self.rule.sizes(prompts, self.budget, W, self.min_size)
         try:
             sizes = [int(g) for g in sizes]
@@ -336,7 +393,7 @@ class RolloutAllocator(TrainerCallback):
             raise ValueError(f"{type(self.rule).__name__}.sizes returned {sizes}: needs "
                              f"{self.prompts} sizes in [{self.min_size}, {W}] summing to at "
                              f"most the budget {self.budget}")
-        return prompts, sizes
+        return sizes
 
     def _finish(self, out, m, prompts, sizes):
         """Mask the padding rows out of the loss and weight the advantages (module docstring)."""
@@ -346,10 +403,13 @@ class RolloutAllocator(TrainerCallback):
         loss_mask = out["completion_mask"]
         if "tool_mask" in out:
             loss_mask = loss_mask * out["tool_mask"]
-        out["num_items_in_batch"] = loss_mask.sum().to(out["num_items_in_batch"].dtype)
-        N = sum(sizes)
+        # the real tokens of every process, as TRL counts them
+        out["num_items_in_batch"] = tr.accelerator.gather(loss_mask.sum()).sum().to(
+            out["num_items_in_batch"].dtype)
+        N, n = sum(sizes), self.n_local
         G = torch.tensor(sizes, dtype=out["advantages"].dtype,
                          device=out["advantages"].device).repeat_interleave(W)
+        G = G[self.rank * n:(self.rank + 1) * n]
         if self.weighting == "prompt":
             factor = W / (G - 1)
         elif tr.loss_type in ROW_LOSSES:

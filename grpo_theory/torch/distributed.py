@@ -43,20 +43,24 @@ __all__ = ["check_distributed", "gather_rollouts", "on_main", "SHARDED"]
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
 
 
-def check_distributed(accelerator):
+def check_distributed(accelerator, who: str = "GroupSizeAdvisor",
+                      why: str = "sharded parameters"):
     """Refuse a run whose parameters are sharded across processes (FSDP, DeepSpeed, Megatron-LM):
-    the estimate needs every trainable parameter whole on the main process.
+    the estimate needs every trainable parameter whole on the main process, and per-prompt
+    generation needs forward passes that no other process has to join.
 
     Args:
         accelerator: the trainer's ``accelerate.Accelerator``.
+        who: the refusing object's name, for the message.
+        why: the reason, for the message.
     """
     from accelerate.utils import DistributedType
 
     kind = DistributedType(accelerator.distributed_type)
     if kind.name in SHARDED:
-        raise ValueError(f"GroupSizeAdvisor does not support accelerate's distributed_type "
-                         f"{kind.name} (sharded parameters); use DDP (torchrun / accelerate "
-                         f"launch without FSDP or DeepSpeed) or a single process")
+        raise ValueError(f"{who} does not support accelerate's distributed_type {kind.name} "
+                         f"({why}); use DDP (torchrun / accelerate launch without FSDP or "
+                         f"DeepSpeed) or a single process")
 
 
 def gather_rollouts(accelerator, prompt_ids, prompt_mask, completion_ids, completion_mask):

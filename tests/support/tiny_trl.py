@@ -83,3 +83,24 @@ def naive_scores(model, x, xm, y, ym, temperature=1.0):
                               for g, p in zip(gs, params)]).double().numpy())
     model.train(was)
     return np.stack(out)
+
+
+def allocator_weights(z, sizes, lengths, weighting, loss_type, scale, Lmax, B):
+    """The per-row weights w of RolloutAllocator's stated estimator (the loss's gradient is
+    -sum_r w_r S_r) from the real rows' rewards ``z`` and ``lengths`` in the batch's order, the
+    ``sizes`` of its ``B`` prompts and TRL's ``max_completion_length`` ``Lmax``."""
+    N, out = sum(sizes), []
+    zs = np.split(np.asarray(z, float), np.cumsum(sizes)[:-1])
+    Ls = np.split(np.asarray(lengths, float), np.cumsum(sizes)[:-1])
+    T = float(np.sum(lengths))
+    for zi, Li in zip(zs, Ls):
+        G = zi.size
+        if weighting == "prompt":
+            loo = zi - (zi.sum() - zi) / (G - 1)
+            out.append(loo / (B * G) / (Li if loss_type == "grpo" else Lmax))
+            continue
+        A = zi - zi.mean()
+        if scale == "group":
+            A = A / (zi.std(ddof=1) + 1e-4)
+        out.append(A / {"grpo": N * Li, "dr_grpo": N * Lmax, "dapo": T, "bnpo": T}[loss_type])
+    return np.concatenate(out)

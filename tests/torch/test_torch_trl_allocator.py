@@ -2,10 +2,12 @@
 1.16.0): only the real rows are generated and scored, TRL's advantages are those of each group's
 real rows, and the gradient TRL trains is the stated estimator for every loss and weighting."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
-from support.tiny_trl import naive_scores, tiny_trainer
+from support.tiny_trl import allocator_weights, naive_scores, tiny_trainer
 
 from grpo_theory.allocation import pass_rate_allocation
 from grpo_theory.torch import (FunctionSizes, GroupSizeAdvisor, PassRateSizes, RolloutAllocator,
@@ -104,25 +106,6 @@ def test_only_real_rows_are_generated_and_scored_and_advantages_are_each_groups(
     assert rivals > 0
 
 
-def _weights(z, sizes, lengths, weighting, loss_type, scale, Lmax, B=B):
-    """The per-row weights w of the stated estimator: the loss's gradient is -sum_r w_r S_r."""
-    N, out = sum(sizes), []
-    zs = np.split(np.asarray(z, float), np.cumsum(sizes)[:-1])
-    Ls = np.split(np.asarray(lengths, float), np.cumsum(sizes)[:-1])
-    T = float(np.sum(lengths))
-    for zi, Li in zip(zs, Ls):
-        G = zi.size
-        if weighting == "prompt":
-            loo = zi - (zi.sum() - zi) / (G - 1)
-            out.append(loo / (B * G) / (Li if loss_type == "grpo" else Lmax))
-            continue
-        A = zi - zi.mean()
-        if scale == "group":
-            A = A / (zi.std(ddof=1) + 1e-4)
-        out.append(A / {"grpo": N * Li, "dr_grpo": N * Lmax, "dapo": T, "bnpo": T}[loss_type])
-    return np.concatenate(out)
-
-
 def _one_step(tmp_path, sizes, weighting, loss_type, scale, **config):
     """One step at learning rate 0 (the model stays at the parameters that generated): the
     gradient TRL's loss gives over the step's micro-batches, and the stated estimator's
@@ -147,8 +130,8 @@ def _one_step(tmp_path, sizes, weighting, loss_type, scale, **config):
                                            "completion_mask"))
     S = naive_scores(model, x, xm, y, ym)
     lengths = ym.sum(1).numpy()
-    w = _weights(calls[0], sizes, lengths, weighting, loss_type, scale,
-                 tr.max_completion_length, B=len(sizes))
+    w = allocator_weights(calls[0], sizes, lengths, weighting, loss_type, scale,
+                          tr.max_completion_length, B=len(sizes))
     ref = -(w[:, None] * S).sum(0)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6 * np.abs(ref).max())
     return tr, out["advantages"].double().numpy()[keep], S, lengths, ref
@@ -242,6 +225,11 @@ def test_allocator_refuses_what_it_cannot_weight(tmp_path):
         RolloutAllocator(kl, rule, budget=12)
     with pytest.raises(ValueError, match=r"needs loss_type in .* \(got 'sapo'\)"):
         RolloutAllocator(_trainer(tmp_path, loss_type="sapo"), rule, budget=12)
+    sharded = _trainer(tmp_path)
+    sharded.accelerator = SimpleNamespace(distributed_type="FSDP", num_processes=2,
+                                          process_index=0)
+    with pytest.raises(ValueError, match="RolloutAllocator does not support .* FSDP .*use DDP"):
+        RolloutAllocator(sharded, rule, budget=12)
     tr.add_callback(GroupSizeAdvisor(tr, every=1))
     with pytest.raises(ValueError, match="cannot run beside GroupSizeAdvisor"):
         RolloutAllocator(tr, rule, budget=12)
