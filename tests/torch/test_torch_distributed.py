@@ -8,11 +8,6 @@ process 1's), also when a group is split between the processes and when a step p
 generation batches; the rival (process 0's own rows, what an ungathered callback sees) gives
 other constants; training is unchanged by the callback; sharded runs are refused."""
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,23 +18,16 @@ import grpo_theory as gt
 from grpo_theory.torch.distributed import check_distributed, gather_rollouts, on_main
 
 pytest.importorskip("trl")
-HERE = Path(__file__).resolve().parents[1]
 SCENARIOS = ("whole", "plain", "split", "accum", "error")
 G_OF = {"whole": 3, "split": 4, "accum": 4}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    from support.torchrun import torchrun
+
     out = tmp_path_factory.mktemp("ddp")
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    # torch installs its torchrun script beside the interpreter: without it the install is broken
-    assert torchrun is not None, "torchrun is not installed next to this Python"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]),
-               OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2",
-                           str(HERE / "support" / "ddp_grpo.py"), str(out), *SCENARIOS],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    torchrun("ddp_grpo.py", out, *SCENARIOS)
     return {(s, r): torch.load(out / f"{s}_rank{r}.pt", weights_only=False)
             for s in SCENARIOS for r in (0, 1)}
 

@@ -9,33 +9,20 @@ of both processes; and the gradient DDP trains (the mean of the processes' gradi
 norm TRL logs) is the stated estimator of the single-process tests over all real rows, from
 per-sample autograd scores. The rival: each process normalising ``dapo`` by its own tokens."""
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("trl")
-HERE = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from support.ddp_allocator import SCENARIOS
+    from support.torchrun import torchrun
 
     out = tmp_path_factory.mktemp("ddp_allocator")
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    assert torchrun is not None, "torchrun is not installed next to this Python"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]),
-               OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2",
-                           str(HERE / "support" / "ddp_allocator.py"), str(out), *SCENARIOS],
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    torchrun("ddp_allocator.py", out, *SCENARIOS)
     return {(s, r): torch.load(out / f"{s}_rank{r}.pt", weights_only=False)
             for s in SCENARIOS for r in (0, 1)}
 
