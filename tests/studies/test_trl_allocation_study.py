@@ -47,17 +47,11 @@ def test_a_real_study_runs_resumes_and_reports(tmp_path):
     pd.testing.assert_frame_equal(again, runs)
 
 
-def _synthetic(shift, seeds=8, steps=8, noise=0.05, seed=0):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for s in range(seeds):
-        base = rng.normal(0.3, 0.1)  # a seed effect shared by the arms (paired)
-        for arm, d in (("uniform", 0.0), ("knapsack", shift)):
-            ev = base + d + rng.normal(0, noise)
-            for t in range(1, steps + 1):
-                rows.append(dict(arm=arm, seed=s, step=t, G_min=4, G_max=4, version="x",
-                                 eval_reward=ev, reward=base + d + rng.normal(0, noise)))
-    return pd.DataFrame(rows)
+def _synthetic(shift, seed=0):
+    from support.paired_runs import paired_runs
+
+    return paired_runs(("uniform", "knapsack"), shift, dict(G_min=4, G_max=4, version="x"), seed=seed,
+                       eval_reward=True)
 
 
 @pytest.mark.parametrize("metric", ["mean_reward", "eval_reward"])

@@ -48,16 +48,11 @@ def test_a_real_study_runs_resumes_and_reports(tmp_path):
     pd.testing.assert_frame_equal(again, runs)
 
 
-def _synthetic(shift, seeds=8, steps=8, noise=0.05, seed=0):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for s in range(seeds):
-        base = rng.normal(0.3, 0.1)  # a seed effect shared by the arms (paired)
-        for arm, d in (("fixed-8", 0.0), ("scheduled-8", shift)):
-            for t in range(1, steps + 1):
-                rows.append(dict(arm=arm, seed=s, step=t, G=8, changes=0, version="x",
-                                 reward=base + d + rng.normal(0, noise)))
-    return pd.DataFrame(rows)
+def _synthetic(shift, seed=0):
+    from support.paired_runs import paired_runs
+
+    return paired_runs(("fixed-8", "scheduled-8"), shift, dict(G=8, changes=0, version="x"), seed=seed,
+                       eval_reward=False)
 
 
 def test_the_analysis_sees_a_difference_and_no_difference():
