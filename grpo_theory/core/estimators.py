@@ -34,6 +34,14 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 ``reinforce_baseline``              OpenRLHF: the same with ddof 0, ``max(var, 1e-8)``, float32
 ==================================  =============================================================
 
+**Closed forms travel with the estimator** (``Estimator.closed_form``, a
+:class:`~grpo_theory.core.closed_forms.ClosedForm`): the exact MSE, the advisor's prediction, the
+leading order and the Gaussian theory call its methods, and refuse an estimator without the piece
+they need by name. Besides the rewards an advantage may read what its ``needs`` declare from the
+:class:`PromptContext`: prompt constants, each response's squared score norm (``score_sq``, for
+weighted baselines) and a state carried across steps (``state``, with ``init_state`` and
+``update_state``: a history baseline).
+
 **Batch-coupled** estimators (``Estimator.batch_coupled``) normalise over the whole batch: their
 advantage function reads rewards of shape ``(..., B, G)`` and reduces over the last two axes (a
 1-d ``z`` is one group, B = 1), so a response's advantage depends on the other prompts' groups.
