@@ -33,6 +33,12 @@ class DynamicSampling(Rule):
     def horizon(self) -> int:
         return self.group_size
 
+    def training_rounds(self) -> int:
+        if self.max_rounds is None:
+            raise ValueError(f"rule {self.name!r} needs max_rounds for a training step (its "
+                             "rounds are drawn at once): dynamic_sampling(G, max_rounds=R)")
+        return self.max_rounds
+
     def decide(self, t, n1):
         G = self.group_size
         stop = np.full((1, t + 1), t == G)
@@ -89,6 +95,14 @@ class ConformalStopping(Rule):
             resolved = np.maximum(n1, t - n1) / t >= q
         stop = (t == self.grid[-1]) | ((t in self.grid) & resolved)
         return stop[None, :], n1[None, :], (t - n1)[None, :]
+
+    def step(self, key, sampler, batch_size, state):
+        if self.agree == "reward":
+            return super().step(key, sampler, batch_size, state)
+        from .steps import conformal_answer_sizes, sizes_step
+
+        return sizes_step(lambda d, s: (conformal_answer_sizes(d.same, self.grid), s), key,
+                          sampler, batch_size, self.horizon(), state)
 
     def prompt_moments(self, structure, estimator, normaliser):
         if self.agree == "reward":

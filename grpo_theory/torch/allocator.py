@@ -74,7 +74,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.allocation.rules import pass_rate_allocation
+from grpo_theory.allocation import PassRateRule, pass_rate_allocation
 
 from .distributed import check_distributed, on_main
 
@@ -157,7 +157,10 @@ class PassRateSizes(SizeRule):
     Rewards must lie in [0, 1] (a pass rate); NaN rewards are left out.
 
     Args:
-        method: ``"knapsack"``, ``"vip"`` or ``"sgpo"``.
+        method: ``"knapsack"``, ``"vip"`` or ``"sgpo"``, or the allocation package's rule
+            value (:func:`grpo_theory.allocation.pass_rate_rule`, the same rule the exact audit
+            and the JAX training loops run; the allocator's budget, width and least size
+            apply).
         prior: the pass rate of an unseen prompt, in [0, 1].
         prior_weight: w, the prior's weight in completions (>= 0).
 
@@ -169,7 +172,9 @@ class PassRateSizes(SizeRule):
     [2, 6]
     """
 
-    def __init__(self, method: str = "knapsack", prior: float = 0.5, prior_weight: float = 1.0):
+    def __init__(self, method="knapsack", prior: float = 0.5, prior_weight: float = 1.0):
+        if isinstance(method, PassRateRule):
+            method = method.method
         if method not in ("knapsack", "vip", "sgpo"):
             raise ValueError(f"method must be 'knapsack', 'vip' or 'sgpo', got {method!r}")
         self.method = method

@@ -137,7 +137,7 @@ def _near_8(N: int) -> int:
 
 
 def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
-    """``(rule, B)``: the :func:`~grpo_theory.lm.allocation_train.lm_rule` value of an arm at G*
+    """``(rule, B)``: the rule (:func:`~grpo_theory.lm.allocation_train.lm_rule`) of an arm at G*
     and its prompts a step."""
     if name in FIXED_BUDGET:
         G = _near_8(cfg.batch * gstar)
@@ -164,7 +164,7 @@ def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):
                                  chunk=256)
         rec = dict(recommended_G=float(est["G_exact"]) if est["c1_low"] > 0 else np.nan,
                    g_star_low=est["G_low"], g_star_high=est["G_high"])
-        G = propose_group_size(dict(rule[1])["group_size"], rec, allowed, cfg.min_change)
+        G = propose_group_size(rule.group_size, rec, allowed, cfg.min_change)
         log.append(dict(step=step, G=G, **rec))
         return lm_rule("fixed", group_size=G), N // G
 
@@ -175,7 +175,7 @@ def _changes(rule, log) -> int:
     """How many of the scheduled arm's estimates changed G (0 without a schedule)."""
     if not log:
         return 0
-    gs = [dict(rule[1])["group_size"]] + [e["G"] for e in log]
+    gs = [rule.group_size] + [e["G"] for e in log]
     return int(sum(a != b for a, b in zip(gs, gs[1:])))
 
 
