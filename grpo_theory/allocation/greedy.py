@@ -10,8 +10,19 @@ vectorised step of the MSE-optimal allocation (gains ``(a + 2b/(G - 1)) / (G (G 
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["sizes_from_gains", "mse_gains", "unique_answer_constants"]
+__all__ = ["sizes_from_gains", "mse_gains", "unique_answer_constants", "knapsack_value"]
+
+
+def knapsack_value(group_size, p, xp=np):
+    """Knapsack RL's value of G = ``group_size`` rollouts of a prompt of pass rate p:
+    ``(1 - p^G - (1 - p)^G) p (1 - p)^2`` (arrays broadcast; ``xp=jax.numpy`` keeps the inputs'
+    JAX arrays and dtype for a jitted step)."""
+    if xp is np:
+        group_size, p = np.asarray(group_size, float), np.asarray(p, float)
+    G = group_size
+    return (1.0 - p ** G - (1.0 - p) ** G) * p * (1.0 - p) ** 2
 
 
 def sizes_from_gains(gains, total: int, min_size: int = 2):

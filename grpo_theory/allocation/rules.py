@@ -40,9 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validation as V
+from .greedy import knapsack_value
 
 __all__ = ["Rule", "FixedSize", "PerPromptSize", "fixed", "per_prompt", "pass_rate_allocation",
-           "knapsack_value", "PassRateRule", "pass_rate_rule",
+           "PassRateRule", "pass_rate_rule",
            "register_rule", "get_rule", "available_rules"]
 
 
@@ -251,16 +252,6 @@ def _largest_remainder(share, total, minimum):
     order = np.argsort(-(raw - base), kind="stable")
     base[order[:spare - base.sum()]] += 1
     return base + minimum
-
-
-def knapsack_value(group_size, p, xp=np):
-    """Knapsack RL's value of G = ``group_size`` rollouts of a prompt of pass rate p:
-    ``(1 - p^G - (1 - p)^G) p (1 - p)^2`` (arrays broadcast; ``xp=jax.numpy`` keeps the inputs'
-    JAX arrays and dtype for a jitted step)."""
-    if xp is np:
-        group_size, p = np.asarray(group_size, float), np.asarray(p, float)
-    G = group_size
-    return (1.0 - p ** G - (1.0 - p) ** G) * p * (1.0 - p) ** 2
 
 
 def _knapsack_sizes(p, total, lo, hi):

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .greedy import mse_gains, sizes_from_gains
+from .greedy import knapsack_value, mse_gains, sizes_from_gains
 
 __all__ = ["Draw", "Step", "Sampler", "count_step", "sizes_step", "refill",
            "conformal_answer_sizes", "knapsack_sizes", "remainder_sizes", "loo_weights",
@@ -211,7 +211,7 @@ def knapsack_sizes(pass_rates, total: int, width: int, min_size: int = 2):
     """Knapsack RL's sizes ``(B,)`` in ``[min_size, width]`` summing to ``total`` (jit-able).
 
     The value ``v(G, p) = (1 - p^G - (1 - p)^G) p (1 - p)^2``
-    (:func:`~grpo_theory.allocation.rules.knapsack_value`) is concave in G, so the largest
+    (:func:`~grpo_theory.allocation.greedy.knapsack_value`) is concave in G, so the largest
     marginal gains ``v(G + 1) - v(G)`` give the optimum (a stable sort breaks ties by prompt,
     then by G).
 
@@ -219,8 +219,6 @@ def knapsack_sizes(pass_rates, total: int, width: int, min_size: int = 2):
     >>> np.asarray(knapsack_sizes(jnp.array([0.5, 0.95]), 8, 6)).tolist()
     [6, 2]
     """
-    from .rules import knapsack_value
-
     p = jnp.asarray(pass_rates)
     if width <= min_size:
         return jnp.full(p.shape[0], min_size, jnp.int32)

@@ -64,6 +64,10 @@ def rule_config(name: str, **params) -> A.Rule:
             "conformal_stopping": {"grid"}}[name]
     if set(params) != need:
         raise ValueError(f"rule {name!r} needs parameters {sorted(need)}, got {sorted(params)}")
+    for k, v in params.items():
+        vals = v if k == "grid" else (v,)
+        if not vals or any(int(u) != u or u < (2 if k != "max_rounds" else 1) for u in vals):
+            raise ValueError(f"{k} must hold integers >= 2 (max_rounds >= 1), got {v!r}")
     p = params
     return {"fixed": lambda: A.fixed(p.get("group_size")),
             "optimal": lambda: A.optimal_rule(p.get("rollouts"), p.get("max_group")),
