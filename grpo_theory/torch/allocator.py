@@ -76,6 +76,7 @@ from transformers import TrainerCallback
 from grpo_theory import _validation as V
 from grpo_theory.allocation import PassRateRule, pass_rate_allocation
 
+from ._checks import ALLOCATOR_MARK
 from .distributed import check_distributed, on_main
 
 __all__ = ["RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
@@ -268,12 +269,22 @@ class RolloutAllocator(TrainerCallback):
         self._mask = None
         self._rewards = None
         self._wrap(trainer)
+        trainer.__dict__[ALLOCATOR_MARK] = self  # a GroupSizeAdvisor made later refuses it
 
     @staticmethod
     def _refuse(trainer):
         from .callback import GroupSizeAdvisor
         from .scheduler import GroupSizeScheduler
 
+        for name in ("_generate_and_score_completions", "_generate_single_turn",
+                     "_calculate_rewards", "num_generations", "accelerator", "args", "use_vllm",
+                     "loss_type", "scale_rewards", "beta", "callback_handler", "reward_funcs",
+                     "eos_token_ids"):
+            if not hasattr(trainer, name):
+                raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
+                                 f"{name!r}; RolloutAllocator does not support it")
+        if trainer.__dict__.get(ALLOCATOR_MARK) is not None:
+            raise ValueError("trainer already has a RolloutAllocator (one per trainer)")
         check_distributed(trainer.accelerator, "RolloutAllocator",
                           "each process generates only its real rows, so the processes' forward "
                           "passes differ in number and shape")
@@ -389,10 +400,14 @@ class RolloutAllocator(TrainerCallback):
         W = self.width
         sizes = self.rule.sizes(prompts, self.budget, W, self.min_size)
         try:
-            sizes = [int(g) for g in sizes]
-        except (TypeError, ValueError):
+            ints = [int(g) for g in sizes]
+            exact = all(float(g) == i for g, i in zip(sizes, ints))
+        except (TypeError, ValueError, OverflowError):
+            exact = False
+        if not exact:  # 2.7 is not truncated to 2
             raise ValueError(f"{type(self.rule).__name__}.sizes must return integers, got "
                              f"{sizes!r}") from None
+        sizes = ints
         if (len(sizes) != self.prompts or any(not self.min_size <= g <= W for g in sizes)
                 or sum(sizes) > self.budget):
             raise ValueError(f"{type(self.rule).__name__}.sizes returned {sizes}: needs "
