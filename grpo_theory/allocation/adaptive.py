@@ -92,7 +92,7 @@ def _expected_rounds(a: float, B: int, name: str) -> float:
         r = np.arange(start, start + block)
         terms = binom.cdf(B - 1, r * B, a)
         total += float(terms.sum())
-        if terms[-1] <= 1e-12 * total:
+        if terms[-1] <= 1e-12 * a * total:  # the tail is about terms[-1] / a
             return total
         start += block
     raise ValueError(f"rule {name!r}: the expected rounds of an uncapped refill do not "

@@ -167,7 +167,8 @@ def _checkpoint(work: Path, K: int):
         raise ValueError(f"--work {work}: sums.npy is not readable ({e}); delete the folder "
                          "or give another --work") from None
     bad = (counts.shape != (K,) or sums.ndim != 2 or sums.shape[0] != K
-           or int(counts.sum()) != len(groups) or not np.isfinite(groups[["G", "j"]]).all(None))
+           or int(counts.sum()) != len(groups)
+           or not np.isfinite(groups[["G", "j"]].to_numpy(np.float64)).all())
     if bad:
         raise ValueError(f"--work {work}: state.json, groups.csv and sums.npy disagree "
                          f"({len(groups)} groups, counts {counts.tolist()}, sums "

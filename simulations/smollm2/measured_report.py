@@ -67,9 +67,9 @@ def population(study) -> dict:
 
 
 def _estimate(study):
-    with np.load(Path(study) / "rollouts.npz") as f:
-        return estimate_from_rollouts(f["rewards"], sq_norms=f["sq_norms"], mean_sq=f["mean_sq"],
-                                      mean_dot=f["mean_dot"])
+    f = C.load_npz(Path(study) / "rollouts.npz", ("rewards", "sq_norms", "mean_sq", "mean_dot"))
+    return estimate_from_rollouts(f["rewards"], sq_norms=f["sq_norms"], mean_sq=f["mean_sq"],
+                                  mean_dot=f["mean_dot"])
 
 
 def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0)):
@@ -116,11 +116,16 @@ def differences(groups, gram, K, est, arg, rows: int) -> pd.DataFrame:
 def analyse(out, study) -> dict:
     """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring); returns the tables."""
     out = Path(out)
-    meta = json.loads((out / "measured_meta.json").read_text())
+    meta = C.read_json(out / "measured_meta.json", ("config",))
     cfg = meta["config"]
-    groups = pd.read_csv(out / "measured_groups.csv")
-    batches = pd.read_csv(out / "measured_batches.csv")
+    if not isinstance(cfg, dict) or "n_batches" not in cfg or "budgets" not in cfg \
+            or "n_value" not in cfg:
+        raise ValueError(f"{out / 'measured_meta.json'}: the field 'config' lacks n_batches, "
+                         "budgets or n_value")
     K = int(cfg["n_batches"])
+    groups = C.read_csv(out / "measured_groups.csv", ("G", "j", "batch", "k", "vhat", "s11",
+                                                      "s10", "s00") + tuple(_TAG))
+    batches = C.read_csv(out / "measured_batches.csv", [f"gram_{k}" for k in range(K)])
     gram = batches[[f"gram_{k}" for k in range(K)]].to_numpy(np.float64)
     tag = {c: groups[c].iloc[0] for c in _TAG}
     var = measured_group_variance(groups, gram, K)
