@@ -68,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -100,6 +101,13 @@ def _ungathered():
         yield
     finally:
         grpo.gather = saved
+
+
+def _integral(g) -> bool:
+    """An integer or an integral float (``3.0``); not a bool, a string or ``2.7``."""
+    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (numbers.Real, np.number)):
+        return False
+    return math.isfinite(float(g)) and float(g) == int(g)
 
 
 def prompt_key(row: dict) -> str:
@@ -400,14 +408,13 @@ class RolloutAllocator(TrainerCallback):
         W = self.width
         sizes = self.rule.sizes(prompts, self.budget, W, self.min_size)
         try:
-            ints = [int(g) for g in sizes]
-            exact = all(float(g) == i for g, i in zip(sizes, ints))
-        except (TypeError, ValueError, OverflowError):
-            exact = False
-        if not exact:  # 2.7 is not truncated to 2
+            sizes = list(sizes)
+        except TypeError:
+            sizes = None
+        if sizes is None or not all(_integral(g) for g in sizes):  # 2.7 is not truncated to 2
             raise ValueError(f"{type(self.rule).__name__}.sizes must return integers, got "
-                             f"{sizes!r}") from None
-        sizes = ints
+                             f"{sizes!r}")
+        sizes = [int(g) for g in sizes]
         if (len(sizes) != self.prompts or any(not self.min_size <= g <= W for g in sizes)
                 or sum(sizes) > self.budget):
             raise ValueError(f"{type(self.rule).__name__}.sizes returned {sizes}: needs "
