@@ -329,3 +329,26 @@ def test_a_damaged_study_folder_names_the_file_and_field(tmp_path):
         tmp_path / "passrates.csv", index=False)
     with pytest.raises(ValueError, match="is not of the task 'add1'"):
         population(tmp_path)
+
+
+def test_saved_rollouts_of_another_key_or_truncated_are_not_reused(tmp_path):
+    """Phase 2's rollouts: the rival (the key alone) reuses a file whose arrays were cut; here
+    another key, a truncated array or a non-finite statistic is a reason to recompute."""
+    cfg = S.StudyConfig(model="m", n_samples=3, response_len=2)
+    m, n = 4, 3
+    good = dict(key="k", rewards=np.ones((m, n)), sq_norms=np.ones((m, n)), mean_sq=np.ones(m),
+                mean_dot=np.ones(m), responses=np.zeros((m * n, 2), int))
+    path = tmp_path / "rollouts.npz"
+    np.savez(path, **good)
+    assert S._saved_rollouts(path, "k", m, cfg)["rewards"].shape == (m, n)
+    with pytest.raises(ValueError, match="another configuration or model"):
+        S._saved_rollouts(path, "other", m, cfg)
+    for bad, match in ((dict(rewards=np.ones((m - 1, n))), "'rewards' has 9 values"),
+                       (dict(responses=np.zeros((m * n, 1), int)), "'responses'"),
+                       (dict(mean_sq=np.array([1.0, np.inf, 1.0, 1.0])), "non-finite")):
+        np.savez(path, **dict(good, **bad))
+        with pytest.raises(ValueError, match=match):
+            S._saved_rollouts(path, "k", m, cfg)
+    np.savez(path, **{k: v for k, v in good.items() if k != "mean_dot"})
+    with pytest.raises(ValueError, match="lacks the array 'mean_dot'"):
+        S._saved_rollouts(path, "k", m, cfg)
