@@ -168,8 +168,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
     """A warning when the recommendation rests on a c1 that is not clearly positive, else None.
 
     The between-prompt term c1 sets G* = 1 + sqrt(c3/c1); when its interval reaches 0 the
-    recommended G (``budget`` itself when the estimate is <= 0) says only that the data show no
-    between-prompt spread. The jackknife standard error shrinks as 1/sqrt(m), so c1 is resolved
+    data show no between-prompt spread and there is no recommended G
+    (:meth:`~.result.ScalingEstimate.recommended_group_size` is ``None``). The jackknife standard error shrinks as 1/sqrt(m), so c1 is resolved
     (lower end of its interval above 0) from about ``m (t se / c)^2`` prompts if its true value
     is c: the estimate when it is positive, else the interval's upper end (a lower bound on the
     prompts needed).
@@ -190,8 +190,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
             + ("" if est.c1 > 0 else " even if c1 were at the upper end of its interval")
             if c > 0 and se > 0 else "no number of prompts can be read from this interval")
     return (f"WARNING: c1 is not resolved above 0 from {m} prompts (estimate {est.c1:.4g}, "
-            f"{100 * (1 - est.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): the recommended G and G* "
-            f"say only that these rollouts show no between-prompt spread; {need} (at "
+            f"{100 * (1 - est.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): no G is recommended and "
+            f"G* says only that these rollouts show no between-prompt spread; {need} (at "
             f"{est.n_samples} samples per prompt)")
 
 
@@ -204,8 +204,8 @@ class AdviceResult(ResultMixin):
         constants: ``pandas.DataFrame`` (c1, c2, c3, g_star, ...) with estimate and interval.
         by_group: ``pandas.DataFrame`` per G: zero-variance share (predicted, empirical) and the
             GRPO / oracle MSE ratio.
-        budgets: ``pandas.DataFrame`` per budget N: recommended G and the range allowed by the
-            G* interval.
+        budgets: ``pandas.DataFrame`` per budget N: recommended G (NaN, with B, when c1 is
+            not resolved above 0: no recommendation) and the range allowed by the G* interval.
         prompt_values: (m,) the per-prompt pass rates ``V-hat``.
         files: paths written (CSV, figure).
         seconds: wall time.
@@ -254,9 +254,13 @@ class AdviceResult(ResultMixin):
                          f"{r.mse_ratio_grpo_oracle:.4g}   "
                          + ("-" if np.isnan(ns) else f"{ns:.4g}"))
         lines.append("recommended G per budget N = B G:")
+        reason = e.no_recommendation_reason
         for _, r in self.budgets.iterrows():
-            lines.append(f"  N={int(r.N):<6} G={int(r.G)} (B={int(r.B)}); G* interval allows "
+            rec = "G=- (none)" if np.isnan(r.G) else f"G={int(r.G)} (B={int(r.B)})"
+            lines.append(f"  N={int(r.N):<6} {rec}; G* interval allows "
                          f"G in [{int(r.G_low)}, {int(r.G_high)}]")
+        if reason:
+            lines.append(f"  no recommendation: {reason}")
         warning = c1_warning(e)
         if warning:
             lines.append(warning)
@@ -291,9 +295,10 @@ def _tables(est: ScalingEstimate, group_sizes, budgets):
     lo, hi = est.g_star_ci
     brows = []
     for N in budgets:
-        G = est.recommended_group_size(N)
+        G = est.recommended_group_size(N)  # None: no recommendation (c1 not resolved above 0)
         g_lo, g_hi = _range_for_budget(lo, hi, N)
-        brows.append(dict(N=N, G=G, B=N // G, G_low=g_lo, G_high=g_hi))
+        brows.append(dict(N=N, G=float("nan") if G is None else G,
+                          B=float("nan") if G is None else N // G, G_low=g_lo, G_high=g_hi))
     return pd.DataFrame(rows), pd.DataFrame(brows)
 
 

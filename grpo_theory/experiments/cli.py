@@ -29,6 +29,7 @@ from pathlib import Path
 from ..advisor.advise import FigureWarning, advise
 from ..lm.memory import HINT, is_out_of_memory, parse_memory
 from ..lm.options import PAD_EMBEDDINGS, ModelOptions
+from .checks import md_cell, rebase_links
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import kind_counts_line, package_version, report_section, run_experiments
@@ -40,7 +41,9 @@ __all__ = ["main", "write_report"]
 def write_report(out: Path, sections: dict, timings: dict | None = None,
                  absent=()) -> Path:
     """Write ``out/REPORT.md`` from ``{name: (experiment, Section, manifest)}``; ``absent``
-    names the experiments with no results in ``out``."""
+    names the experiments with no results in ``out``. Each section's relative links (its
+    figures, in ``out/<name>/``) are rebased to resolve from the report; table cells have
+    ``|`` escaped."""
     lines = ["# grpo-theory reproduction report", "",
              f"Package version {package_version()}. Each section is produced from the validated "
              "cells under this folder; PASS means every check of the section passed, FAIL that "
@@ -53,10 +56,11 @@ def write_report(out: Path, sections: dict, timings: dict | None = None,
     body = []
     for name, (exp, sec, m) in sections.items():
         t = f" ({timings[name]:.0f} s of cells)" if timings and timings.get(name) else ""
-        lines.append(f"| [{name}](#{name}) | {exp.claim} | {m.get('setting', '?')} | "
-                     f"{m.get('seed', '?')} | {sec.verdict}{t} |")
+        lines.append(f"| [{name}](#{name}) | {md_cell(exp.claim)} | "
+                     f"{md_cell(m.get('setting', '?'))} | {md_cell(m.get('seed', '?'))} | "
+                     f"{sec.verdict}{t} |")
         body += ["", f'<a id="{name}"></a>', f"## {sec.title} — {sec.verdict}", "",
-                 sec.markdown.rstrip(), "", sec.checks_markdown()]
+                 rebase_links(sec.markdown.rstrip(), exp.name), "", sec.checks_markdown()]
     if absent:
         lines += ["", f"No results in this folder for: {', '.join(absent)}."]
     path = Path(out) / "REPORT.md"

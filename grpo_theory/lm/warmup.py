@@ -37,6 +37,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .._cache import artefact_key
 from .._cache import cache_dir as _cache_dir
 from .._validation import seed_key
 from .model import ModelConfig, init_params, make_apply, make_sampler
@@ -202,12 +203,15 @@ def accuracy(policy: LMPolicy, questions, fmt: str, icl: bool, key, n_samples: i
 def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     """Train (or load from ``cache_dir``) the base, instruct and in-context models.
 
+    The checkpoints live in ``cache_dir/<artefact_key(wcfg.tag())>``
+    (:func:`grpo_theory._cache.artefact_key`): one entry per precision in effect.
+
     Returns ``{"base": (LMPolicy, icl=False), "instruct": (..., False), "icl": (..., True),
     "instruct+shots": (instruct policy, True)}`` and the checkpoint metadata.
     """
     cfg = wcfg.model
     apply_fn, sample_fn = make_apply(cfg), make_sampler(cfg)
-    cache = Path(cache_dir) / wcfg.tag()
+    cache = Path(cache_dir) / artefact_key(wcfg.tag())  # one entry per precision
     pool = train_pool(wcfg.task)
 
     def stage(name, file, start, layouts, steps, lr, seed):
@@ -254,8 +258,8 @@ def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     import fcntl
 
     folder = Path(cache_dir).resolve()
-    memo_key = (str(folder), wcfg)
-    files = [folder / wcfg.tag() / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+    memo_key = (str(folder), wcfg, artefact_key(wcfg.tag()))
+    files = [folder / memo_key[2] / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
     with _MEMO_LOCK:
         hit = _MEMO.get(memo_key)
         if hit is None or not all(f.exists() for f in files):

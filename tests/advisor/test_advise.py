@@ -222,3 +222,22 @@ def test_c1_warning_when_c1_is_not_resolved():
         :, None, :]
     est = estimate_from_rollouts(z, s)
     assert est.c1_ci[0] > 0 and A.c1_warning(est) is None
+
+
+def test_advise_reports_no_recommended_g_while_c1_is_unresolved():
+    """c1's interval reaches 0: the budget table has no G (NaN) and the printed result says
+    "none" with the reason (rival: G = N, the whole budget, from a c1 estimate <= 0)."""
+    from grpo_theory.advisor.result import ScalingEstimate
+
+    m = 12
+    z = np.tile([0.0, 1.0, 0.0, 1.0], (m, 1))
+    est = ScalingEstimate(np.array([-0.2, 1.0, 1.0, 1.0, 1.0]),
+                          np.diag([0.01, 0.01, 0.01, 0.01, 0.01]),
+                          {"value": z.mean(axis=1)}, z)
+    by_group, budgets = A._tables(est, (2, 4), (16, 64))
+    assert budgets.G.isna().all() and budgets.B.isna().all()
+    assert list(budgets.N) == [16, 64]
+    res = A.AdviceResult(est, est.summary(), by_group, budgets, est.prompt_values)
+    text = res.text()
+    assert "N=16     G=- (none)" in text and "G=16" not in text and "G=64" not in text
+    assert "no recommendation: c1 is not resolved above 0" in text

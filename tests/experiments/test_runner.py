@@ -441,8 +441,9 @@ class _Terminal(io.StringIO):
 def test_progress_bar_on_a_terminal():
     buf = _Terminal()
     bar = CellProgress("toy", total=5, skipped=2, workers=3, stream=buf)
-    assert bar.bar is not None
+    assert bar.bar is None and buf.getvalue() == ""  # drawn when its first cell is in
     bar.update("c2", 0.5)
+    assert bar.bar is not None
     bar.close()
     text = buf.getvalue()
     assert "\r" in text and "3/5" in text and "reused=2" in text and "workers=3" in text
