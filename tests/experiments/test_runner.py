@@ -288,7 +288,7 @@ def test_cli_run_writes_a_passing_report(tmp_path, toy_cli, capsys):
 
 
 def test_report_on_empty_folder_fails_clearly(tmp_path, toy_cli, capsys):
-    assert cli.main(["report", "--out", str(tmp_path)]) != 0
+    assert cli.main(["report", "--out", str(tmp_path)]) == 2  # an error, as documented
     err = capsys.readouterr().err
     assert "no results" in err and "toy" in err
     assert not (tmp_path / "REPORT.md").exists()
