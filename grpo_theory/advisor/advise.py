@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from .. import _validation as V
 from ..core.stats import ResultMixin
@@ -42,6 +41,8 @@ from ..lm.options import ModelOptions
 from ..lm.task import reward_text
 from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
 from .pieces import t_quantile
+from .progress import Progress as _Progress
+from .progress import training_note, warmup_log
 from .reward_spec import import_reward
 from .result import ScalingEstimate
 
@@ -355,58 +356,6 @@ def _write_csv(path, rows, header):
         w.writerows(rows)
 
 
-_STAGES = {"loading": "loading the model", "sampling": "sampling responses",
-           "scores": "per-sample scores"}
-
-
-class _Progress:
-    """tqdm bars on a terminal, plain lines otherwise (``enabled=False``: silent): one per
-    phase (:meth:`stage`: loading, sampling, per-sample scores) and pass 2's prompts
-    (``__call__``: forward-mode dot products on a checkpoint, else per-prompt gradients)."""
-
-    def __init__(self, enabled, stream=None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled, self.bar, self.last = enabled, None, -1
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.phase_bar, self.current, self.t0 = None, None, time.time()
-
-    def stage(self, phase, done, total):
-        """``phase`` (a key of ``_STAGES``; others ignored) at ``done`` of ``total`` steps."""
-        if not self.enabled or phase not in _STAGES:
-            return
-        desc = f"advise: {_STAGES[phase]}"
-        if phase != self.current:
-            self.current, self.t0 = phase, time.time()
-            if self.tty:
-                self.phase_bar = tqdm(total=total, desc=desc, file=self.stream)
-            else:
-                print(f"{desc} ...", file=self.stream, flush=True)
-        if self.tty:
-            self.phase_bar.update(done - self.phase_bar.n)
-        elif done:
-            print(f"{desc} {done}/{total} ({time.time() - self.t0:.1f}s)", file=self.stream,
-                  flush=True)
-        if done == total:
-            if self.tty:
-                self.phase_bar.close()
-            self.current = None
-
-    def __call__(self, done, total):
-        if not self.enabled:
-            return
-        if self.tty:
-            if self.bar is None:
-                self.bar = tqdm(total=total, desc="advise: prompts", file=self.stream)
-            self.bar.update(done - self.bar.n)
-            if done == total:
-                self.bar.close()
-            return
-        step = max(1, total // 10)
-        if done == total or done // step != self.last:
-            self.last = done // step
-            print(f"advise: pass 2 {done}/{total} prompts", file=self.stream, flush=True)
-
-
 # --- the command's logic --------------------------------------------------------------------------
 
 def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_samples: int = 16,
@@ -500,9 +449,13 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     if response_len is not None:
         response_len = V.positive_int("response_len", response_len)
     bar = _Progress(progress)
+    note = training_note(model, cache_dir, warmup)  # a package model not yet trained
+    if note is not None and progress:
+        print(note, file=sys.stderr, flush=True)
     bar.stage("loading", 0, 1)
     with out_of_memory_as_value_error("loading the model"):
-        policy = load_policy(model, options, cache_dir=cache_dir, warmup=warmup)
+        policy = load_policy(model, options, cache_dir=cache_dir, warmup=warmup,
+                             log=warmup_log(bar))
     bar.stage("loading", 1, 1)
     if reward_fn is None:  # a chat model's answer may end a sentence: "42."
         reward_fn = policy.default_reward()

@@ -47,6 +47,7 @@ from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eva
 
 __all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
            "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
+           "checkpoint_files",
            "study_policies", "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
@@ -247,6 +248,13 @@ _MEMO_LOCK = threading.Lock()
 _MEMO_SIZE = 4
 
 
+def checkpoint_files(cache_dir, wcfg: WarmupConfig = WarmupConfig()) -> list:
+    """The base, instruct and in-context checkpoint files of ``wcfg`` under ``cache_dir`` at
+    the precision in effect (:func:`grpo_theory._cache.artefact_key`); all present = cached."""
+    folder = Path(cache_dir).resolve() / artefact_key(wcfg.tag())
+    return [folder / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+
+
 def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     """:func:`three_policies`, loaded once per process for each (cache folder, configuration).
 
@@ -259,7 +267,7 @@ def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
 
     folder = Path(cache_dir).resolve()
     memo_key = (str(folder), wcfg, artefact_key(wcfg.tag()))
-    files = [folder / memo_key[2] / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+    files = checkpoint_files(folder, wcfg)
     with _MEMO_LOCK:
         hit = _MEMO.get(memo_key)
         if hit is None or not all(f.exists() for f in files):
