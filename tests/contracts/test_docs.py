@@ -97,3 +97,14 @@ def test_roles_become_optional_cross_references():
     assert '<autoref identifier="pkg.impl.Face" optional><code>Face</code></autoref>' in out
     assert "`nothing`" in out
     assert '<autoref identifier="pkg.mod.f" optional><code>text</code></autoref>' in out
+
+
+def test_experiment_tables_list_every_experiment():
+    """The README's and the experiments page's tables name every registered experiment, once
+    (rival: a study added to the registry and not to the tables)."""
+    from grpo_theory.experiments import registry
+
+    names = sorted(registry.names())
+    for page in (ROOT / "README.md", ROOT / "docs" / "experiments.md"):
+        rows = re.findall(r"^\| `([a-z0-9-]+)` \|", page.read_text(), re.M)
+        assert sorted(rows) == names, (page.name, set(names) ^ set(rows))
