@@ -105,11 +105,15 @@ print(res.by_group.round(4).to_string(index=False))
 #
 # The recommended integer G minimises $c_1 G + c_2 + c_3/(G-1)$ on $[2, N]$; the range is what
 # the G* interval allows. Inside that range the predicted MSEs differ little, so any G there is
-# a defensible choice; a narrower range needs more prompts.
+# a defensible choice; a narrower range needs more prompts. While the c1 interval reaches 0
+# there is no recommendation (G and B are missing, and `e.no_recommendation_reason` says why):
+# sample more prompts.
 
 # %%
 print(res.budgets.to_string(index=False))
 row = res.budgets[res.budgets.N == 256].iloc[0]
-print(f"chosen G for N=256: {int(row.G)} (B = {int(row.B)}), allowed range "
-      f"[{int(row.G_low)}, {int(row.G_high)}]")
+G = e.recommended_group_size(256)
+chosen = (f"{G} (B = {256 // G})" if G is not None
+          else f"none ({e.no_recommendation_reason})")
+print(f"chosen G for N=256: {chosen}, allowed range [{int(row.G_low)}, {int(row.G_high)}]")
 print("files:", [p.name for p in res.files])

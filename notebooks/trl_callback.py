@@ -87,7 +87,9 @@ def main():
     est = estimate_from_torch_model(model, tok, prompts[:4], lambda p, c: [len(s) % 2 for s in c],
                                     n_samples=4, max_new_tokens=8, seed=0)
     print(est.summary())
-    print("recommended G at 16 completions per step:", est.recommended_group_size(16))
+    G = est.recommended_group_size(16)  # None while c1 is not resolved above 0
+    print("recommended G at 16 completions per step:",
+          G if G is not None else f"none ({est.no_recommendation_reason})")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from .. import _validation as V
 from ..core.stats import ResultMixin
@@ -43,6 +42,8 @@ from ..lm.options import ModelOptions
 from ..lm.task import integer_answer as _integer, reward_answer_text, reward_text
 from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
 from .pieces import t_quantile
+from .progress import Progress as _Progress
+from .progress import training_note, warmup_log
 from .reward_spec import import_reward
 from .result import ScalingEstimate
 
@@ -190,8 +191,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
     """A warning when the recommendation rests on a c1 that is not clearly positive, else None.
 
     The between-prompt term c1 sets G* = 1 + sqrt(c3/c1); when its interval reaches 0 the
-    recommended G (``budget`` itself when the estimate is <= 0) says only that the data show no
-    between-prompt spread. The jackknife standard error shrinks as 1/sqrt(m), so c1 is resolved
+    data show no between-prompt spread and there is no recommended G
+    (:meth:`~.result.ScalingEstimate.recommended_group_size` is ``None``). The jackknife standard error shrinks as 1/sqrt(m), so c1 is resolved
     (lower end of its interval above 0) from about ``m (t se / c)^2`` prompts if its true value
     is c: the estimate when it is positive, else the interval's upper end (a lower bound on the
     prompts needed).
@@ -212,8 +213,8 @@ def c1_warning(est: ScalingEstimate) -> str | None:
             + ("" if est.c1 > 0 else " even if c1 were at the upper end of its interval")
             if c > 0 and se > 0 else "no number of prompts can be read from this interval")
     return (f"WARNING: c1 is not resolved above 0 from {m} prompts (estimate {est.c1:.4g}, "
-            f"{100 * (1 - est.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): the recommended G and G* "
-            f"say only that these rollouts show no between-prompt spread; {need} (at "
+            f"{100 * (1 - est.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): no G is recommended and "
+            f"G* says only that these rollouts show no between-prompt spread; {need} (at "
             f"{est.n_samples} samples per prompt)")
 
 
@@ -226,8 +227,8 @@ class AdviceResult(ResultMixin):
         constants: ``pandas.DataFrame`` (c1, c2, c3, g_star, ...) with estimate and interval.
         by_group: ``pandas.DataFrame`` per G: zero-variance share (predicted, empirical) and the
             GRPO / oracle MSE ratio.
-        budgets: ``pandas.DataFrame`` per budget N: recommended G and the range allowed by the
-            G* interval.
+        budgets: ``pandas.DataFrame`` per budget N: recommended G (NaN, with B, when c1 is
+            not resolved above 0: no recommendation) and the range allowed by the G* interval.
         prompt_values: (m,) the per-prompt pass rates ``V-hat``.
         files: paths written (CSV, figure).
         seconds: wall time.
@@ -276,9 +277,13 @@ class AdviceResult(ResultMixin):
                          f"{r.mse_ratio_grpo_oracle:.4g}   "
                          + ("-" if np.isnan(ns) else f"{ns:.4g}"))
         lines.append("recommended G per budget N = B G:")
+        reason = e.no_recommendation_reason
         for _, r in self.budgets.iterrows():
-            lines.append(f"  N={int(r.N):<6} G={int(r.G)} (B={int(r.B)}); G* interval allows "
+            rec = "G=- (none)" if np.isnan(r.G) else f"G={int(r.G)} (B={int(r.B)})"
+            lines.append(f"  N={int(r.N):<6} {rec}; G* interval allows "
                          f"G in [{int(r.G_low)}, {int(r.G_high)}]")
+        if reason:
+            lines.append(f"  no recommendation: {reason}")
         warning = c1_warning(e)
         if warning:
             lines.append(warning)
@@ -313,9 +318,10 @@ def _tables(est: ScalingEstimate, group_sizes, budgets):
     lo, hi = est.g_star_ci
     brows = []
     for N in budgets:
-        G = est.recommended_group_size(N)
+        G = est.recommended_group_size(N)  # None: no recommendation (c1 not resolved above 0)
         g_lo, g_hi = _range_for_budget(lo, hi, N)
-        brows.append(dict(N=N, G=G, B=N // G, G_low=g_lo, G_high=g_hi))
+        brows.append(dict(N=N, G=float("nan") if G is None else G,
+                          B=float("nan") if G is None else N // G, G_low=g_lo, G_high=g_hi))
     return pd.DataFrame(rows), pd.DataFrame(brows)
 
 
@@ -370,58 +376,6 @@ def _write_csv(path, rows, header):
         w = csv.writer(fh)
         w.writerow(header)
         w.writerows(rows)
-
-
-_STAGES = {"loading": "loading the model", "sampling": "sampling responses",
-           "scores": "per-sample scores"}
-
-
-class _Progress:
-    """tqdm bars on a terminal, plain lines otherwise (``enabled=False``: silent): one per
-    phase (:meth:`stage`: loading, sampling, per-sample scores) and pass 2's prompts
-    (``__call__``: forward-mode dot products on a checkpoint, else per-prompt gradients)."""
-
-    def __init__(self, enabled, stream=None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.enabled, self.bar, self.last = enabled, None, -1
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.phase_bar, self.current, self.t0 = None, None, time.time()
-
-    def stage(self, phase, done, total):
-        """``phase`` (a key of ``_STAGES``; others ignored) at ``done`` of ``total`` steps."""
-        if not self.enabled or phase not in _STAGES:
-            return
-        desc = f"advise: {_STAGES[phase]}"
-        if phase != self.current:
-            self.current, self.t0 = phase, time.time()
-            if self.tty:
-                self.phase_bar = tqdm(total=total, desc=desc, file=self.stream)
-            else:
-                print(f"{desc} ...", file=self.stream, flush=True)
-        if self.tty:
-            self.phase_bar.update(done - self.phase_bar.n)
-        elif done:
-            print(f"{desc} {done}/{total} ({time.time() - self.t0:.1f}s)", file=self.stream,
-                  flush=True)
-        if done == total:
-            if self.tty:
-                self.phase_bar.close()
-            self.current = None
-
-    def __call__(self, done, total):
-        if not self.enabled:
-            return
-        if self.tty:
-            if self.bar is None:
-                self.bar = tqdm(total=total, desc="advise: prompts", file=self.stream)
-            self.bar.update(done - self.bar.n)
-            if done == total:
-                self.bar.close()
-            return
-        step = max(1, total // 10)
-        if done == total or done // step != self.last:
-            self.last = done // step
-            print(f"advise: pass 2 {done}/{total} prompts", file=self.stream, flush=True)
 
 
 # --- the command's logic --------------------------------------------------------------------------
@@ -517,9 +471,13 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     if response_len is not None:
         response_len = V.positive_int("response_len", response_len)
     bar = _Progress(progress)
+    note = training_note(model, cache_dir, warmup)  # a package model not yet trained
+    if note is not None and progress:
+        print(note, file=sys.stderr, flush=True)
     bar.stage("loading", 0, 1)
     with out_of_memory_as_value_error("loading the model"):
-        policy = load_policy(model, options, cache_dir=cache_dir, warmup=warmup)
+        policy = load_policy(model, options, cache_dir=cache_dir, warmup=warmup,
+                             log=warmup_log(bar))
     bar.stage("loading", 1, 1)
     if reward_fn is None:  # a chat model's answer may end a sentence: "42."
         reward_fn = policy.default_reward()

@@ -276,23 +276,36 @@ class ScalingEstimate(ResultMixin):
         se = float(np.sqrt(max(grad @ np.asarray(self.cov) @ grad, 0.0)))
         return Estimate(val, se, self.n_prompts)
 
-    def recommended_group_size(self, budget: int) -> int:
+    @property
+    def no_recommendation_reason(self) -> str | None:
+        """Why there is no recommended G (c1's interval at :attr:`alpha` reaches 0: these
+        rollouts show no between-prompt spread, so neither a finite G* nor "the whole budget"
+        follows from them); ``None`` when c1 is resolved above 0."""
+        if self.c1_resolved:
+            return None
+        lo, hi = self.c1_ci
+        return (f"c1 is not resolved above 0 (estimate {self.c1:.4g}, "
+                f"{100 * (1 - self.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): no recommended G")
+
+    def recommended_group_size(self, budget: int) -> int | None:
         """Integer G in [2, budget] minimising the estimated ``c1 G + c2 + c3/(G-1)``
         (the GRPO MSE at a fixed budget N = B G, B = N / G).
 
-        ``budget`` when the c1 estimate is <= 0 (larger groups always better); 2 when the c3
+        ``None`` when c1 is not resolved above 0 (:attr:`c1_resolved`;
+        :attr:`no_recommendation_reason` says why): the rollouts then show no between-prompt
+        spread and recommend nothing, in particular not the whole budget. 2 when the c3
         estimate is <= 0.
 
         Args:
             budget: N >= 2 responses per step.
 
         Returns:
-            The integer G.
+            The integer G, or ``None`` (no recommendation).
         """
         N = V.integer("budget", budget, 2)
         c1, c2, c3 = self.c1, self.c2, self.c3
-        if c1 <= 0:
-            return N
+        if not self.c1_resolved:
+            return None
         if c3 <= 0:
             return 2
         r = 1.0 + math.sqrt(c3 / c1)

@@ -6,19 +6,41 @@ names. Its statistics (:mod:`.stats`: bootstraps, Spearman, markdown tables for 
 not the result interface of the estimates, which is :mod:`grpo_theory.core.stats`. The command
 line lives in :mod:`.cli` (``grpo-theory``, :func:`grpo_theory.experiments.cli.main`) and the
 registry of studies in :mod:`.registry` (``registry.experiments()``); neither is imported here,
-so a study that imports the runner loads no command-line code.
+so a study that imports the runner loads no command-line code. The names load on first
+access, so the command line starts without JAX.
 """
 
-from .runner import (VERDICTS, Cell, Check, Experiment, RunResult, Section, Tables, cell_key,
-                     check, collect, is_timing, key_seed, last_run, report_section,
-                     run_experiment, run_experiments)
-from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
-                    check_out_dir)
-from .executors import DaskExecutor, InProcessExecutor, open_executor
-from .progress import CellProgress
-from .paired import mean_ci, paired_squared_errors
-from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
-                    bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci, spearman)
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the face as static tools (griffe, the docs, type checkers) read it
+    from .executors import DaskExecutor, InProcessExecutor, open_executor
+    from .paired import mean_ci, paired_squared_errors
+    from .progress import CellProgress
+    from .runner import (VERDICTS, Cell, Check, Experiment, RunResult, Section, Tables,
+                         cell_key, check, collect, is_timing, key_seed, last_run,
+                         report_section, run_experiment, run_experiments)
+    from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
+                        bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci,
+                        spearman)
+    from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
+                        check_out_dir)
+
+# public name -> module that defines it; loaded on first access (PEP 562), so that importing
+# the command line (`grpo-theory --help`) loads neither JAX nor pandas
+_ATTRS = {
+    **dict.fromkeys(("VERDICTS", "Cell", "Check", "Experiment", "RunResult", "Section", "Tables",
+                     "cell_key", "check", "collect", "is_timing", "key_seed", "last_run",
+                     "report_section", "run_experiment", "run_experiments"), "runner"),
+    **dict.fromkeys(("CellSchemaError", "CellStore", "atomic_write_csv", "atomic_write_text",
+                     "check_out_dir"), "store"),
+    **dict.fromkeys(("DaskExecutor", "InProcessExecutor", "open_executor"), "executors"),
+    "CellProgress": "progress",
+    **dict.fromkeys(("mean_ci", "paired_squared_errors"), "paired"),
+    **dict.fromkeys(("ArgminBootstrap", "SpearmanResult", "bootstrap_argmin", "bootstrap_ci",
+                     "bootstrap_ratio_ci", "interval_from_freq", "markdown_table", "ratio_ci",
+                     "spearman"), "stats"),
+}
 
 __all__ = [
     # experiments, cells, checks and runs
@@ -35,3 +57,15 @@ __all__ = [
     # paired Monte Carlo of several estimators on the same groups (the studies' shared code)
     "paired_squared_errors", "mean_ci",
 ]
+
+
+def __getattr__(name: str):
+    if name in _ATTRS:
+        value = getattr(importlib.import_module(f".{_ATTRS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ATTRS))

@@ -3,17 +3,20 @@
 A :class:`Check` is one verdict (``PASS``, ``FAIL`` or ``INCOMPLETE`` when the number it needs is
 missing), of a kind in :data:`KINDS` (``exact``, ``statistical`` with the alternative it
 ``excludes``, ``sanity``); :func:`check` makes one from a comparison and the numbers it used; a
-:class:`Section` is a report section whose verdict its checks decide. Re-exported by
+:class:`Section` is a report section whose verdict its checks decide; :func:`md_cell` and
+:func:`rebase_links` make a section's markdown fit the report it is pasted into. Re-exported by
 :mod:`grpo_theory.experiments.runner` and the subpackage's face.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["VERDICTS", "KINDS", "Check", "check", "Section", "kind_counts", "kind_counts_line"]
+__all__ = ["VERDICTS", "KINDS", "Check", "check", "Section", "kind_counts", "kind_counts_line",
+           "md_cell", "rebase_links"]
 
 VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
 """The verdicts of a check: it held, it failed, or it had no finite number to look at."""
@@ -81,9 +84,42 @@ def check(name: str, ok, *values, kind: str | None = None, excludes: str = "",
     return Check(name, bool(np.all(ok)), detail, kind, excludes)
 
 
-def _md_cell(text) -> str:
+def md_cell(text) -> str:
     """``text`` as one markdown table cell: ``|`` escaped, line breaks folded."""
     return " ".join(str(text).replace("|", "\\|").split())
+
+
+#: a markdown link or image target: ``](target)`` or ``](target "title")``
+_LINK = re.compile(r"(\]\()(\s*)([^)\s]+)")
+#: targets left alone: in-page anchors, absolute paths and URLs with a scheme (http:, data:)
+_ABSOLUTE = re.compile(r"^(#|/|[A-Za-z][A-Za-z0-9+.-]*:)")
+
+
+def rebase_links(markdown: str, folder: str) -> str:
+    """``markdown`` with every relative link and image target prefixed by ``folder/``.
+
+    A section's figures are written next to its tables (``<out>/<experiment>/fig.png``) and
+    its markdown names them ``![](fig.png)``; pasted into ``<out>/REPORT.md`` the links must
+    read ``![](<experiment>/fig.png)``. Anchors (``#x``), absolute paths and URLs are kept.
+
+    Args:
+        markdown: the section's markdown.
+        folder: the section's folder relative to the report (no trailing slash).
+
+    Returns:
+        The markdown with the relative targets rebased.
+    """
+    folder = folder.strip("/")
+    if not folder:
+        raise ValueError("folder must be a non-empty relative path")
+
+    def sub(m):
+        target = m.group(3)
+        if _ABSOLUTE.match(target):
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}{folder}/{target}"
+
+    return _LINK.sub(sub, markdown)
 
 
 def kind_counts(checks) -> dict:
@@ -123,6 +159,6 @@ class Section:
             return ""
         lines = [kind_counts_line(self.checks), "",
                  "| check | kind | result | excludes | detail |", "|---|---|---|---|---|"]
-        lines += [f"| {_md_cell(c.name)} | {c.kind} | {c.verdict} | {_md_cell(c.excludes)} | "
-                  f"{_md_cell(c.detail)} |" for c in self.checks]
+        lines += [f"| {md_cell(c.name)} | {c.kind} | {c.verdict} | {md_cell(c.excludes)} | "
+                  f"{md_cell(c.detail)} |" for c in self.checks]
         return "\n".join(lines)

@@ -11,9 +11,11 @@
 ``--workers N`` runs the cells on a local Dask cluster of N processes; ``--scheduler ADDRESS``
 (or ``$GRPO_THEORY_SCHEDULER``) on an existing cluster. Tables are identical either way.
 
-Every failure is one line ``grpo-theory: error: ...`` on stderr with exit code 2 (bad input,
-a missing file, a model that does not fit in memory); ``GRPO_THEORY_DEBUG=1`` re-raises the
-exception with its traceback instead.
+Exit codes: 0 when every verdict is PASS, 1 when a run's verdict is FAIL or INCOMPLETE, 2 for
+an error: one line ``grpo-theory: error: ...`` on stderr (bad input, a missing file, a folder
+with no results for ``report``, a model that does not fit in memory); ``GRPO_THEORY_DEBUG=1``
+re-raises the exception with its traceback instead. ``--help`` shows every default; the top
+level's and ``advise``'s import no study and no JAX (they answer at once).
 """
 
 from __future__ import annotations
@@ -26,22 +28,42 @@ import time
 import warnings
 from pathlib import Path
 
-from ..advisor.advise import FigureWarning, advise
-from ..lm.memory import parse_memory
-from ..lm.options import PAD_EMBEDDINGS, ModelOptions
-from .executors import open_executor
-from .registry import experiments as _experiments
-from .runner import kind_counts_line, package_version, report_section, run_experiments
-from .store import atomic_write_text, check_out_dir
-from .study_cli import DEBUG_ENV, error_line
+from .checks import kind_counts_line, md_cell, rebase_links
+
+# the heavy modules (JAX, pandas, the studies) are imported where they are used, so that
+# `grpo-theory --help` and `grpo-theory advise --help` answer at once
 
 __all__ = ["main", "write_report"]
+
+#: the ``--pad-embedding`` choices (:data:`grpo_theory.lm.options.PAD_EMBEDDINGS`, written out
+#: so that the parser imports no JAX; a test checks they agree)
+PAD_EMBEDDING_CHOICES = ("frozen", "trained")
+
+
+def _experiments() -> dict:
+    """``{name: Experiment}`` of every registered study (imports them)."""
+    from .registry import experiments
+
+    return experiments()
+
+
+def _experiment_names() -> dict:
+    """``{name: None}`` of the registered studies without importing the package's own (their
+    entry points' names; the modules of ``$GRPO_THEORY_EXPERIMENTS`` are imported)."""
+    from .registry import names
+
+    return dict.fromkeys(names())
 
 
 def write_report(out: Path, sections: dict, timings: dict | None = None,
                  absent=()) -> Path:
     """Write ``out/REPORT.md`` from ``{name: (experiment, Section, manifest)}``; ``absent``
-    names the experiments with no results in ``out``."""
+    names the experiments with no results in ``out``. Each section's relative links (its
+    figures, in ``out/<name>/``) are rebased to resolve from the report; table cells have
+    ``|`` escaped."""
+    from .runner import package_version
+    from .store import atomic_write_text
+
     lines = ["# grpo-theory reproduction report", "",
              f"Package version {package_version()}. Each section is produced from the validated "
              "cells under this folder; PASS means every check of the section passed, FAIL that "
@@ -54,10 +76,11 @@ def write_report(out: Path, sections: dict, timings: dict | None = None,
     body = []
     for name, (exp, sec, m) in sections.items():
         t = f" ({timings[name]:.0f} s of cells)" if timings and timings.get(name) else ""
-        lines.append(f"| [{name}](#{name}) | {exp.claim} | {m.get('setting', '?')} | "
-                     f"{m.get('seed', '?')} | {sec.verdict}{t} |")
+        lines.append(f"| [{name}](#{name}) | {md_cell(exp.claim)} | "
+                     f"{md_cell(m.get('setting', '?'))} | {md_cell(m.get('seed', '?'))} | "
+                     f"{sec.verdict}{t} |")
         body += ["", f'<a id="{name}"></a>', f"## {sec.title} — {sec.verdict}", "",
-                 sec.markdown.rstrip(), "", sec.checks_markdown()]
+                 rebase_links(sec.markdown.rstrip(), exp.name), "", sec.checks_markdown()]
     if absent:
         lines += ["", f"No results in this folder for: {', '.join(absent)}."]
     path = Path(out) / "REPORT.md"
@@ -70,13 +93,35 @@ def _error(msg: str, code: int = 2) -> int:
     return code
 
 
-EPILOG = (f"Every failure is one line 'grpo-theory: error: ...' with exit code 2; "
-          f"{DEBUG_ENV}=1 re-raises it with its traceback (for developers).")
+#: set to 1 to get the traceback of a failure instead of the one-line error
+DEBUG_ENV = "GRPO_THEORY_DEBUG"
+EPILOG = (f"Exit code 0: every verdict PASS; 1: a verdict FAIL or INCOMPLETE; 2: an error, "
+          f"printed as one line 'grpo-theory: error: ...' ({DEBUG_ENV}=1 re-raises it with "
+          f"its traceback, for developers).")
+
+
+def error_line(exc: BaseException) -> str:
+    """The one-line message of a failed run: the message of a ``ValueError`` / ``TypeError``
+    / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
+    (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
+    line breaks joined."""
+    from ..lm.memory import HINT, is_out_of_memory
+
+    if is_out_of_memory(exc):
+        msg = f"out of memory ({type(exc).__name__}): {HINT}"
+    elif isinstance(exc, (ValueError, TypeError)):
+        msg = str(exc)
+    elif isinstance(exc, OSError):
+        msg = (f"{exc.strerror}: {exc.filename!r}" if exc.strerror and exc.filename
+               else str(exc) or type(exc).__name__)
+    else:
+        msg = (f"{type(exc).__name__}: {exc} (a bug? {DEBUG_ENV}=1 shows the traceback)")
+    return " ".join(msg.split()) or type(exc).__name__
 
 
 def main(argv=None) -> int:
-    """Entry point of ``grpo-theory`` (exit 0 = every verdict PASS; 2 = an error, printed as
-    one line unless ``GRPO_THEORY_DEBUG=1``)."""
+    """Entry point of ``grpo-theory`` (exit 0 = every verdict PASS; 1 = a verdict FAIL or
+    INCOMPLETE; 2 = an error, printed as one line unless ``GRPO_THEORY_DEBUG=1``)."""
     try:
         return _main(argv)
     except KeyboardInterrupt:
@@ -89,10 +134,41 @@ def main(argv=None) -> int:
         return _error(error_line(e))
 
 
+def _show(value) -> str:
+    """A default as a user types it: ``256,1024,4096`` for a tuple."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, unless the help already states it or the
+    option has none (``None``, a flag off by default)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if (not action.option_strings or "default" in text or d is None or d is False
+                or d is argparse.SUPPRESS):
+            return text
+        return f"{text} (default: {_show(d).replace('%', '%%')})".lstrip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help shows the defaults (:class:`_HelpFormatter`), its
+    subcommands' too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def _parser(exps: dict) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpo-theory", description=__doc__.splitlines()[0],
-                                     epilog=EPILOG)
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    """The command's parser; ``exps`` is ``{name: Experiment}``, or ``{name: None}`` for a
+    parser that imports no study (each experiment's claim and model options then absent)."""
+    parser = _Parser(prog="grpo-theory", description=__doc__.splitlines()[0], epilog=EPILOG)
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
     sub.add_parser("list", help="name every experiment with the claim it checks")
 
     def common(p):
@@ -101,7 +177,7 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
                        help="small setting (default)")
         g.add_argument("--full", dest="quick", action="store_false", help="the real study")
         p.add_argument("--out", default="results", type=Path, help="output folder")
-        p.add_argument("--seed", default=0, type=int)
+        p.add_argument("--seed", default=0, type=int, help="the run's seed")
         p.add_argument("--no-figures", action="store_true", help="skip drawing figures")
         p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
         ex = p.add_mutually_exclusive_group()
@@ -113,10 +189,14 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
 
     common(sub.add_parser("reproduce", help="run every experiment, draw figures, write REPORT.md"))
     rep = sub.add_parser("report", help="rewrite REPORT.md (and figures) from the saved cells")
-    rep.add_argument("--out", default="results", type=Path)
+    rep.add_argument("--out", default="results", type=Path,
+                     help="the folder of the runs to report")
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
     _advise_parser(sub)
     for name, exp in exps.items():
+        if exp is None:  # the name only: no study imported
+            sub.add_parser(name, help="run this experiment (`grpo-theory list`: its claim)")
+            continue
         p = sub.add_parser(name, help=exp.claim, epilog=EPILOG)
         common(p)
         p.add_argument("--model", default=None, metavar="PATH",
@@ -161,6 +241,8 @@ def _model_overrides(args) -> dict:
         if v is None:
             continue
         if opt == "memory_budget":
+            from ..lm.memory import parse_memory
+
             v = parse_memory(v)
         elif opt == "chunk" and v < 1:
             raise ValueError(f"--chunk must be an integer >= 1, got {v}")
@@ -177,7 +259,7 @@ def _takes_model(exp) -> bool:
 
 
 def _model_experiments(exps: dict) -> list:
-    return [n for n, e in exps.items() if _takes_model(e)]
+    return [n for n, e in exps.items() if e is not None and _takes_model(e)]
 
 
 def _model_setting(exps: dict, name: str, setting: str, model: str, overrides=None):
@@ -224,35 +306,40 @@ def _advise_parser(sub) -> None:
                    help="path/to/file.py:function or module:function with reward(text, "
                         "answer) -> float (default: the integer-answer reward of "
                         "grpo_theory.lm.task; every answer must then be an integer)")
-    p.add_argument("--n-prompts", type=int, default=64)
-    p.add_argument("--n-samples", type=int, default=16)
-    p.add_argument("--budgets", type=_int_list, default=(256, 1024, 4096))
-    p.add_argument("--group-sizes", type=_int_list, default=(2, 4, 8, 16, 32, 64))
+    p.add_argument("--n-prompts", type=int, default=64, help="prompts m read from --prompts")
+    p.add_argument("--n-samples", type=int, default=16, help="responses n sampled per prompt")
+    p.add_argument("--budgets", type=_int_list, default=(256, 1024, 4096),
+                   help="budgets N = B G (responses per step) to recommend a G for")
+    p.add_argument("--group-sizes", type=_int_list, default=(2, 4, 8, 16, 32, 64),
+                   help="group sizes G of the per-G table")
     p.add_argument("--format", dest="fmt", choices=("answer", "trace"), default="answer",
                    help="the package model's response format (ignored for Hugging Face models)")
     p.add_argument("--response-len", type=int, default=None,
                    help="tokens per response (default: 5 answer / 16 trace; 32 for Hugging Face)")
     p.add_argument("--warmup", choices=("full", "quick"), default="full",
-                   help="warm-up configuration of base|instruct|icl (trained on first use)")
+                   help="warm-up configuration of base|instruct|icl, trained on first use and "
+                        "then cached (full: about 23 min on 2 CPU cores; quick: about 1 min)")
     p.add_argument("--out", default="advice", type=Path, help="output folder")
-    p.add_argument("--seed", default=0, type=int)
+    p.add_argument("--seed", default=0, type=int, help="the sampling seed")
     p.add_argument("--no-figures", action="store_true", help="skip the figure")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or lines")
     p.add_argument("--no-chat-template", action="store_true",
                    help="send the raw question text to a Hugging Face checkpoint (default: "
                         "the checkpoint's chat template when it has one)")
     _model_options(p)
-    p.add_argument("--pad-embedding", choices=PAD_EMBEDDINGS, default=None,
+    p.add_argument("--pad-embedding", choices=PAD_EMBEDDING_CHOICES, default=None,
                    help="gradient of a checkpoint's pad-token input-embedding row: frozen "
                         "(default: none through the lookup, as transformers' "
                         "padding_idx=pad_token_id trains) or trained (the exact gradient)")
 
 
-def _advise_options(args) -> ModelOptions:
+def _advise_options(args):
     """The one :class:`~grpo_theory.lm.options.ModelOptions` of ``advise`` from
     ``--memory-budget`` (a size, :func:`~grpo_theory.lm.memory.parse_memory`), ``--chunk``,
     ``--dtype``, ``--pad-id`` and ``--pad-embedding`` (a ``ValueError`` naming the option for
     a bad value)."""
+    from ..lm.options import ModelOptions
+
     try:
         return ModelOptions(memory_budget=args.memory_budget, chunk=args.chunk,
                             dtype=args.dtype, pad_id=args.pad_id,
@@ -266,6 +353,8 @@ def _advise_options(args) -> ModelOptions:
 
 
 def _advise(args) -> int:
+    from ..advisor.advise import FigureWarning, advise
+
     options = _advise_options(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FigureWarning)
@@ -286,8 +375,16 @@ def _advise(args) -> int:
     return 0
 
 
+def _command(argv) -> str | None:
+    """The command word of ``argv`` (its first token that is not an option), or None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def _main(argv=None) -> int:
-    exps = _experiments()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # the top level's --help and `advise` need no study: their names only (nothing imported)
+    light = _command(argv) in (None, "advise")
+    exps = _experiment_names() if light else _experiments()
     args = _parser(exps).parse_args(argv)
     if args.cmd == "list":
         width = max(len(n) for n in exps)
@@ -309,6 +406,10 @@ def _main(argv=None) -> int:
         given = ", ".join("--" + o.replace("_", "-") for o in MODEL_OPTIONS
                           if getattr(args, o, None) is not None)
         raise ValueError(f"{given} apply to a Hugging Face model only: give --model PATH")
+    from .executors import open_executor
+    from .runner import run_experiments
+    from .store import check_out_dir
+
     check_out_dir(args.out)
     t0 = time.time()
     with open_executor(workers=args.workers, scheduler=args.scheduler) as ex:
@@ -331,6 +432,8 @@ def _main(argv=None) -> int:
 
 
 def _report(out: Path, exps: dict, figures: bool, timings=None, quiet: bool = False) -> int:
+    from .runner import report_section
+
     sections, absent = {}, []
     for name, exp in exps.items():
         got = report_section(exp, out, figures=figures)
@@ -340,7 +443,7 @@ def _report(out: Path, exps: dict, figures: bool, timings=None, quiet: bool = Fa
             sections[name] = (exp, got[0], got[1])
     if not sections:
         return _error(f"no results under {str(out)!r} (none of: {', '.join(exps)}); run "
-                      "`grpo-theory reproduce` or `grpo-theory NAME` first", 1)
+                      "`grpo-theory reproduce` or `grpo-theory NAME` first")
     path = write_report(out, sections, timings, absent)
     if absent and not quiet:
         print(f"no results for: {', '.join(absent)}", file=sys.stderr)

@@ -21,9 +21,7 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
-from .runner import Experiment
-
-__all__ = ["GROUP", "modules", "experiments", "get", "EXTRA_ENV"]
+__all__ = ["GROUP", "modules", "names", "experiments", "get", "EXTRA_ENV"]
 
 #: the entry-point group through which studies register
 GROUP = "grpo_theory.studies"
@@ -37,8 +35,29 @@ def modules() -> list[str]:
     return registered + [m for m in extra if m not in registered]
 
 
-def experiments() -> dict[str, Experiment]:
+def names() -> list[str]:
+    """The experiments' names without importing the registered studies: the entry points'
+    names of :data:`GROUP`, then the experiments of the ``$GRPO_THEORY_EXPERIMENTS`` modules
+    (imported; they name no entry point)."""
+    eps = entry_points(group=GROUP)
+    found = sorted({ep.name for ep in eps})
+    registered = {ep.value.split(":")[0] for ep in eps}
+    extra = [m for m in modules() if m not in registered]
+    if not extra:
+        return found
+    from .runner import Experiment
+
+    for mod in extra:
+        for v in vars(importlib.import_module(mod)).values():
+            if isinstance(v, Experiment) and v.name not in found:
+                found.append(v.name)
+    return found
+
+
+def experiments() -> dict:
     """``{name: Experiment}`` in report order."""
+    from .runner import Experiment
+
     found = {}
     for name in modules():
         mod = importlib.import_module(name)

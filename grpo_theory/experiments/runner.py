@@ -28,7 +28,6 @@ import dataclasses
 import hashlib
 import importlib
 import json
-import sys
 import tempfile
 import time
 import warnings
@@ -214,8 +213,9 @@ def _find(mod, name: str) -> Experiment:
 class RunResult:
     """What :func:`run_experiment` returns: tables, report section, verdict and counts.
 
-    ``seconds`` is the wall clock from start to finish (with several experiments in flight at
-    once it overlaps the others'); ``compute_seconds`` sums the computed cells' own times.
+    ``seconds`` is the experiment's own wall clock, from the start of its first computed cell
+    to the end of its last (0 when every cell was reused; with several experiments in flight
+    at once it overlaps the others'); ``compute_seconds`` sums the computed cells' own times.
     """
 
     experiment: str
@@ -316,7 +316,6 @@ class _Run:
     fresh: dict
     manifest: dict
     bar: Any
-    t0: float
     compute_seconds: float = 0.0
 
 
@@ -337,12 +336,10 @@ def _prepare(exp, out: Path, setting, seed: int, executor, progress: bool, verbo
     have = {c.id: store.read(c) for c in cells}
     todo = [c for c in cells if have[c.id] is None]
     fresh = {cid: df for cid, df in have.items() if df is not None}
-    if verbose:
-        print(f"== {exp.name} ({name}, seed {seed}): {exp.claim}", file=sys.stderr, flush=True)
+    header = f"== {exp.name} ({name}, seed {seed}): {exp.claim}" if verbose else None
     bar = CellProgress(exp.name, len(cells), skipped=len(cells) - len(todo),
-                       workers=executor.n_workers, enabled=progress)
-    return _Run(exp, settings, name, seed, exp_dir, store, cells, todo, fresh, manifest, bar,
-                time.time())
+                       workers=executor.n_workers, enabled=progress, header=header)
+    return _Run(exp, settings, name, seed, exp_dir, store, cells, todo, fresh, manifest, bar)
 
 
 def _store_cell(run: _Run, cell: Cell, rows: pd.DataFrame, dt: float) -> None:
@@ -369,7 +366,9 @@ def _finish(run: _Run, figures: bool) -> RunResult:
         atomic_write_csv(run.exp_dir / f"{kind}.csv", df)
     run.manifest.update(status="complete" if tables.complete else "partial",
                         finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        seconds=round(time.time() - run.t0, 3), n_missing=len(tables.missing))
+                        seconds=round(run.bar.elapsed, 3),
+                        compute_seconds=round(run.compute_seconds, 3),
+                        n_missing=len(tables.missing))
     atomic_write_text(_manifest_path(run.exp_dir),
                       json.dumps(run.manifest, indent=1, default=str))
     return tables
@@ -382,7 +381,7 @@ def _result(run: _Run, tables: Tables, figures: bool) -> RunResult:
             warnings.simplefilter("ignore")
             run.exp.plot(tables, run.settings, run.exp_dir)
     return RunResult(run.exp.name, run.name, run.seed, tables, section, len(run.cells),
-                     len(run.todo), len(run.cells) - len(run.todo), time.time() - run.t0,
+                     len(run.todo), len(run.cells) - len(run.todo), run.bar.elapsed,
                      run.compute_seconds)
 
 
@@ -402,12 +401,25 @@ def run_experiments(experiments, out, setting="quick", seed: int = 0, executor=N
     by_name = {r.exp.name: r for r in runs}
     work = [(r.exp, c) for r in runs for c in r.todo]
     done: dict[str, Tables] = {}
+    left = {r.exp.name: len(r.todo) for r in runs}
+
+    def finish_ready():  # in order, each run whose cells are all in (its bar closes, run.json)
+        for r in runs:
+            if r.exp.name not in done:
+                if left[r.exp.name]:
+                    return
+                done[r.exp.name] = _finish(r, figures)
+
     try:
+        finish_ready()
         for exp, cell, rows, dt in executor.map_many(work, seed=seed, cache=out / ".cache"):
             _store_cell(by_name[exp.name], cell, rows, dt)
+            left[exp.name] -= 1
+            finish_ready()
     finally:
         for r in runs:
-            done[r.exp.name] = _finish(r, figures)
+            if r.exp.name not in done:
+                done[r.exp.name] = _finish(r, figures)
     return {r.exp.name: _result(r, done[r.exp.name], figures) for r in runs}
 
 

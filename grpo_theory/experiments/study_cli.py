@@ -22,32 +22,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..lm.memory import HINT, is_out_of_memory
+from .cli import DEBUG_ENV, error_line  # one copy, in the light command-line module
 
-__all__ = ["DEBUG_ENV", "error_line", "run_main", "positive_int", "nonnegative_int",
+__all__ = ["run_main", "positive_int", "nonnegative_int",
            "positive_float", "int_list", "name_list", "content_hash", "read_csv", "read_json",
            "load_npz", "reuse_or_recompute"]
-
-#: set to 1 to get the traceback of a failure instead of the one-line error
-DEBUG_ENV = "GRPO_THEORY_DEBUG"
-
-
-def error_line(exc: BaseException) -> str:
-    """The one-line message of a failed run: the message of a ``ValueError`` / ``TypeError``
-    / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
-    (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
-    line breaks joined."""
-    if is_out_of_memory(exc):
-        msg = f"out of memory ({type(exc).__name__}): {HINT}"
-    elif isinstance(exc, (ValueError, TypeError)):
-        msg = str(exc)
-    elif isinstance(exc, OSError):
-        msg = (f"{exc.strerror}: {exc.filename!r}" if exc.strerror and exc.filename
-               else str(exc) or type(exc).__name__)
-    else:
-        msg = (f"{type(exc).__name__}: {exc} (a bug? {DEBUG_ENV}=1 shows the traceback)")
-    return " ".join(msg.split()) or type(exc).__name__
-
 
 def run_main(prog: str, body, argv=None) -> int:
     """Run ``body(argv)`` as a command: its return code, or one line ``prog: error: ...`` and

@@ -20,7 +20,7 @@ from .._cache import cache_dir as default_cache_dir
 from .options import ModelOptions
 from .policy import LMPolicy
 
-__all__ = ["PACKAGE_MODELS", "is_checkpoint", "load_policy"]
+__all__ = ["PACKAGE_MODELS", "is_checkpoint", "load_policy", "warmup_files"]
 
 #: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)
 PACKAGE_MODELS = ("base", "instruct", "icl")
@@ -104,8 +104,17 @@ def _package_checkpoint(p: Path) -> LMPolicy:
     return LMPolicy(params, make_apply(cfg), make_sampler(cfg))
 
 
+def warmup_files(cache_dir=None, warmup=None) -> list:
+    """The checkpoint files of the package models of ``warmup`` (as :func:`load_policy`
+    names them) under ``cache_dir`` (default ``cache_dir()/lm``); all present = no training."""
+    from .warmup import checkpoint_files
+
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "lm"
+    return checkpoint_files(folder, _warmup_config(warmup))
+
+
 def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
-                warmup=None) -> LMPolicy:
+                warmup=None, log=None) -> LMPolicy:
     """The policy named by ``spec``.
 
     Args:
@@ -119,6 +128,8 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
         cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
         warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
             setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
+        log: ``log(line)`` receives the warm-up's training lines (``"[warmup base] step
+            50/1500 loss ..."``) when a package model is trained; default silent.
 
     Returns:
         An :class:`~grpo_theory.lm.policy.LMPolicy`.
@@ -145,7 +156,8 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
         from .warmup import cached_policies
 
         folder = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "lm"
-        pols = cached_policies(folder, _warmup_config(warmup), log=lambda m: None)[0]
+        pols = cached_policies(folder, _warmup_config(warmup),
+                               log=log if log is not None else (lambda m: None))[0]
         return pols[str(spec)][0]
     if p.is_file() and p.suffix == ".npz":
         return _package_checkpoint(p)

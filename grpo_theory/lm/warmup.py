@@ -37,6 +37,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .._cache import artefact_key
 from .._cache import cache_dir as _cache_dir
 from .._validation import seed_key
 from .model import ModelConfig, init_params, make_apply, make_sampler
@@ -46,6 +47,7 @@ from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eva
 
 __all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
            "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
+           "checkpoint_files",
            "study_policies", "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
@@ -202,12 +204,15 @@ def accuracy(policy: LMPolicy, questions, fmt: str, icl: bool, key, n_samples: i
 def three_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     """Train (or load from ``cache_dir``) the base, instruct and in-context models.
 
+    The checkpoints live in ``cache_dir/<artefact_key(wcfg.tag())>``
+    (:func:`grpo_theory._cache.artefact_key`): one entry per precision in effect.
+
     Returns ``{"base": (LMPolicy, icl=False), "instruct": (..., False), "icl": (..., True),
     "instruct+shots": (instruct policy, True)}`` and the checkpoint metadata.
     """
     cfg = wcfg.model
     apply_fn, sample_fn = make_apply(cfg), make_sampler(cfg)
-    cache = Path(cache_dir) / wcfg.tag()
+    cache = Path(cache_dir) / artefact_key(wcfg.tag())  # one entry per precision
     pool = train_pool(wcfg.task)
 
     def stage(name, file, start, layouts, steps, lr, seed):
@@ -243,6 +248,13 @@ _MEMO_LOCK = threading.Lock()
 _MEMO_SIZE = 4
 
 
+def checkpoint_files(cache_dir, wcfg: WarmupConfig = WarmupConfig()) -> list:
+    """The base, instruct and in-context checkpoint files of ``wcfg`` under ``cache_dir`` at
+    the precision in effect (:func:`grpo_theory._cache.artefact_key`); all present = cached."""
+    folder = Path(cache_dir).resolve() / artefact_key(wcfg.tag())
+    return [folder / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+
+
 def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     """:func:`three_policies`, loaded once per process for each (cache folder, configuration).
 
@@ -254,8 +266,8 @@ def cached_policies(cache_dir, wcfg: WarmupConfig = WarmupConfig(), log=print):
     import fcntl
 
     folder = Path(cache_dir).resolve()
-    memo_key = (str(folder), wcfg)
-    files = [folder / wcfg.tag() / f for f in ("base.npz", "instruct.npz", wcfg.icl_file)]
+    memo_key = (str(folder), wcfg, artefact_key(wcfg.tag()))
+    files = checkpoint_files(folder, wcfg)
     with _MEMO_LOCK:
         hit = _MEMO.get(memo_key)
         if hit is None or not all(f.exists() for f in files):

@@ -271,8 +271,9 @@ class GroupSizeAdvisor(TrainerCallback):
         lo, hi = est.g_star_ci
         oracle = est.mse(B, G, "oracle")
         same = np.all(zz == zz[:, :1], axis=1)
-        if est.c1_resolved:
-            recommended = float(est.recommended_group_size(self.budget))
+        G_rec = est.recommended_group_size(self.budget)
+        if G_rec is not None:
+            recommended = float(G_rec)
         else:  # no between-prompt spread resolved: no recommendation (not the whole budget)
             recommended = math.nan
             warnings.warn(f"step {int(self.trainer.state.global_step) + 1}: c1 is not resolved "

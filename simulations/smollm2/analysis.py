@@ -106,15 +106,17 @@ def mse_table(est: ScalingEstimate, group_sizes=MSE_GROUP_SIZES) -> pd.DataFrame
 
 
 def budget_table(est: ScalingEstimate, budgets=BUDGETS) -> pd.DataFrame:
-    """Recommended G per budget N = B G (:meth:`ScalingEstimate.recommended_group_size`) and the
-    integer range the G* interval allows (floor(low) .. ceil(high), clipped to [2, N])."""
+    """Recommended G per budget N = B G (:meth:`ScalingEstimate.recommended_group_size`; G and
+    B missing when c1 is not resolved above 0) and the integer range the G* interval allows
+    (floor(low) .. ceil(high), clipped to [2, N])."""
     lo, hi = est.g_star_ci
     rows = []
     for N in budgets:
-        G = est.recommended_group_size(N)
+        G = est.recommended_group_size(N)  # None: c1 not resolved above 0, no recommendation
         g_lo = 2 if not math.isfinite(lo) else min(max(2, math.floor(lo)), N)
         g_hi = N if not math.isfinite(hi) else min(max(2, math.ceil(hi)), N)
-        rows.append(dict(N=int(N), G=int(G), B=int(N // G), G_low=g_lo, G_high=g_hi))
+        rows.append(dict(N=int(N), G=pd.NA if G is None else int(G),
+                         B=pd.NA if G is None else int(N // G), G_low=g_lo, G_high=g_hi))
     return pd.DataFrame(rows)
 
 

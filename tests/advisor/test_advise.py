@@ -65,9 +65,12 @@ def _check_outputs(out: Path, res_text: str, figure: bool = True):
     np.testing.assert_allclose(groups.noise_scale, want, rtol=1e-9)
     b = pd.read_csv(out / "advice_budgets.csv")
     assert list(b.N) == [16, 64]
-    assert ((b.G >= 2) & (b.G <= b.N) & (b.G_low <= b.G_high)).all()
+    assert (b.G_low <= b.G_high).all()
     assert "recommended G per budget" in res_text
     assert "WARNING: c1 is not resolved above 0" in res_text  # 6 prompts: c1 unresolved
+    # so no recommendation (never the budget N): G and B missing, "none" with the reason
+    assert c.loc["c1", "ci_low"] <= 0 and b.G.isna().all() and b.B.isna().all()
+    assert "G=- (none)" in res_text and "no recommendation: c1 is not resolved" in res_text
 
 
 def test_advise_package_model_end_to_end(files, tmp_path, monkeypatch, capsys):
@@ -90,7 +93,8 @@ def test_advise_python_api_matches_rewards(files):
                    budgets=(16,), group_sizes=(2, 4), response_len=3, progress=False)
     assert isinstance(res, A.AdviceResult) and res.files == ()
     assert np.allclose(res.prompt_values, res.estimate.rewards.mean(axis=1))
-    assert res.budgets.G[0] == res.estimate.recommended_group_size(16)
+    G = res.estimate.recommended_group_size(16)  # None (c1 unresolved): NaN in the table
+    assert (math.isnan(res.budgets.G[0]) if G is None else res.budgets.G[0] == G)
     e = res.estimate
     r = (e.c1 + e.c2 / 4 + e.c3 / 12) / (e.c1 + e.c2 / 4)
     assert math.isclose(res.by_group.mse_ratio_grpo_oracle[1], r, rel_tol=1e-9)
@@ -175,8 +179,11 @@ def test_notebook_executes():
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                    for o in c.get("outputs", []))
     line = next(ln for ln in text.splitlines() if ln.startswith("chosen G for N=256:"))
-    g = int(line.split(":", 1)[1].split()[0])
-    assert 2 <= g <= 256
+    g = line.split(":", 1)[1].split()[0]
+    if "c1 interval excludes 0: True" in text:
+        assert 2 <= int(g) <= 256
+    else:  # no recommendation, with the reason (never the budget)
+        assert g == "none" and "c1 is not resolved above 0" in line
     assert "G* 95% CI" in text
 
 
@@ -222,3 +229,22 @@ def test_c1_warning_when_c1_is_not_resolved():
         :, None, :]
     est = estimate_from_rollouts(z, s)
     assert est.c1_ci[0] > 0 and A.c1_warning(est) is None
+
+
+def test_advise_reports_no_recommended_g_while_c1_is_unresolved():
+    """c1's interval reaches 0: the budget table has no G (NaN) and the printed result says
+    "none" with the reason (rival: G = N, the whole budget, from a c1 estimate <= 0)."""
+    from grpo_theory.advisor.result import ScalingEstimate
+
+    m = 12
+    z = np.tile([0.0, 1.0, 0.0, 1.0], (m, 1))
+    est = ScalingEstimate(np.array([-0.2, 1.0, 1.0, 1.0, 1.0]),
+                          np.diag([0.01, 0.01, 0.01, 0.01, 0.01]),
+                          {"value": z.mean(axis=1)}, z)
+    by_group, budgets = A._tables(est, (2, 4), (16, 64))
+    assert budgets.G.isna().all() and budgets.B.isna().all()
+    assert list(budgets.N) == [16, 64]
+    res = A.AdviceResult(est, est.summary(), by_group, budgets, est.prompt_values)
+    text = res.text()
+    assert "N=16     G=- (none)" in text and "G=16" not in text and "G=64" not in text
+    assert "no recommendation: c1 is not resolved above 0" in text

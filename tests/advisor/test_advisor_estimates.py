@@ -156,7 +156,8 @@ def test_recommended_group_size_and_zero_variance_share():
     est = gt.estimate_scaling_constants(_cover_bandit(), n_prompts=30, n_samples=6, seed=2)
     N = 64
     Gs = np.arange(2, N + 1)
-    best = int(Gs[np.argmin(est.c1 * Gs + est.c2 + est.c3 / (Gs - 1))]) if est.c1 > 0 else N
+    best = (int(Gs[np.argmin(est.c1 * Gs + est.c2 + est.c3 / (Gs - 1))]) if est.c1_resolved
+            else None)
     assert est.recommended_group_size(N) == best
     z = est.rewards
     k = z.sum(1)
@@ -166,6 +167,27 @@ def test_recommended_group_size_and_zero_variance_share():
     assert est.zero_variance_share(1) == 1.0
     with pytest.raises(ValueError, match="group_size"):
         est.zero_variance_share(7)
+
+
+def _estimate(c1, se, m=20):
+    """A ScalingEstimate with the given c1 and c1 standard error (c2 = c3 = 1)."""
+    from grpo_theory.advisor.result import ScalingEstimate
+
+    cov = np.diag([se**2, 0.01, 0.01, 0.01, 0.01])
+    return ScalingEstimate(np.array([c1, 1.0, 1.0, 1.0, 1.0]), cov, {}, np.zeros((m, 4)))
+
+
+@pytest.mark.parametrize("c1", [-0.5, 0.0, 0.05])
+def test_no_recommended_group_size_while_c1_is_not_resolved(c1):
+    """c1's interval reaches 0: no recommendation, with the reason (rivals: the whole budget
+    when the estimate is <= 0, a finite G from a positive estimate whose interval covers 0)."""
+    est = _estimate(c1, se=0.1)
+    assert not est.c1_resolved
+    assert est.recommended_group_size(256) is None
+    assert "c1 is not resolved above 0" in est.no_recommendation_reason
+    resolved = _estimate(0.04, se=0.001)
+    assert resolved.c1_resolved and resolved.no_recommendation_reason is None
+    assert resolved.recommended_group_size(256) == 6  # 1 + sqrt(1/0.04) = 6: 6 beats 7
 
 
 # --- the language-model route ---------------------------------------------------------------------

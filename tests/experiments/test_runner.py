@@ -288,7 +288,7 @@ def test_cli_run_writes_a_passing_report(tmp_path, toy_cli, capsys):
 
 
 def test_report_on_empty_folder_fails_clearly(tmp_path, toy_cli, capsys):
-    assert cli.main(["report", "--out", str(tmp_path)]) != 0
+    assert cli.main(["report", "--out", str(tmp_path)]) == 2  # an error, as documented
     err = capsys.readouterr().err
     assert "no results" in err and "toy" in err
     assert not (tmp_path / "REPORT.md").exists()
@@ -441,8 +441,9 @@ class _Terminal(io.StringIO):
 def test_progress_bar_on_a_terminal():
     buf = _Terminal()
     bar = CellProgress("toy", total=5, skipped=2, workers=3, stream=buf)
-    assert bar.bar is not None
+    assert bar.bar is None and buf.getvalue() == ""  # drawn when its first cell is in
     bar.update("c2", 0.5)
+    assert bar.bar is not None
     bar.close()
     text = buf.getvalue()
     assert "\r" in text and "3/5" in text and "reused=2" in text and "workers=3" in text
