@@ -48,8 +48,9 @@ import numpy as np
 __all__ = ["PIECES", "ClosedForm", "MissingClosedForm", "NoBaseline", "OracleBaseline",
            "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean", "closed_form_of"]
 
-#: the advisor's unbiased pieces, in the order of :meth:`ClosedForm.mse_weights`' last axis
 PIECES = ("c1", "c2", "c3", "c_v", "grad_sq")
+"""The advisor's unbiased pieces ``(c1, c2, c3, c_v, ||grad J||^2)``, in the order of
+:meth:`ClosedForm.mse_weights`' last axis."""
 
 
 class MissingClosedForm(ValueError):

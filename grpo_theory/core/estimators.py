@@ -103,8 +103,8 @@ class PromptContext(NamedTuple):
 AdvantageFn = Callable[[jnp.ndarray, PromptContext], jnp.ndarray]
 
 
-#: the :class:`PromptContext` fields an estimator may declare in ``needs``
 CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state")
+"""The :class:`PromptContext` fields an estimator may declare in ``Estimator.needs``."""
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: a static argument of jit
