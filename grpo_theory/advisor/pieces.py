@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from .. import _validation as V
 from .._precision import float64
+from ..core.closed_forms import PIECES
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 
 __all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "prompt_pieces", "rollout_statistics",
@@ -49,8 +50,8 @@ MIN_SAMPLES = 3
 MIN_PROMPTS = 3
 """Fewest prompts: the across-prompt U-statistic needs 2 distinct prompts, its jackknife one
 more."""
-PARAMETERS = ("c1", "c2", "c3", "c_v", "grad_sq")
-"""The estimated parameter vector, in order (``c_v``: vanilla's per-sample term; ``grad_sq``:
+PARAMETERS = PIECES
+"""The estimated parameter vector, in order (the closed forms' pieces) (``c_v``: vanilla's per-sample term; ``grad_sq``:
 ``||grad J||^2``)."""
 
 

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from ..core.closed_forms import closed_form_of
+from ..core.estimators import get_estimator
 from ..core.noise import grpo_noise_scale
 from ..core.stats import Estimate, ResultMixin
 from .pieces import _intervals_jit, t_quantile
@@ -37,7 +39,6 @@ __all__ = ["ScalingEstimate", "SUMMARY_ROWS"]
 
 #: rows of ScalingEstimate.conf_int() and .summary()
 SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")
-_ESTIMATORS = ("vanilla", "oracle", "grpo", "rloo", "grpo_mean")
 
 
 def _interval(lo, hi):
@@ -199,36 +200,29 @@ class ScalingEstimate(ResultMixin):
 
     # -- predictions
     def _weights(self, batch_size, group_size, estimator):
-        if not isinstance(estimator, str) or estimator not in _ESTIMATORS:
-            raise ValueError(f"estimator must be one of {list(_ESTIMATORS)}, got {estimator!r}")
+        """The estimator's MSE as weights over :data:`PARAMETERS` (its closed form's
+        ``mse_weights``; an estimator without them is refused, naming the missing piece)."""
+        est = get_estimator(estimator)
+        form = closed_form_of(est, "MSE over the advisor's pieces")
         B = V.real_array("batch_size", batch_size)
         G = V.real_array("group_size", group_size)
         if np.any(B <= 0):
             raise ValueError(f"batch_size must be > 0, got min {float(np.min(B))!r}")
-        low = 1 if estimator in ("vanilla", "oracle") else 2
+        low = est.min_group_size
         if np.any(G < low):
-            raise ValueError(f"group_size must be >= {low} for {estimator}, got min "
+            raise ValueError(f"group_size must be >= {low} for {est.name}, got min "
                              f"{float(np.min(G))!r}")
         B, G = np.broadcast_arrays(B, G)
-        z = np.zeros(B.shape)
-        if estimator == "vanilla":
-            return np.stack([1 / B, z, z, 1 / (B * G), z], axis=-1)
-        if estimator == "oracle":
-            return np.stack([1 / B, 1 / (B * G), z, z, z], axis=-1)
-        with np.errstate(divide="ignore"):
-            w = np.stack([1 / B, 1 / (B * G), 1 / (B * G * (G - 1)), z, z], axis=-1)
-        if estimator == "grpo_mean":
-            c = ((G - 1) / G)[..., None]
-            w = c**2 * w
-            w[..., 4] = 1 / G**2
-        return w
+        return form.mse_weights(B, G)
 
     def mse(self, batch_size, group_size, estimator: str = "grpo"):
         """Predicted ``E||ghat - grad J||^2`` with B prompts and G responses each (unbiased).
 
         Args:
             batch_size: B > 0 (scalar or array); group_size: G (>= 2 for grpo/rloo/grpo_mean).
-            estimator: ``"vanilla"``, ``"oracle"``, ``"grpo"`` (= ``"rloo"``) or ``"grpo_mean"``.
+            estimator: a registry name or ``Estimator`` whose closed form has ``mse_weights``
+                (``"vanilla"``, ``"oracle"``, ``"grpo"`` = ``"rloo"``, ``"grpo_mean"`` among the
+                built-ins); any other is refused with a message naming the missing piece.
 
         Returns:
             The prediction (float, or an array for array inputs).

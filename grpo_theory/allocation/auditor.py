@@ -31,7 +31,7 @@ __all__ = ["audit", "check_estimator"]
 def check_estimator(estimator):
     """The estimator, or ``ValueError`` when it has no exact route for a rule."""
     est = get_estimator(estimator)
-    if est.batch_coupled or not est.binary_exact:
+    if not est.rewards_only:
         raise ValueError(f"estimator {est.name!r} has no exact audit: its advantages are not a "
                          "function of one group's rewards; use allocation.monte_carlo")
     return est

@@ -68,7 +68,6 @@ __all__ = ["PromptConstants", "prompt_constants", "estimated_constants", "Alloca
            "PlugInResult"]
 
 #: estimators' ``exact`` kinds whose per-prompt estimate is unbiased for g(x)
-_UNBIASED_KINDS = ("loo", "prompt_baseline")
 
 
 @dataclass(frozen=True)
@@ -150,9 +149,10 @@ def _gain(a, b, G):
 
 def _check_estimator(estimator):
     est = get_estimator(estimator)
-    if est.exact not in _UNBIASED_KINDS:
+    if est.closed_form is None or not est.closed_form.unbiased:
         raise ValueError(f"estimator must be unbiased per prompt with a closed-form MSE (grpo, "
-                         f"oracle, vanilla, optimal), got {est.name!r}")
+                         f"oracle, vanilla, optimal or any whose ClosedForm is unbiased), got "
+                         f"{est.name!r}")
     return est
 
 
@@ -176,7 +176,7 @@ def prompt_constants(problem, estimator="grpo") -> PromptConstants:
     v3 = np.asarray(exact_prompt_mse(st, est, 3), dtype=np.float64)
     a = np.maximum(6 * v3 - 2 * v2, 0.0)  # >= 0 exactly; rounding only
     b = np.maximum(4 * v2 - 6 * v3, 0.0)
-    if est.exact != "loo":
+    if not est.closed_form.pair_term:  # v(G) = a/G: no U-statistic term (rounding only)
         b = np.zeros_like(b)
     return PromptConstants(a, b, scaling_constants(st).c1, np.asarray(st.prompt_probs,
                                                                       dtype=np.float64), est.name)

@@ -474,7 +474,7 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
                  + (G - kf) * np.where(has0, h0, 0.0) * el0[:, None])
     kept_c = qp * (kf * np.where(has1, h1, 0.0) + (G - kf) * np.where(has0, h0, 0.0))
     tokens = G * (f @ np.sum(p * L, axis=1))
-    method = "auto" if est.exact is not None else "binary"
+    method = "auto" if est.closed_form is not None else "binary"
     mse_full = float(exact_mse(problem, est, G, B, method=method))
     return dict(mse_full=mse_full, added=added, mse=mse_full + added,
                 kept_tokens=float(f @ np.sum(pk * kept, axis=1) / tokens),

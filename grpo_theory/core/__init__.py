@@ -14,9 +14,11 @@ from .problem import DiscreteProblem, RewardTable, as_problem
 from .policy import EnumerablePolicy, GradientProblem, PolicyWrapper
 from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, n_sequences
 from .sampling import sample_from_uniforms, sample_groups
-from .estimators import (STD_PRESETS, Estimator, PromptContext, available_estimators,
-                         compute_advantages, get_estimator, grpo_std, grpo_vectorized,
-                         prompt_baseline, register, reinforce_baseline)
+from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOneOut,
+                           MissingClosedForm, NoBaseline, OptimalBaseline, OracleBaseline)
+from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PromptContext,
+                         available_estimators, batch_context, compute_advantages, get_estimator,
+                         grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
 from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
 from .exact import (enumerate_estimates, enumerated_moments, exact_gradient, exact_mse,
                     exact_prompt_mean_and_variance, exact_prompt_mse)
@@ -42,7 +44,10 @@ __all__ = [
     # the estimator registry
     "Estimator", "PromptContext", "register", "get_estimator", "available_estimators",
     "compute_advantages", "grpo_std", "prompt_baseline", "grpo_vectorized",
-    "reinforce_baseline", "STD_PRESETS",
+    "reinforce_baseline", "STD_PRESETS", "CONTEXT_FIELDS", "batch_context",
+    # an estimator's closed forms (the open contract of the exact, advisor and theory routes)
+    "ClosedForm", "MissingClosedForm", "PIECES", "NoBaseline", "OracleBaseline",
+    "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean",
     # framework conventions
     "preset", "advantage_options", "framework_table", "FRAMEWORK_OPTIONS",
     # exact and Monte Carlo MSE

@@ -34,6 +34,14 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 ``reinforce_baseline``              OpenRLHF: the same with ddof 0, ``max(var, 1e-8)``, float32
 ==================================  =============================================================
 
+**Closed forms travel with the estimator** (``Estimator.closed_form``, a
+:class:`~grpo_theory.core.closed_forms.ClosedForm`): the exact MSE, the advisor's prediction, the
+leading order and the Gaussian theory call its methods, and refuse an estimator without the piece
+they need by name. Besides the rewards an advantage may read what its ``needs`` declare from the
+:class:`PromptContext`: prompt constants, each response's squared score norm (``score_sq``, for
+weighted baselines) and a state carried across steps (``state``, with ``init_state`` and
+``update_state``: a history baseline).
+
 **Batch-coupled** estimators (``Estimator.batch_coupled``) normalise over the whole batch: their
 advantage function reads rewards of shape ``(..., B, G)`` and reduces over the last two axes (a
 1-d ``z`` is one group, B = 1), so a response's advantage depends on the other prompts' groups.
@@ -58,10 +66,14 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
+from .closed_forms import (ClosedForm, GivenBaseline, GroupMean, LeaveOneOut, NoBaseline,
+                           OptimalBaseline, OracleBaseline)
 
 __all__ = [
     "PromptContext",
+    "CONTEXT_FIELDS",
     "Estimator",
+    "batch_context",
     "register",
     "get_estimator",
     "available_estimators",
@@ -75,35 +87,101 @@ __all__ = [
 
 
 class PromptContext(NamedTuple):
-    """Prompt-level quantities available to an advantage function (shape ``z.shape[:-1]``)."""
+    """What an advantage function may read besides the rewards (the estimator's ``needs``).
+
+    Prompt-level fields have shape ``z.shape[:-1]``; response-level fields ``z.shape``; ``state``
+    is the estimator's own carried state (:meth:`Estimator.init_state`), any pytree.
+    """
 
     prompt: jnp.ndarray | None = None  # integer prompt index
     value: jnp.ndarray | None = None  # V(x) under the current policy (oracle only)
     optimal_baseline: jnp.ndarray | None = None  # b*(x)
+    score_sq: jnp.ndarray | None = None  # per response: the squared score norm ||s||^2
+    state: object = None  # a stateful estimator's state before this step
 
 
 AdvantageFn = Callable[[jnp.ndarray, PromptContext], jnp.ndarray]
 
 
+#: the :class:`PromptContext` fields an estimator may declare in ``needs``
+CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state")
+
+
 @dataclass(frozen=True, eq=False)  # hashed by identity: a static argument of jit
 class Estimator:
-    """A named estimator.
+    """A named estimator: an advantage rule and what it knows about itself.
 
-    ``exact`` names the closed form used by :func:`grpo_theory.exact_mse` (``"prompt_baseline"``,
-    ``"loo"``, ``"mean"``) or is ``None``. ``binary_exact`` says the advantages are a
-    permutation-equivariant function of the group's rewards only (plus prompt constants), which
-    makes the MSE exactly computable for binary rewards by conditioning on the number of correct
-    responses (:mod:`grpo_theory.exact`).
+    Attributes:
+        name: the registry key.
+        advantage: ``(z, ctx) -> A``, rewards ``z`` of shape ``(..., G)`` (``(..., B, G)`` when
+            ``batch_coupled``) to advantages of the same shape.
+        min_group_size: the smallest G it accepts.
+        closed_form: its :class:`~grpo_theory.core.closed_forms.ClosedForm` (exact per-prompt
+            moments, the MSE over the advisor's pieces, the leading-order MSE) or ``None``; the
+            exact, advisor and theory routes call it and name the missing piece without it.
+        binary_exact: the advantages are a permutation-equivariant function of the group's
+            rewards only (plus prompt constants): the MSE is then exact for binary rewards by
+            conditioning on the number of correct responses (:mod:`grpo_theory.core.exact`).
+        params: its parameters (read by closed forms, e.g. a user baseline ``b``).
+        needs: the :class:`PromptContext` fields the advantage reads (:data:`CONTEXT_FIELDS`);
+            ``"score_sq"`` asks the caller for each response's squared score norm (per-response
+            weights), ``"state"`` for the carried state.
+        batch_coupled: the advantage reads the whole batch (other prompts' rewards): ``z`` is
+            ``(..., B, G)``.
+        init_state: ``n_prompts -> state`` for an estimator that carries state across steps
+            (a history baseline), else ``None``.
+        update_state: ``(state, x, z, ctx) -> state`` after a step with prompts ``x`` (B,) and
+            rewards ``z`` (B, G); required with ``init_state``.
     """
 
     name: str
     advantage: AdvantageFn
     min_group_size: int = 1
-    exact: str | None = None
+    closed_form: ClosedForm | None = None
     binary_exact: bool = True
     params: dict = field(default_factory=dict)
     needs: tuple[str, ...] = ()  # context fields the advantage reads
     batch_coupled: bool = False  # advantages normalised over the batch: z is (..., B, G)
+    init_state: Callable | None = None
+    update_state: Callable | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Estimator name must be a non-empty string, got {self.name!r}")
+        if not callable(self.advantage):
+            raise ValueError(f"estimator {self.name!r}: advantage must be callable (z, ctx) -> A")
+        if self.closed_form is not None and not isinstance(self.closed_form, ClosedForm):
+            raise ValueError(f"estimator {self.name!r}: closed_form must be a ClosedForm or None, "
+                             f"got {type(self.closed_form).__name__}")
+        unknown = [n for n in self.needs if n not in CONTEXT_FIELDS]
+        if unknown:
+            raise ValueError(f"estimator {self.name!r}: needs must name PromptContext fields "
+                             f"{list(CONTEXT_FIELDS)}, got {unknown}")
+        if (self.init_state is None) != (self.update_state is None):
+            raise ValueError(f"estimator {self.name!r}: init_state and update_state go together")
+
+    @property
+    def rewards_only(self) -> bool:
+        """Whether each group's advantages are a function of its own rewards (and prompt
+        constants) alone: ``binary_exact``, not batch-coupled, no per-response weights and no
+        state. The exact binary routes and the allocation audit need it."""
+        return (self.binary_exact and not self.batch_coupled and "score_sq" not in self.needs
+                and not self.stateful)
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the estimator carries a state across steps (``init_state`` given)."""
+        return self.init_state is not None
+
+    def initial_state(self, n_prompts: int):
+        """The state before the first step (``None`` for a stateless estimator)."""
+        return None if self.init_state is None else self.init_state(int(n_prompts))
+
+    def next_state(self, state, x, z, ctx: PromptContext | None = None):
+        """The state after a step (unchanged for a stateless estimator)."""
+        if self.update_state is None:
+            return state
+        return self.update_state(state, x, z, ctx if ctx is not None else PromptContext())
 
     @float64
     def __call__(self, z, ctx: PromptContext | None = None):
@@ -125,6 +203,29 @@ class Estimator:
                 f"estimator {self.name!r}: b must have shape ({int(n_prompts)},), one baseline per "
                 f"prompt of the problem (n_prompts={int(n_prompts)}), got {jnp.shape(b)[0]} entries"
             )
+
+
+def batch_context(est: Estimator, x, y, values, optimal_baselines, score_sq_table,
+                  n_prompts: int) -> PromptContext:
+    """The :class:`PromptContext` of a sampled batch, with the fields ``est`` needs.
+
+    Prompt constants are gathered at the prompts ``x``; the per-response squared score norms at
+    ``(x, y)`` only when ``est`` needs them (``"score_sq"``); a stateful estimator gets its
+    initial state (estimates conditional on the state before the step).
+
+    Args:
+        est: the :class:`Estimator`.
+        x: prompts, shape ``z.shape[:-1]``; y: responses, shape ``z.shape``.
+        values, optimal_baselines: V(x) and b*(x) of every prompt, (P,).
+        score_sq_table: a zero-argument function returning ``||s(x, y)||^2`` (P, K).
+        n_prompts: P.
+
+    Returns:
+        The context.
+    """
+    sq = score_sq_table()[x[..., None], y] if "score_sq" in est.needs else None
+    return PromptContext(prompt=x, value=values[x], optimal_baseline=optimal_baselines[x],
+                         score_sq=sq, state=est.initial_state(n_prompts))
 
 
 _REGISTRY: dict[str, Estimator] = {}
@@ -212,11 +313,12 @@ def _optimal(z, ctx):
     return z - _require(ctx, "optimal_baseline", "optimal")
 
 
-register(Estimator("vanilla", _vanilla, exact="prompt_baseline"))
-register(Estimator("oracle", _oracle, exact="prompt_baseline", needs=("value",)))
-register(Estimator("grpo", _loo, min_group_size=2, exact="loo"), "rloo")
-register(Estimator("grpo_mean", _mean, min_group_size=2, exact="mean"))
-register(Estimator("optimal", _optimal, exact="prompt_baseline", needs=("optimal_baseline",)))
+register(Estimator("vanilla", _vanilla, closed_form=NoBaseline()))
+register(Estimator("oracle", _oracle, closed_form=OracleBaseline(), needs=("value",)))
+register(Estimator("grpo", _loo, min_group_size=2, closed_form=LeaveOneOut()), "rloo")
+register(Estimator("grpo_mean", _mean, min_group_size=2, closed_form=GroupMean()))
+register(Estimator("optimal", _optimal, closed_form=OptimalBaseline(),
+                   needs=("optimal_baseline",)))
 
 
 # --- std normalisation -------------------------------------------------------------------------
@@ -298,9 +400,9 @@ def grpo_std(
     if name is None:
         name = (f"grpo_std(ddof={ddof},eps={eps:g},centre={centre}{'' if scale else ',noscale'}"
                 f"{',batch' if batch else ''})")
-    exact = None if scale else ("mean" if centre == "mean" else "loo")
+    form = None if scale else (GroupMean() if centre == "mean" else LeaveOneOut())
     return Estimator(
-        name, adv, min_group_size=2, exact=exact, binary_exact=not batch,
+        name, adv, min_group_size=2, closed_form=form, binary_exact=not batch,
         params=dict(ddof=ddof, eps=eps, centre=centre, scale=scale, over=over),
         batch_coupled=batch,
     )
@@ -437,7 +539,7 @@ def prompt_baseline(b, name: str = "baseline") -> Estimator:
             raise ValueError("estimator 'baseline' needs PromptContext.prompt")
         return z - b[jnp.asarray(ctx.prompt)][..., None]
 
-    return Estimator(name, adv, exact="prompt_baseline", params=dict(b=b), needs=("prompt",))
+    return Estimator(name, adv, closed_form=GivenBaseline(), params=dict(b=b), needs=("prompt",))
 
 
 @float64

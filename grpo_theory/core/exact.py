@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from .estimators import PromptContext, get_estimator
+from .closed_forms import closed_form_of
+from .estimators import PromptContext, batch_context, get_estimator
 from .gram import as_structure
 from .problem import as_problem
 from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
@@ -58,11 +59,11 @@ def _closed_form_route(est, method: str) -> bool:
     if method not in ("auto", "closed_form", "binary"):
         raise ValueError(f"method must be 'auto', 'closed_form' or 'binary', got {method!r}")
     _check_coupled(est)
-    if method != "binary" and est.exact is not None:
+    if method != "binary" and est.closed_form is not None:
         return True
     if method == "closed_form":
-        raise ValueError(f"estimator {est.name!r} has no closed-form MSE; use method='binary'")
-    if not est.binary_exact:
+        closed_form_of(est, "closed-form MSE", "use method='binary'")
+    if not est.rewards_only:
         raise ValueError(
             f"estimator {est.name!r} has no exact MSE (its advantages are not a function of the "
             "group's rewards alone); use mc_mse for a Monte Carlo estimate"
@@ -71,7 +72,7 @@ def _closed_form_route(est, method: str) -> bool:
 
 
 def _check_coupled(est):
-    if getattr(est, "batch_coupled", False):
+    if est.batch_coupled:
         raise ValueError(
             f"estimator {est.name!r} has no exact MSE: its advantages couple the prompts of a "
             "batch (normalised over the whole batch); use mc_mse for a Monte Carlo estimate"
@@ -187,7 +188,7 @@ def exact_prompt_mean_and_variance(problem, estimator, group_size: int):
     """
     est = get_estimator(estimator)
     G, _ = V.group_run(est, group_size, 1)
-    _check_coupled(est)
+    _closed_form_route(est, "binary")
     st = as_structure(problem)
     st.check_embed()
     mean, var = _binary_blocks(st, est, G)
@@ -229,7 +230,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     st = as_structure(bandit)
     est.check_problem(st.n_prompts)  # a prompt baseline of the wrong length
     if closed:
-        return exact_mse_closed_form(st, est.exact, G, B, _baseline_of(st, est))
+        return exact_mse_closed_form(st, est, G, B)
     mean, var = _binary_blocks(st, est, G)
     return float(_minibatch(st, mean, var, B, st.prompt_gradients()))
 
@@ -253,27 +254,11 @@ def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -
     closed = _closed_form_route(est, method)
     st = as_structure(bandit)
     if closed:
-        mean, var = prompt_mean_and_variance(st, est.exact, G, _baseline_of(st, est))
+        mean, var = prompt_mean_and_variance(st, est, G)
     else:
         mean, var = _binary_blocks(st, est, G)
     d = mean - st.prompt_gradients()
     return var + jnp.sum(d**2, axis=1)
-
-
-def _baseline_of(problem, est):
-    """The prompt-only baseline b(x) of an estimator with ``exact == "prompt_baseline"``."""
-    if est.exact != "prompt_baseline":
-        return None
-    if "value" in est.needs:
-        return problem.values()
-    if "optimal_baseline" in est.needs:
-        return problem.optimal_baselines()
-    if "b" in est.params:
-        b = est.params["b"]
-        if b.shape != (problem.n_prompts,):
-            raise ValueError(f"b must have shape ({problem.n_prompts},), got {b.shape}")
-        return b
-    return jnp.zeros(problem.n_prompts)
 
 
 @float64
@@ -307,9 +292,9 @@ def enumerate_estimates(bandit, estimator, group_size: int, batch_size: int = 1,
     combos = np.array(list(itertools.product(range(n_group), repeat=B)))  # (N, B)
     x, y, z = x1[combos], y1[combos], z1[combos]
     prob = np.prod(prob1[combos], axis=1)
-    vals = problem.values()
-    ctx = PromptContext(prompt=jnp.asarray(x), value=vals[x],
-                        optimal_baseline=problem.optimal_baselines()[x])
+    ctx = batch_context(est, jnp.asarray(x), jnp.asarray(y), problem.values(),
+                        problem.optimal_baselines(), lambda: jnp.sum(problem.scores**2, axis=-1),
+                        P)
     adv = est.advantage(jnp.asarray(z), ctx)  # (N, B, G)
     sc = problem.scores[x[:, :, None], y]  # (N, B, G, D)
     est_vals = jnp.einsum("nbg,nbgd->nd", adv, sc) / (B * G)

@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from .estimators import Estimator, PromptContext, get_estimator
+from .estimators import Estimator, PromptContext, batch_context, get_estimator
 from .problem import DiscreteProblem, as_problem
 from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
                        sample_from_uniforms, sample_groups)
@@ -78,9 +78,9 @@ DEFAULT_UNIFORMS = "float64"
 _CHUNK_BYTES = 2**24
 
 
-def _context(problem: DiscreteProblem, x) -> PromptContext:
-    return PromptContext(prompt=x, value=problem.values()[x],
-                         optimal_baseline=problem.optimal_baselines()[x])
+def _context(problem: DiscreteProblem, est: Estimator, x, y) -> PromptContext:
+    return batch_context(est, x, y, problem.values(), problem.optimal_baselines(),
+                         lambda: jnp.sum(problem.scores**2, axis=-1), problem.n_prompts)
 
 
 @float64
@@ -96,11 +96,16 @@ def estimate_gradient(problem: DiscreteProblem, estimator: Estimator, x, y, z) -
         The gradient estimate, shape ``(D,)``.
     """
     b, g = z.shape
-    adv = estimator.advantage(z, _context(problem, x))
+    adv = estimator.advantage(z, _context(problem, estimator, x, y))
     if b * g <= problem.n_prompts * problem.n_responses:
         return jnp.einsum("bg,bgd->d", adv, problem.scores[x[:, None], y]) / (b * g)
     weights = jnp.zeros(problem.probs.shape).at[x[:, None], y].add(adv) / (b * g)
     return jnp.einsum("pk,pkd->d", weights, problem.scores)
+
+
+def _ctx_axes(ctx: PromptContext) -> PromptContext:
+    """vmap axes of a chunk's context: batch fields along axis 0, the carried state shared."""
+    return ctx._replace(**{f: (None if f == "state" else 0) for f in ctx._fields})
 
 
 def _one_replicate(key, problem, estimator, batch_size, group_size):
@@ -138,6 +143,7 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     scores = problem.scores.reshape(-1, problem.dim)  # (P*K, D)
     pcdf, ccdf = _safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
     ctx_value, ctx_opt = problem.values(), problem.optimal_baselines()
+    sq_table = jnp.sum(problem.scores**2, axis=-1) if "score_sq" in estimator.needs else None
 
     def unif(k, shape):
         if dtype == jnp.uint32:  # k / 2**32, exact in float64
@@ -155,8 +161,9 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     def body(carry, i):
         m_err, m_est = carry
         x, y, z = draw(jax.random.fold_in(key, i))
-        ctx = PromptContext(prompt=x, value=ctx_value[x], optimal_baseline=ctx_opt[x])
-        adv = jax.vmap(estimator.advantage)(z, ctx)  # per replicate: (B, G) as in one batch
+        ctx = batch_context(estimator, x, y, ctx_value, ctx_opt, lambda: sq_table,
+                            problem.n_prompts)
+        adv = jax.vmap(estimator.advantage, in_axes=(0, _ctx_axes(ctx)))(z, ctx)  # per replicate: (B, G) as in one batch
         est = _weights(problem, adv, x, y, onehot) @ scores / (B * G)  # (chunk, D)
         err2 = jnp.sum((est - target) ** 2, axis=1)
         mask = (i * chunk + jnp.arange(chunk) < n_reps).astype(jnp.float64)

@@ -69,7 +69,7 @@ def scaling_constants(bandit) -> ScalingConstants:
     """
     st = as_structure(bandit)
     _, c = _closed_forms(st, 2, 1)  # the compiled closed forms also give c1, c2, c3
-    c1, c2, c3 = (float(x) for x in np.asarray(c))
+    c1, c2, c3 = (float(x) for x in np.asarray(c)[:3])
     return ScalingConstants(c1, c2, c3)
 
 

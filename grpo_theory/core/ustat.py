@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import partial
 from math import comb
 
 import jax
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
+from .closed_forms import ClosedForm, LeaveOneOut, closed_form_of
 from .gram import as_structure
 from .problem import as_problem
 from .._precision import float64
@@ -237,44 +239,81 @@ def prompt_moments(problem) -> PromptMoments:
     return PromptMoments(v, v - v**2, g, g2, es, s2, s2z, tr_or)
 
 
-def _mean_and_variance(st, mo: PromptMoments, kind: str, G, b=None):
-    if kind == "prompt_baseline":
+class TraceRoute:
+    """The score-structure route of :meth:`~grpo_theory.core.closed_forms.ClosedForm.moments`:
+    per-prompt means as block vectors (P, D_b) and trace variances (P,), for Bernoulli rewards.
+
+    Args:
+        st: a score structure; mo: its :class:`PromptMoments`.
+    """
+
+    def __init__(self, st, mo: PromptMoments):
+        self.st, self.mo = st, mo
+
+    def prompt_baseline(self, b, G):
+        """``A = Z - b(x)``: mean ``g - b E[s]``, variance ``(E||s (Z - b)||^2 - ||mean||^2)/G``."""
+        mo = self.mo
         b = jnp.asarray(b, dtype=jnp.float64)
         mean = mo.grad - b[:, None] * mo.mean_score
         second = mo.score_sq_z * (1 - 2 * b) + b**2 * mo.score_sq  # E||s (Z-b)||^2, binary Z
         return mean, (second - _dot(mean, mean)) / G
-    if kind in ("loo", "mean"):
-        # sigma_1^2 = tr Var h_1 and sigma_2^2 = tr Var h for the kernel of Lemma 1 (general E s)
-        h1_dev_sq = _h1_variance(st, mo)
+
+    def leave_one_out(self, G):
+        """Lemma 1's U-statistic: mean ``g``, variance ``2/(G(G-1)) (2(G-2) sigma_1^2 +
+        sigma_2^2)`` for the kernel's projections (general ``E s``)."""
+        mo = self.mo
+        h1_dev_sq = _h1_variance(self.st, mo)
         eh2 = 0.25 * (2 * mo.score_sq_z + 2 * mo.score_sq * mo.value - 4 * mo.score_sq_z * mo.value
                       - 4 * _dot(mo.grad, mo.mean_score) + 4 * mo.grad_sq)
         sigma2_2 = eh2 - mo.grad_sq
-        var = (2.0 / (G * (G - 1))) * (2 * (G - 2) * h1_dev_sq + sigma2_2)
-        if kind == "loo":
-            return mo.grad, var
-        c = (G - 1) / G
-        return c * mo.grad, c**2 * var
-    raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
+        return mo.grad, (2.0 / (G * (G - 1))) * (2 * (G - 2) * h1_dev_sq + sigma2_2)
+
+
+def _form(estimator):
+    """The :class:`ClosedForm` of an estimator (registry name or Estimator), or a form itself."""
+    if isinstance(estimator, ClosedForm):
+        return estimator
+    from .estimators import get_estimator  # the registry sits above the U-statistic maths
+
+    return closed_form_of(get_estimator(estimator), "closed-form MSE", "use method='binary' "
+                          "(exact_mse) or mc_mse")
+
+
+def _check_group(form, G):
+    if form.pair_term and isinstance(G, (int, np.integer)) and G < 2:
+        raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
 
 
 @float64
-def prompt_mean_and_variance(problem, kind: str, group_size: int, b=None):
+def prompt_mean_and_variance(problem, estimator, group_size: int, b=None):
     """Exact per-prompt mean ``m(x)`` (block vectors) and trace variance ``v(x)`` (P,) of a G-group.
 
     Args:
         problem: a policy, a :class:`DiscreteProblem` (means (P, D)) or a score structure.
-        kind: ``"prompt_baseline"`` (needs ``b``, shape (P,)), ``"loo"`` or ``"mean"``.
-        group_size: G (>= 2 for ``"loo"``/``"mean"``).
-        b: the prompt baseline for ``"prompt_baseline"``.
+        estimator: an estimator with a closed form (registry name or
+            :class:`~grpo_theory.core.estimators.Estimator`) or a
+            :class:`~grpo_theory.core.closed_forms.ClosedForm`.
+        group_size: G (>= 2 for a form with a pair term, e.g. leave-one-out).
+        b: the prompt baseline (P,) for a prompt-baseline form given directly (an estimator's
+            own baseline is used otherwise).
 
     Returns:
         ``(mean (P, D_b), var (P,))``.
     """
     G = group_size
-    if kind in ("loo", "mean") and isinstance(G, (int, np.integer)) and G < 2:
-        raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {G}")
+    form = _form(estimator)
+    _check_group(form, G)
     st = as_structure(problem)
-    return _mean_and_variance(st, prompt_moments(st), kind, G, b)
+    if b is None and not isinstance(estimator, ClosedForm):
+        b = _baseline(st, estimator)
+    return form.moments(TraceRoute(st, prompt_moments(st)), G, b)
+
+
+def _baseline(st, estimator):
+    from .estimators import get_estimator
+
+    est = get_estimator(estimator)
+    return est.closed_form.baseline(st.values, st.optimal_baselines, est)
 
 
 def _h1_variance(st, mo: PromptMoments):
@@ -320,63 +359,71 @@ def _minibatch(st, mean, var, batch_size, grads):
     return (f @ var + spread) / batch_size + bias2
 
 
-_KINDS = ("prompt_baseline", "loo", "mean")
-
-
-@jax.jit
-def _closed_forms_jit(st, group_size, batch_size, b):
-    """Every closed form and the scaling constants in one compiled function (one compile per
-    structure shape serves every estimator kind, G, B and ``scaling_constants``)."""
+@partial(jax.jit, static_argnames=("form",))
+def _closed_forms_jit(st, group_size, batch_size, b, form):
+    """A form's closed-form MSE and the scaling constants in one compiled function (one compile
+    per structure shape and form serves every G, B and ``scaling_constants``)."""
     mo = prompt_moments(st)
+    mean, var = form.moments(TraceRoute(st, mo), group_size, b)
+    mse = _minibatch(st, mean, var, batch_size, mo.grad)
+    return mse, _pieces(st, mo)
+
+
+def _pieces(st, mo):
+    """The exact :data:`~grpo_theory.core.closed_forms.PIECES` (c1, c2, c3, c_v, ||grad J||^2)."""
     f = st.prompt_probs
-    mses = []
-    for kind in _KINDS:
-        mean, var = _mean_and_variance(st, mo, kind, group_size, b)
-        mses.append(_minibatch(st, mean, var, batch_size, mo.grad))
     c1 = st.spread(f, mo.grad)
     c2 = f @ mo.tr_sigma_oracle
     c3 = f @ (mo.score_sq * mo.sigma2 + mo.grad_sq)
-    return jnp.stack(mses), jnp.stack([c1, c2, c3])
+    c_v = f @ (mo.score_sq_z - mo.grad_sq)
+    return jnp.stack([c1, c2, c3, c_v, st.mean_sq(f, mo.grad)])
 
 
-def _closed_forms(st, group_size, batch_size, b=None):
+def _closed_forms(st, group_size, batch_size, b=None, form=None):
+    """``(mse, pieces)`` of ``form`` (leave-one-out by default) at (G, B)."""
+    form = LeaveOneOut() if form is None else form
     b = jnp.zeros(st.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
-    return _closed_forms_jit(st, jnp.float64(group_size), jnp.float64(batch_size), b)
+    return _closed_forms_jit(st, jnp.float64(group_size), jnp.float64(batch_size), b, form)
 
 
 @float64
-def exact_mse_closed_form(problem, kind: str, group_size: int, batch_size: int = 1,
+def exact_mse_closed_form(problem, estimator, group_size: int, batch_size: int = 1,
                           b=None) -> float:
     """Closed-form minibatch MSE (jit-compiled; see :func:`minibatch_mse` for the formula).
 
     Args:
         problem: a policy, a :class:`DiscreteProblem` or a score structure.
-        kind: ``"prompt_baseline"``, ``"loo"`` or ``"mean"``.
-        group_size: G; batch_size: B; b: the prompt baseline (P,) for ``"prompt_baseline"``.
+        estimator: an estimator with a closed form (registry name or ``Estimator``) or a
+            :class:`~grpo_theory.core.closed_forms.ClosedForm`.
+        group_size: G; batch_size: B; b: the prompt baseline (P,) for a prompt-baseline form
+            given directly (an estimator's own baseline is used otherwise).
 
     Returns:
         The exact minibatch MSE (float).
     """
-    if kind in ("loo", "mean") and group_size < 2:
+    form = _form(estimator)
+    if form.pair_term and group_size < 2:
         raise ValueError(f"group_size must be >= 2 for a leave-one-out/mean baseline, got {group_size}")
-    if kind not in ("prompt_baseline", "loo", "mean"):
-        raise ValueError(f"kind must be 'prompt_baseline', 'loo' or 'mean', got {kind!r}")
     st = as_structure(problem)
-    # G and B are traced (float64): one compile per structure shape for every kind, G and B
-    mses, _ = _closed_forms(st, group_size, batch_size, b)
-    return float(mses[_KINDS.index(kind)])
+    if b is None and not isinstance(estimator, ClosedForm):
+        b = _baseline(st, estimator)
+    # G and B are traced (float64): one compile per structure shape and form for every G and B
+    mse, _ = _closed_forms(st, group_size, batch_size, b, form)
+    return float(mse)
 
 
 @float64
-def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int = 1) -> float:
+def leading_order_mse(problem, estimator, group_size: int, batch_size: int = 1) -> float:
     """The paper's leading-order MSE (Theorem 2 for grpo/oracle, Proposition 3 for vanilla).
 
-    ``(c1 + c2/G)/B`` for ``grpo`` and ``oracle`` (the O(G^-2) remainder of eq. 7 dropped) and
-    ``(c1 + E_X[E||s||^2 Z^2 - ||g(X)||^2]/G)/B`` for ``vanilla`` (exact for vanilla).
+    The estimator's :meth:`~grpo_theory.core.closed_forms.ClosedForm.leading_order_weights` over
+    the exact pieces: ``(c1 + c2/G)/B`` for ``grpo`` and ``oracle`` (the O(G^-2) remainder of
+    eq. 7 dropped) and ``(c1 + E_X[E||s||^2 Z^2 - ||g(X)||^2]/G)/B`` for ``vanilla`` (exact).
 
     Args:
         problem: a policy, a :class:`DiscreteProblem` or a score structure.
-        estimator: ``"grpo"``, ``"rloo"``, ``"oracle"`` or ``"vanilla"``.
+        estimator: a registry name or an ``Estimator`` whose closed form has leading-order
+            weights (``"grpo"``, ``"rloo"``, ``"oracle"``, ``"vanilla"`` among the built-ins).
         group_size: G; batch_size: B.
 
     Returns:
@@ -384,18 +431,13 @@ def leading_order_mse(problem, estimator: str, group_size: int, batch_size: int 
     """
     group_size = V.positive_int("group_size", group_size)
     batch_size = V.positive_int("batch_size", batch_size)
-    if not isinstance(estimator, str) or estimator not in ("grpo", "rloo", "oracle", "vanilla"):
-        raise ValueError(
-            f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
+    if isinstance(estimator, ClosedForm):
+        raise ValueError(f"estimator must be a registry name or an Estimator, got {estimator!r}")
+    form = _form(estimator)
+    w = np.asarray(form.leading_order_weights(batch_size, group_size), dtype=np.float64)
     st = as_structure(problem)
-    mo = prompt_moments(st)
-    f = st.prompt_probs
-    c1 = float(st.spread(f, mo.grad))
-    if estimator in ("grpo", "rloo", "oracle"):
-        return (c1 + float(f @ mo.tr_sigma_oracle) / group_size) / batch_size
-    if estimator == "vanilla":
-        return (c1 + float(f @ (mo.score_sq_z - mo.grad_sq)) / group_size) / batch_size
-    raise ValueError(f"estimator must be 'grpo', 'rloo', 'oracle' or 'vanilla', got {estimator!r}")
+    pieces = np.asarray(_pieces(st, prompt_moments(st)), dtype=np.float64)
+    return float(w @ pieces)
 
 
 @float64

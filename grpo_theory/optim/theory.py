@@ -40,6 +40,7 @@ import numpy as np
 import scipy.optimize
 
 from .. import _validation as V
+from ..core.closed_forms import closed_form_of
 from ..core.estimators import Estimator, PromptContext, get_estimator
 from ..core.policy import GradientProblem
 from .chi2_mixture import (chi2_weights, lyapunov_covariance, mixture_cdf, mixture_quantile,
@@ -56,9 +57,6 @@ __all__ = [
     "asymptotic_prediction", "chi2_weights", "mixture_cdf", "mixture_quantile",
     "sample_mixture",
 ]
-
-_EXACT = ("vanilla", "oracle", "optimal", "baseline", "grpo")
-
 
 class _GaussianBanditFields(NamedTuple):
     prompt_probs: jnp.ndarray  # (P,) f(x)
@@ -223,51 +221,57 @@ def problem_constants(problem: GaussianBandit, tol: float = 1e-10) -> Constants:
 # --- exact covariance of the gradient estimate -------------------------------------------------
 
 
-def _estimator_kind(est: Estimator) -> str:
-    if est.exact == "loo":
-        return "grpo"
-    if est.exact == "prompt_baseline":
-        if est.name in ("vanilla", "oracle", "optimal"):
-            return est.name
-        if "b" in est.params:
-            return "baseline"
-    raise ValueError(
-        f"estimator must be one of {list(_EXACT)} (unbiased, with an exact covariance here), "
-        f"got {est.name!r}")
+def _unbiased_form(est: Estimator):
+    """The estimator's closed form, which must be unbiased (every formula here assumes it)."""
+    form = closed_form_of(est, "exact covariance (an unbiased ClosedForm)")
+    if not form.unbiased:
+        raise ValueError(f"estimator {est.name!r} is biased: the exact covariance here needs an "
+                         "unbiased estimator (its ClosedForm.unbiased)")
+    return form
 
 
-def _per_prompt_covariance(problem: GaussianBandit, theta, kind: str, group_size: int, b=None):
-    """Cov(ghat_x | x) of one prompt's group estimate, shape (P, d, d)."""
-    s2 = problem.sigma**2
-    h, tau2 = problem.curvature, problem.noise_std**2
-    delta = problem.deltas(theta)
-    phi = problem.features
-    pp = jnp.einsum("pi,pj->pij", phi, phi)
-    gx = problem.prompt_gradients(theta)
-    gg = jnp.einsum("pi,pj->pij", gx, gx)
-    ue2 = h**2 * (2.5 * s2**3 + 3.0 * delta**2 * s2**2) + tau2 * s2  # E[u^2 e^2 | x]
-    if kind == "grpo":
-        var_z = h**2 * (0.5 * s2**2 + delta**2 * s2) + tau2
-        oracle = (ue2 / s2**2)[:, None, None] * pp - gg
-        second = (var_z / s2)[:, None, None] * pp + gg
-        return oracle / group_size + second / (group_size * (group_size - 1))
-    vals = problem.values(theta)
-    d = {"vanilla": vals, "oracle": jnp.zeros_like(vals),
-         "optimal": h * s2, "baseline": vals - (b if b is not None else 0.0)}[kind]
-    m2 = (ue2 - 2.0 * d * h * s2**2 + d**2 * s2) / s2**2  # E[u^2 (Z - b)^2] / sigma^4
-    return (m2[:, None, None] * pp - gg) / group_size
+class _GaussianRoute:
+    """The Gaussian bandit's route of :meth:`~grpo_theory.core.ClosedForm.moments`: per-prompt
+    mean ``g(x)`` (P, d) and covariance ``Cov(ghat_x | x)`` (P, d, d) of one G-group."""
+
+    def __init__(self, problem: GaussianBandit, theta):
+        self.problem, self.theta = problem, theta
+        s2 = self.s2 = problem.sigma**2
+        h, tau2 = self.h, self.tau2 = problem.curvature, problem.noise_std**2
+        delta = self.delta = problem.deltas(theta)
+        phi = problem.features
+        self.pp = jnp.einsum("pi,pj->pij", phi, phi)
+        gx = self.gx = problem.prompt_gradients(theta)
+        self.gg = jnp.einsum("pi,pj->pij", gx, gx)
+        self.ue2 = h**2 * (2.5 * s2**3 + 3.0 * delta**2 * s2**2) + tau2 * s2  # E[u^2 e^2 | x]
+
+    def leave_one_out(self, group_size):
+        """``Sigma_or/G + (S Var(Z|x) + g g^T)/(G(G-1))`` (Lemma 1, matrix form of Theorem 2)."""
+        h, s2 = self.h, self.s2
+        var_z = h**2 * (0.5 * s2**2 + self.delta**2 * s2) + self.tau2
+        oracle = (self.ue2 / s2**2)[:, None, None] * self.pp - self.gg
+        second = (var_z / s2)[:, None, None] * self.pp + self.gg
+        return self.gx, oracle / group_size + second / (group_size * (group_size - 1))
+
+    def prompt_baseline(self, b, group_size):
+        """``Cov[s (Z - b)|x] / G`` with ``E[u^2 (Z - b)^2] / sigma^4`` in closed form."""
+        h, s2 = self.h, self.s2
+        d = self.problem.values(self.theta) - b
+        m2 = (self.ue2 - 2.0 * d * h * s2**2 + d**2 * s2) / s2**2  # E[u^2 (Z - b)^2] / sigma^4
+        return self.gx, (m2[:, None, None] * self.pp - self.gg) / group_size
 
 
 @partial(jax.jit, static_argnames=("est",))
 def _gamma(problem, theta, est, group_size, batch_size):
-    kind = _estimator_kind(est)
-    b = est.params.get("b") if kind == "baseline" else None
+    form = _unbiased_form(est)
+    b = form.baseline(lambda: problem.values(theta), lambda: problem.optimal_baselines(theta),
+                      est)
     f = problem.prompt_probs
     gx = problem.prompt_gradients(theta)
     gbar = f @ gx
     between = jnp.einsum("p,pi,pj->ij", f, gx, gx) - jnp.outer(gbar, gbar)
-    within = jnp.einsum("p,pij->ij", f,
-                        _per_prompt_covariance(problem, theta, kind, group_size, b))
+    _, cov = form.moments(_GaussianRoute(problem, theta), group_size, b)
+    within = jnp.einsum("p,pij->ij", f, cov)
     return (between + within) / batch_size
 
 
@@ -283,7 +287,7 @@ def gradient_covariance(problem: GaussianBandit, theta, estimator, group_size: i
     ``tr Gamma``.
     """
     est = get_estimator(estimator)
-    _estimator_kind(est)
+    _unbiased_form(est)
     V.group_run(est, group_size, batch_size)
     theta = jnp.asarray(V.finite_array("theta", theta, ndim=1))
     if theta.shape[0] != problem.dim:
@@ -316,7 +320,7 @@ def sup_mse(problem: GaussianBandit, estimator, group_size: int, batch_size: int
     times ``n_radii`` radii, then polished with a bounded local optimiser.
     """
     est = get_estimator(estimator)
-    _estimator_kind(est)
+    _unbiased_form(est)
     V.group_run(est, group_size, batch_size)
     gap_max = float(gap_max)
     if not (np.isfinite(gap_max) and gap_max >= 0):

@@ -88,7 +88,7 @@ def test_grpo_kernel_hoeffding_projection_and_variance():
         single = gt.DiscreteProblem(jnp.array([1.0]), p.probs[x:x + 1], p.scores[x:x + 1],
                                     p.reward_means[x:x + 1])
         for G in (2, 3, 7):
-            _, var = prompt_mean_and_variance(single, "loo", G)
+            _, var = prompt_mean_and_variance(single, "grpo", G)
             np.testing.assert_allclose(res.variance(G), float(var[0]), rtol=1e-11)
 
 
