@@ -22,6 +22,7 @@ prompts drawn from the file, hence (:func:`.estimate.estimate_scaling_constants`
 from __future__ import annotations
 
 import csv
+import inspect
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from ..core.stats import ResultMixin
 from ..lm.loading import PACKAGE_MODELS, load_policy
 from ..lm.memory import out_of_memory_as_value_error
 from ..lm.options import ModelOptions
-from ..lm.task import reward_text
+from ..lm.task import integer_answer as _integer, reward_answer_text, reward_text
 from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
 from .pieces import t_quantile
 from .reward_spec import import_reward
@@ -103,19 +104,19 @@ def read_prompts(path, integer_answers: bool = False) -> list[dict]:
     return out
 
 
+#: the largest |reward| the advisor takes: squared rewards times squared score norms, summed
+#: over pairs, stay inside float64 (a rescaled reward leaves G* unchanged)
+MAX_REWARD = 1e150
+
+
 def integer_answer(answer, where: str) -> int:
     """``answer`` as an int (an int, an integral float, a string of an integer), else a
-    ``ValueError`` naming ``where``."""
-    if isinstance(answer, bool):
-        pass
-    elif isinstance(answer, int):
-        return answer
-    elif isinstance(answer, float) and math.isfinite(answer) and answer.is_integer():
-        return int(answer)
-    elif isinstance(answer, str) and answer.strip().lstrip("+-").isdigit():
-        return int(answer.strip())
-    raise ValueError(f"{where}: 'answer' must be an integer for the default integer-answer "
-                     f"reward, got {answer!r} (give --reward for other answers)")
+    ``ValueError`` naming ``where`` (``7.9`` is refused, not truncated)."""
+    try:
+        return _integer(answer)
+    except ValueError:
+        raise ValueError(f"{where}: 'answer' must be an integer for the integer-answer "
+                         f"reward, got {answer!r} (give --reward for other answers)") from None
 
 
 def write_prompts(path, questions) -> Path:
@@ -133,10 +134,11 @@ def exact_answer_reward(text, answer) -> float:
     """The answer-only format's reward: 1 iff ``text`` is the canonical integer (no sign ``+``,
     no leading zeros), so the correct response is unique and ``V(x) = pi(y*|x)``
     (:func:`grpo_theory.lm.task.reward_exact_tokens` on text)."""
-    try:
-        return 1.0 if text == str(int(answer)) else 0.0
-    except (TypeError, ValueError):
-        return 0.0
+    return 1.0 if text == str(_integer(answer)) else 0.0
+
+
+#: the package's rewards of an integer answer (a prompts file's answers checked for them)
+INTEGER_REWARDS = (reward_text, reward_answer_text, exact_answer_reward)
 
 
 def load_reward(spec=None):
@@ -153,9 +155,29 @@ def load_reward(spec=None):
     """
     if spec is None:
         return reward_text
-    if callable(spec):
-        return spec
-    return import_reward(spec)
+    fn = spec if callable(spec) else import_reward(spec)
+    _check_arity(fn, spec)
+    return fn
+
+
+def _check_arity(fn, spec) -> None:
+    """Refuse a reward that cannot be called as ``reward(text, answer)``."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: called as it is
+        return
+    try:
+        sig.bind("text", "answer")
+    except TypeError as e:
+        name = spec if isinstance(spec, str) else getattr(fn, "__name__", repr(fn))
+        raise ValueError(f"reward {name!r} must take two arguments (text, answer), its "
+                         f"signature is {name.split(':')[-1]}{sig} ({e})") from None
+
+
+def _integer_answers(reward_fn) -> bool:
+    """Whether the reward compares the response with an integer answer (the package's
+    integer-answer rewards): then every prompt's answer must be an integer."""
+    return reward_fn is None or any(reward_fn is f for f in INTEGER_REWARDS)
 
 
 # --- the result -----------------------------------------------------------------------------------
@@ -474,16 +496,16 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
         raise ValueError("budgets and group_sizes must be non-empty")
     if fmt not in ("answer", "trace"):
         raise ValueError(f"fmt must be 'answer' or 'trace', got {fmt!r}")
+    reward_fn = None if reward is None else load_reward(reward)  # fails before loading
     if isinstance(prompts, (str, os.PathLike)):
-        rows = read_prompts(prompts, integer_answers=reward is None)
+        rows = read_prompts(prompts, integer_answers=_integer_answers(reward_fn))
     else:
         rows = list(prompts)
-        if reward is None:
+        if _integer_answers(reward_fn):
             rows = [dict(r, answer=integer_answer(r["answer"], f"prompts[{i}]"))
                     for i, r in enumerate(rows)]
     if not rows:
         raise ValueError("prompts must be non-empty")
-    reward_fn = None if reward is None else load_reward(reward)  # fails before loading
     if options is None:
         options = ModelOptions(memory_budget=memory_budget, chunk=chunk, dtype=dtype,
                                pad_id=pad_id)
@@ -518,6 +540,11 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
                 out[i] = float(val)
             except (TypeError, ValueError):
                 raise ValueError(f"reward must return a number, got {val!r}") from None
+            if not abs(out[i]) <= MAX_REWARD:
+                raise ValueError(f"reward returned {val!r} for prompt {r}: rewards must be "
+                                 f"finite with |r| <= {MAX_REWARD:g} (the advisor's constants "
+                                 f"are products of squared rewards, beyond float64 past that); "
+                                 f"rescale the reward (G* does not change)")
         return out
 
     if progress:

@@ -29,14 +29,21 @@ def allowed_group_sizes(rows: int, min_group_size: int = MIN_SAMPLES,
     [3, 4, 6, 8]
     """
     rows = V.positive_int("rows", rows)
-    top = rows if max_group_size is None else int(max_group_size)
-    out = [g for g in range(max(2, int(min_group_size)), top + 1)
-           if rows % g == 0 and rows // g >= min_prompts]
+    lo = V.integer("min_group_size", min_group_size, 2)
+    top = rows if max_group_size is None else V.integer("max_group_size", max_group_size, lo)
+    min_prompts = V.integer("min_prompts", min_prompts, 1)
+    out = [g for g in _divisors(rows) if lo <= g <= top and rows // g >= min_prompts]
     if not out:
         raise ValueError(f"no group size fits a generation batch of {rows} rows with "
                          f"min_group_size {min_group_size}, max_group_size {max_group_size} and "
                          f">= {min_prompts} prompts; raise per_device_train_batch_size")
     return out
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (``O(sqrt n)`` steps, not ``n``)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def propose_group_size(current: int, record: dict, allowed, min_change: float = 1.25) -> int:
@@ -62,11 +69,25 @@ def propose_group_size(current: int, record: dict, allowed, min_change: float = 
     >>> propose_group_size(3, unresolved, [3, 4, 6, 8, 12, 16, 24])   # G < 5.2 is excluded
     6
     """
-    rec = float(record["recommended_G"])
-    lo, hi = float(record["g_star_low"]), float(record["g_star_high"])
+    current = V.integer("current", current, 1)
+    min_change = V.real_scalar("min_change", min_change, minimum=1.0)
+    try:
+        allowed = sorted(V.integer("allowed", g, 1) for g in allowed)
+    except TypeError:
+        raise ValueError(f"allowed must be a list of group sizes, got {allowed!r}") from None
+    if not allowed:
+        raise ValueError("allowed must hold at least one group size, got none")
+    vals = {}
+    for k in ("recommended_G", "g_star_low", "g_star_high"):
+        if k not in record:
+            raise ValueError(f"record lacks {k!r} (a GroupSizeAdvisor.history entry)")
+        try:
+            vals[k] = float(record[k])
+        except (TypeError, ValueError):
+            raise ValueError(f"record[{k!r}] must be a number, got {record[k]!r}") from None
+    rec, lo, hi = vals["recommended_G"], vals["g_star_low"], vals["g_star_high"]
     if lo <= current <= hi or math.isnan(lo) or math.isnan(hi):
         return int(current)
-    allowed = sorted(int(g) for g in allowed)
     if math.isfinite(rec) and rec >= 1:
         target = min(allowed, key=lambda g: (abs(math.log(g / rec)), g))
     elif current < lo:  # no point estimate (c1 not resolved above 0): the end nearest

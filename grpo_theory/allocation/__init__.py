@@ -13,8 +13,9 @@ from .auditor import NORMALISERS, audit, check_estimator
 from .dp import PromptMoments, answer_agreement_moments, count_moments
 from .reference import EnumeratedAudit, MonteCarloAudit, enumerate_rule, monte_carlo
 from .result import AllocationAudit
-from .rules import (FixedSize, PerPromptSize, Rule, available_rules, fixed, get_rule,
-                    pass_rate_allocation, per_prompt, register_rule)
+from .rules import (FixedSize, PassRateRule, PerPromptSize, Rule, available_rules, fixed,
+                    get_rule, pass_rate_allocation, pass_rate_rule, per_prompt, register_rule)
+from .steps import Draw, Sampler, Step, loo_weights
 from .adaptive import (ConformalStopping, DynamicSampling, MaxVarianceSubset,
                        SuccessiveElimination, balanced_elimination, conformal_stopping,
                        dynamic_sampling, max_variance_subset, successive_elimination)
@@ -26,16 +27,17 @@ __all__ = ["NORMALISERS", "audit", "check_estimator", "AllocationAudit", "Prompt
            "register_rule", "fixed", "per_prompt", "pass_rate_allocation", "dynamic_sampling",
            "conformal_stopping", "max_variance_subset", "successive_elimination",
            "balanced_elimination", "EnumeratedAudit", "enumerate_rule", "MonteCarloAudit",
-           "monte_carlo"]
+           "monte_carlo", "PassRateRule", "pass_rate_rule", "Draw", "Sampler", "Step",
+           "loo_weights"]
 
 # the MSE-optimal unbiased allocation (greedy marginal allocation of per-prompt constants)
-from .optimal import (Allocation, PlugInResult, PromptConstants, estimated_constants,  # noqa: E402
-                      greedy_allocation, optimal_allocation, plug_in_mse, prompt_constants,
-                      uniform_allocation)
+from .optimal import (Allocation, OptimalAllocation, PlugInResult, PromptConstants,  # noqa: E402
+                      estimated_constants, greedy_allocation, optimal_allocation, optimal_rule,
+                      plug_in_mse, prompt_constants, uniform_allocation)
 
 __all__ += ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
             "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
-            "PlugInResult"]
+            "PlugInResult", "OptimalAllocation", "optimal_rule"]
 
 # the same greedy step in JAX, for training loops (jit-able)
 from .greedy import mse_gains, sizes_from_gains, unique_answer_constants  # noqa: E402

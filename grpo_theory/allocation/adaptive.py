@@ -33,6 +33,12 @@ class DynamicSampling(Rule):
     def horizon(self) -> int:
         return self.group_size
 
+    def training_rounds(self) -> int:
+        if self.max_rounds is None:
+            raise ValueError(f"rule {self.name!r} needs max_rounds for a training step (its "
+                             "rounds are drawn at once): dynamic_sampling(G, max_rounds=R)")
+        return self.max_rounds
+
     def decide(self, t, n1):
         G = self.group_size
         stop = np.full((1, t + 1), t == G)
@@ -57,10 +63,41 @@ class DynamicSampling(Rule):
         return float(binom.cdf(batch_size - 1, self.max_rounds * batch_size, a))
 
     def batch_rollouts(self, prompt_probs, rollouts, accept, batch_size):
-        """``G B E[R | R <= cap]`` with R the generation rounds (:meth:`rounds_pmf`)."""
+        """``G B E[R | R <= cap]`` with R the generation rounds (:meth:`rounds_pmf`); without
+        a cap ``G B E[R]`` with ``E[R] = sum_{r >= 0} P(Binomial(r B, a) < B)``, summed until
+        the tail is below 1e-12 of the sum (never truncated: a sum that has not converged by
+        :data:`UNCAPPED_ROUNDS` rounds is a ``ValueError``)."""
         cap = self.max_rounds if self.max_rounds is not None else 10_000
         r, pmf = self.rounds_pmf(prompt_probs, accept, batch_size, cap)
+        mass = float(pmf.sum())
+        if self.max_rounds is None and not mass >= 1.0 - 1e-12:
+            return float(self.group_size * batch_size
+                         * _expected_rounds(float(np.dot(prompt_probs, accept)), batch_size,
+                                            self.name))
         return float(self.group_size * batch_size * np.dot(r, pmf) / pmf.sum())
+
+
+#: the uncapped dynamic-sampling audit's bound on the rounds summed for E[R]
+UNCAPPED_ROUNDS = 10_000_000
+
+
+def _expected_rounds(a: float, B: int, name: str) -> float:
+    """``E[R] = sum_{r >= 0} P(Binomial(r B, a) <= B - 1)``, in blocks until the tail is below
+    1e-12 of the sum (bounded by :data:`UNCAPPED_ROUNDS`)."""
+    if not a > 0:
+        raise ValueError(f"rule {name!r}: every group is dropped with probability 1, so the "
+                         "batch is never filled")
+    total, start, block = 0.0, 0, 100_000
+    while start < UNCAPPED_ROUNDS:
+        r = np.arange(start, start + block)
+        terms = binom.cdf(B - 1, r * B, a)
+        total += float(terms.sum())
+        if terms[-1] <= 1e-12 * a * total:  # the tail is about terms[-1] / a
+            return total
+        start += block
+    raise ValueError(f"rule {name!r}: the expected rounds of an uncapped refill do not "
+                     f"converge within {UNCAPPED_ROUNDS} rounds (acceptance {a:.3g}); give "
+                     "max_rounds")
 
 
 # --- C-GRPO conformal stopping -------------------------------------------------------------------
@@ -89,6 +126,14 @@ class ConformalStopping(Rule):
             resolved = np.maximum(n1, t - n1) / t >= q
         stop = (t == self.grid[-1]) | ((t in self.grid) & resolved)
         return stop[None, :], n1[None, :], (t - n1)[None, :]
+
+    def step(self, key, sampler, batch_size, state):
+        if self.agree == "reward":
+            return super().step(key, sampler, batch_size, state)
+        from .steps import conformal_answer_sizes, sizes_step
+
+        return sizes_step(lambda d, s: (conformal_answer_sizes(d.same, self.grid), s), key,
+                          sampler, batch_size, self.horizon(), state)
 
     def prompt_moments(self, structure, estimator, normaliser):
         if self.agree == "reward":

@@ -53,6 +53,7 @@ import dataclasses
 import heapq
 from dataclasses import dataclass
 
+import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
@@ -62,12 +63,12 @@ from ..core.exact import exact_prompt_mse
 from ..core.gram import as_structure
 from ..core.scaling import ScalingConstants, scaling_constants
 from ..core.stats import Estimate, estimate_mean
+from .rules import Rule, per_prompt
 
 __all__ = ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
            "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
-           "PlugInResult"]
+           "PlugInResult", "OptimalAllocation", "optimal_rule"]
 
-#: estimators' ``exact`` kinds whose per-prompt estimate is unbiased for g(x)
 
 
 @dataclass(frozen=True)
@@ -386,6 +387,68 @@ def greedy_allocation(a, b, total: int, min_group_size: int = 2) -> np.ndarray:
         G[i] += 1
         heapq.heappush(heap, (-float(_gain(a[i], b[i], float(G[i]))), i))
     return G
+
+
+@dataclass(frozen=True)
+class OptimalAllocation(Rule):
+    """The MSE-optimal unbiased allocation as a rollout rule, ``rollouts`` a prompt on average.
+
+    In a training step the B prompts of the batch share ``rollouts B`` responses in sizes
+    ``[2, max_group]`` that minimise ``sum_b a_b/G_b + b_b/(G_b (G_b - 1))``, with ``(a_b, b_b)``
+    from the loop's sampler (:meth:`~grpo_theory.allocation.steps.Sampler.mse_constants`, which
+    may read the sampler's state; :meth:`~grpo_theory.allocation.steps.Sampler.observe` updates
+    it after the step). The exact audit allocates ``rollouts P`` over the problem's P prompts
+    with their exact constants (:func:`prompt_constants`). No current sample decides a size: the
+    leave-one-out estimate stays unbiased per prompt.
+    """
+
+    rollouts: int = 4
+    max_group: int = 16
+    reads_state = True
+
+    def horizon(self) -> int:
+        return self.max_group
+
+    def decide(self, t, n1):
+        raise ValueError(f"rule {self.name!r} decides from the prompts' constants before "
+                         "sampling, not from counts: its exact route is per_prompt(sizes)")
+
+    def sizes(self, a, b, budget: int) -> np.ndarray:
+        """Sizes (n,) in ``[2, max_group]`` summing to ``budget`` for constants ``a, b``."""
+        from .steps import optimal_sizes
+
+        return np.asarray(optimal_sizes(jnp.asarray(a, jnp.float64), jnp.asarray(b, jnp.float64),
+                                        int(budget), self.max_group))
+
+    def prompt_moments(self, structure, estimator, normaliser: str):
+        c = prompt_constants(structure, estimator)
+        sizes = self.sizes(c.a, c.b, self.rollouts * c.n_prompts)
+        return per_prompt(sizes).prompt_moments(structure, estimator, normaliser)
+
+    def step(self, key, sampler, batch_size, state):
+        from .steps import Step, mask_from_sizes, optimal_sizes
+
+        W = self.max_group
+        d = sampler.draw(key, batch_size, W)
+        a, b = sampler.mse_constants(d.x, state)
+        n = optimal_sizes(a, b, self.rollouts * batch_size, W)
+        mask = mask_from_sizes(n, W, d.z.dtype)
+        return Step(d, mask, jnp.sum(n), sampler.observe(state, d, mask))
+
+
+def optimal_rule(rollouts: int = 4, max_group: int = 16) -> OptimalAllocation:
+    """An :class:`OptimalAllocation` rule.
+
+    Args:
+        rollouts: m >= 2, the responses a prompt on average.
+        max_group: the largest group, ``>= rollouts``.
+
+    Returns:
+        The rule, named ``"optimal(m=..,max=..)"``.
+    """
+    m = V.integer("rollouts", rollouts, 2)
+    hi = V.integer("max_group", max_group, m)
+    return OptimalAllocation(f"optimal(m={m},max={hi})", m, hi)
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,11 @@ class MonteCarloAudit(ResultMixin):
         return names, vals, ses, None
 
 
+#: the Monte Carlo audit's bound on drawn prompts: MAX_DRAWS_PER_SLOT per batch slot plus
+#: MAX_DRAWS_EMPTY (an acceptance below about 1e-3 is refused rather than sampled for ever)
+MAX_DRAWS_PER_SLOT, MAX_DRAWS_EMPTY = 1000, 1_000_000
+
+
 @float64
 def monte_carlo(problem, rule, estimator="grpo", n_batches: int = 20_000, batch_size: int = 1,
                 normaliser: str = "group", seed: int = 0) -> MonteCarloAudit:
@@ -151,6 +156,8 @@ def monte_carlo(problem, rule, estimator="grpo", n_batches: int = 20_000, batch_
     Prompts are drawn from f; a rule that refills dropped groups (:attr:`Rule.refills`) draws
     prompts until each batch holds B kept groups (rejection), and every sampled response counts
     as a rollout. The ``"token"`` normaliser divides each batch's sum by its kept responses.
+    The draws are bounded (:data:`MAX_DRAWS_PER_SLOT` prompts per slot plus
+    :data:`MAX_DRAWS_EMPTY`): a rule that drops (almost) every group is a ``ValueError``.
 
     Args:
         problem: a policy or DiscreteProblem; rule: a rule or name; estimator: name or estimator.
@@ -174,9 +181,15 @@ def monte_carlo(problem, rule, estimator="grpo", n_batches: int = 20_000, batch_
     pi = np.asarray(pb.probs)
     mu = np.asarray(pb.reward_means)
     need = R * B
-    sums, ks, slot_rollouts, slots, carry = [], [], [], 0, 0.0
+    sums, ks, slot_rollouts, slots, carry, drawn = [], [], [], 0, 0.0, 0
     while slots < need:
+        if drawn >= MAX_DRAWS_PER_SLOT * need + MAX_DRAWS_EMPTY:
+            raise ValueError(
+                f"rule {r.name!r} kept {slots} of the {need} groups (n_batches x batch_size) "
+                f"in {drawn} drawn prompts: it drops (almost) every group, so the batch is "
+                f"never filled (the exact audit refuses a rule that drops every group)")
         n = max(2 * (need - slots), 1024) if r.refills else need
+        drawn += n
         x = rng.choice(pb.n_prompts, size=n, p=f / f.sum())
         cum = np.cumsum(pi[x], axis=1)
         y = np.minimum((rng.random((n, H))[:, :, None] > cum[:, None, :]).sum(-1),

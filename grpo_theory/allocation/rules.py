@@ -40,9 +40,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validation as V
+from .greedy import knapsack_value
 
 __all__ = ["Rule", "FixedSize", "PerPromptSize", "fixed", "per_prompt", "pass_rate_allocation",
-           "knapsack_value",
+           "PassRateRule", "pass_rate_rule",
            "register_rule", "get_rule", "available_rules"]
 
 
@@ -54,6 +55,8 @@ class Rule:
     name: str
     #: whether a dropped (empty) group is replaced by another prompt's (the batch is refilled)
     refills = False
+    #: whether a training step reads and updates the sampler's state (a plug-in carried over)
+    reads_state = False
 
     def horizon(self) -> int:  # pragma: no cover - abstract
         """The largest number of responses the rule can sample for one prompt."""
@@ -76,6 +79,30 @@ class Rule:
 
     def check_problem(self, n_prompts: int) -> None:
         """``ValueError`` if the rule cannot serve a problem with ``n_prompts`` prompts."""
+
+    # -- the training step (jit-able; :mod:`grpo_theory.allocation.steps`)
+    def training_rounds(self) -> int:
+        """Rounds of B prompts one training step draws (1; a refilling rule's cap)."""
+        return 1
+
+    def step(self, key, sampler, batch_size: int, state):
+        """One training step: draw with the caller's ``sampler``, decide, report the spend.
+
+        By default derived from :meth:`decide` (:func:`~grpo_theory.allocation.steps.
+        count_step`); a rule that reads more than the reward counts overrides it.
+
+        Args:
+            key: a JAX key.
+            sampler: the loop's :class:`~grpo_theory.allocation.steps.Sampler`.
+            batch_size: B prompts a step (kept prompts for a refilling rule).
+            state: the sampler's state (read and updated by the rules that need it).
+
+        Returns:
+            A :class:`~grpo_theory.allocation.steps.Step` (B rows).
+        """
+        from .steps import count_step
+
+        return count_step(self, key, sampler, batch_size, state)
 
     def slot_weights(self, prompt_probs, accept):
         """The law of the prompt in one batch slot.
@@ -227,13 +254,6 @@ def _largest_remainder(share, total, minimum):
     return base + minimum
 
 
-def knapsack_value(group_size, p):
-    """Knapsack RL's value of G = ``group_size`` rollouts of a prompt of pass rate p:
-    ``(1 - p^G - (1 - p)^G) p (1 - p)^2`` (arrays broadcast)."""
-    G, p = np.asarray(group_size, float), np.asarray(p, float)
-    return (1.0 - p ** G - (1.0 - p) ** G) * p * (1.0 - p) ** 2
-
-
 def _knapsack_sizes(p, total, lo, hi):
     """argmax of ``sum_x knapsack_value(G_x, p_x)`` at ``sum G_x = total``, ``lo <= G_x <= hi``:
     the largest marginal gains, one rollout at a time (exact for concave values)."""
@@ -303,6 +323,81 @@ def pass_rate_allocation(pass_rates, budget: int, method: str = "vip", min_size:
     if max_size is not None:
         sizes = np.minimum(sizes, V.integer("max_size", max_size, lo))
     return PerPromptSize(f"pass_rate({method})", tuple(int(g) for g in sizes))
+
+
+@dataclass(frozen=True)
+class PassRateRule(Rule):
+    """Group sizes from pass rates known before sampling, ``rollouts`` a prompt on average.
+
+    ``method`` as :func:`pass_rate_allocation` (``"knapsack"``, ``"vip"``, ``"sgpo"``). In a
+    training step the B prompts of the batch share ``rollouts B`` responses, with the pass rates
+    the loop's sampler gives (:meth:`~grpo_theory.allocation.steps.Sampler.pass_rates`); the
+    exact audit allocates ``rollouts P`` over the problem's P prompts at their exact pass rates
+    (the rule with perfect predictions). The sizes use no current sample: leave-one-out stays
+    unbiased per prompt.
+    """
+
+    method: str = "knapsack"
+    rollouts: int = 4
+    max_group: int = 16
+    min_size: int = 2
+
+    def horizon(self) -> int:
+        return self.max_group
+
+    def decide(self, t, n1):
+        raise ValueError(f"rule {self.name!r} decides from pass rates before sampling, not from "
+                         "counts: its exact route is per_prompt(rule.sizes(pass_rates, budget))")
+
+    def sizes(self, pass_rates, budget: int) -> np.ndarray:
+        """The sizes (P,) of :func:`pass_rate_allocation` for ``budget`` responses."""
+        return np.asarray(pass_rate_allocation(pass_rates, budget, self.method, self.min_size,
+                                               self.max_group).sizes)
+
+    def prompt_moments(self, structure, estimator, normaliser: str):
+        p = np.clip(np.asarray(structure.values(), np.float64), 0.0, 1.0)
+        sizes = self.sizes(p, self.rollouts * p.size)
+        return per_prompt(sizes).prompt_moments(structure, estimator, normaliser)
+
+    def step(self, key, sampler, batch_size, state):
+        import jax.numpy as jnp
+
+        from .steps import knapsack_sizes, remainder_sizes, sizes_step
+
+        total, W, lo = self.rollouts * batch_size, self.max_group, self.min_size
+
+        def sizes(d, s):
+            p = sampler.pass_rates(d.x, s)
+            if self.method == "knapsack":
+                return knapsack_sizes(p, total, W, lo), s
+            share = jnp.sqrt(p * (1 - p)) if self.method == "vip" else 1.0 / jnp.maximum(p, 1e-12)
+            return remainder_sizes(share, total, lo, W), s
+
+        return sizes_step(sizes, key, sampler, batch_size, W, state)
+
+
+def pass_rate_rule(method: str = "knapsack", rollouts: int = 4, max_group: int = 16,
+                   min_size: int = 2) -> PassRateRule:
+    """A :class:`PassRateRule` (Knapsack RL, VIP or sGPO with pass rates known before sampling).
+
+    Args:
+        method: ``"knapsack"``, ``"vip"`` or ``"sgpo"``.
+        rollouts: m, the responses a prompt on average (the batch's budget is m B).
+        max_group: the largest group, ``>= rollouts`` (the training step's width).
+        min_size: the smallest group (2 for leave-one-out), ``<= rollouts``.
+
+    Returns:
+        The rule, named ``"pass_rate(<method>,m=..,max=..)"``.
+
+    >>> pass_rate_rule("knapsack", rollouts=4, max_group=8).name
+    'pass_rate(knapsack,m=4,max=8)'
+    """
+    if method not in ("vip", "sgpo", "knapsack"):
+        raise ValueError(f"method must be 'vip', 'sgpo' or 'knapsack', got {method!r}")
+    lo = V.integer("min_size", min_size, 1)
+    m = V.integer("rollouts", rollouts, lo)
+    hi = V.integer("max_group", max_group, m)
+    return PassRateRule(f"pass_rate({method},m={m},max={hi})", method, m, hi, lo)
 
 
 # --- the registry --------------------------------------------------------------------------------

@@ -27,12 +27,13 @@ import warnings
 from pathlib import Path
 
 from ..advisor.advise import FigureWarning, advise
-from ..lm.memory import HINT, is_out_of_memory, parse_memory
+from ..lm.memory import parse_memory
 from ..lm.options import PAD_EMBEDDINGS, ModelOptions
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import kind_counts_line, package_version, report_section, run_experiments
 from .store import atomic_write_text, check_out_dir
+from .study_cli import DEBUG_ENV, error_line
 
 __all__ = ["main", "write_report"]
 
@@ -69,27 +70,8 @@ def _error(msg: str, code: int = 2) -> int:
     return code
 
 
-#: set to 1 to get the traceback of a failure instead of the one-line error
-DEBUG_ENV = "GRPO_THEORY_DEBUG"
 EPILOG = (f"Every failure is one line 'grpo-theory: error: ...' with exit code 2; "
           f"{DEBUG_ENV}=1 re-raises it with its traceback (for developers).")
-
-
-def error_line(exc: BaseException) -> str:
-    """The one-line message of a failed run: the message of a ``ValueError`` / ``TypeError``
-    / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
-    (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
-    line breaks joined."""
-    if is_out_of_memory(exc):
-        msg = f"out of memory ({type(exc).__name__}): {HINT}"
-    elif isinstance(exc, (ValueError, TypeError)):
-        msg = str(exc)
-    elif isinstance(exc, OSError):
-        msg = (f"{exc.strerror}: {exc.filename!r}" if exc.strerror and exc.filename
-               else str(exc) or type(exc).__name__)
-    else:
-        msg = (f"{type(exc).__name__}: {exc} (a bug? {DEBUG_ENV}=1 shows the traceback)")
-    return " ".join(msg.split()) or type(exc).__name__
 
 
 def main(argv=None) -> int:

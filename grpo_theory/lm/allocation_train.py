@@ -50,96 +50,69 @@ import numpy as np
 import optax
 
 from .. import _validation as V
-from ..allocation.greedy import mse_gains, sizes_from_gains, unique_answer_constants
+from .. import allocation as A
+from ..allocation import Draw, Rule, Sampler, loo_weights
+from ..allocation.greedy import unique_answer_constants
 from .grpo import _optimizer, task_tokens
 from .policy import LMPolicy, seq_log_probs
 from .task import reward_exact_tokens
 
-__all__ = ["LM_RULES", "lm_rule", "rule_width", "knapsack_sizes", "train_with_rule",
-           "accuracy_at_budgets"]
+__all__ = ["LM_RULES", "lm_rule", "LMSampler", "train_with_rule", "accuracy_at_budgets"]
 
-#: the rules :func:`train_with_rule` runs (name -> the parameters its value carries)
+#: shorthands of :func:`lm_rule` (name -> the parameters its rule takes)
 LM_RULES = {"fixed": ("group_size",), "dynamic_sampling": ("group_size", "max_rounds"),
             "conformal_stopping": ("grid",), "knapsack": ("rollouts", "max_group"),
             "optimal": ("rollouts", "max_group")}
 
 
-def lm_rule(name: str, **params) -> tuple:
-    """A hashable rule value ``(name, ((key, value), ...))`` for :func:`train_with_rule`.
+def lm_rule(name: str, **params) -> Rule:
+    """The allocation package's rule for a shorthand (any :class:`~grpo_theory.allocation.Rule`
+    with a training step also goes to :func:`train_with_rule` directly).
 
     Args:
-        name: one of :data:`LM_RULES`.
+        name: one of :data:`LM_RULES`: ``fixed`` (:func:`~grpo_theory.allocation.fixed`),
+            ``dynamic_sampling`` (:func:`~grpo_theory.allocation.dynamic_sampling`),
+            ``conformal_stopping`` (on answers, ``qhat = 1``:
+            :func:`~grpo_theory.allocation.conformal_stopping`), ``knapsack``
+            (:func:`~grpo_theory.allocation.pass_rate_rule`) or ``optimal``
+            (:func:`~grpo_theory.allocation.optimal_rule`).
         **params: ``fixed``: ``group_size``; ``dynamic_sampling``: ``group_size``,
             ``max_rounds``; ``conformal_stopping``: ``grid`` (strictly increasing sizes >= 2);
             ``knapsack`` and ``optimal``: ``rollouts`` (m per prompt, an integer) and
             ``max_group`` (>= m).
 
     Returns:
-        The rule value.
+        The rule.
 
-    >>> lm_rule("conformal_stopping", grid=(2, 4, 8))
-    ('conformal_stopping', (('grid', (2, 4, 8)),))
+    >>> lm_rule("conformal_stopping", grid=(2, 4, 8)).name
+    'conformal_stopping(grid=(2, 4, 8),qhat=1,answer)'
     """
     if name not in LM_RULES:
         raise ValueError(f"rule must be one of {sorted(LM_RULES)}, got {name!r}")
     if set(params) != set(LM_RULES[name]):
         raise ValueError(f"rule {name!r} needs parameters {list(LM_RULES[name])}, "
                          f"got {sorted(params)}")
-    out = {}
-    for k, v in params.items():
-        if k == "grid":
-            g = tuple(V.integer("grid", u, 2) for u in v) if np.ndim(v) == 1 else ()
-            if not g or list(g) != sorted(set(g)):
-                raise ValueError(f"grid must be strictly increasing integers >= 2, got {v!r}")
-            out[k] = g
-        else:
-            out[k] = V.integer(k, v, 1 if k == "max_rounds" else 2)
-    if name in ("knapsack", "optimal") and out["max_group"] < out["rollouts"]:
-        raise ValueError(f"max_group must be >= rollouts={out['rollouts']}, "
-                         f"got {out['max_group']}")
-    return name, tuple(sorted(out.items()))
+    if name == "conformal_stopping":
+        g = params["grid"]
+        if np.ndim(g) != 1 or not len(g):
+            raise ValueError(f"grid must be strictly increasing integers >= 2, got {g!r}")
+        return A.conformal_stopping(tuple(V.integer("grid", u, 2) for u in g), qhat=1.0,
+                                    agree="answer")
+    p = {k: V.integer(k, v, 1 if k == "max_rounds" else 2) for k, v in params.items()}
+    if name in ("knapsack", "optimal") and p["max_group"] < p["rollouts"]:
+        raise ValueError(f"max_group must be >= rollouts={p['rollouts']}, got {p['max_group']}")
+    return {"fixed": lambda: A.fixed(p["group_size"]),
+            "dynamic_sampling": lambda: A.dynamic_sampling(p["group_size"], p["max_rounds"]),
+            "knapsack": lambda: A.pass_rate_rule("knapsack", p["rollouts"], p["max_group"]),
+            "optimal": lambda: A.optimal_rule(p["rollouts"], p["max_group"])}[name]()
 
 
-def _check_rule(rule) -> None:
-    """Refuse anything but an :func:`lm_rule` value (the jitted step reads its fields)."""
-    try:
-        ok = lm_rule(rule[0], **dict(rule[1])) == rule
-    except (TypeError, ValueError, IndexError, KeyError):
-        ok = False
-    if not ok:
-        raise ValueError(f"rule must be an lm_rule(...) value, got {rule!r}")
-
-
-def rule_width(rule: tuple) -> int:
-    """The padded group width W a rule draws per prompt (and round)."""
-    name, params = rule
-    p = dict(params)
-    return {"conformal_stopping": lambda: p["grid"][-1], "knapsack": lambda: p["max_group"],
-            "optimal": lambda: p["max_group"]}.get(name, lambda: p["group_size"])()
-
-
-def knapsack_sizes(pass_rates, total: int, width: int):
-    """Knapsack RL's sizes ``(B,)`` in ``[2, width]`` summing to ``total`` (JAX, jit-able).
-
-    The value ``v(G, p) = (1 - p^G - (1 - p)^G) p (1 - p)^2`` is concave in G, so the
-    ``total - 2B`` largest marginal gains ``v(G + 1) - v(G)``, G = 2 .. width - 1, give the
-    optimum (a stable sort breaks ties by prompt, then by G).
-
-    >>> import numpy as np
-    >>> np.asarray(knapsack_sizes(jnp.array([0.5, 0.95]), 8, 6)).tolist()
-    [6, 2]
-    """
-    p = jnp.asarray(pass_rates)
-    B = p.shape[0]
-    if width <= 2:
-        return jnp.full(B, 2, jnp.int32)
-    G = jnp.arange(2, width, dtype=p.dtype)[None, :]
-    q = p[:, None]
-
-    def v(g):
-        return (1 - q**g - (1 - q)**g) * q * (1 - q) ** 2
-
-    return sizes_from_gains(v(G + 1) - v(G), total)
+def _check_rule(rule) -> Rule:
+    """Refuse anything but a rule with a training step (the jitted step reads its fields)."""
+    if not isinstance(rule, Rule):
+        raise ValueError(f"rule must be an allocation Rule (e.g. lm_rule(...)), got {rule!r}")
+    rule.training_rounds()  # a refilling rule without its cap is refused here
+    return rule
 
 
 def _sq_norms(apply_fn, params, x, y, temperature, eos):
@@ -160,61 +133,56 @@ def _draw(sample_fn, params, key, xb, cb, width, temperature):
     return x, y, z.reshape(xb.shape[0], width)
 
 
+class LMSampler(Sampler):
+    """The transformer's :class:`~grpo_theory.allocation.Sampler`: prompts uniform over the
+    training pool, responses from the policy, the exact-answer reward.
+
+    ``pass_rates`` are the exact ``V(x) = pi(y*|x)`` by teacher forcing (the pass-rate rules as
+    they would run with perfect predictions); ``mse_constants`` are those of a prompt whose one
+    correct response is ``y*`` (:func:`~grpo_theory.allocation.unique_answer_constants`) with
+    ``E||s||^2`` replaced by the state: the previous step's mean over its prompts of the first
+    response's ``||s||^2`` (:meth:`observe`). A draw's ``y`` is ``(prompts, responses)``, each
+    ``(n, W, L)``.
+    """
+
+    def __init__(self, apply_fn, sample_fn, params, pool_x, pool_c, temperature, eos):
+        self.apply_fn, self.sample_fn, self.params = apply_fn, sample_fn, params
+        self.pool_x, self.pool_c, self.temperature, self.eos = pool_x, pool_c, temperature, eos
+
+    def draw(self, key, n, width):
+        kx, ky = jax.random.split(key)
+        idx = jax.random.randint(kx, (n,), 0, self.pool_x.shape[0])
+        x, y, z = _draw(self.sample_fn, self.params, ky, self.pool_x[idx], self.pool_c[idx],
+                        width, self.temperature)
+        yy = y.reshape(n, width, -1)
+        return Draw(idx, (x.reshape(n, width, -1), yy), z, jnp.all(yy == yy[:, :1], axis=-1))
+
+    def _teacher_forced(self, idx):
+        return jax.lax.stop_gradient(jnp.exp(seq_log_probs(
+            self.apply_fn, self.params, self.pool_x[idx], self.pool_c[idx], self.temperature,
+            self.eos)))
+
+    def pass_rates(self, idx, state):
+        return self._teacher_forced(idx)
+
+    def mse_constants(self, idx, state):
+        sq = _sq_norms(self.apply_fn, self.params, self.pool_x[idx], self.pool_c[idx],
+                       self.temperature, self.eos)
+        return unique_answer_constants(self._teacher_forced(idx), sq, state)
+
+    def observe(self, state, draw, mask):
+        first = draw.y[1][:, 0]
+        return jnp.mean(_sq_norms(self.apply_fn, self.params, self.pool_x[draw.x], first,
+                                  self.temperature, self.eos))
+
+
 def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperature, eos, s2):
     """``(x, y, z (B, W), mask (B, W), rollouts, s2)`` of one step under ``rule`` (``s2``: the
-    ``E||s||^2`` plug-in of ``optimal``, the next step's from this step's first responses)."""
-    name, prm = rule
-    p = dict(prm)
-    kx, ky = jax.random.split(key)
-    if name == "dynamic_sampling":
-        R, G = p["max_rounds"], p["group_size"]
-        idx = jax.random.randint(kx, (R * B,), 0, pool_x.shape[0])
-        x, y, z = _draw(sample_fn, params, ky, pool_x[idx], pool_c[idx], G, temperature)
-        s = jnp.sum(z, axis=1)
-        valid = (s > 0) & (s < G)
-        rank = jnp.cumsum(valid)
-        keep = valid & (rank <= B)
-        rounds = jnp.where(jnp.sum(valid) >= B, jnp.argmax(rank >= B) // B + 1, R)
-        # the kept groups first (in sampling order), then filler groups with zero mask
-        sel = jnp.argsort(jnp.where(keep, rank, B + 1 + jnp.arange(R * B)), stable=True)[:B]
-        rows = (sel[:, None] * G + jnp.arange(G)[None, :]).reshape(-1)
-        mask = jnp.broadcast_to(keep[sel][:, None], (B, G)).astype(jnp.float32)
-        return x[rows], y[rows], z[sel], mask, rounds * B * G, s2
-    W = rule_width(rule)
-    idx = jax.random.randint(kx, (B,), 0, pool_x.shape[0])
-    xb, cb = pool_x[idx], pool_c[idx]
-    if name == "knapsack":
-        v = jnp.exp(seq_log_probs(apply_fn, params, xb, cb, temperature, eos))
-        n = knapsack_sizes(jax.lax.stop_gradient(v), p["rollouts"] * B, W)
-    elif name == "optimal":
-        v = jax.lax.stop_gradient(jnp.exp(seq_log_probs(apply_fn, params, xb, cb, temperature,
-                                                        eos)))
-        a, b = unique_answer_constants(v, _sq_norms(apply_fn, params, xb, cb, temperature, eos),
-                                       s2)
-        n = sizes_from_gains(mse_gains(a, b, W), p["rollouts"] * B)
-    x, y, z = _draw(sample_fn, params, ky, xb, cb, W, temperature)
-    if name == "optimal":
-        first = y.reshape(B, W, -1)[:, 0]
-        s2 = jnp.mean(_sq_norms(apply_fn, params, xb, first, temperature, eos))
-    if name == "fixed":
-        n = jnp.full(B, p["group_size"])
-    elif name == "conformal_stopping":
-        grid = jnp.asarray(p["grid"])
-        yy = y.reshape(B, W, -1)
-        same = jnp.cumprod(jnp.all(yy == yy[:, :1], axis=-1), axis=1)  # 0..g all one response
-        agree = same[:, grid - 1] > 0
-        n = jnp.where(jnp.any(agree, axis=1), grid[jnp.argmax(agree, axis=1)], grid[-1])
-    mask = (jnp.arange(W)[None, :] < n[:, None]).astype(jnp.float32)
-    return x, y, z, mask, jnp.sum(n), s2
-
-
-def _weights(z, mask):
-    """Per-response weights ``(B W,)`` of ``sum w log pi`` whose gradient is ``ghat``."""
-    n = jnp.sum(mask, axis=1)
-    base = (jnp.sum(mask * z, axis=1)[:, None] - z) / jnp.maximum(n[:, None] - 1, 1)
-    kept = jnp.sum(n > 0)
-    w = mask * (z - base) / jnp.maximum(n, 1)[:, None] / jnp.maximum(kept, 1)
-    return w.reshape(-1), kept
+    sampler's state, the ``E||s||^2`` plug-in of the MSE-optimal rule)."""
+    sampler = LMSampler(apply_fn, sample_fn, params, pool_x, pool_c, temperature, eos)
+    st = rule.step(key, sampler, B, s2)
+    x, y = (a.reshape(-1, a.shape[-1]) for a in st.draw.y)
+    return x, y, st.draw.z, st.mask, st.rollouts, st.state
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "rule", "batch", "n_steps",
@@ -225,7 +193,8 @@ def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_
         params, opt_state, s2 = carry
         x, y, z, mask, spent, s2 = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,
                                           batch, temperature, eos, s2)
-        w, kept = _weights(z, mask)
+        w, kept = loo_weights(z, mask)
+        w = w.reshape(-1)
 
         def surrogate(q):
             return -jnp.sum(w * seq_log_probs(apply_fn, q, x, y, temperature, eos))
@@ -261,7 +230,8 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
         policy: the starting :class:`~.policy.LMPolicy` (answer-only task).
         pool: the training questions the prompts are drawn from (uniformly, with replacement).
         eval_questions: the held-out questions of the exact accuracy.
-        rule: an :func:`lm_rule` value.
+        rule: an allocation :class:`~grpo_theory.allocation.Rule` with a training step (e.g.
+            :func:`lm_rule`); its state (if it reads one) is :class:`LMSampler`'s.
         batch_size: B prompts a step (kept prompts for ``dynamic_sampling``).
         rollout_budget: run whole chunks of ``chunk_steps`` steps until the responses generated
             reach it (or ``max_steps``).
@@ -277,7 +247,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
         responses generated, the prompts kept, the mean reward of the kept responses, the
         rule's group width and B of each step.
     """
-    _check_rule(rule)
+    rule = _check_rule(rule)
     B = V.integer("batch_size", batch_size, 1)
     budget = V.integer("rollout_budget", rollout_budget, 1)
     chunk_steps = V.integer("chunk_steps", chunk_steps, 1)
@@ -295,7 +265,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     while spent < budget and steps < max_steps:
         key, k = jax.random.split(key)
         extra = 0
-        if rule[0] == "optimal" and s2 is None:
+        if rule.reads_state and s2 is None:
             key, k0 = jax.random.split(key)
             s2 = _first_s2(policy.apply_fn, policy.sample_fn, params, k0, pool_x, pool_c, B,
                            policy.temperature, policy.eos_ids)
@@ -304,10 +274,10 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
             policy.apply_fn, policy.sample_fn, opt, rule, params, opt_state, k, pool_x, pool_c,
             ex, ec, B, chunk_steps, policy.temperature, policy.eos_ids,
             0.0 if s2 is None else s2)
-        s2 = s2_out if rule[0] == "optimal" else None
+        s2 = s2_out if rule.reads_state else None
         out = [np.asarray(o, np.float64) for o in out]
         out[1][0] += extra
-        parts.append(out + [np.full(chunk_steps, rule_width(rule), float),
+        parts.append(out + [np.full(chunk_steps, rule.horizon(), float),
                             np.full(chunk_steps, B, float)])
         spent += float(out[1].sum())
         steps += chunk_steps
@@ -315,7 +285,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
             new = schedule(steps, policy.with_params(params), rule, B)
             if new is not None:
                 rule, B = new
-                _check_rule(rule)
+                rule = _check_rule(rule)
                 B = V.integer("batch_size", B, 1)
     acc, gen, kept, rew, width, bs = (np.concatenate([p[i] for p in parts]) for i in range(6))
     return dict(accuracy=np.concatenate([[acc0], acc]),

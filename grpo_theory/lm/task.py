@@ -105,13 +105,30 @@ class TextReward(Protocol):
     def __call__(self, text, answer) -> float: ...
 
 
+def integer_answer(answer) -> int:
+    """``answer`` as an int: an integer, an integral float or a string of an integer; anything
+    else (``7.9``, ``"seven"``) a ``ValueError`` naming ``answer`` (never truncated)."""
+    if isinstance(answer, (bool, np.bool_)):
+        raise ValueError(f"answer must be an integer, got {answer!r}")
+    if isinstance(answer, (int, np.integer)):
+        return int(answer)
+    if isinstance(answer, (float, np.floating)) and np.isfinite(answer) and \
+            float(answer).is_integer():
+        return int(answer)
+    if isinstance(answer, str) and answer.strip().lstrip("+-").isdigit():
+        return int(answer.strip())
+    raise ValueError(f"answer must be an integer for the integer-answer reward, got {answer!r}")
+
+
 def reward_text(text, answer: int) -> float:
-    """1.0 if the final integer of ``text`` equals ``answer`` else 0.0 (never raises)."""
+    """1.0 if the final integer of ``text`` equals ``answer`` else 0.0 (never raises for a
+    text; a non-integer ``answer``, e.g. ``7.9``, is a ``ValueError``, never truncated)."""
+    want = integer_answer(answer)
     try:
         val = parse_final_integer(text)
     except Exception:  # pragma: no cover - defensive: the reward must never raise
         return 0.0
-    return 1.0 if (val is not None and val == int(answer)) else 0.0
+    return 1.0 if (val is not None and val == want) else 0.0
 
 
 #: what may follow the final integer of a natural-language answer: whitespace, sentence
@@ -127,9 +144,10 @@ def reward_answer_text(text, answer: int) -> float:
     :func:`reward_text` is the strict rule of the package's own task (the response must end in
     the integer); a chat model's answer usually ends a sentence.
     """
+    want = integer_answer(answer)
     if not isinstance(text, str):
         return 0.0
-    return reward_text(text.rstrip(_TRAILING), answer)
+    return reward_text(text.rstrip(_TRAILING), want)
 
 
 def reward_tokens(tokens, answers, max_digits: int = 12):

@@ -9,6 +9,10 @@ import torch
 
 from grpo_theory import _validation as V
 
+#: the attribute a RolloutAllocator marks its trainer with (a GroupSizeAdvisor made later
+#: refuses that trainer: its groups have unequal sizes)
+ALLOCATOR_MARK = "_grpo_theory_rollout_allocator"
+
 #: the range ``torch.manual_seed`` accepts
 SEED_MIN, SEED_MAX = 0, 2 ** 64 - 1
 

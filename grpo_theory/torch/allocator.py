@@ -68,14 +68,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import numbers
 
 import numpy as np
 import torch
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.allocation.rules import pass_rate_allocation
+from grpo_theory.allocation import PassRateRule, pass_rate_allocation
 
+from ._checks import ALLOCATOR_MARK
 from .distributed import check_distributed, on_main
 
 __all__ = ["RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
@@ -99,6 +101,13 @@ def _ungathered():
         yield
     finally:
         grpo.gather = saved
+
+
+def _integral(g) -> bool:
+    """An integer or an integral float (``3.0``); not a bool, a string or ``2.7``."""
+    if isinstance(g, (bool, np.bool_)) or not isinstance(g, (numbers.Real, np.number)):
+        return False
+    return math.isfinite(float(g)) and float(g) == int(g)
 
 
 def prompt_key(row: dict) -> str:
@@ -157,7 +166,10 @@ class PassRateSizes(SizeRule):
     Rewards must lie in [0, 1] (a pass rate); NaN rewards are left out.
 
     Args:
-        method: ``"knapsack"``, ``"vip"`` or ``"sgpo"``.
+        method: ``"knapsack"``, ``"vip"`` or ``"sgpo"``, or the allocation package's rule
+            value (:func:`grpo_theory.allocation.pass_rate_rule`, the same rule the exact audit
+            and the JAX training loops run; the allocator's budget, width and least size
+            apply).
         prior: the pass rate of an unseen prompt, in [0, 1].
         prior_weight: w, the prior's weight in completions (>= 0).
 
@@ -169,7 +181,9 @@ class PassRateSizes(SizeRule):
     [2, 6]
     """
 
-    def __init__(self, method: str = "knapsack", prior: float = 0.5, prior_weight: float = 1.0):
+    def __init__(self, method="knapsack", prior: float = 0.5, prior_weight: float = 1.0):
+        if isinstance(method, PassRateRule):
+            method = method.method
         if method not in ("knapsack", "vip", "sgpo"):
             raise ValueError(f"method must be 'knapsack', 'vip' or 'sgpo', got {method!r}")
         self.method = method
@@ -263,12 +277,22 @@ class RolloutAllocator(TrainerCallback):
         self._mask = None
         self._rewards = None
         self._wrap(trainer)
+        trainer.__dict__[ALLOCATOR_MARK] = self  # a GroupSizeAdvisor made later refuses it
 
     @staticmethod
     def _refuse(trainer):
         from .callback import GroupSizeAdvisor
         from .scheduler import GroupSizeScheduler
 
+        for name in ("_generate_and_score_completions", "_generate_single_turn",
+                     "_calculate_rewards", "num_generations", "accelerator", "args", "use_vllm",
+                     "loss_type", "scale_rewards", "beta", "callback_handler", "reward_funcs",
+                     "eos_token_ids"):
+            if not hasattr(trainer, name):
+                raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
+                                 f"{name!r}; RolloutAllocator does not support it")
+        if trainer.__dict__.get(ALLOCATOR_MARK) is not None:
+            raise ValueError("trainer already has a RolloutAllocator (one per trainer)")
         check_distributed(trainer.accelerator, "RolloutAllocator",
                           "each process generates only its real rows, so the processes' forward "
                           "passes differ in number and shape")
@@ -384,10 +408,13 @@ class RolloutAllocator(TrainerCallback):
         W = self.width
         sizes = self.rule.sizes(prompts, self.budget, W, self.min_size)
         try:
-            sizes = [int(g) for g in sizes]
-        except (TypeError, ValueError):
+            sizes = list(sizes)
+        except TypeError:
+            sizes = None
+        if sizes is None or not all(_integral(g) for g in sizes):  # 2.7 is not truncated to 2
             raise ValueError(f"{type(self.rule).__name__}.sizes must return integers, got "
-                             f"{sizes!r}") from None
+                             f"{sizes!r}")
+        sizes = [int(g) for g in sizes]
         if (len(sizes) != self.prompts or any(not self.min_size <= g <= W for g in sizes)
                 or sum(sizes) > self.budget):
             raise ValueError(f"{type(self.rule).__name__}.sizes returned {sizes}: needs "

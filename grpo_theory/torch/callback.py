@@ -59,7 +59,7 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
 from grpo_theory.core.frameworks import preset as framework_preset
 
-from ._checks import check_causal
+from ._checks import ALLOCATOR_MARK, check_causal
 from .distributed import check_distributed, gather_rollouts, on_main
 from .estimate import estimate_from_torch_rollouts
 from .layers import check_trainable_layers
@@ -147,6 +147,9 @@ class GroupSizeAdvisor(TrainerCallback):
                 raise ValueError(f"trainer must be a trl.GRPOTrainer (TRL 1.16): it has no "
                                  f"{name!r}; this TRL version is not supported by "
                                  f"GroupSizeAdvisor")
+        if trainer.__dict__.get(ALLOCATOR_MARK) is not None:
+            raise ValueError("GroupSizeAdvisor cannot run beside the trainer's RolloutAllocator "
+                             "(its groups have unequal sizes; the advisor assumes equal ones)")
         args = trainer.args
         self.group_size = V.integer("trainer.num_generations", trainer.num_generations)
         if self.group_size < MIN_SAMPLES:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from grpo_theory import _validation as V
+
 __all__ = ["Schedule", "estimated_steps", "pool_batches"]
 
 
@@ -42,9 +44,10 @@ class Schedule:
 
     def __init__(self, gradient_accumulation_steps: int, steps_per_generation: int,
                  num_iterations: int, every: int):
-        self.A, self.S, self.I, self.every = (int(gradient_accumulation_steps),
-                                              int(steps_per_generation), int(num_iterations),
-                                              int(every))
+        self.A, self.S, self.I, self.every = (
+            V.integer("gradient_accumulation_steps", gradient_accumulation_steps, 1),
+            V.integer("steps_per_generation", steps_per_generation, 1),
+            V.integer("num_iterations", num_iterations, 1), V.integer("every", every, 1))
         P = self.S * self.I
         if P % self.A and self.A % P:
             raise ValueError(f"GroupSizeAdvisor needs steps_per_generation * num_iterations "
@@ -68,7 +71,8 @@ def estimated_steps(every: int, gradient_accumulation_steps: int, steps_per_gene
     ``max_steps`` steps: the steps ``k + 1`` that make a generation batch (k a multiple of F)
     and feed a due step (:meth:`Schedule.due`)."""
     sc = Schedule(gradient_accumulation_steps, steps_per_generation, num_iterations, every)
-    return [k + 1 for k in range(0, int(max_steps), sc.steps_fed) if sc.due(k)]
+    max_steps = V.integer("max_steps", max_steps, 0)
+    return [k + 1 for k in range(0, max_steps, sc.steps_fed) if sc.due(k)]
 
 
 def _pad(t, width, left):
@@ -90,6 +94,8 @@ def pool_batches(batches):
         (dict with ``prompt_ids``, ``prompt_mask``, ``completion_ids``, ``completion_mask``,
         the rewards (total rows,)).
     """
+    if not len(batches):
+        raise ValueError("batches must hold at least one generation batch, got none")
     if len(batches) == 1:
         return batches[0]
     P = max(out["prompt_ids"].shape[1] for out, _ in batches)

@@ -162,6 +162,13 @@ class GroupSizeScheduler(TrainerCallback):
         self.min_change = V.real_scalar("min_change", min_change, positive=True)
         if self.min_change < 1:
             raise ValueError(f"min_change must be >= 1 (a factor), got {min_change!r}")
+        from .callback import GroupSizeAdvisor
+
+        if not isinstance(advisor, GroupSizeAdvisor):
+            raise ValueError(f"advisor must be a GroupSizeAdvisor, got {type(advisor).__name__}")
+        min_group_size = V.integer("min_group_size", min_group_size, MIN_SAMPLES)
+        if max_group_size is not None:
+            max_group_size = V.integer("max_group_size", max_group_size, min_group_size)
         if advisor not in trainer.callback_handler.callbacks or advisor.trainer is not trainer:
             raise ValueError("GroupSizeScheduler needs the trainer's GroupSizeAdvisor, added "
                              "first: trainer.add_callback(advisor), then the scheduler")

@@ -36,6 +36,7 @@ skipped when present with the same configuration (resume).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,8 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory
+from grpo_theory import _validation as V
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
 from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
 
@@ -52,6 +55,9 @@ from .analysis import figure, report, summarise
 
 RULES = ("fixed", "dynamic_sampling", "conformal_stopping", "knapsack", "optimal", "fixed-8",
          "scheduled-8")
+#: train_with_rule's cap on a run's steps (a run may end there before the budget)
+MAX_STEPS = 10_000
+
 #: the arms whose step spends N = B G* responses as (B', G) with G from the allowed sizes
 FIXED_BUDGET = ("fixed-8", "scheduled-8")
 
@@ -100,12 +106,63 @@ class StudyConfig:
     def __post_init__(self):
         for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "gstar_samples", "max_rounds",
                   "knapsack_cap", "every", "sched_questions", "sched_samples"):
-            if int(getattr(self, f)) != getattr(self, f) or getattr(self, f) < 1:
-                raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
+            V.integer(f, getattr(self, f), 1)
+        if self.gstar is not None:
+            V.integer("gstar", self.gstar, 2)
+        V.real_scalar("lr", self.lr, positive=True)
+        V.real_scalar("min_change", self.min_change, minimum=1.0)
+        g = tuple(self.grid)
+        if not g or any(int(x) != x or x < 2 for x in g) or any(b <= a for a, b in zip(g, g[1:])):
+            raise ValueError(f"grid must be strictly increasing integers >= 2, got {g!r}")
         if self.warmup not in ("quick", "full"):
             raise ValueError(f"warmup must be 'quick' or 'full', got {self.warmup!r}")
-        if not all(0 < f <= 1 for f in self.fractions):
+        if not self.fractions or not all(0 < f <= 1 for f in self.fractions):
             raise ValueError(f"fractions must lie in (0, 1], got {self.fractions!r}")
+
+
+def policy_hash(policy) -> str:
+    """SHA-256 (16 hex digits) of the policy's parameters (shapes, dtypes and bytes): the
+    cells and G* of one start policy are never reused for another."""
+    import jax
+
+    h = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(policy.params):
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def read_cell(path, rule: str, seed: int, cfg_text: str, model: str, gstar: int,
+              budget: int, every: int) -> pd.DataFrame:
+    """The saved cell ``(rule, seed)`` when it is this configuration's finished run (steps
+    0, 1, .. in order, whole chunks of ``every`` steps, the last reaching ``budget`` rollouts
+    or :data:`MAX_STEPS`, this G* and start policy); else a
+    ``ValueError`` saying why (damaged, truncated, another configuration or policy)."""
+    df = C.read_csv(path, ("rule", "seed", "step", "rollouts", "accuracy", "G_star", "budget",
+                           "config", "model_sha256"))
+    if not (df["config"] == cfg_text).all():
+        raise ValueError("another configuration")
+    if not (df["model_sha256"] == model).all() or not (df["G_star"] == gstar).all():
+        raise ValueError("another start policy or G*")
+    n = len(df) - 1
+    if (n < 1 or n % every or list(df["step"]) != list(range(len(df)))
+            or not (df["rule"] == rule).all() or not (df["seed"] == seed).all()
+            or not (df["budget"] == budget).all()
+            or not (df["rollouts"].iloc[-1] >= budget or n >= MAX_STEPS)):
+        raise ValueError(f"{len(df)} rows of {rule} seed {seed} that do not reach the budget of "
+                         f"{budget} rollouts in order (truncated or damaged)")
+    if not np.isfinite(pd.to_numeric(df["accuracy"], errors="coerce")).all():
+        raise ValueError("the column 'accuracy' is not all finite numbers (damaged)")
+    return df
+
+
+def _read_gstar(path, cfg_text: str, model: str) -> dict:
+    pred = C.read_json(path, ("config", "G_exact"))
+    if pred["config"] != cfg_text or pred.get("model_sha256") != model:
+        raise ValueError("another configuration or start policy")
+    V.integer(f"{path}: the field 'G_exact'", pred["G_exact"], 2)
+    return pred
 
 
 def _warmup(cfg: StudyConfig):
@@ -137,7 +194,7 @@ def _near_8(N: int) -> int:
 
 
 def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
-    """``(rule, B)``: the :func:`~grpo_theory.lm.allocation_train.lm_rule` value of an arm at G*
+    """``(rule, B)``: the rule (:func:`~grpo_theory.lm.allocation_train.lm_rule`) of an arm at G*
     and its prompts a step."""
     if name in FIXED_BUDGET:
         G = _near_8(cfg.batch * gstar)
@@ -164,7 +221,7 @@ def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):
                                  chunk=256)
         rec = dict(recommended_G=float(est["G_exact"]) if est["c1_low"] > 0 else np.nan,
                    g_star_low=est["G_low"], g_star_high=est["G_high"])
-        G = propose_group_size(dict(rule[1])["group_size"], rec, allowed, cfg.min_change)
+        G = propose_group_size(rule.group_size, rec, allowed, cfg.min_change)
         log.append(dict(step=step, G=G, **rec))
         return lm_rule("fixed", group_size=G), N // G
 
@@ -175,7 +232,7 @@ def _changes(rule, log) -> int:
     """How many of the scheduled arm's estimates changed G (0 without a schedule)."""
     if not log:
         return 0
-    gs = [dict(rule[1])["group_size"]] + [e["G"] for e in log]
+    gs = [rule.group_size] + [e["G"] for e in log]
     return int(sum(a != b for a, b in zip(gs, gs[1:])))
 
 
@@ -229,27 +286,31 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
     pool, ev = questions(cfg)
     gpath = out / "gstar.json"
     cfg_text = json.dumps(asdict(cfg), sort_keys=True)
-    pred = json.loads(gpath.read_text()) if gpath.is_file() else {}
-    if pred.get("config") != cfg_text:
+    model = policy_hash(policy)
+    pred = C.reuse_or_recompute(gpath, lambda p: _read_gstar(p, cfg_text, model), "G*")
+    if pred is None:
         if cfg.gstar is None:
             sub = pool.subset(np.arange(min(500, cfg.n_pool)))
             pred = float64(predicted_group_size)(policy, sub, cfg.gstar_samples, seed=0)
         else:
             pred = dict(G_exact=int(cfg.gstar))
-        pred = dict(pred, config=cfg_text, seconds=round(time.time() - t0, 2))
+        pred = dict(pred, config=cfg_text, model_sha256=model,
+                    seconds=round(time.time() - t0, 2))
         atomic_write_text(gpath, json.dumps(pred, indent=1, sort_keys=True))
     gstar = int(pred["G_exact"])
+    budget = cfg.batch * gstar * cfg.steps
     todo = [(r, s) for s in range(cfg.seeds) for r in rules]
     frames = []
     for rule, seed in tqdm(todo, desc="allocation-lm runs", disable=not progress):
         path = out / "cells" / f"{rule}-seed{seed}.csv"
-        if path.is_file():
-            df = pd.read_csv(path)
-            if len(df) and (df["config"] == cfg_text).all():
-                frames.append(df)
-                continue
+        df = C.reuse_or_recompute(
+            path, lambda p: read_cell(p, rule, seed, cfg_text, model, gstar, budget, cfg.every))
+        if df is not None:
+            frames.append(df)
+            continue
         t = time.time()
         df = run_cell(policy, pool, ev, cfg, rule, seed, gstar, cfg.every)
+        df["model_sha256"] = model
         df["wall_s"] = round(time.time() - t, 2)
         atomic_write_csv(path, df)
         frames.append(df)
@@ -263,13 +324,19 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
 
 
 def main(argv=None) -> int:
-    """``python -m grpo_theory.studies.allocation_lm --out DIR [--seeds 32] [--steps 40] ...``."""
+    """``python -m grpo_theory.studies.allocation_lm --out DIR [--seeds 32] [--steps 40] ...``
+    (every failure one line, exit 2; ``GRPO_THEORY_DEBUG=1`` shows the traceback)."""
+    return C.run_main("python -m grpo_theory.studies.allocation_lm", _main, argv)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.allocation_lm",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results-full/allocation_lm")
     for f in ("seeds", "batch", "steps", "n_pool", "n_eval", "max_rounds", "every"):
-        ap.add_argument("--" + f.replace("_", "-"), type=int, default=getattr(StudyConfig, f))
-    ap.add_argument("--lr", type=float, default=StudyConfig.lr)
+        ap.add_argument("--" + f.replace("_", "-"), type=C.positive_int,
+                        default=getattr(StudyConfig, f))
+    ap.add_argument("--lr", type=C.positive_float, default=StudyConfig.lr)
     ap.add_argument("--warmup", choices=("quick", "full"), default=StudyConfig.warmup)
     a = ap.parse_args(argv)
     cfg = StudyConfig(seeds=a.seeds, batch=a.batch, steps=a.steps, n_pool=a.n_pool,

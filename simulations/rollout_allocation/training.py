@@ -8,8 +8,10 @@ leave-one-out GRPO estimate on its kept responses,
           \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) s(x_b, y_{bg}),
 
 and ``theta += lr ghat``. The loop records the exact objective J after each step and the
-rollouts generated (every generated response counts, kept or not). The rules, vectorised in
-JAX (one padded ``(B, G_max)`` draw per step; ``lax.scan`` over steps, ``vmap`` over seeds):
+rollouts generated (every generated response counts, kept or not). The rules are the allocation
+package's values with their jit-able steps (:mod:`grpo_theory.allocation.steps`), this module
+giving them the bandit's sampler (:class:`BanditSampler`; ``lax.scan`` over steps, ``vmap`` over
+seeds):
 
 * ``fixed``: ``G`` responses each (``n_b = G``).
 * ``optimal``: ``N = B m`` responses a step split over the batch by greedy marginal allocation
@@ -37,23 +39,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from grpo_theory import allocation as A
 from grpo_theory._precision import float64
-from grpo_theory.allocation.greedy import sizes_from_gains
-from grpo_theory.core.gram import ExplicitScores
-from grpo_theory.core.ustat import prompt_moments
+from grpo_theory.allocation import Draw, Sampler, loo_weights
+from grpo_theory.core import ExplicitScores, prompt_moments
 
-__all__ = ["RULES", "rule_config", "max_group", "train_rule", "gap_at_budgets"]
+__all__ = ["RULES", "rule_config", "BanditSampler", "train_rule", "gap_at_budgets"]
 
 #: the training rules of this study (name -> the parameters its config carries)
 RULES = ("fixed", "optimal", "dynamic_sampling", "conformal_stopping")
 
 
-def rule_config(name: str, **params) -> tuple:
-    """A hashable rule configuration ``(name, ((key, value), ...))``.
+def rule_config(name: str, **params) -> A.Rule:
+    """The allocation package's rule for one of this study's :data:`RULES`.
 
-    ``fixed``: ``group_size``; ``optimal``: ``rollouts`` (m per prompt, B m an integer) and
-    ``max_group``; ``dynamic_sampling``: ``group_size``, ``max_rounds``;
-    ``conformal_stopping``: ``grid`` (a tuple of increasing sizes >= 2).
+    ``fixed``: ``group_size``; ``optimal``: ``rollouts`` (m per prompt) and ``max_group``;
+    ``dynamic_sampling``: ``group_size``, ``max_rounds``; ``conformal_stopping``: ``grid`` (a
+    tuple of increasing sizes >= 2; stopping on answers, the bandit's responses).
     """
     if name not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {name!r}")
@@ -66,92 +68,53 @@ def rule_config(name: str, **params) -> tuple:
         vals = v if k == "grid" else (v,)
         if not vals or any(int(u) != u or u < (2 if k != "max_rounds" else 1) for u in vals):
             raise ValueError(f"{k} must hold integers >= 2 (max_rounds >= 1), got {v!r}")
-    if name == "conformal_stopping" and list(params["grid"]) != sorted(set(params["grid"])):
-        raise ValueError(f"grid must be strictly increasing, got {params['grid']!r}")
-    return name, tuple(sorted((k, tuple(v) if k == "grid" else int(v))
-                              for k, v in params.items()))
+    p = params
+    return {"fixed": lambda: A.fixed(p.get("group_size")),
+            "optimal": lambda: A.optimal_rule(p.get("rollouts"), p.get("max_group")),
+            "dynamic_sampling": lambda: A.dynamic_sampling(p.get("group_size"),
+                                                           p.get("max_rounds")),
+            "conformal_stopping": lambda: A.conformal_stopping(p.get("grid"), qhat=1.0,
+                                                               agree="answer")}[name]()
 
 
-def max_group(rule: tuple) -> int:
-    """The padded group width a rule draws per prompt and round."""
-    name, params = rule
-    p = dict(params)
-    if name == "conformal_stopping":
-        return int(p["grid"][-1])
-    if name == "optimal":
-        return int(p["max_group"])
-    return int(p["group_size"])
+class BanditSampler(Sampler):
+    """An enumerable problem's :class:`~grpo_theory.allocation.Sampler`: prompts ~ f, responses
+    ~ pi, Bernoulli rewards; an answer is the response itself.
 
+    ``mse_constants`` are the leave-one-out constants ``a_x = tr Sigma_or(x)``, ``b_x = E||s||^2
+    Var(Z|x) + ||g(x)||^2`` (:func:`grpo_theory.core.prompt_moments`) of the current policy with
+    the reward means estimated from the earlier steps' rewards only (the state: Laplace counts
+    ``(trials, wins)`` over (prompt, response), updated with the generated responses).
+    """
 
-def _loo(mask, y_scores, z):
-    """Per-prompt leave-one-out estimates (B, D) on the kept responses ``mask`` (B, W)."""
-    n = jnp.sum(mask, axis=1)
-    s1 = jnp.sum(mask * z, axis=1)
-    base = (s1[:, None] - z) / jnp.maximum(n[:, None] - 1, 1)
-    adv = mask * (z - base)
-    return jnp.einsum("bg,bgd->bd", adv, y_scores) / jnp.maximum(n, 1)[:, None]
+    def __init__(self, dp):
+        self.dp = dp
 
+    def draw(self, key, n, width):
+        dp = self.dp
+        kx, ky, kz = jax.random.split(key, 3)
+        x = jax.random.categorical(kx, jnp.log(dp.prompt_probs), shape=(n,))
+        y = jax.random.categorical(ky, jnp.log(dp.probs)[x][..., None, :], axis=-1,
+                                   shape=(n, width))
+        z = (jax.random.uniform(kz, (n, width)) < dp.reward_means[x[..., None], y]
+             ).astype(jnp.float64)
+        return Draw(x, y, z, y == y[:, :1])
 
-def _draw(key, dp, shape):
-    """Prompts ``x`` (shape[:-1]) ~ f, responses ~ pi and Bernoulli rewards (shape)."""
-    kx, ky, kz = jax.random.split(key, 3)
-    x = jax.random.categorical(kx, jnp.log(dp.prompt_probs), shape=shape[:-1])
-    y = jax.random.categorical(ky, jnp.log(dp.probs)[x][..., None, :], axis=-1,
-                               shape=shape)
-    z = (jax.random.uniform(kz, shape) < dp.reward_means[x[..., None], y]).astype(jnp.float64)
-    return x, y, z
+    def init_state(self):
+        return (jnp.zeros(self.dp.probs.shape), jnp.zeros(self.dp.probs.shape))
 
+    def mse_constants(self, x, state):
+        dp = self.dp
+        mu_hat = (state[1] + 1.0) / (state[0] + 2.0)
+        mo = prompt_moments(ExplicitScores(dp.prompt_probs, dp.probs, mu_hat, dp.scores))
+        return mo.tr_sigma_oracle[x], (mo.score_sq * mo.sigma2 + mo.grad_sq)[x]
 
-def _greedy_sizes(a, b, total, width):
-    """Integer sizes (B,) in [2, width] with sum ``total``: the ``total - 2B`` largest marginal
-    gains ``(a + 2b/(G-1))/(G(G+1))`` over G = 2..width-1 (greedy marginal allocation; a stable
-    sort breaks ties by prompt, then by G)."""
-    G = jnp.arange(2, width, dtype=jnp.float64)[None, :]
-    return sizes_from_gains((a[:, None] + 2.0 * b[:, None] / (G - 1)) / (G * (G + 1)), total)
-
-
-def _step_rule(rule, key, dp, B, stats):
-    """``(mask (B', W), x (B',), y, z, n_kept_prompts, rollouts, stats)`` for one step."""
-    name, params = rule
-    p = dict(params)
-    W = max_group(rule)
-    if name == "dynamic_sampling":
-        R = p["max_rounds"]
-        x, y, z = _draw(key, dp, (R * B, W))
-        s = jnp.sum(z, axis=1)
-        valid = (s > 0) & (s < W)
-        rank = jnp.cumsum(valid)
-        keep = valid & (rank <= B)
-        n_valid = jnp.sum(valid)
-        pos_b = jnp.argmax(rank >= B)  # index of the B-th valid group (if any)
-        rounds = jnp.where(n_valid >= B, pos_b // B + 1, R)
-        mask = jnp.broadcast_to(keep[:, None], (R * B, W)).astype(jnp.float64)
-        return mask, x, y, z, jnp.sum(keep), rounds * B * W, stats
-    x, y, z = _draw(key, dp, (B, W))
-    g = jnp.arange(W)[None, :]
-    if name == "fixed":
-        n = jnp.full(B, p["group_size"])
-    elif name == "optimal":
-        mu_hat = (stats[1] + 1.0) / (stats[0] + 2.0)
-        st = ExplicitScores(dp.prompt_probs, dp.probs, mu_hat, dp.scores)
-        mo = prompt_moments(st)
-        a = mo.tr_sigma_oracle
-        bb = mo.score_sq * mo.sigma2 + mo.grad_sq
-        n = _greedy_sizes(a[x], bb[x], int(round(p["rollouts"] * B)), W)
-    else:  # conformal_stopping: first grid size whose responses are one response
-        grid = jnp.asarray(p["grid"])
-        same = jnp.cumprod(y == y[:, :1], axis=1)  # responses 0..g all equal the first
-        agree = same[:, grid - 1] > 0  # (B, len(grid))
-        first = jnp.argmax(agree, axis=1)
-        n = jnp.where(jnp.any(agree, axis=1), grid[first], grid[-1])
-    mask = (g < n[:, None]).astype(jnp.float64)
-    if name == "optimal":  # only the generated responses update the reward-mean counts
-        P, K = dp.probs.shape
-        cell = x[:, None] * K + y
-        trials = stats[0].reshape(-1).at[cell.reshape(-1)].add(mask.reshape(-1))
-        wins = stats[1].reshape(-1).at[cell.reshape(-1)].add((mask * z).reshape(-1))
-        stats = (trials.reshape(P, K), wins.reshape(P, K))
-    return mask, x, y, z, jnp.asarray(B), jnp.sum(n), stats
+    def observe(self, state, draw, mask):
+        P, K = self.dp.probs.shape
+        cell = (draw.x[:, None] * K + draw.y).reshape(-1)
+        trials = state[0].reshape(-1).at[cell].add(mask.reshape(-1))
+        wins = state[1].reshape(-1).at[cell].add((mask * draw.z).reshape(-1))
+        return trials.reshape(P, K), wins.reshape(P, K)
 
 
 @partial(jax.jit, static_argnames=("policy_def", "rule", "B", "n_steps"))
@@ -159,18 +122,17 @@ def _train(keys, theta0, leaves, lr, *, policy_def, rule, B, n_steps):
     policy = jax.tree_util.tree_unflatten(policy_def, leaves)
 
     def one(key):
-        dp0 = policy.problem(theta0)
-        stats0 = (jnp.zeros(dp0.probs.shape), jnp.zeros(dp0.probs.shape))
+        stats0 = BanditSampler(policy.problem(theta0)).init_state()
 
         def step(carry, t):
             theta, stats = carry
             dp = policy.problem(theta)
-            mask, x, y, z, kept, spent, stats = _step_rule(
-                rule, jax.random.fold_in(key, t), dp, B, stats)
-            est = _loo(mask, dp.scores[x[:, None], y], z)
-            ghat = jnp.sum(est * (jnp.sum(mask, 1) > 0)[:, None], 0) / jnp.maximum(kept, 1)
+            st = rule.step(jax.random.fold_in(key, t), BanditSampler(dp), B, stats)
+            d = st.draw
+            w, _ = loo_weights(d.z, st.mask)
+            ghat = jnp.einsum("bg,bgd->d", w, dp.scores[d.x[:, None], d.y])
             theta = theta + lr * ghat.reshape(theta.shape)
-            return (theta, stats), (policy.problem(theta).objective(), spent)
+            return (theta, st.state), (policy.problem(theta).objective(), st.rollouts)
 
         _, (J, spent) = jax.lax.scan(step, (theta0, stats0), jnp.arange(1, n_steps + 1))
         return J, jnp.cumsum(spent)
@@ -179,12 +141,13 @@ def _train(keys, theta0, leaves, lr, *, policy_def, rule, B, n_steps):
 
 
 @float64
-def train_rule(policy, rule: tuple, batch_size: int, n_steps: int, lr: float, seeds):
+def train_rule(policy, rule, batch_size: int, n_steps: int, lr: float, seeds):
     """Run one rule for every seed: ``(J (S, n+1), rollouts (S, n+1))`` with step 0 first.
 
     Args:
         policy: an enumerable policy (e.g. a ``LinearSoftmaxBandit``) at its start parameters.
-        rule: a :func:`rule_config` value.
+        rule: an allocation :class:`~grpo_theory.allocation.Rule` with a training step (e.g.
+            :func:`rule_config`).
         batch_size: B prompts a step (kept prompts for ``dynamic_sampling``).
         n_steps: steps n.
         lr: the constant step size.
@@ -192,6 +155,7 @@ def train_rule(policy, rule: tuple, batch_size: int, n_steps: int, lr: float, se
     Returns:
         The exact objective after each step and the cumulative rollouts generated.
     """
+    rule.training_rounds()  # a refilling rule without its cap is refused before tracing
     seeds = np.asarray(seeds, dtype=np.uint32)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds))
     leaves, pdef = jax.tree_util.tree_flatten(policy)

@@ -42,6 +42,7 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.lm.local_model import response_texts
 
 from .measured_report import analyse, population
@@ -79,12 +80,17 @@ class MeasuredConfig:
         return dict(model=Path(self.model).name, rows=self.rows, n_value=self.n_value,
                     n_batches=self.n_batches, seed=self.seed, version=grpo_theory.__version__)
 
-    def key(self) -> str:
-        """What a checkpoint must match to be resumed: not ``rows`` (group j of size G is the
-        same draw in any run, so a run with more rows extends a saved one), ``study`` or
-        ``budgets``."""
+    def key(self, population=None) -> str:
+        """What a checkpoint must match to be resumed: the model by its content (not its file
+        name), the study's phase-2 prompts (``population``: a digest of :func:`population`'s
+        questions, prefills, answers and response length) and every setting but ``rows`` (group
+        j of size G is the same draw in any run, so a run with more rows extends a saved one),
+        the study's folder name and ``budgets`` (neither changes a group)."""
+        from .study import model_hash
+
         d = {k: v for k, v in asdict(self).items() if k not in ("study", "budgets", "rows")}
-        d["model"] = Path(self.model).name
+        d["model"] = model_hash(self.model)
+        d["population"] = population
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -137,6 +143,40 @@ def _save_atomic(path: Path, write):
     os.replace(tmp, path)
 
 
+def _population_digest(pop: dict) -> str:
+    """A digest of what the groups are drawn from: the study's phase-2 prompts and length."""
+    d = dict(task=pop["task"], questions=list(pop["questions"]), prefills=list(pop["prefills"]),
+             answers=np.asarray(pop["answers"]).tolist(), response_len=pop["response_len"])
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _checkpoint(work: Path, K: int):
+    """The saved groups, batch sums and counts of ``work``, refused by name when they do not
+    agree (a truncated or damaged file: delete the folder, or give another ``--work``)."""
+    counts = C.read_json(work / "state.json", ("counts",))["counts"]
+    try:
+        counts = np.asarray(counts, np.int64).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"--work {work}: state.json's field 'counts' is not a list of "
+                         "integers (damaged: delete the folder or give another --work)") from None
+    groups = C.read_csv(work / "groups.csv", ("G", "j", "batch", "prompt", "k", "vhat", "s11",
+                                              "s10", "s00", "seconds"))
+    try:
+        sums = np.load(work / "sums.npy", mmap_mode="r")  # copied below if groups remain
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"--work {work}: sums.npy is not readable ({e}); delete the folder "
+                         "or give another --work") from None
+    bad = (counts.shape != (K,) or sums.ndim != 2 or sums.shape[0] != K
+           or int(counts.sum()) != len(groups)
+           or not np.isfinite(groups[["G", "j"]].to_numpy(np.float64)).all())
+    if bad:
+        raise ValueError(f"--work {work}: state.json, groups.csv and sums.npy disagree "
+                         f"({len(groups)} groups, counts {counts.tolist()}, sums "
+                         f"{tuple(sums.shape)} for {K} batches): truncated or damaged; delete "
+                         "the folder or give another --work")
+    return groups.to_dict("records"), sums, counts
+
+
 def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = True,
                     checkpoint_s: float = 600.0, reward=None) -> dict:
     """Sample and score every group of the plan (resuming from ``work``), then :func:`analyse`.
@@ -164,13 +204,11 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
     work.mkdir(parents=True, exist_ok=True)
     x_all = np.asarray(_prompts(policy, pop["questions"], pop["prefills"]))
     n_pop, R_len, m = x_all.shape[0], pop["response_len"], cfg.n_value
-    key = cfg.key()
+    key = cfg.key(_population_digest(pop))
     state = work / "state.json"
     done, sums, counts = [], None, np.zeros(K, np.int64)
-    if state.is_file() and json.loads(state.read_text()).get("key") == key:
-        done = pd.read_csv(work / "groups.csv").to_dict("records")
-        sums = np.load(work / "sums.npy", mmap_mode="r")  # copied below if groups remain
-        counts = np.asarray(json.loads(state.read_text())["counts"], np.int64)
+    if state.is_file() and C.read_json(state, ("key", "counts"))["key"] == key:
+        done, sums, counts = _checkpoint(work, K)
     seen = {(int(r["G"]), int(r["j"])) for r in done}
     wanted = _schedule(cfg)
     if seen - set(wanted):
@@ -241,8 +279,31 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
     return analyse(out, cfg.study)
 
 
+def check_config(cfg: MeasuredConfig) -> MeasuredConfig:
+    """Refuse, before any sampling, every setting that cannot work (naming its flag)."""
+    if not Path(cfg.model).exists():
+        raise ValueError(f"--model {cfg.model}: no such file")
+    gs = tuple(cfg.group_sizes)
+    if not gs or any(int(g) != g or g < 2 for g in gs) or any(b <= a for a, b in zip(gs, gs[1:])):
+        raise ValueError(f"--group-sizes must be strictly increasing integers >= 2, got {gs}")
+    V.integer("--rows", cfg.rows, max(gs))
+    V.integer("--n-value", cfg.n_value, 1)
+    V.integer("--n-batches", cfg.n_batches, 3)
+    V.integer("--seed", cfg.seed, 0)
+    for N in cfg.budgets:
+        if not any(N % G == 0 for G in gs):
+            raise ValueError(f"--budgets {N}: no group size of --group-sizes {list(gs)} "
+                             "divides it")
+    return cfg
+
+
 def main(argv=None) -> int:
-    """``python -m grpo_theory.studies.smollm2.measured --model FILE [--study DIR] [...]``."""
+    """``python -m grpo_theory.studies.smollm2.measured --model FILE [--study DIR] [...]``
+    (every failure one line, exit 2; ``GRPO_THEORY_DEBUG=1`` shows the traceback)."""
+    return C.run_main("python -m grpo_theory.studies.smollm2.measured", _main, argv)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.smollm2.measured",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="the SmolLM2 .gguf file (make smollm2)")
@@ -250,13 +311,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="output folder (default: --study)")
     ap.add_argument("--work", default=str(Path.home() / ".cache/grpo-theory/smollm2-measured"),
                     help="checkpoint folder (K x D batch sums)")
-    ap.add_argument("--group-sizes", default="2,4,8,16,32")
-    ap.add_argument("--rows", type=int, default=MeasuredConfig.rows)
-    ap.add_argument("--n-value", type=int, default=MeasuredConfig.n_value)
-    ap.add_argument("--n-batches", type=int, default=MeasuredConfig.n_batches)
-    ap.add_argument("--budgets", default="32,64")
-    ap.add_argument("--seed", type=int, default=MeasuredConfig.seed)
-    ap.add_argument("--checkpoint", type=float, default=600.0, help="seconds between checkpoints")
+    ap.add_argument("--group-sizes", type=C.int_list(2), default=MeasuredConfig.group_sizes)
+    ap.add_argument("--rows", type=C.positive_int, default=MeasuredConfig.rows)
+    ap.add_argument("--n-value", type=C.positive_int, default=MeasuredConfig.n_value)
+    ap.add_argument("--n-batches", type=C.positive_int, default=MeasuredConfig.n_batches)
+    ap.add_argument("--budgets", type=C.int_list(2), default=MeasuredConfig.budgets)
+    ap.add_argument("--seed", type=C.nonnegative_int, default=MeasuredConfig.seed)
+    ap.add_argument("--checkpoint", type=C.positive_float, default=600.0,
+                    help="seconds between checkpoints")
     ap.add_argument("--analyse-only", action="store_true",
                     help="redraw the tables, figure and MEASURED.md from the saved tables")
     a = ap.parse_args(argv)
@@ -265,10 +327,11 @@ def main(argv=None) -> int:
         analyse(out, a.study)
         print((Path(out) / "MEASURED.md").read_text())
         return 0
-    cfg = MeasuredConfig(model=str(Path(a.model).expanduser()), study=a.study,
-                         group_sizes=tuple(int(g) for g in a.group_sizes.split(",")),
-                         rows=a.rows, n_value=a.n_value, n_batches=a.n_batches,
-                         budgets=tuple(int(n) for n in a.budgets.split(",")), seed=a.seed)
+    cfg = check_config(MeasuredConfig(
+        model=str(Path(a.model).expanduser()), study=a.study, group_sizes=tuple(a.group_sizes),
+        rows=a.rows, n_value=a.n_value, n_batches=a.n_batches, budgets=tuple(a.budgets),
+        seed=a.seed))
+    population(cfg.study)  # the study's files, checked before the model loads
     from grpo_theory.lm import from_pretrained
 
     policy = from_pretrained(cfg.model)

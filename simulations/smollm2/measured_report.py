@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.experiments.stats import markdown_table
 from grpo_theory.plotting import plt, save_figure
 
@@ -37,26 +38,38 @@ def population(study) -> dict:
     for f in ("prompts.csv", "passrates.csv", "rollouts.npz", "meta.json"):
         if not (study / f).is_file():
             raise ValueError(f"--study {study}: {f} is missing (run make smollm2-study first)")
-    meta = json.loads((study / "meta.json").read_text())
+    meta = C.read_json(study / "meta.json", ("task", "config"))
     task = meta["task"]
-    pr = pd.read_csv(study / "prompts.csv").sort_values("prompt")
+    try:
+        n_ref, response_len = int(meta["config"]["n_ref"]), int(meta["config"]["response_len"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{study / 'meta.json'}: the field 'config' lacks integer 'n_ref' and "
+                         "'response_len'") from None
+    pr = C.read_csv(study / "prompts.csv", ("prompt", "question", "score_sq")
+                    ).sort_values("prompt")
     qs, pre, ans = _family(task)
     by_q = {q: (p, a) for q, p, a in zip(qs, pre, ans)}
-    ref = pd.read_csv(study / "passrates.csv", dtype={"rewards": str})
+    ref = C.read_csv(study / "passrates.csv", ("task", "prompt", "rewards"),
+                     dtype={"rewards": str})
     ref = ref[ref.task == task].set_index("prompt")
-    n_ref = int(meta["config"]["n_ref"])
+    unknown = [q for q in pr.question if q not in by_q]
+    missing = [p for p in pr.prompt if p not in ref.index]
+    if unknown or missing:
+        raise ValueError(f"{study / 'prompts.csv'}: " + (
+            f"the question {unknown[0]!r} is not of the task {task!r}" if unknown else
+            f"the prompt {missing[0]} has no row in passrates.csv") + " (damaged or mixed runs)")
     ref_z = np.asarray([[int(c) for c in str(ref.loc[p, "rewards"]).zfill(n_ref)]
                         for p in pr.prompt], np.float64)
     return dict(task=task, questions=list(pr.question), prefills=[by_q[q][0] for q in pr.question],
                 answers=np.asarray([by_q[q][1] for q in pr.question]), ref_rewards=ref_z,
                 score_sq=pr.score_sq.to_numpy(np.float64),
-                response_len=int(meta["config"]["response_len"]), meta=meta)
+                response_len=response_len, meta=meta)
 
 
 def _estimate(study):
-    with np.load(Path(study) / "rollouts.npz") as f:
-        return estimate_from_rollouts(f["rewards"], sq_norms=f["sq_norms"], mean_sq=f["mean_sq"],
-                                      mean_dot=f["mean_dot"])
+    f = C.load_npz(Path(study) / "rollouts.npz", ("rewards", "sq_norms", "mean_sq", "mean_dot"))
+    return estimate_from_rollouts(f["rewards"], sq_norms=f["sq_norms"], mean_sq=f["mean_sq"],
+                                  mean_dot=f["mean_dot"])
 
 
 def prediction(est, N: int, G: int, estimator: str, extra=(0.0, 0.0)):
@@ -103,11 +116,16 @@ def differences(groups, gram, K, est, arg, rows: int) -> pd.DataFrame:
 def analyse(out, study) -> dict:
     """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring); returns the tables."""
     out = Path(out)
-    meta = json.loads((out / "measured_meta.json").read_text())
+    meta = C.read_json(out / "measured_meta.json", ("config",))
     cfg = meta["config"]
-    groups = pd.read_csv(out / "measured_groups.csv")
-    batches = pd.read_csv(out / "measured_batches.csv")
+    if not isinstance(cfg, dict) or "n_batches" not in cfg or "budgets" not in cfg \
+            or "n_value" not in cfg:
+        raise ValueError(f"{out / 'measured_meta.json'}: the field 'config' lacks n_batches, "
+                         "budgets or n_value")
     K = int(cfg["n_batches"])
+    groups = C.read_csv(out / "measured_groups.csv", ("G", "j", "batch", "k", "vhat", "s11",
+                                                      "s10", "s00") + tuple(_TAG))
+    batches = C.read_csv(out / "measured_batches.csv", [f"gram_{k}" for k in range(K)])
     gram = batches[[f"gram_{k}" for k in range(K)]].to_numpy(np.float64)
     tag = {c: groups[c].iloc[0] for c in _TAG}
     var = measured_group_variance(groups, gram, K)

@@ -38,6 +38,7 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import jax
@@ -48,6 +49,7 @@ import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import c1_warning
 from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.lm.local_model import response_texts
 from grpo_theory.lm.task import reward_answer_text
 
@@ -92,13 +94,28 @@ class StudyConfig:
     seed: int = 0
 
     def key(self, *fields) -> str:
+        """The resume key of ``fields``: the model by its content (:func:`model_hash`), not
+        its file name."""
         d = {f: getattr(self, f) for f in fields}
-        d["model"] = Path(self.model).name
+        d["model"] = model_hash(self.model)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def model_hash(model) -> str:
+    """The model file's (or folder's) content hash (cached by path, size and modification
+    time): two models with the same file name resume nothing of each other."""
+    p = Path(model)
+    st = p.stat() if p.exists() else None
+    return _hash(str(p.resolve()), st and st.st_size, st and st.st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _hash(path, size, mtime):
+    return C.content_hash(path, "--model")
+
+
 def _tag(cfg: StudyConfig, task: str) -> dict:
-    return dict(model=Path(cfg.model).name, task=task, n_prompts=_n_task(cfg, task), n_ref=cfg.n_ref,
+    return dict(model=Path(cfg.model).name, model_sha256=model_hash(cfg.model), task=task, n_prompts=_n_task(cfg, task), n_ref=cfg.n_ref,
                 n_study=_n_study(cfg, task), n_samples=cfg.n_samples, response_len=cfg.response_len,
                 chunk=cfg.chunk,
                 seed=cfg.seed, version=grpo_theory.__version__)
@@ -134,14 +151,18 @@ def _log(msg, progress):
 def _phase1(policy, cfg: StudyConfig, out: Path, progress: bool, reward):
     """Pass rates of every candidate family (resumes family by family from passrates.csv)."""
     path = out / "passrates.csv"
-    old = pd.read_csv(path, dtype={"rewards": str}) if path.is_file() else None
+    old = C.reuse_or_recompute(path, lambda p: C.read_csv(
+        p, ("task", "n_prompts", "n_ref", "response_len", "seed", "model_sha256", "prompt",
+            "rewards"), dtype={"rewards": str}), "phase 1's table")
     frames = []
     for t_i, task in enumerate(cfg.tasks):
         if old is not None:
             hit = old[(old.task == task) & (old.n_prompts == _n_task(cfg, task))
                       & (old.n_ref == cfg.n_ref) & (old.response_len == cfg.response_len)
-                      & (old.seed == cfg.seed) & (old.model == Path(cfg.model).name)]
-            if len(hit) == _n_task(cfg, task):
+                      & (old.seed == cfg.seed) & (old.model_sha256 == model_hash(cfg.model))]
+            if (len(hit) == _n_task(cfg, task)
+                    and sorted(hit.prompt) == list(range(_n_task(cfg, task)))
+                    and hit.rewards.str.len().le(cfg.n_ref).all()):
                 frames.append(hit.assign(**_tag(cfg, task)))
                 continue
         qs, pre, ans = candidate_questions(task, _n_task(cfg, task), cfg.seed)
@@ -170,6 +191,24 @@ def _phase1(policy, cfg: StudyConfig, out: Path, progress: bool, reward):
     return table, summary
 
 
+def _saved_rollouts(path, ckey, m, cfg):
+    """Phase 2's saved statistics when ``path`` holds this configuration's complete arrays;
+    else a ``ValueError`` saying why (another key, a truncated or damaged array)."""
+    names = ("rewards", "sq_norms", "mean_sq", "mean_dot", "responses")
+    f = C.load_npz(path, ("key",) + names)
+    if str(f["key"]) != ckey:
+        raise ValueError("another configuration or model (its key differs)")
+    n = cfg.n_samples
+    want = dict(rewards=(m, n), sq_norms=(m, n), responses=(m * n, cfg.response_len))
+    for k, shape in want.items():
+        if f[k].reshape(-1).size != int(np.prod(shape)):
+            raise ValueError(f"the array {k!r} has {f[k].size} values, expected "
+                             f"{int(np.prod(shape))} (truncated)")
+    if not all(np.isfinite(np.asarray(f[k], np.float64)).all() for k in names[:4]):
+        raise ValueError("non-finite saved statistics (damaged)")
+    return {k: f[k] for k in names}
+
+
 def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
               reward=reward_answer_text) -> dict:
     """Both phases and every table, the figure and REPORT.md under ``out`` (module docstring).
@@ -187,13 +226,8 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
         ``zero_variance``, ``budgets``, ``prompts``, ``responses``) and ``estimate``.
     """
     out = Path(out)
+    check_config(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    for t in cfg.tasks:
-        _family(t)
-    if cfg.task is not None and cfg.task not in cfg.tasks:
-        raise ValueError(f"task {cfg.task!r} must be one of the measured tasks {list(cfg.tasks)}")
-    V.integer("n_samples", cfg.n_samples, 3)
-    V.integer("n_prompts", cfg.n_prompts, 3)
     t0 = time.time()
     passrates, summary = _phase1(policy, cfg, out, progress, reward)
     task = cfg.task if cfg.task is not None else choose_task(summary)
@@ -211,13 +245,10 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
                        np.float64)
     roll = out / "rollouts.npz"
     ckey = cfg.key("n_prompts", "n_study", "n_samples", "response_len", "seed") + task
-    st = None
-    if roll.is_file():
-        with np.load(roll) as f:
-            if str(f["key"]) == ckey:
-                st = {k: f[k] for k in ("rewards", "sq_norms", "mean_sq", "mean_dot",
-                                        "responses")}
-                _log("phase 2: rollouts loaded from rollouts.npz", progress)
+    st = C.reuse_or_recompute(roll, lambda p: _saved_rollouts(p, ckey, len(qs), cfg),
+                              "phase 2's rollouts")
+    if st is not None:
+        _log("phase 2: rollouts loaded from rollouts.npz", progress)
     if st is None:
         from tqdm.auto import tqdm
 
@@ -261,6 +292,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
                 seconds_total=time.time() - t0,
                 seconds_phase2=float(st.get("seconds", np.nan)))
     meta["config"]["model"] = Path(cfg.model).name
+    meta["model_sha256"] = model_hash(cfg.model)
     meta["c1_warning"] = c1_warning(est)
     # phase 2 redraws the same prompts' responses: its pass rates must agree with phase 1's
     diff = _mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
@@ -273,31 +305,59 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     return dict(tables, estimate=est)
 
 
+def check_config(cfg: StudyConfig) -> StudyConfig:
+    """Refuse, before any sampling, every setting that cannot work (naming its flag)."""
+    if not Path(cfg.model).exists():
+        raise ValueError(f"--model {cfg.model}: no such file")
+    for t in cfg.tasks:
+        _family(t)
+    if cfg.task is not None and cfg.task not in cfg.tasks:
+        raise ValueError(f"--task {cfg.task!r} must be one of --tasks {list(cfg.tasks)}")
+    V.integer("--n-samples", cfg.n_samples, 3)
+    V.integer("--n-prompts", cfg.n_prompts, 3)
+    for flag, v in (("--n-ref", cfg.n_ref), ("--response-len", cfg.response_len),
+                    ("--chunk", cfg.chunk)):
+        V.integer(flag, v, 1)
+    V.integer("--seed", cfg.seed, 0)
+    if cfg.n_study is not None:
+        for t in ((cfg.task,) if cfg.task is not None else cfg.tasks):
+            if not 3 <= cfg.n_study <= _n_task(cfg, t):
+                raise ValueError(f"--n-study must lie in [3, {_n_task(cfg, t)}] (the prompts "
+                                 f"phase 1 measures of {t!r}), got {cfg.n_study}")
+    return cfg
+
+
 def main(argv=None) -> int:
-    """Command line: ``python -m grpo_theory.studies.smollm2 --model FILE --out DIR [...]``."""
+    """Command line: ``python -m grpo_theory.studies.smollm2 --model FILE --out DIR [...]``
+    (every failure one line, exit 2; ``GRPO_THEORY_DEBUG=1`` shows the traceback)."""
+    return C.run_main("python -m grpo_theory.studies.smollm2", _main, argv)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.smollm2",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="the SmolLM2 .gguf file (make smollm2)")
     ap.add_argument("--out", default="results-full/smollm2")
-    ap.add_argument("--tasks", default=",".join(CANDIDATES))
-    ap.add_argument("--task", default=None, help="phase 2's family (default: chosen)")
-    ap.add_argument("--n-prompts", type=int, default=StudyConfig.n_prompts)
-    ap.add_argument("--n-ref", type=int, default=StudyConfig.n_ref)
-    ap.add_argument("--n-study", type=int, default=None,
+    ap.add_argument("--tasks", type=C.name_list(CANDIDATES), default=CANDIDATES)
+    ap.add_argument("--task", default=None, choices=CANDIDATES,
+                    help="phase 2's family (default: chosen)")
+    ap.add_argument("--n-prompts", type=C.positive_int, default=StudyConfig.n_prompts)
+    ap.add_argument("--n-ref", type=C.positive_int, default=StudyConfig.n_ref)
+    ap.add_argument("--n-study", type=C.positive_int, default=None,
                     help="phase 2's prompts: a random subset of phase 1's (default: all)")
-    ap.add_argument("--n-samples", type=int, default=StudyConfig.n_samples)
-    ap.add_argument("--response-len", type=int, default=StudyConfig.response_len)
-    ap.add_argument("--chunk", type=int, default=StudyConfig.chunk)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-samples", type=C.positive_int, default=StudyConfig.n_samples)
+    ap.add_argument("--response-len", type=C.positive_int, default=StudyConfig.response_len)
+    ap.add_argument("--chunk", type=C.positive_int, default=StudyConfig.chunk)
+    ap.add_argument("--seed", type=C.nonnegative_int, default=0)
     ap.add_argument("--passrates-only", action="store_true",
                     help="phase 1 only: passrates.csv and passrates_summary.csv")
     a = ap.parse_args(argv)
     from grpo_theory.lm import from_pretrained
 
-    cfg = StudyConfig(model=str(Path(a.model).expanduser()), tasks=tuple(a.tasks.split(",")),
-                      task=a.task, n_prompts=a.n_prompts, n_ref=a.n_ref, n_study=a.n_study,
-                      n_samples=a.n_samples, response_len=a.response_len, chunk=a.chunk,
-                      seed=a.seed)
+    cfg = check_config(StudyConfig(
+        model=str(Path(a.model).expanduser()), tasks=tuple(a.tasks), task=a.task,
+        n_prompts=a.n_prompts, n_ref=a.n_ref, n_study=a.n_study, n_samples=a.n_samples,
+        response_len=a.response_len, chunk=a.chunk, seed=a.seed))
     t0 = time.time()
     policy = from_pretrained(cfg.model)
     _log(f"loaded {cfg.model} ({time.time() - t0:.0f}s)", True)
@@ -312,4 +372,3 @@ def main(argv=None) -> int:
     print((Path(a.out) / "REPORT.md").read_text())
     del res
     return 0
-

@@ -38,6 +38,8 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory
+from grpo_theory import _validation as V
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
 
 from . import tiny
@@ -67,8 +69,8 @@ class AllocationConfig:
     def __post_init__(self):
         for f in ("seeds", "steps", "budget", "prompts_per_step", "width", "n_prompts",
                   "eval_samples", "max_completion_length"):
-            if int(getattr(self, f)) < 1:
-                raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
+            V.integer(f, getattr(self, f), 1)
+        V.real_scalar("learning_rate", self.learning_rate, positive=True)
         B = self.prompts_per_step
         if self.budget % B or self.budget % 8 or not 2 * B <= self.budget <= self.width * B:
             raise ValueError(f"budget {self.budget} must be a multiple of 8 and of "
@@ -198,12 +200,17 @@ def run_study(cfg: AllocationConfig, out, arms=ARMS, progress: bool = True) -> p
 
 
 def main(argv=None) -> int:
-    """``python -m grpo_theory.studies.trl_scheduler.allocation --out DIR [--seeds 32] ...``."""
+    """``python -m grpo_theory.studies.trl_scheduler.allocation --out DIR [--seeds 32] ...``
+    (every failure one line, exit 2; ``GRPO_THEORY_DEBUG=1`` shows the traceback)."""
+    return C.run_main("python -m grpo_theory.studies.trl_scheduler.allocation", _main, argv)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.trl_scheduler.allocation",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results-full/trl_allocation")
     for f in ("seeds", "steps", "budget", "prompts_per_step", "width", "n_prompts"):
-        ap.add_argument("--" + f.replace("_", "-"), type=int,
+        ap.add_argument("--" + f.replace("_", "-"), type=C.positive_int,
                         default=getattr(AllocationConfig, f))
     a = ap.parse_args(argv)
     cfg = AllocationConfig(seeds=a.seeds, steps=a.steps, budget=a.budget,

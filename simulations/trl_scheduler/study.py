@@ -32,6 +32,8 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory
+from grpo_theory import _validation as V
+from grpo_theory.experiments import study_cli as C
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
 
 from . import tiny
@@ -56,8 +58,9 @@ class StudyConfig:
     def __post_init__(self):
         for f in ("seeds", "steps", "budget", "n_prompts", "every", "max_completion_length",
                   "max_group_size"):
-            if int(getattr(self, f)) < 1:
-                raise ValueError(f"{f} must be a positive integer, got {getattr(self, f)!r}")
+            V.integer(f, getattr(self, f), 1)
+        V.real_scalar("learning_rate", self.learning_rate, positive=True)
+        V.real_scalar("min_change", self.min_change, minimum=1.0)
         for G in (3, 8):
             if self.budget % G or self.budget // G > self.n_prompts:
                 raise ValueError(f"budget {self.budget} must be a multiple of 3 and 8 with at "
@@ -119,6 +122,22 @@ def run_cell(cfg: StudyConfig, arm: str, seed: int) -> pd.DataFrame:
     return df
 
 
+def read_cell(path, arm: str, seed: int, steps: int, cfg_text: str) -> pd.DataFrame:
+    """The saved cell ``(arm, seed)`` when it is this configuration's complete run: a row per
+    step ``1 .. steps`` of this arm and seed with a finite reward; else a ``ValueError`` saying
+    why (damaged, truncated, another configuration)."""
+    df = C.read_csv(path, ("arm", "seed", "step", "reward", "config", "version"))
+    if not (df["config"] == cfg_text).all():
+        raise ValueError("another configuration")
+    if (len(df) != steps or list(df["step"]) != list(range(1, steps + 1))
+            or not (df["arm"] == arm).all() or not (df["seed"] == seed).all()):
+        raise ValueError(f"{len(df)} rows, expected steps 1..{steps} of {arm} seed {seed} "
+                         "(truncated or damaged)")
+    if not np.isfinite(pd.to_numeric(df["reward"], errors="coerce")).all():
+        raise ValueError("the column 'reward' is not all finite numbers (damaged)")
+    return df
+
+
 def run_cells(todo, cfg, steps: int, out, run_cell, desc: str, progress: bool = True) -> list:
     """The per-step tables of the (arm, seed) cells ``todo``: each read back from
     ``out/cells/<arm>-seed<seed>.csv`` when it holds ``steps`` rows of this ``cfg``, otherwise
@@ -128,11 +147,10 @@ def run_cells(todo, cfg, steps: int, out, run_cell, desc: str, progress: bool = 
     frames, cfg_text = [], json.dumps(asdict(cfg), sort_keys=True)
     for arm, seed in tqdm(todo, desc=desc, disable=not progress):
         path = Path(out) / "cells" / f"{arm}-seed{seed}.csv"
-        if path.is_file():
-            df = pd.read_csv(path)
-            if len(df) == steps and (df["config"] == cfg_text).all():
-                frames.append(df)
-                continue
+        df = C.reuse_or_recompute(path, lambda p: read_cell(p, arm, seed, steps, cfg_text))
+        if df is not None:
+            frames.append(df)
+            continue
         t0 = time.time()
         df = run_cell(cfg, arm, seed)
         df["wall_s"] = round(time.time() - t0, 2)
@@ -157,12 +175,17 @@ def run_study(cfg: StudyConfig, out, arms=ARMS, progress: bool = True) -> pd.Dat
 
 
 def main(argv=None) -> int:
-    """``python -m grpo_theory.studies.trl_scheduler --out DIR [--seeds 8] [--steps 40]``."""
+    """``python -m grpo_theory.studies.trl_scheduler --out DIR [--seeds 8] [--steps 40]``
+    (every failure one line, exit 2; ``GRPO_THEORY_DEBUG=1`` shows the traceback)."""
+    return C.run_main("python -m grpo_theory.studies.trl_scheduler", _main, argv)
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grpo_theory.studies.trl_scheduler",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results-full/trl_scheduler")
     for f in ("seeds", "steps", "budget", "n_prompts", "every"):
-        ap.add_argument("--" + f.replace("_", "-"), type=int,
+        ap.add_argument("--" + f.replace("_", "-"), type=C.positive_int,
                         default=getattr(StudyConfig, f))
     a = ap.parse_args(argv)
     cfg = StudyConfig(seeds=a.seeds, steps=a.steps, budget=a.budget, n_prompts=a.n_prompts,

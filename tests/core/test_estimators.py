@@ -145,7 +145,7 @@ def test_batch_coupled_flags():
                        "reinforce_plus_plus_baseline_verl"}
     for n in coupled:
         est = gt.get_estimator(n)
-        assert est.exact is None and not est.binary_exact, n
+        assert est.closed_form is None and not est.binary_exact, n
 
 
 def test_registry_lists_required_names():

@@ -60,7 +60,7 @@ def test_exact_routes_equal_dense_route_all_estimators(name):
                 new = gt.exact_mse(pol, est, G, B, method="binary")
                 old = gt.exact_mse(prob, est, G, B, method="binary")
                 np.testing.assert_allclose(new, old, rtol=1e-10, err_msg=f"{est} G={G} B={B}")
-                if _REGISTRY[est].exact is not None:
+                if _REGISTRY[est].closed_form is not None:
                     np.testing.assert_allclose(gt.exact_mse(pol, est, G, B), old, rtol=1e-10)
             np.testing.assert_allclose(gt.exact_prompt_mse(pol, est, G),
                                        gt.exact_prompt_mse(prob, est, G), rtol=1e-10, atol=1e-14)

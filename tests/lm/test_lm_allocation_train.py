@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from grpo_theory import allocation as A
+from grpo_theory.allocation.steps import knapsack_sizes
 from grpo_theory.lm import allocation_train as AT
 from grpo_theory.lm import grpo, model, policy, task
 
@@ -77,7 +78,7 @@ def test_knapsack_sizes_equal_the_allocation_package(B, width, m):
     for _ in range(6):
         p = rng.uniform(size=B)
         p[0] = 0.0 if width > 2 else p[0]  # a prompt with no value keeps the minimum
-        got = np.asarray(AT.knapsack_sizes(jnp.asarray(p, jnp.float32), m * B, width))
+        got = np.asarray(knapsack_sizes(jnp.asarray(p, jnp.float32), m * B, width))
         want = np.array(A.pass_rate_allocation(p, m * B, "knapsack", max_size=width).sizes)
         if width <= 12:  # float32 gains: exact sizes where the marginals are well apart
             np.testing.assert_array_equal(got, want)
@@ -89,7 +90,7 @@ def test_knapsack_sizes_equal_the_allocation_package(B, width, m):
 def test_knapsack_is_not_vip():
     """The two pass-rate rules differ (so the equality above can fail)."""
     p = np.array([0.05, 0.5, 0.95, 0.3])
-    k = np.asarray(AT.knapsack_sizes(jnp.asarray(p), 24, 16)).tolist()
+    k = np.asarray(knapsack_sizes(jnp.asarray(p), 24, 16)).tolist()
     assert k != list(A.pass_rate_allocation(p, 24, "vip").sizes)
 
 

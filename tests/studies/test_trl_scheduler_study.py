@@ -22,7 +22,7 @@ def test_first_letter_reward():
 def test_config_is_checked():
     with pytest.raises(ValueError, match="budget 50 must be a multiple of 3 and 8"):
         study.StudyConfig(budget=50)
-    with pytest.raises(ValueError, match="steps must be a positive integer"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         study.StudyConfig(steps=0)
     with pytest.raises(ValueError, match="arm must be one of"):
         study.run_cell(SMALL, "fixed-5", 0)
