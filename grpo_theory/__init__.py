@@ -27,6 +27,7 @@ _ATTRS = {
     "DiscreteProblem": "core.problem", "SoftmaxBandit": "core.policies",
     "LinearSoftmaxBandit": "core.policies", "SequencePolicy": "core.policies",
     "as_problem": "core.problem",
+    "EnumerablePolicy": "core.policy", "GradientProblem": "core.policy",
     "sample_groups": "core.sampling", "sample_from_uniforms": "core.sampling",
     "STD_PRESETS": "core.estimators", "Estimator": "core.estimators",
     "PromptContext": "core.estimators", "available_estimators": "core.estimators",

@@ -35,9 +35,7 @@ matrices, the zero-advantage probability ``V^G + (1 - V)^G`` and the MSE-optimal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +46,7 @@ from ..core.estimators import PromptContext, get_estimator
 from ..core.exact import exact_mse
 from ..core.montecarlo import sample_groups
 from ..core.policies import SequencePolicy, as_problem
+from ..core.policy import PolicyWrapper
 from .._precision import float64
 from .mlp_policy import MLPSequencePolicy, scaled_policy, sequence_entropy
 
@@ -434,22 +433,14 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, l
     return out
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["policy"], meta_fields=["weight_block"])
-@dataclass(frozen=True)
-class _RecordedPolicy:
+class _RecordedPolicy(PolicyWrapper):
     """An enumerable policy plus the per-step records of :func:`train_grpo_records` (the
     ``step_record`` hook of the training loop); a pytree (the policy traced, the weight block
     static), so policies of equal shapes share one compiled loop."""
 
-    policy: Any
-    weight_block: Any = None
-
-    @property
-    def params(self):
-        return self.policy.params
-
-    def problem(self, params=None):
-        return self.policy.problem(params)
+    def __init__(self, policy, weight_block=None):
+        super().__init__(policy)
+        self.weight_block = weight_block
 
     def step_record(self, dp, x, y, z, adv):
         G = z.shape[-1]

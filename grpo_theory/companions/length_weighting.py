@@ -55,10 +55,8 @@ TRL's ``bnpo`` averages per-micro-batch token means when the batch is split, ``d
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from functools import partial
 from math import comb
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -66,6 +64,7 @@ import numpy as np
 
 from .. import _validation as V
 from ..core.estimators import PromptContext, get_estimator
+from ..core.policy import PolicyWrapper
 from .._precision import float64
 
 __all__ = [
@@ -441,23 +440,15 @@ def conditional_lengths(problem, lengths) -> dict:
 # --- training dynamics ------------------------------------------------------------------------
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=["policy", "alpha"], meta_fields=[])
-@dataclass(frozen=True)
-class _LengthWeighted:
+class _LengthWeighted(PolicyWrapper):
     """An enumerable policy whose per-response terms carry ``f_alpha(L_y)`` (the
     ``response_weights`` hook of the training loop) and whose records are
     :func:`conditional_lengths`; a pytree (policy and alpha traced), so one compiled loop
     serves every alpha and every policy of the same shapes."""
 
-    policy: Any
-    alpha: float
-
-    @property
-    def params(self):
-        return self.policy.params
-
-    def problem(self, params=None):
-        return self.policy.problem(params)
+    def __init__(self, policy, alpha):
+        super().__init__(policy)
+        self.alpha = jnp.asarray(alpha, dtype=jnp.float64)
 
     def response_weights(self, dp):
         L = jnp.asarray(self.policy.lengths, dtype=jnp.float64)

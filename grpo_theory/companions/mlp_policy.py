@@ -9,13 +9,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.policies import SequencePolicy, _EnumerablePolicy, as_problem
+from ..core.policies import SequencePolicy, as_problem
+from ..core.policy import EnumerablePolicy
 from .._precision import float64
 
 __all__ = ["MLPSequencePolicy", "scaled_policy", "sequence_entropy"]
 
 
-class MLPSequencePolicy(_EnumerablePolicy):
+class MLPSequencePolicy(EnumerablePolicy):
     r"""Autoregressive softmax policy whose next-token logits come from a one-hidden-layer MLP.
 
     Input ``[onehot(prompt), onehot(position), onehot(previous token or start)]`` (dimension
@@ -100,7 +101,7 @@ def scaled_policy(policy, beta: float):
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
     if isinstance(policy, MLPSequencePolicy):
         return policy.scaled(beta)
-    if isinstance(policy, _EnumerablePolicy):
+    if isinstance(policy, EnumerablePolicy):
         return policy.with_params(beta * policy.params)
     raise ValueError(f"policy must be an enumerable policy, got {type(policy).__name__}")
 

@@ -11,6 +11,7 @@ the modules below it hold the code (``from grpo_theory.core import exact_mse``).
 """
 
 from .problem import DiscreteProblem, RewardTable, as_problem
+from .policy import EnumerablePolicy, GradientProblem, PolicyWrapper
 from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, n_sequences
 from .sampling import sample_from_uniforms, sample_groups
 from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOneOut,
@@ -34,8 +35,9 @@ from .noise import NoiseScale, noise_scale
 
 
 __all__ = [
-    # problems and policies
+    # problems and policies: the two contracts, then the package's policies
     "DiscreteProblem", "as_problem", "RewardTable",
+    "EnumerablePolicy", "GradientProblem", "PolicyWrapper",
     "SoftmaxBandit", "LinearSoftmaxBandit", "SequencePolicy", "n_sequences",
     # sampling
     "sample_groups", "sample_from_uniforms",

@@ -26,7 +26,7 @@ Two implementations:
   bandit's scores ``F_x - 1 (pi_x^T F_x)`` (O(P K d)) and the generic fallback from a dense
   :class:`~grpo_theory.DiscreteProblem` (shared, D_b = D) so every existing caller works.
 
-:func:`as_structure` accepts a structure, a policy (its ``score_structure()``) or a
+:func:`as_structure` accepts a structure, an enumerable policy (its ``score_structure()``) or a
 :class:`~grpo_theory.DiscreteProblem`.
 """
 
@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from .problem import DiscreteProblem
+from .problem import DiscreteProblem, _ProblemSource
 from .._precision import float64
 
 __all__ = ["ScoreStructure", "TabularScores", "ExplicitScores", "as_structure"]
@@ -305,9 +305,10 @@ def as_structure(obj, params=None) -> ScoreStructure:
     """A :class:`ScoreStructure` for a structure, a policy or a :class:`DiscreteProblem`.
 
     Args:
-        obj: a score structure (returned as is), a policy with ``score_structure()``
-            (``SoftmaxBandit``, ``LinearSoftmaxBandit``, ``SequencePolicy``), a policy with only
-            ``problem()`` (dense fallback) or a ``DiscreteProblem`` (dense fallback).
+        obj: a score structure (returned as is), an
+            :class:`~grpo_theory.core.policy.EnumerablePolicy` (its ``score_structure()``:
+            tabular blocks for ``SoftmaxBandit`` and ``SequencePolicy``, the dense fallback by
+            default) or a ``DiscreteProblem`` (dense fallback).
         params: the policy's parameters (default: its current ones); ignored for the others.
 
     Returns:
@@ -317,12 +318,10 @@ def as_structure(obj, params=None) -> ScoreStructure:
         return obj
     if isinstance(obj, DiscreteProblem):
         return ExplicitScores.from_problem(obj)
-    if hasattr(obj, "score_structure"):
-        return obj.score_structure(params) if params is not None else obj.score_structure()
-    if hasattr(obj, "problem"):
-        prob = obj.problem(params) if params is not None else obj.problem()
-        return ExplicitScores.from_problem(prob)
+    if isinstance(obj, _ProblemSource):
+        return obj.score_structure(params)
     raise ValueError(
-        "bandit must be a SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy, DiscreteProblem or "
-        f"ScoreStructure, got {type(obj).__name__}"
+        "bandit must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "
+        "LinearSoftmaxBandit, SequencePolicy, ...), a DiscreteProblem or a ScoreStructure, got "
+        f"{type(obj).__name__}"
     )

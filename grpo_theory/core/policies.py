@@ -9,16 +9,15 @@ scores ``s(x, y) = grad_theta log pi(y|x)`` (P, K, D) and Bernoulli rewards with
 * ``g(x) = E[s Z | x]``, ``g = sum_x f(x) g(x)``;
 * ``Sigma_or(x) = Cov[s (Z - V(x)) | x]`` (the oracle's per-sample covariance, Theorem 2).
 
-Three policies are provided: :class:`SoftmaxBandit` (tabular logits), :class:`LinearSoftmaxBandit`
-(shared parameters, ``logits = features @ theta``) and :class:`SequencePolicy` (a tabular
-autoregressive policy over a small vocabulary with optional EOS). Scores are computed by
-``jax.jacfwd`` of the log-probabilities, so any parametrisation written as a log-prob function is
-exact too.
+Three policies are provided, each an :class:`~grpo_theory.core.policy.EnumerablePolicy` (the
+contract: ``log_probs`` and three fields, every other capability derived):
+:class:`SoftmaxBandit` (tabular logits), :class:`LinearSoftmaxBandit` (shared parameters,
+``logits = features @ theta``) and :class:`SequencePolicy` (a tabular autoregressive policy over
+a small vocabulary with optional EOS). Scores are computed by ``jax.jacfwd`` of the
+log-probabilities, so any parametrisation written as a log-prob function is exact too.
 """
 
 from __future__ import annotations
-
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -26,12 +25,14 @@ import numpy as np
 
 from .. import _validation as V
 from .gram import ExplicitScores, TabularScores
+from .objective import exact_objective, maximise
+from .policy import EnumerablePolicy
 from .problem import DiscreteProblem, as_problem
-from .sampling import sample_groups
 from .._precision import float64
 
 __all__ = [
     "DiscreteProblem",
+    "EnumerablePolicy",
     "SoftmaxBandit",
     "LinearSoftmaxBandit",
     "SequencePolicy",
@@ -74,178 +75,7 @@ def _check_logit_spread(name, logits):
         raise ValueError(f"{name}: max - min within a row overflows float64; rescale the logits")
 
 
-def _static_key(value):
-    """A hashable stand-in for a non-array attribute (dicts and lists by value)."""
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _static_key(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_static_key(v) for v in value))
-    try:
-        hash(value)
-    except TypeError:
-        return ("id", id(value))
-    return value
-
-
-class _Aux:
-    """A non-array attribute of a policy as pytree auxiliary data, compared by value."""
-
-    __slots__ = ("value", "key")
-
-    def __init__(self, value):
-        self.value, self.key = value, _static_key(value)
-
-    def __eq__(self, other):
-        return isinstance(other, _Aux) and self.key == other.key
-
-    def __hash__(self):
-        return hash(self.key)
-
-
-def _is_child(value) -> bool:
-    return isinstance(value, (np.ndarray, jax.Array, _EnumerablePolicy))
-
-
-def _flatten_policy(policy):
-    """Arrays (and nested policies) are the leaves; ints, flags and shapes the static part."""
-    attrs = policy.__dict__
-    names = tuple(sorted(k for k, v in attrs.items() if _is_child(v)))
-    static = tuple(sorted((k, _Aux(v)) for k, v in attrs.items() if not _is_child(v)))
-    return tuple(attrs[k] for k in names), (names, static)
-
-
-def _unflatten_policy(cls, aux, children):
-    names, static = aux
-    new = object.__new__(cls)
-    new.__dict__.update(zip(names, children))
-    new.__dict__.update((k, a.value) for k, a in static)
-    return new
-
-
-class _EnumerablePolicy:
-    """Shared machinery: a log-prob function ``theta -> (P, K)`` and Bernoulli reward means.
-
-    Every subclass is a JAX pytree: its arrays (parameters, rewards, prompt probabilities,
-    features, index tables) are leaves, its integers, flags and shape tables static data. A
-    policy passed to a jitted function is therefore traced: policies with equal shapes (the
-    members of a problem family) share one compilation.
-    """
-
-    params: jnp.ndarray
-    reward_means: jnp.ndarray
-    prompt_probs: jnp.ndarray
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        jax.tree_util.register_pytree_node(cls, _flatten_policy,
-                                           partial(_unflatten_policy, cls))
-
-    @float64
-    def log_probs(self, params=None) -> jnp.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    @float64
-    def _theta(self, params, name="params"):
-        """``params`` (or the current parameters) after static checks: real, same shape."""
-        if params is None:
-            return self.params
-        if isinstance(params, (str, bytes)):
-            raise ValueError(f"{name} must be a real array, got a string")
-        dtype = np.dtype(params.dtype) if hasattr(params, "dtype") else np.asarray(params).dtype
-        if dtype.kind not in "biuf":
-            raise ValueError(f"{name} must be a real array, got dtype {dtype}")
-        if tuple(jnp.shape(params)) != tuple(jnp.shape(self.params)):
-            raise ValueError(f"{name} must have shape {tuple(jnp.shape(self.params))} (this "
-                             f"policy's parameters), got {tuple(jnp.shape(params))}")
-        return params
-
-    @float64
-    def with_params(self, params):
-        """A copy of this policy at new parameters (used by training loops).
-
-        Args:
-            params: real array with the shape of :attr:`params` (a tracer is fine).
-
-        Returns:
-            A policy of the same type sharing everything but the parameters.
-        """
-        params = self._theta(params)
-        new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
-        new.params = jnp.asarray(params, dtype=jnp.float64)
-        return new
-
-    @float64
-    def probs(self, params=None) -> jnp.ndarray:
-        """pi(y|x), shape (P, K)."""
-        return jnp.exp(self.log_probs(params))
-
-    @float64
-    def scores(self, params=None) -> jnp.ndarray:
-        """s(x, y) flattened to (P, K, D), by forward-mode autodiff of the log-probabilities."""
-        theta = self._theta(params)
-        P, K = self.reward_means.shape
-        V.check_memory(f"the dense ({P}, {K}, {int(np.size(theta))}) score tensor",
-                       8.0 * P * K * np.size(theta) * 2,
-                       "the exact routines (exact_mse, scaling_constants, ...) need none: they "
-                       "use policy.score_structure()")
-        jac = jax.jacfwd(self.log_probs)(theta)  # (P, K, *theta.shape)
-        return jac.reshape(jac.shape[0], jac.shape[1], -1)
-
-    @float64
-    def problem(self, params=None) -> DiscreteProblem:
-        """The policy's :class:`DiscreteProblem` at ``params`` (default: the current ones).
-
-        Built without re-validation (the constructor checked the inputs; ``params`` gets the
-        shape/dtype checks of :meth:`with_params`).
-        """
-        theta = self._theta(params)
-        return DiscreteProblem.tree_unflatten(None, (
-            jnp.asarray(self.prompt_probs), self.probs(theta), self.scores(theta),
-            jnp.asarray(self.reward_means),
-        ))
-
-    # convenience views of the exact quantities at the current parameters
-    @float64
-    def objective(self):
-        return self.problem().objective()
-
-    @float64
-    def values(self):
-        return self.problem().values()
-
-    @float64
-    def prompt_gradients(self):
-        return self.problem().prompt_gradients()
-
-    @float64
-    def gradient(self):
-        """grad J with the shape of the parameters."""
-        return self.problem().gradient().reshape(jnp.shape(self.params))
-
-    @float64
-    def oracle_covariances(self):
-        return self.problem().oracle_covariances()
-
-    @float64
-    def sample_groups(self, key, batch_size: int, group_size: int):
-        """Draw B prompts ~ f and G responses each with rewards.
-
-        Args:
-            key: a JAX PRNG key or an integer seed.
-            batch_size: B >= 1.
-            group_size: G >= 1.
-
-        Returns:
-            ``(x, y, z)`` of shapes (B,), (B, G), (B, G).
-        """
-        key = V.key_or_seed(key)
-        B = V.positive_int("batch_size", batch_size)
-        G = V.positive_int("group_size", group_size)
-        return sample_groups(key, self.problem(), B, G)
-
-
-class SoftmaxBandit(_EnumerablePolicy):
+class SoftmaxBandit(EnumerablePolicy):
     """Tabular softmax bandit: P prompts x K responses, theta = logits (P, K).
 
     Reward ``Z ~ Bernoulli(reward_means[x, y])``; prompts drawn from ``prompt_probs`` (uniform if
@@ -310,7 +140,7 @@ class SoftmaxBandit(_EnumerablePolicy):
         return cls(np.asarray(logits), np.asarray(means))
 
 
-class LinearSoftmaxBandit(_EnumerablePolicy):
+class LinearSoftmaxBandit(EnumerablePolicy):
     """Softmax over K responses with shared parameters: logits(x, y) = features[x, y] @ theta.
 
     ``features`` (P, K, d), ``theta`` (d,). Prompts share parameters, so per-prompt gradients
@@ -358,8 +188,17 @@ class LinearSoftmaxBandit(_EnumerablePolicy):
         return ExplicitScores.linear_softmax(self.features, self._theta(params),
                                              self.reward_means, self.prompt_probs)
 
+    @float64
+    def max_objective(self) -> float:
+        """``sup_theta J`` by L-BFGS from six starts (the parameters are shared, so the best
+        response is in general not a limit of the parametrisation); exact when the maximiser is
+        interior."""
+        _, val = maximise(lambda th: exact_objective(self, th), self.params, n_starts=6,
+                          scale=2.0)
+        return val
 
-class SequencePolicy(_EnumerablePolicy):
+
+class SequencePolicy(EnumerablePolicy):
     r"""Tabular autoregressive policy over whole sequences, enumerable.
 
     Tokens ``0 .. vocab_size-1``; if ``eos=True`` the extra token ``vocab_size`` ends a response,

@@ -8,8 +8,8 @@ means ``mu`` (P, K). From it (the main paper, Algorithm 1):
 * ``g(x) = E[s Z | x]``, ``g = sum_x f(x) g(x)``;
 * ``Sigma_or(x) = Cov[s (Z - V(x)) | x]`` (the oracle's per-sample covariance, Theorem 2).
 
-The policies that produce it (:mod:`grpo_theory.core.policies`), the samplers and the score
-structures all build on this module, which imports none of them.
+The policies that produce it (:mod:`grpo_theory.core.policy`, :mod:`grpo_theory.core.policies`), the
+samplers and the score structures all build on this module, which imports none of them.
 """
 
 from __future__ import annotations
@@ -152,6 +152,17 @@ class DiscreteProblem:
         return second - jnp.einsum("pd,pe->pde", g, g)
 
 
+class _ProblemSource:
+    """The root of :class:`~grpo_theory.core.policy.EnumerablePolicy`.
+
+    The converters below the policy module (:func:`as_problem` here,
+    :func:`~grpo_theory.core.gram.as_structure`) dispatch on it: the policy module builds on
+    this one, so they cannot name the public class itself. Not to be subclassed directly.
+    """
+
+    __slots__ = ()
+
+
 _DP_FIELDS = ("prompt_probs", "probs", "scores", "reward_means")
 #: tolerance on the sums of ``prompt_probs`` and of each row of ``probs`` in a DiscreteProblem
 PROB_TOL = 1e-6
@@ -190,19 +201,21 @@ def _check_discrete_problem(prompt_probs, probs, scores, reward_means):
 
 @float64
 def as_problem(policy_or_problem) -> DiscreteProblem:
-    """Accept a policy object or a :class:`DiscreteProblem`.
+    """Accept an enumerable policy or a :class:`DiscreteProblem`.
 
     Args:
-        policy_or_problem: a policy (anything with ``.problem()``) or a :class:`DiscreteProblem`.
+        policy_or_problem: an :class:`~grpo_theory.core.policy.EnumerablePolicy` (its
+            ``problem()``) or a :class:`DiscreteProblem`.
 
     Returns:
         The :class:`DiscreteProblem` (``ValueError`` for anything else).
     """
     if isinstance(policy_or_problem, DiscreteProblem):
         return policy_or_problem
-    if hasattr(policy_or_problem, "problem"):
+    if isinstance(policy_or_problem, _ProblemSource):
         return policy_or_problem.problem()
     raise ValueError(
-        "bandit must be a SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy or DiscreteProblem, "
-        f"got {type(policy_or_problem).__name__}"
+        "bandit must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "
+        "LinearSoftmaxBandit, SequencePolicy, ...) or a DiscreteProblem, got "
+        f"{type(policy_or_problem).__name__}"
     )

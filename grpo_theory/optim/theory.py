@@ -42,6 +42,7 @@ import scipy.optimize
 from .. import _validation as V
 from ..core.closed_forms import closed_form_of
 from ..core.estimators import Estimator, PromptContext, get_estimator
+from ..core.policy import GradientProblem
 from .chi2_mixture import (chi2_weights, lyapunov_covariance, mixture_cdf, mixture_quantile,
                            sample_mixture)
 from .train import SCHEDULES, TrainConfig, TrainResult, train_batch
@@ -57,9 +58,7 @@ __all__ = [
     "sample_mixture",
 ]
 
-class GaussianBandit(NamedTuple):
-    """Gaussian-action bandit with concave quadratic reward (a JAX pytree; see module doc)."""
-
+class _GaussianBanditFields(NamedTuple):
     prompt_probs: jnp.ndarray  # (P,) f(x)
     features: jnp.ndarray  # (P, d) phi(x)
     curvature: jnp.ndarray  # (P,) h(x) > 0
@@ -67,6 +66,17 @@ class GaussianBandit(NamedTuple):
     offset: jnp.ndarray  # (P,) c(x)
     sigma: jnp.ndarray  # () policy standard deviation
     noise_std: jnp.ndarray  # () tau, reward noise standard deviation
+
+
+class GaussianBandit(_GaussianBanditFields, GradientProblem):
+    """Gaussian-action bandit with concave quadratic reward (a JAX pytree; see module doc).
+
+    A :class:`~grpo_theory.core.policy.GradientProblem` (the training loop's second kind): its
+    core ``params``, ``objective`` and ``sample_gradient``; it overrides ``max_objective`` and
+    ``objective_and_gap`` with their closed forms.
+    """
+
+    __slots__ = ()
 
     @property
     @float64
@@ -146,6 +156,12 @@ class GaussianBandit(NamedTuple):
         """Delta(theta) = max J - J(theta) = 1/2 (theta - theta*)^T A (theta - theta*)."""
         d = theta - self.maximiser()
         return 0.5 * d @ self.curvature_matrix() @ d
+
+    @float64
+    def objective_and_gap(self, params, sup_objective):
+        """``(sup_objective - gap, gap)``: the closed-form gap, not a difference of objectives."""
+        g = self.gap(params)
+        return sup_objective - g, g
 
 
 @float64

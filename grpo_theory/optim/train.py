@@ -21,19 +21,22 @@ run does not depend on which other seeds run with it. At the logged steps the *e
 ``J(theta) = E_X V(X)`` and the suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6,
 Theorem 8) are recorded, and the running maximum of ``Delta`` over every step.
 
-**The problem contract.** ``problem`` is either
+**The problem contract.** ``problem`` is one of the two contracts of
+:mod:`grpo_theory.core.policy` (the one type test, at the entry):
 
-* *enumerable*: ``problem.params`` (the initial parameters) and ``problem.problem(params) ->
-  DiscreteProblem`` (exact arrays, traceable): :class:`~grpo_theory.core.policies.SoftmaxBandit`,
+* an :class:`~grpo_theory.core.policy.EnumerablePolicy`: ``params`` (the initial parameters)
+  and ``problem(params) -> DiscreteProblem`` (exact arrays, traceable), e.g.
+  :class:`~grpo_theory.core.policies.SoftmaxBandit`,
   :class:`~grpo_theory.core.policies.LinearSoftmaxBandit`,
   :class:`~grpo_theory.core.policies.SequencePolicy`,
-  :class:`~grpo_theory.companions.credit.MLPSequencePolicy`. Optional hooks:
-  ``response_weights(dp) -> (P, K)`` weights ``w(x, y)`` of the per-response terms, and
-  ``step_record(dp, x, y, z, adv) -> pytree`` recorded at every step (before the update);
-* *generic*: a JAX pytree of arrays (traced, e.g.
+  :class:`~grpo_theory.companions.mlp_policy.MLPSequencePolicy`; its hooks
+  ``response_weights(dp) -> (P, K)`` weights ``w(x, y)`` of the per-response terms (default
+  none) and ``step_record(dp, x, y, z, adv) -> pytree`` recorded at every step before the
+  update (default none), as a :class:`~grpo_theory.core.policy.PolicyWrapper` adds them;
+* a :class:`~grpo_theory.core.policy.GradientProblem`: a JAX pytree of arrays (traced, e.g.
   :class:`~grpo_theory.optim.theory.GaussianBandit`) with ``params``, ``objective(params)``,
-  ``sample_gradient(key, params, estimator, batch_size, group_size)`` and optionally
-  ``gap(params)`` and ``max_objective()``.
+  ``sample_gradient(key, params, estimator, batch_size, group_size)``, ``max_objective()``
+  and ``objective_and_gap(params, sup)``.
 
 The MSE-optimal prompt baseline (``estimator="optimal"``) is computed from the exact arrays at
 the current parameters, ``b*(x) = E[||s||^2 Z | x] / E[||s||^2 | x]`` (Greensmith et al.;
@@ -46,7 +49,7 @@ for a :class:`SequencePolicy` (the next-token table conditions on prompt, positi
 token). For a :class:`LinearSoftmaxBandit` (shared parameters) the supremum is found numerically
 (:func:`max_objective`), exact when the maximiser is interior; ``make_train(...,
 sup_objective=)`` overrides it. Other enumerable policies (the MLP) use the best-response
-value ``E_X max_y mu`` (an upper bound).
+value ``E_X max_y mu`` (an upper bound). Each is the policy's own ``max_objective()``.
 """
 
 from __future__ import annotations
@@ -61,10 +64,10 @@ import optax
 from .. import _validation as V
 from .._precision import float64
 from ..core.estimators import PromptContext, get_estimator
-from ..core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+from ..core.policy import EnumerablePolicy, GradientProblem
 from ..core.sampling import sample_groups
 from .clipped import clipped_surrogate, multi_epoch_update
-from .objective import _is_enumerable, _is_generic, exact_objective, max_objective, maximise
+from .objective import exact_objective, max_objective, maximise
 from .schedules import SCHEDULES, _SCHEDULE_NAMES, _check_schedule, ascent, schedule, step_sizes
 from .train_types import TrainConfig, TrainResult
 
@@ -100,23 +103,19 @@ def _enumerable_step(problem, est, cfg, key, theta):
     B, G = cfg.batch_size, cfg.group_size
     x, y, z = sample_groups(key, dp, B, G)
     vals = dp.values()
-    wfn = getattr(problem, "response_weights", None)
-    w = wfn(dp) if callable(wfn) else None
+    w = problem.response_weights(dp)
     bstar = dp.optimal_baselines()[x] if "optimal_baseline" in est.needs else None
     adv = est.advantage(z, PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar))
     coef = adv if w is None else adv * w[x[:, None], y]
     ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y]) / (B * G)
-    rec_fn = getattr(problem, "step_record", None)
-    rec = rec_fn(dp, x, y, z, adv) if callable(rec_fn) else None
+    rec = problem.step_record(dp, x, y, z, adv)
     return ghat, dp.objective(), rec, (x, y, coef / (B * G))
 
 
 def _clipped_step(problem, tx, cfg, theta, opt_state, batch):
     """``cfg.epochs`` optax steps on the clipped surrogate of the sampled responses."""
     x, y, weight = batch
-    lp = getattr(problem, "log_probs", None)
-    if not callable(lp):
-        lp = lambda th: jnp.log(problem.problem(th).probs)  # noqa: E731
+    lp = problem.log_probs
     old = jax.lax.stop_gradient(lp(theta)[x[:, None], y])
     eps = jnp.inf if cfg.clip_eps is None else cfg.clip_eps
 
@@ -126,11 +125,11 @@ def _clipped_step(problem, tx, cfg, theta, opt_state, batch):
     return multi_epoch_update(tx, theta, opt_state, objective, cfg.epochs)
 
 
-def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
+def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerable):
     """Algorithm 1 for one key: ``lax.scan`` over steps t = 1..n (see module docstring).
 
     ``problem`` is a traced pytree (its arrays are leaves), so problems with equal shapes and
-    static data share one compilation.
+    static data share one compilation; ``enumerable`` (static) says which contract it follows.
     """
     n, shape = cfg.n_steps, theta0.shape
     steps = cfg.logged_steps
@@ -138,20 +137,13 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
     slots[list(steps)] = np.arange(len(steps))
     slots = jnp.asarray(slots)
     n_log = len(steps)
-    enumerable = _is_enumerable(problem)
-    has_gap = (not enumerable) and callable(getattr(problem, "gap", None))
     tx = _optimizer(cfg, lr, offset, sched)
 
     def objective_gap(theta):
         if enumerable:
-            j = exact_objective(problem, theta) if hasattr(problem, "probs") else (
-                problem.problem(theta).objective())
+            j = exact_objective(problem, theta)
             return j, sup - j
-        if has_gap:
-            g = problem.gap(theta)
-            return sup - g, g
-        j = problem.objective(theta)
-        return j, sup - j
+        return problem.objective_and_gap(theta, sup)
 
     def log(buf, i, val):
         return jnp.where(slots[i] >= 0, buf.at[jnp.maximum(slots[i], 0)].set(val), buf)
@@ -189,14 +181,15 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg):
                 params=pbuf if cfg.log_params else None, records=recs)
 
 
-_run = jax.jit(_run_one, static_argnames=("est", "cfg"))
+_run = jax.jit(_run_one, static_argnames=("est", "cfg", "enumerable"))
 
 
-@partial(jax.jit, static_argnames=("est", "cfg"))
-def _run_batch(keys, theta0, problem, sup, lr, offset, sched, *, est, cfg):
+@partial(jax.jit, static_argnames=("est", "cfg", "enumerable"))
+def _run_batch(keys, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerable):
     """``vmap`` of :func:`_run_one` over runs (keys and step-size settings)."""
     return jax.vmap(lambda k, l, o, s: _run_one(k, theta0, problem, sup, l, o, s, est=est,
-                                                cfg=cfg))(keys, lr, offset, sched)
+                                                cfg=cfg, enumerable=enumerable)
+                    )(keys, lr, offset, sched)
 
 
 class _Prepared:
@@ -205,13 +198,14 @@ class _Prepared:
     def __init__(self, problem, estimator, config, sup_objective=None):
         if not isinstance(config, TrainConfig):
             raise ValueError(f"config must be a TrainConfig, got {type(config).__name__}")
-        if not (_is_enumerable(problem) or _is_generic(problem)):
+        if not isinstance(problem, (EnumerablePolicy, GradientProblem)):
             raise ValueError(
-                "problem must be an enumerable policy (params and problem(params)) or a pytree "
-                "with params, objective(params) and sample_gradient(key, params, estimator, "
-                f"batch_size, group_size), got {type(problem).__name__}")
+                "problem must be an enumerable policy (an EnumerablePolicy) or a GradientProblem "
+                "(params, objective(params) and sample_gradient(key, params, estimator, "
+                f"batch_size, group_size)), got {type(problem).__name__}")
         self.problem = problem
-        if config.clipped and not _is_enumerable(problem):
+        self.enumerable = isinstance(problem, EnumerablePolicy)
+        if config.clipped and not self.enumerable:
             raise ValueError("epochs > 1 and clip_eps need an enumerable policy (its "
                              "log-probabilities give the ratios), got "
                              f"{type(problem).__name__}")
@@ -284,7 +278,7 @@ def make_train(problem, estimator, config: TrainConfig, *, sup_objective=None):
     @float64
     def train(key, params=None) -> TrainResult:
         out = _run(_as_key(key), prep.initial(params), prep.problem, prep.sup, lr, offset, idx,
-                   est=prep.est, cfg=cfg_static)
+                   est=prep.est, cfg=cfg_static, enumerable=prep.enumerable)
         return TrainResult(steps=np.asarray(config.logged_steps), sup_objective=prep.sup,
                            config=config, **out)
 
@@ -326,7 +320,8 @@ def train_batch(problem, estimator, config: TrainConfig, keys, *, params=None,
         idxs = [_SCHEDULE_NAMES.index(n) for n, _, _ in schedules]
     out = _run_batch(keys, prep.initial(params), prep.problem, prep.sup,
                      jnp.asarray(lrs, jnp.float64), jnp.asarray(offs, jnp.float64),
-                     jnp.asarray(idxs, jnp.int32), est=prep.est, cfg=config._static())
+                     jnp.asarray(idxs, jnp.int32), est=prep.est, cfg=config._static(),
+                     enumerable=prep.enumerable)
     return TrainResult(steps=np.asarray(config.logged_steps), sup_objective=prep.sup,
                        config=config, **out)
 
@@ -365,8 +360,9 @@ def train(policy, estimator, batch_size: int, group_size: int, n_steps: int, eta
     """Run Algorithm 1 for every seed in ``seeds`` (vmapped) and log the exact gap.
 
     Args:
-        policy: a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy (training starts at
-            ``params`` or the policy's own parameters).
+        policy: an enumerable policy (an :class:`~grpo_theory.core.policy.EnumerablePolicy`:
+            SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy, MLPSequencePolicy, ...);
+            training starts at ``params`` or the policy's own parameters.
         estimator: registry name or Estimator.
         batch_size, group_size, n_steps: B, G and n.
         eta, schedule, offset: ``eta_t = eta`` (constant) or ``eta / (t + offset)`` (inverse).
@@ -394,10 +390,10 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
     Returns:
         One :class:`TrainResult` per schedule.
     """
-    if not isinstance(policy, (SoftmaxBandit, LinearSoftmaxBandit, SequencePolicy)):
+    if not isinstance(policy, EnumerablePolicy):
         raise ValueError(
-            "policy must be a SoftmaxBandit, LinearSoftmaxBandit or SequencePolicy, "
-            f"got {type(policy).__name__}")
+            "policy must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "
+            f"LinearSoftmaxBandit, SequencePolicy, ...), got {type(policy).__name__}")
     if len(schedules) == 0:
         raise ValueError("schedules must hold at least one (schedule, eta, offset)")
     for sch in schedules:

@@ -264,7 +264,7 @@ SEED_ALLOW = {
     # NumPy generators (np.random.default_rng(seed)): data sets and restarts, not JAX keys
     "grpo_theory.lm.task.generate_questions", "grpo_theory.lm.task.eval_set",
     "grpo_theory.lm.task.train_pool", "grpo_theory.lm.task.target_responses",
-    "grpo_theory.lm.warmup.train_supervised", "grpo_theory.optim.objective.maximise",
+    "grpo_theory.lm.warmup.train_supervised", "grpo_theory.core.objective.maximise",
     "grpo_theory.allocation.reference.monte_carlo",
     "grpo_theory.allocation.optimal.estimated_constants",
     "grpo_theory.allocation.optimal.plug_in_mse",

@@ -109,6 +109,48 @@ def test_linear_bandit_sup_is_interior_maximum():
     assert r.gap[0, 0] == pytest.approx(val - 0.5, abs=1e-12)  # J(0) = 0.5
 
 
+_SCHEDULES = [("constant", 0.5, 0.0), ("inverse", 2.0, 1.0)]
+
+
+def test_train_schedules_takes_every_enumerable_policy_and_keeps_the_numbers():
+    """The legacy entry accepts an MLPSequencePolicy (refused by concrete class before) and runs
+    the one loop on it; the built-in kinds give the numbers they gave before (pinned)."""
+    from grpo_theory.companions.mlp_policy import MLPSequencePolicy
+    from grpo_theory.core import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
+    from grpo_theory.optim.train import train_batch
+
+    mlp = MLPSequencePolicy(lambda p, t, l: float(t[0] == 0), 2, 2, 2, hidden=3, seed=0)
+    r = train_schedules(mlp, "grpo", 2, 3, 6, _SCHEDULES[:1], seeds=[0, 1], log_every=3)[0]
+    ref = train_batch(mlp, "grpo", TrainConfig(batch_size=2, group_size=3, n_steps=6,
+                                               log_every=3, lr=0.5),
+                      jnp.stack([jax.random.PRNGKey(0), jax.random.PRNGKey(1)]))
+    for k in ("objective", "gap", "theta_final"):
+        np.testing.assert_array_equal(getattr(r, k), getattr(ref, k))
+    assert r.sup_objective == 1.0  # the best-response value E_X max_y mu
+    np.testing.assert_allclose(r.gap, [[0.916413873811569, 0.8769360340265977,
+                                        0.8356613896173273], [0.916413873811569,
+                                        0.8769360340265977, 0.48029184424280513]],
+                               rtol=0, atol=1e-12)
+    rng = np.random.default_rng(0)
+    lin = LinearSoftmaxBandit(rng.normal(size=(2, 3, 2)), [0.3, -0.2],
+                              np.random.default_rng(1).uniform(size=(2, 3)))
+    pinned = {  # train_schedules(policy, "grpo", 2, 3, 6, _SCHEDULES, seeds=[0, 1], log_every=3)
+        "soft": (SoftmaxBandit.random(0, 3, 4), 0, "gap",
+                 [[0.35328392224961513, 0.34687680162450907, 0.34687680162450907],
+                  [0.35328392224961513, 0.3487468172599656, 0.33906820747502286]]),
+        "seq": (SequencePolicy.random(1, 2, 2, 2), 1, "gap",
+                [[0.29189346608323385, 0.2841971660175232, 0.2797045651336503],
+                 [0.29189346608323385, 0.2863735723891593, 0.2863735723891593]]),
+        "lin": (lin, 0, "objective",
+                [[0.5904427605055578, 0.6826222657255665, 0.7342734899817673],
+                 [0.5904427605055578, 0.6394221909395931, 0.6793827029299803]]),
+    }
+    for name, (pol, c, field, want) in pinned.items():
+        res = train_schedules(pol, "grpo", 2, 3, 6, _SCHEDULES, seeds=[0, 1], log_every=3)[c]
+        np.testing.assert_allclose(getattr(res, field), want, rtol=0, atol=1e-12, err_msg=name)
+    assert res.sup_objective == pytest.approx(0.9495565704180237, abs=1e-12)  # lin's L-BFGS
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(schedule="cosine"), "schedule"),
     (dict(n_steps=10, log_every=3), "log_every"),
