@@ -71,14 +71,16 @@ def test_every_face_name_is_documented(name, griffe_faces):
 
 def test_the_extra_reference_sections_are_named_ones():
     """Only the names a face cannot hold are rendered beside it: ``advise`` (its module's name)
-    and the command line, the registry and the figures of the experiments."""
+    and the command line, the study entry points' shared command line, the registry and the
+    figures of the experiments."""
     extras = {}
     for page in (ROOT / "docs" / "reference").glob("*.md"):
         extras[page.stem] = re.findall(r"^::: (\S+)$", page.read_text(), re.M)
     assert extras["advisor"] == ["grpo_theory.advisor", "grpo_theory.advisor.advise.advise"]
     assert extras["experiments"] == [
         "grpo_theory.experiments", "grpo_theory.experiments.cli.main",
-        "grpo_theory.experiments.cli.write_report", "grpo_theory.experiments.registry",
+        "grpo_theory.experiments.cli.write_report", "grpo_theory.experiments.study_cli",
+        "grpo_theory.experiments.registry",
         "grpo_theory.plotting"]
     assert all(extras[n] == [f"grpo_theory.{n}"] for n in FACES
                if n not in ("advisor", "experiments"))
