@@ -27,8 +27,8 @@ import warnings
 from pathlib import Path
 
 from ..advisor.advise import FigureWarning, advise
-from ..lm.memory import HINT, is_out_of_memory, parse_memory
-from ..lm.options import PAD_EMBEDDINGS, ModelOptions
+from ..lm.budget.memory import HINT, is_out_of_memory, parse_memory
+from ..lm.budget.options import PAD_EMBEDDINGS, ModelOptions
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import kind_counts_line, package_version, report_section, run_experiments
@@ -267,8 +267,8 @@ def _advise_parser(sub) -> None:
 
 
 def _advise_options(args) -> ModelOptions:
-    """The one :class:`~grpo_theory.lm.options.ModelOptions` of ``advise`` from
-    ``--memory-budget`` (a size, :func:`~grpo_theory.lm.memory.parse_memory`), ``--chunk``,
+    """The one :class:`~grpo_theory.lm.budget.options.ModelOptions` of ``advise`` from
+    ``--memory-budget`` (a size, :func:`~grpo_theory.lm.budget.memory.parse_memory`), ``--chunk``,
     ``--dtype``, ``--pad-id`` and ``--pad-embedding`` (a ``ValueError`` naming the option for
     a bad value)."""
     try:

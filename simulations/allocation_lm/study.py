@@ -1,11 +1,11 @@
 r"""Training at equal rollouts on the small transformer: does a rollout rule buy accuracy?
 
 From the instruct warm-up policy (answer-only task, :mod:`grpo_theory.lm.warmup`), GRPO
-(leave-one-out, Adam) under each rule of :mod:`grpo_theory.lm.allocation_train`, B prompts a
+(leave-one-out, Adam) under each rule of :mod:`grpo_theory.lm.training.allocation`, B prompts a
 step, until every run has generated ``B G* steps`` responses (the fixed-G* rule's total):
 
 * ``fixed``: G* responses a prompt, G* = the integer minimiser of ``c1 G + c2 + c3/(G - 1)``
-  with c1, c2, c3 measured exactly at the starting policy (:func:`grpo_theory.lm.grpo.
+  with c1, c2, c3 measured exactly at the starting policy (:func:`grpo_theory.lm.training.grpo.
   predicted_group_size`);
 * ``dynamic_sampling`` (DAPO): G* a prompt, all-equal groups dropped and refilled (up to
   ``max_rounds`` rounds of B prompts);
@@ -46,7 +46,7 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
-from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
+from grpo_theory.lm.training.allocation import lm_rule, train_with_rule
 
 from .analysis import figure, report, summarise
 
@@ -137,7 +137,7 @@ def _near_8(N: int) -> int:
 
 
 def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
-    """``(rule, B)``: the :func:`~grpo_theory.lm.allocation_train.lm_rule` value of an arm at G*
+    """``(rule, B)``: the :func:`~grpo_theory.lm.training.allocation.lm_rule` value of an arm at G*
     and its prompts a step."""
     if name in FIXED_BUDGET:
         G = _near_8(cfg.batch * gstar)
@@ -218,7 +218,7 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
     from tqdm.auto import tqdm
 
     from grpo_theory._precision import float64
-    from grpo_theory.lm.grpo import predicted_group_size
+    from grpo_theory.lm.training.grpo import predicted_group_size
 
     bad = [r for r in rules if r not in RULES]
     if bad or "fixed" not in rules:

@@ -3,7 +3,7 @@
 Three policies (base < instruct < in-context; :mod:`grpo_theory.lm.warmup`), two response
 formats (answer-only, with exact V and grad J by teacher forcing; reasoning trace, with a large
 reference sample), every question of the evaluation set with G responses each
-(:mod:`grpo_theory.lm.gradmse`). A ``gradient`` cell is one (policy, format): measured and
+(:mod:`grpo_theory.experiments.lm_support.gradmse`). A ``gradient`` cell is one (policy, format): measured and
 predicted MSEs of every estimator at every G (kind ``table``); the ``accuracy`` cell holds every
 policy's accuracy on the whole evaluation set (kind ``accuracy``). The warm-up checkpoints live
 under ``cache_dir()/lm`` and are trained once per configuration.
@@ -22,7 +22,7 @@ to the largest G; in the full setting also (v) base < instruct < in-context accu
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory,
 :func:`grpo_theory.lm.from_pretrained`) the study runs on that one policy instead: the
 evaluation questions become text prompts in the checkpoint's tokenization
-(:func:`grpo_theory.lm.grpo.task_tokens`: its chat template when it has one), ``model_samples``
+(:func:`grpo_theory.lm.training.grpo.task_tokens`: its chat template when it has one), ``model_samples``
 responses of ``model_response_len`` tokens per question, the integer-answer reward
 (:func:`grpo_theory.lm.task.reward_answer_text` on the decoded response: the final integer,
 trailing punctuation allowed). There is no exact route for
@@ -47,10 +47,10 @@ import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.lm.gradmse import gradient_mse_study
-from grpo_theory.lm.grpo import exact_accuracy, task_tokens
+from grpo_theory.experiments.lm_support.gradmse import gradient_mse_study
+from grpo_theory.lm.training.grpo import exact_accuracy, task_tokens
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.local_model import (MODEL_DTYPES, check_model_options,
+from grpo_theory.lm.checkpoints.load import (MODEL_DTYPES, check_model_options,
                                         model_path, model_policy, response_texts)
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy

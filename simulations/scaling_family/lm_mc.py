@@ -6,7 +6,7 @@ and grad J_p are exact by teacher forcing), prompts drawn i.i.d. from the mixtur
 on the fixed question (``lm.setup``) and 1 - p uniform on the held-out questions R.
 One cell per p (:func:`mc_cell`): for every budget N and G of the grid, ``reps`` replicates of
 the grpo estimator's squared error ``||g_hat - grad J_p||^2``
-(:func:`grpo_theory.lm.mixture_mc.grpo_mse_replicates`, B = N/G prompts, G responses each),
+(:func:`grpo_theory.experiments.lm_support.mixture_mc.grpo_mse_replicates`, B = N/G prompts, G responses each),
 the exact curve ``(c1 G + c2 + c3/(G-1))/N`` from the mixture's constants (exact V, ||s*||^2,
 grad J_p; E||s||^2 per question sampled, its error carried as ``exact_se``), the z-score of the
 Monte Carlo mean against it, the bootstrap of the argmin over replicates

@@ -1,4 +1,4 @@
-"""The ghost-norm route rule shared by the JAX and PyTorch backends (grpo_theory.lm.ghost_rule).
+"""The ghost-norm route rule shared by the JAX and PyTorch backends (grpo_theory.lm.budget.ghost_rule).
 
 * the rule is what its docstring says: the route with fewer multiply-adds by the stated counts,
   a memory budget moving it to the other route only when that one fits;

@@ -1,4 +1,4 @@
-"""GRPO training of the small transformer under a rollout rule (grpo_theory.lm.allocation_train).
+"""GRPO training of the small transformer under a rollout rule (grpo_theory.lm.training.allocation).
 
 The rules are checked against what they claim: fixed G is Algorithm 1's step exactly; the
 Knapsack sizes are the allocation package's exact solution; dynamic sampling keeps exactly the

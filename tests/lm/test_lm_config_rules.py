@@ -1,4 +1,4 @@
-"""One set of architecture rules for config.json and GGUF metadata (lm.spec.check_sizes).
+"""One set of architecture rules for config.json and GGUF metadata (lm.families.spec.check_sizes).
 
 Every bad value of the table is written twice, into a tiny config.json and into the same
 checkpoint's GGUF metadata (``support.gguf_checkpoint``), and must be refused from both with the

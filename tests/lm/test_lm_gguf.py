@@ -1,4 +1,4 @@
-"""llama.cpp GGUF files as policies (grpo_theory.lm.gguf through lm.from_pretrained).
+"""llama.cpp GGUF files as policies (grpo_theory.lm.checkpoints.gguf through lm.from_pretrained).
 
 Tiny random Llama and Qwen2 checkpoints (``support.hf_checkpoint``'s weights, widths multiple of
 32 so that Q8_0 / Q4_1 blocks fit) are written twice by ``support.gguf_checkpoint``: as a Hugging
@@ -278,7 +278,7 @@ def test_malformed_files_raise_value_errors_naming_file_and_field(good):
 def test_cli_advisor_and_drivers_accept_a_gguf_file(good, tmp_path):
     """``--model X.gguf`` (lm-mse & co.), ``advise --model X.gguf`` and the drivers'
     ``model_path`` take a .gguf file; a file with another suffix is still refused."""
-    from grpo_theory.lm.loading import load_policy
+    from grpo_theory.lm.checkpoints.load import load_policy
     from grpo_theory.experiments import cli
     from grpo_theory.studies import lm_mse
     f = _bad(good, "cli")

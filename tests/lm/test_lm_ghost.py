@@ -1,4 +1,4 @@
-"""Ghost-norm score statistics of the Hugging Face route (grpo_theory.lm.ghost).
+"""Ghost-norm score statistics of the Hugging Face route (grpo_theory.lm.budget.ghost).
 
 Tiny random checkpoints (Qwen2 with q/k/v biases and an untied head; Llama without biases, tied
 and untied) are written in the Hugging Face layout and loaded. The pure-JAX forward must give

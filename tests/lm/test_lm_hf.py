@@ -1,4 +1,4 @@
-"""Hugging Face checkpoints (Qwen2 / Llama layout) as the package's policy (grpo_theory.lm.hf).
+"""Hugging Face checkpoints (Qwen2 / Llama layout) as the package's policy (grpo_theory.lm.checkpoints.hf).
 
 A tiny random checkpoint is written in the Hugging Face layout (config.json, two safetensors
 shards with model.safetensors.index.json, generation_config.json, a WordLevel tokenizer.json) and

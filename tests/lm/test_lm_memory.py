@@ -1,4 +1,4 @@
-"""grpo_theory.lm.memory: the chunk a memory budget allows, memory sizes, the default budget, XLA's
+"""grpo_theory.lm.budget.memory: the chunk a memory budget allows, memory sizes, the default budget, XLA's
 out-of-memory error as a ValueError; and the streamed statistics that use them
 (advisor.estimate.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 

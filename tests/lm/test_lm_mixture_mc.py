@@ -1,4 +1,4 @@
-"""The transformer's fixed-budget MSE with prompts drawn from a mixture (grpo_theory.lm.mixture_mc):
+"""The transformer's fixed-budget MSE with prompts drawn from a mixture (grpo_theory.experiments.lm_support.mixture_mc):
 the exact mixture gradient, and the Monte Carlo MSE against the law (c1 G + c2 + c3/(G-1))/N
 within a CI sized from the estimated variances, on a tiny policy (seconds)."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from grpo_theory.core.montecarlo import summarize_squared_errors
 from grpo_theory.lm import mixture_mc as mm
-from grpo_theory.lm.gradmse import exact_answer_quantities
+from grpo_theory.experiments.lm_support.gradmse import exact_answer_quantities
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.task import (EOS, VOCAB_SIZE, encode, encode_prompts, eval_set,
                                  target_responses)

@@ -1,4 +1,4 @@
-"""One spec per model family (grpo_theory.lm.spec, grpo_theory.lm.families).
+"""One spec per model family (grpo_theory.lm.families.spec, grpo_theory.lm.families).
 
 For every registered family, tiny checkpoints are written by the tests' own writers (safetensors
 in the Hugging Face layout, and GGUF as llama.cpp's converter writes it, with their own tensor

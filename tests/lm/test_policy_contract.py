@@ -14,10 +14,10 @@ from grpo_theory.advisor import estimate_from_rollouts
 from grpo_theory.core.rollouts import RolloutStatistics
 from grpo_theory.lm import hf, task
 from grpo_theory.lm import statistics as S
-from grpo_theory.lm.loading import is_checkpoint, load_policy
-from grpo_theory.lm.memory import ghost_row_bytes
+from grpo_theory.lm.checkpoints.load import is_checkpoint, load_policy
+from grpo_theory.lm.budget.memory import ghost_row_bytes
 from grpo_theory.lm.model import ModelConfig, init_params, make_apply
-from grpo_theory.lm.options import ModelOptions, resolve_chunk, score_memory
+from grpo_theory.lm.budget.options import ModelOptions, resolve_chunk, score_memory
 from grpo_theory.lm.policy import LMPolicy
 
 

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from grpo_theory.lm import model, policy
-from grpo_theory.lm.grpo import train_grpo
-from grpo_theory.lm.mixture import pass_rates
+from grpo_theory.lm.training.grpo import train_grpo
+from grpo_theory.experiments.lm_support.mixture import pass_rates
 from grpo_theory.lm.task import EOS, VOCAB, VOCAB_SIZE, eval_set
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.studies import scaling_family as sf

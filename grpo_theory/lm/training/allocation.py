@@ -2,7 +2,7 @@ r"""GRPO training of the small transformer with a rollout rule choosing each pro
 
 Every step draws B prompts uniformly from the training pool; the rule decides which responses
 are generated and which enter the estimate; the update is Adam after global-norm clipping at 1
-(as :func:`grpo_theory.lm.grpo.train_grpo`) along the mean over the kept prompts ``K`` of each
+(as :func:`grpo_theory.lm.training.grpo.train_grpo`) along the mean over the kept prompts ``K`` of each
 prompt's leave-one-out estimate on its ``n_b`` kept responses,
 
 .. math:: \hat g = \frac{1}{|K|} \sum_{b \in K} \frac{1}{n_b} \sum_{g \le n_b}
@@ -49,11 +49,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _validation as V
-from ..allocation.greedy import mse_gains, sizes_from_gains, unique_answer_constants
+from ... import _validation as V
+from ...allocation.greedy import mse_gains, sizes_from_gains, unique_answer_constants
 from .grpo import _optimizer, task_tokens
-from .policy import LMPolicy, seq_log_probs
-from .task import reward_exact_tokens
+from ..policy import LMPolicy, seq_log_probs
+from ..task import reward_exact_tokens
 
 __all__ = ["LM_RULES", "lm_rule", "rule_width", "knapsack_sizes", "train_with_rule",
            "accuracy_at_budgets"]

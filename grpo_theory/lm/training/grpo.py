@@ -15,11 +15,11 @@ Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
-:func:`grpo_theory.advisor.lm_task.advised_group_size` gives the same constants for any policy, a
+:func:`grpo_theory.experiments.lm_support.advised.advised_group_size` gives the same constants for any policy, a
 Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators, with 95%
 intervals.
 
-A Hugging Face checkpoint (:class:`~grpo_theory.lm.hf.HFPolicy`) trains on text prompts in its
+A Hugging Face checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`) trains on text prompts in its
 own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
 match of the canonical tokenization of the answer followed by the checkpoint's EOS.
 """
@@ -33,16 +33,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.scaling import ScalingConstants, budget_mse
-from ..optim.clipped import clipped_surrogate, multi_epoch_update
-from .gradmse import exact_answer_quantities
-from .hf import HFPolicy
-from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+from ... import _validation as V
+from ...core.estimators import PromptContext, get_estimator
+from ...core.scaling import ScalingConstants, budget_mse
+from ...optim.clipped import clipped_surrogate, multi_epoch_update
+from ..checkpoints.hf import HFPolicy
+from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
+from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
+__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates", "exact_answer_quantities",
            "pass_rate_spread", "best_integer_group_size", "predicted_group_size", "train_grpo",
            "clipped_objective", "OPTIMIZERS"]
 
@@ -127,6 +126,14 @@ def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
     lp = [np.asarray(policy.log_probs(x[i:i + block], canon[i:i + block]), np.float64)
           for i in range(0, len(x), block)]
     return np.exp(np.concatenate(lp))
+
+
+def exact_answer_quantities(policy: LMPolicy, x, canon, chunk=256):
+    """Answer-only: ``V = pi(y*|x)`` (B,), ``||s*||^2`` (B,) and ``grad J = mean_x V s*`` (D,)."""
+    b = x.shape[0]
+    v = np.exp(np.asarray(policy.log_probs(x, canon), np.float64))
+    gj, sq = policy.score_contractions(x, canon, (v / b)[None, :], chunk=chunk)
+    return v, sq, gj[0]
 
 
 def exact_accuracy(policy: LMPolicy, x, canon) -> float:
