@@ -6,8 +6,8 @@ A random-weight Hugging Face checkpoint of a small Llama shape (4 blocks, d_mode
 :func:`grpo_theory.lm.from_pretrained`; then :func:`grpo_theory.lm.budget.statistics.
 lm_rollout_statistics` (sampling, the ghost-norm pass, the dots pass) runs ``--calls`` times
 with ``chunk=None`` and the same budget: the resident memory at the first call plus the
-model's ``M(c)`` at ``--rows`` sequences (:func:`grpo_theory.lm.budget.memory.chunk_bytes`). Each rule
-runs in its own process:
+model's ``M(c)`` at ``--rows`` sequences (:func:`grpo_theory.lm.budget.memory.chunk_bytes`). Each
+rule runs in its own process:
 
 * ``live``: the package's rule, ``B = max(0, RSS_0 - L_0) + L_now - P``
   (:func:`grpo_theory.lm.budget.memory.resident_base`);
@@ -57,8 +57,8 @@ def run_rule(ckpt: str, rule: str, calls: int, rows: int, n_prompts: int, n_samp
     import jax
 
     from grpo_theory import lm
-    from grpo_theory.lm import memory as M
-    from grpo_theory.lm import options as O
+    from grpo_theory.lm.budget import memory as M
+    from grpo_theory.lm.budget import options as O
     from grpo_theory.lm.budget.statistics import lm_rollout_statistics
 
     pol = lm.from_pretrained(ckpt)

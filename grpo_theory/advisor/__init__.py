@@ -20,8 +20,8 @@ from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
                        prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
-from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward,
-                     read_prompts, write_prompts)
+from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward, read_prompts,
+                     write_prompts)
 from .schedule import allowed_group_sizes, propose_group_size
 from ..lm.task import TextReward
 from ..core.rollouts import RolloutStatistics

@@ -21,7 +21,8 @@ import numpy as np
 from .. import _validation as V
 from .._precision import float64
 from ..core.rollouts import RolloutStatistics
-from ..lm.budget.options import ModelOptions, resolve_chunk, score_memory  # noqa: F401 (re-exported)
+from ..lm.budget.options import (ModelOptions, resolve_chunk,  # noqa: F401 (re-exported)
+                                  score_memory)
 from ..lm.policy import LMPolicy
 from ..lm.policy import _weighted_grad  # noqa: F401 (re-exported)
 from ..lm.budget.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)

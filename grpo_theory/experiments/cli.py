@@ -28,7 +28,8 @@ from pathlib import Path
 
 from ..advisor.advise import FigureWarning, advise
 from ..lm.budget.memory import HINT, is_out_of_memory, parse_memory
-from ..lm.budget.options import PAD_EMBEDDINGS, ModelOptions
+from ..lm.budget.options import MODEL_DTYPES, PAD_EMBEDDINGS, ModelOptions
+from ..lm.checkpoints.load import checkpoint_format
 from .executors import open_executor
 from .registry import experiments as _experiments
 from .runner import kind_counts_line, package_version, report_section, run_experiments
@@ -162,7 +163,7 @@ def _model_options(p) -> None:
     p.add_argument("--chunk", type=int, default=None,
                    help="per-sample scores held at once, each the size of the model "
                         "(default: the largest that fits in --memory-budget)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+    p.add_argument("--dtype", choices=MODEL_DTYPES, default=None,
                    help="the Hugging Face model's parameter and compute dtype (default "
                         "float32; bfloat16 halves the model's memory)")
     p.add_argument("--pad-id", type=int, default=None,
@@ -207,7 +208,7 @@ def _model_setting(exps: dict, name: str, setting: str, model: str, overrides=No
         raise ValueError(f"--model is accepted only by experiments with a model setting "
                          f"({', '.join(_model_experiments(exps)) or 'none'}); {name} has none")
     path = Path(model).expanduser().resolve()
-    if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")):
+    if checkpoint_format(path) is None:
         raise ValueError(f"--model {model!r}: {str(path)!r} is neither a directory nor a .gguf "
                          "file; give a local Hugging Face checkpoint directory (config.json, "
                          "tokenizer.json, *.safetensors) or a llama.cpp .gguf file; nothing is "

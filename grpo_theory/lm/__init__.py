@@ -22,8 +22,7 @@ from .task import (Questions, TaskConfig, TextReward, TokenReward, eval_set, gen
 from .warmup import WarmupConfig, study_policies, three_policies, train_supervised
 from .families import FAMILIES, ModelSpec, TensorSpec, family
 from .budget import (ModelOptions, chunk_for_budget, default_memory_budget, ghost_contractions,
-                     ghost_moments, ghost_route, lm_rollout_statistics, parse_memory,
-                     score_dots)
+                     ghost_moments, ghost_route, lm_rollout_statistics, parse_memory, score_dots)
 # Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
 from .checkpoints import (HFPolicy, from_pretrained, load_policy, model_policy, read_config,
                           read_gguf, read_gguf_config)

@@ -17,12 +17,12 @@ step, until every run has generated ``B G* steps`` responses (the fixed-G* rule'
 * ``fixed-8`` (TRL's default ``num_generations``) and ``scheduled-8``: the same N = B G*
   responses a step as ``fixed``, as N / G prompts of G = 8 (the allowed size nearest 8); the
   scheduled arm re-estimates G* every ``every`` steps with the advisor
-  (:func:`grpo_theory.advisor.advised_group_size`: sample-based c1, c3 with 95% intervals at the
-  policy reached, ``sched_questions`` pool questions x ``sched_samples`` responses) and moves G by
-  the rule of TRL's :class:`~grpo_theory.torch.GroupSizeScheduler`
+  (:func:`grpo_theory.experiments.lm_support.advised_group_size`: sample-based c1, c3 with 95%
+  intervals at the policy reached, ``sched_questions`` pool questions x ``sched_samples`` responses)
+  and moves G by the rule of TRL's :class:`~grpo_theory.torch.GroupSizeScheduler`
   (:func:`grpo_theory.advisor.propose_group_size`, divisors of N with >= 3 prompts, hysteresis
-  ``min_change``). Its estimates' responses are not counted as rollouts (the TRL callback
-  estimates from the training rollouts; here they are extra samples).
+  ``min_change``). Its estimates' responses are not counted as rollouts (the TRL callback estimates
+  from the training rollouts; here they are extra samples).
 
 Each run records the exact held-out accuracy (``mean_x pi(y*|x)`` over the evaluation
 questions, no sampling noise) after every step and the responses generated; the comparison reads
@@ -154,7 +154,8 @@ def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
 
 def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):
     """The scheduled arm's ``schedule`` callback (module doc); appends each estimate to ``log``."""
-    from grpo_theory.advisor import advised_group_size, allowed_group_sizes, propose_group_size
+    from grpo_theory.advisor import allowed_group_sizes, propose_group_size
+    from grpo_theory.experiments.lm_support import advised_group_size
 
     allowed = allowed_group_sizes(N)
     qs = pool.subset(np.arange(min(cfg.sched_questions, len(pool.text))))

@@ -39,7 +39,8 @@ import numpy as np
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.experiments.stats import bootstrap_ci
-from grpo_theory.lm.training.dppo import gradient, layout, response_weights, sample_batch, train_dppo
+from grpo_theory.lm.training.dppo import (gradient, layout, response_weights, sample_batch,
+                                          train_dppo)
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 

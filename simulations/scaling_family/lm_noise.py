@@ -17,8 +17,8 @@ bootstrap 95% CI that resamples seeds within each G
 (:func:`grpo_theory.experiments.stats.bootstrap_argmin`, as ``lm_train``).
 
 The prediction is computed in the cell, at the policy it trains from (the constants of
-:func:`grpo_theory.experiments.lm_support.mixture.mixture_constants`, ``gstar_samples`` responses per question for
-E||s||^2, one fixed key, so every cell of a run carries the same numbers).
+:func:`grpo_theory.experiments.lm_support.mixture.mixture_constants`, ``gstar_samples`` responses
+per question for E||s||^2, one fixed key, so every cell of a run carries the same numbers).
 
 One cell per (p, G) (:func:`noise_cell`), all seeds inside, one row per seed.
 """
@@ -35,7 +35,7 @@ import pandas as pd
 from grpo_theory.core.scaling import ScalingConstants, grid_argmin
 from grpo_theory.experiments.runner import Cell, key_seed
 from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
-from grpo_theory.lm import mixture as mx
+from grpo_theory.experiments.lm_support import mixture as mx
 from grpo_theory.lm.training.grpo import train_grpo
 from grpo_theory.lm.task import train_pool
 

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from grpo_theory import allocation as A
-from grpo_theory.lm import allocation_train as AT
-from grpo_theory.lm import grpo, model, policy, task
+from grpo_theory.lm.training import allocation as AT
+from grpo_theory.lm import model, policy, task
+from grpo_theory.lm.training import grpo
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
 

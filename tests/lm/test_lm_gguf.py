@@ -24,7 +24,9 @@ gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
 from grpo_theory import lm  # noqa: E402
-from grpo_theory.lm import gguf as lmgguf, hf, policy as lmpolicy  # noqa: E402
+from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
+from grpo_theory.lm.checkpoints import hf  # noqa: E402
+from grpo_theory.lm.budget.memory import acc_dtype  # noqa: E402
 
 from support.gguf_checkpoint import (CHATML, EOS, G, config, converter_permute,  # noqa: E402
                                      gguf_name, write_folder, write_gguf)
@@ -191,10 +193,10 @@ def test_score_accumulators_without_x64(smol):
     y = np.full((2, 3), 5)
     with jax.enable_x64(False), warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert lmpolicy._acc_dtype() == np.float32
+        assert acc_dtype() == np.float32
         acc, sq = pol.score_contractions(x, y, np.ones((1, 2)), chunk=2)
     assert acc.dtype == sq.dtype == np.float64 and np.all(np.isfinite(acc))
-    assert lmpolicy._acc_dtype() == np.float64  # the test process runs with x64 on
+    assert acc_dtype() == np.float64  # the test process runs with x64 on
 
 
 # ----------------------------------------------------------------------------------------------

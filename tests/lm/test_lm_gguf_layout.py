@@ -14,7 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from grpo_theory.lm import gguf as lmgguf  # noqa: E402
+from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
 from grpo_theory.lm.checkpoints.gguf_layout import check_layout  # noqa: E402
 
 from support.gguf_checkpoint import config, write_gguf  # noqa: E402

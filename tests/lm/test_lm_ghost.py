@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from grpo_theory import lm
-from grpo_theory.lm import ghost, hf
+from grpo_theory.lm.budget import ghost
+from grpo_theory.lm.checkpoints import hf
 from grpo_theory.lm import policy as lmpolicy
 from support.hf_checkpoint import EOS, EOS2, write_checkpoint
 

@@ -2,8 +2,8 @@ r"""Prompt concentration: a training distribution with mass p on fixed questions
 
 The mixture puts probability ``p`` on a small fixed set F (uniform within it) and ``1 - p`` on a
 set R of other questions (uniform). With ``g(x) = V(x) s*(x)`` the per-prompt gradient of the
-answer-only format (exact, :func:`grpo_theory.lm.training.grpo.exact_answer_quantities`), Theorem 7's
-constants under the mixture are weighted means of per-question quantities:
+answer-only format (exact, :func:`grpo_theory.lm.training.grpo.exact_answer_quantities`), Theorem
+7's constants under the mixture are weighted means of per-question quantities:
 
 .. math:: c_1(p) = p\,\overline{\|g\|^2}_F + (1-p)\,\overline{\|g\|^2}_R
           - \|p\,\bar g_F + (1-p)\,\bar g_R\|^2,\qquad

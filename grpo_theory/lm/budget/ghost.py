@@ -1,11 +1,11 @@
 r"""Per-sample score statistics without per-sample gradients ("ghost norms").
 
-The Hugging Face route (:mod:`grpo_theory.lm.checkpoints.hf`) needs, for N responses, the squared score norms
-``||s_n||^2`` and weighted sums ``W S`` (K, D) of the scores ``s_n = grad_theta log pi(y_n|x_n)``.
-Materialising ``S`` costs C x D floats per chunk of C samples. This module computes both from one
-forward and one backward pass of ``sum_n log pi(y_n|x_n)`` over the batch, at the memory of an
-ordinary backward pass plus the (K, D) result, as in the differential-privacy literature
-(Li et al. 2021, "Large language models can be strong differentially private learners";
+The Hugging Face route (:mod:`grpo_theory.lm.checkpoints.hf`) needs, for N responses, the squared
+score norms ``||s_n||^2`` and weighted sums ``W S`` (K, D) of the scores ``s_n = grad_theta log
+pi(y_n|x_n)``. Materialising ``S`` costs C x D floats per chunk of C samples. This module computes
+both from one forward and one backward pass of ``sum_n log pi(y_n|x_n)`` over the batch, at the
+memory of an ordinary backward pass plus the (K, D) result, as in the differential-privacy
+literature (Li et al. 2021, "Large language models can be strong differentially private learners";
 Bu et al., book-keeping).
 
 A linear map ``y = x W`` applied at T positions of sample n, with inputs ``a`` (T, d_in) and output
@@ -36,9 +36,9 @@ exactly:
 The forward is the model family's pure-JAX forward (its spec's
 :attr:`~grpo_theory.lm.families.spec.ModelSpec.forward`, :mod:`grpo_theory.lm.families`; for Qwen2 /
 Llama :func:`grpo_theory.lm.families.qwen2.forward`, tunix's Qwen2 computation) over the
-parameter dict :func:`grpo_theory.lm.checkpoints.load.from_pretrained` loads, with prompts left-padded by
-``-1`` (:func:`positions_mask`). Only the response positions' logits are formed (the others
-never enter ``log pi(y|x)``).
+parameter dict :func:`grpo_theory.lm.checkpoints.load.from_pretrained` loads, with prompts
+left-padded by ``-1`` (:func:`positions_mask`). Only the response positions' logits are formed (the
+others never enter ``log pi(y|x)``).
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def forward(arch: dict, params, tokens):
 
     Args:
         arch: the checked architecture (:func:`grpo_theory.lm.checkpoints.files.read_config`).
-        params: tunix's Qwen2 parameter dict as :func:`~grpo_theory.lm.checkpoints.load.from_pretrained`
-            loads it (``policy.params``).
+        params: tunix's Qwen2 parameter dict as
+            :func:`~grpo_theory.lm.checkpoints.load.from_pretrained` loads it (``policy.params``).
         tokens: (N, T) ids, prompts left-padded with ``-1``.
 
     Returns:

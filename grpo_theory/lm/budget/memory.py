@@ -15,9 +15,10 @@ per-sample scores dominate: SmolLM2-135M holds 1.6 GB per sample in float32, its
 of 64 tokens about 15 MB). The largest c with ``M(c) <= budget`` is
 :func:`chunk_for_budget`.
 
-**The ghost-norm route** (:mod:`grpo_theory.lm.budget.ghost`, the default of a pretrained checkpoint,
-:meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`) forms no per-sample score: a chunk of c
-sequences costs its activations instead, ``a`` bytes per sequence (:func:`ghost_row_bytes`), so
+**The ghost-norm route** (:mod:`grpo_theory.lm.budget.ghost`, the default of a pretrained
+checkpoint, :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`) forms no per-sample
+score: a chunk of c sequences costs its activations instead, ``a`` bytes per sequence
+(:func:`ghost_row_bytes`), so
 
 .. math:: M_\text{ghost}(c) = D\,(2 b + 8 K) + c \cdot f\,a,
 
@@ -203,8 +204,8 @@ def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
 
 def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: int = 4) -> int:
     r"""Activation bytes one sequence adds to the ghost-norm pass: the model family's
-    :attr:`~grpo_theory.lm.families.spec.ModelSpec.activation_bytes` (family by ``arch["model_type"]``;
-    a dict of sizes alone is read as the Qwen2 / Llama family).
+    :attr:`~grpo_theory.lm.families.spec.ModelSpec.activation_bytes` (family by
+    ``arch["model_type"]``; a dict of sizes alone is read as the Qwen2 / Llama family).
 
     For Qwen2 / Llama (:func:`grpo_theory.lm.families.qwen2.activation_bytes`), per layer and
     position the pass keeps the inputs of the seven projections and the SwiGLU intermediates

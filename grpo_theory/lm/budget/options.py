@@ -2,8 +2,8 @@ r"""The model options of a language-model run, checked once: memory budget, chun
 
 A command line (``grpo-theory advise``, ``--memory-budget``, ``--chunk``, ``--dtype``,
 ``--pad-id``) builds one :class:`ModelOptions`; the loader reads ``dtype`` and ``pad_id``
-(:func:`grpo_theory.lm.checkpoints.load.load_policy`) and the statistics read the chunk, resolved once
-from the budget by :meth:`ModelOptions.resolve_chunk`:
+(:func:`grpo_theory.lm.checkpoints.load.load_policy`) and the statistics read the chunk, resolved
+once from the budget by :meth:`ModelOptions.resolve_chunk`:
 
 .. math:: c = \max\{c \le N : B + D (2 b + 8 K) + c f a \le \text{budget}\},
 

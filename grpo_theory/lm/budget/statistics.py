@@ -13,10 +13,10 @@ For m prompts ``x_a`` with n sampled responses ``y_ai`` each, rewards ``Z_ai``, 
   (:meth:`~grpo_theory.lm.policy.LMPolicy.weighted_score`), hence ``||ghat_a||^2`` and
   ``<ghat_a, S>``;
 * :func:`ghost_statistics` (a Hugging Face checkpoint,
-  :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_statistics`): (1) one backward pass per block of
-  whole groups gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
-  ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence
-  ``<ghat_a, S> = sum_i (Z_ai / n) <s_ai, S>``.
+  :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_statistics`): (1) one backward pass per block
+  of whole groups gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
+  ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence ``<ghat_a, S> = sum_i (Z_ai / n)
+  <s_ai, S>``.
 
 :func:`lm_rollout_statistics` samples the responses, scores them with the reward and returns
 the record with the responses.

@@ -1,20 +1,20 @@
 r"""Hugging Face checkpoints of the Qwen2 / Qwen2.5 / Llama family as the package's policy.
 
 ``policy = from_pretrained(path)`` (:mod:`grpo_theory.lm.checkpoints.load`) reads a checkpoint
-directory in the Hugging Face layout (``config.json``; ``model.safetensors`` or shards listed in ``model.safetensors.index.json``;
-``tokenizer.json``; optionally ``generation_config.json`` and a chat template in
-``tokenizer_config.json``, :meth:`HFPolicy.chat`) or a llama.cpp ``.gguf`` file of the same
-architectures (:mod:`grpo_theory.lm.checkpoints.gguf`: dequantised, tokenizer and chat template read from
-the file), builds tunix's JAX implementation of
-the architecture (``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query
-attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns an
-:class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
-teacher-forced log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the
-response up to and including its first EOS (the checkpoint's own EOS ids), KV-cached sampling
-and the score statistics ``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the
-estimators of the main paper's Algorithm 1) by ghost norms, one forward and one backward pass
-per block with no per-sample gradient formed (:mod:`grpo_theory.lm.budget.ghost`; ``method=
-"per_sample"`` keeps the ``vmap(grad)`` route). Nothing is downloaded.
+directory in the Hugging Face layout (``config.json``; ``model.safetensors`` or shards listed in
+``model.safetensors.index.json``; ``tokenizer.json``; optionally ``generation_config.json`` and a
+chat template in ``tokenizer_config.json``, :meth:`HFPolicy.chat`) or a llama.cpp ``.gguf`` file of
+the same architectures (:mod:`grpo_theory.lm.checkpoints.gguf`: dequantised, tokenizer and chat
+template read from the file), builds tunix's JAX implementation of the architecture
+(``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query attention with q/k/v
+biases, SwiGLU MLP, tied or untied output head) and returns an :class:`HFPolicy`, an
+:class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact teacher-forced
+log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the response up to and
+including its first EOS (the checkpoint's own EOS ids), KV-cached sampling and the score statistics
+``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the estimators of the main paper's
+Algorithm 1) by ghost norms, one forward and one backward pass per block with no per-sample gradient
+formed (:mod:`grpo_theory.lm.budget.ghost`; ``method= "per_sample"`` keeps the ``vmap(grad)``
+route). Nothing is downloaded.
 
 A Llama checkpoint is the same computation without q/k/v biases (``attention_bias: false``), so
 it runs on the same module with the biases fixed at zero (tunix 0.1.7's own ``Llama3`` module
@@ -107,8 +107,9 @@ class _Spec:
 
     def __call__(self, params, tokens, prompt_len):
         """Next-token logits (N, T, V) (the ``apply_fn`` of the policy interface): the
-        family's pure forward (:class:`~grpo_theory.lm.budget.ghost.PureForward`, tunix's computation
-        with the architecture's ``frozen_row``), the one the ghost-norm route differentiates."""
+        family's pure forward (:class:`~grpo_theory.lm.budget.ghost.PureForward`, tunix's
+        computation with the architecture's ``frozen_row``), the one the ghost-norm route
+        differentiates."""
         tokens = jnp.asarray(tokens)
         self._check_length(tokens.shape[1])
         return self.forward(params, tokens, prompt_len)
@@ -212,10 +213,10 @@ class HFPolicy(LMPolicy):
     """:class:`~grpo_theory.lm.policy.LMPolicy` of a Hugging Face checkpoint (tunix's Qwen2).
 
     Extra fields: ``tokenizer`` (a ``tokenizers.Tokenizer``, from tokenizer.json or the GGUF
-    file), ``config`` (the checked architecture, :func:`~grpo_theory.lm.checkpoints.files.read_config`), ``path`` and
-    ``chat_template`` (the Jinja source of the checkpoint's chat template, or None). Prompts are
-    left-padded with :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses
-    after EOS.
+    file), ``config`` (the checked architecture,
+    :func:`~grpo_theory.lm.checkpoints.files.read_config`), ``path`` and ``chat_template`` (the
+    Jinja source of the checkpoint's chat template, or None). Prompts are left-padded with
+    :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses after EOS.
 
     Overrides of the policy contract (listed in :class:`~grpo_theory.lm.policy.LMPolicy`):
     the tokenizer (``prompt_pad``, ``pad_prompts``, ``encode``, ``decode``,
@@ -283,8 +284,8 @@ class HFPolicy(LMPolicy):
 
     def row_bytes(self, seq_len: int, response_len: int) -> int:
         """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them
-        a response) adds to the ghost-norm pass (:func:`grpo_theory.lm.budget.memory.ghost_row_bytes`
-        in the parameters' dtype)."""
+        a response) adds to the ghost-norm pass
+        (:func:`grpo_theory.lm.budget.memory.ghost_row_bytes` in the parameters' dtype)."""
         b = max((np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(self.params)
                  if np.issubdtype(np.dtype(x.dtype), np.floating)), default=4)
         return ghost_row_bytes(self.config, seq_len, response_len, b)

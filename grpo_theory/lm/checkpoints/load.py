@@ -245,9 +245,9 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
     Args:
         path: the checkpoint directory in the Hugging Face layout (config.json, tokenizer.json,
             model.safetensors or model.safetensors.index.json + shards, optional
-            generation_config.json), or a ``.gguf`` file (:func:`grpo_theory.lm.checkpoints.gguf.read_gguf`:
-            weights dequantised to float32, tokenizer, special ids and chat template from the
-            file).
+            generation_config.json), or a ``.gguf`` file
+            (:func:`grpo_theory.lm.checkpoints.gguf.read_gguf`: weights dequantised to float32,
+            tokenizer, special ids and chat template from the file).
         dtype: parameter and compute dtype: "float32" (default), "bfloat16" or "float16".
         temperature: sampling and log-prob temperature > 0.
         eos_ids: id(s) that end a response; default: ``eos_token_id`` of generation_config.json,
@@ -365,7 +365,8 @@ def load_policy(spec, options: ModelOptions | None = None, *, cache_dir=None,
             configuration), a Hugging Face checkpoint directory, a llama.cpp ``.gguf`` file,
             or an ``LMPolicy`` (returned as it is).
         options: the :class:`~grpo_theory.lm.budget.options.ModelOptions`; ``dtype``, ``pad_id`` and
-            ``pad_embedding`` apply to a checkpoint (:func:`grpo_theory.lm.checkpoints.load.from_pretrained`) only.
+            ``pad_embedding`` apply to a checkpoint
+            (:func:`grpo_theory.lm.checkpoints.load.from_pretrained`) only.
         cache_dir: folder of the warm-up cache (default ``cache_dir()/lm`` of the runner).
         warmup: ``"full"`` (default), ``"quick"`` (the tiny warm-up of the ``lm-mse`` quick
             setting) or a :class:`~grpo_theory.lm.warmup.WarmupConfig`.
@@ -454,8 +455,8 @@ def model_path(path) -> str:
 
 @lru_cache(maxsize=2)
 def model_policy(path: str, dtype: str = "float32", pad_id: int | None = None):
-    """The :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy` of a checkpoint directory in ``dtype`` with
-    padding id ``pad_id`` (None: the checkpoint's), loaded once per process (its compiled
+    """The :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy` of a checkpoint directory in ``dtype``
+    with padding id ``pad_id`` (None: the checkpoint's), loaded once per process (its compiled
     functions are then shared by every cell)."""
     return from_pretrained(model_path(path), dtype=dtype, pad_id=pad_id)
 

@@ -1,4 +1,5 @@
-r"""The Qwen2 / Qwen2.5 / Llama family: its two :class:`~grpo_theory.lm.families.spec.ModelSpec` entries.
+r"""The Qwen2 / Qwen2.5 / Llama family: its two :class:`~grpo_theory.lm.families.spec.ModelSpec`
+entries.
 
 One computation: RMSNorm, rotary embeddings on rotate-half pairs ``(i, i + hd/2)``,
 grouped-query attention (query head j reads key/value head ``j // (H / H_kv)``) with optional

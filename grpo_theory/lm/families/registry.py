@@ -15,7 +15,8 @@ __all__ = ["FAMILIES", "register", "family", "family_of_gguf", "family_of_arch",
            "model_types", "gguf_architectures"]
 
 FAMILIES: dict = {}
-"""Every registered model family: its name -> its :class:`~grpo_theory.lm.families.spec.ModelSpec`."""
+"""Every registered model family: its name -> its
+:class:`~grpo_theory.lm.families.spec.ModelSpec`."""
 
 
 def register(spec: ModelSpec) -> ModelSpec:

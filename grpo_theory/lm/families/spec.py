@@ -5,8 +5,8 @@ GGUF files, run by tunix's JAX module (sampling, log-probabilities) and by a pur
 written over a set of operations (the ghost norms, :mod:`grpo_theory.lm.budget.ghost`), and budgeted
 by the activation bytes of one sequence (:func:`grpo_theory.lm.budget.memory.ghost_row_bytes`). A
 :class:`ModelSpec` holds each of these once; the loaders (:mod:`grpo_theory.lm.checkpoints.load`,
-:mod:`grpo_theory.lm.checkpoints.gguf`, :mod:`grpo_theory.lm.checkpoints.files`), the memory model and the
-ghost code read it (:mod:`grpo_theory.lm.families` is the registry).
+:mod:`grpo_theory.lm.checkpoints.gguf`, :mod:`grpo_theory.lm.checkpoints.files`), the memory model
+and the ghost code read it (:mod:`grpo_theory.lm.families` is the registry).
 
 The checked architecture ``arch`` is a dict with the keys of :attr:`ModelSpec.config_fields`;
 every tensor is one :class:`TensorSpec` (its Hugging Face name, GGUF name, torch-layout shape,

@@ -2,8 +2,8 @@ r"""GRPO training of the small transformer with a rollout rule choosing each pro
 
 Every step draws B prompts uniformly from the training pool; the rule decides which responses
 are generated and which enter the estimate; the update is Adam after global-norm clipping at 1
-(as :func:`grpo_theory.lm.training.grpo.train_grpo`) along the mean over the kept prompts ``K`` of each
-prompt's leave-one-out estimate on its ``n_b`` kept responses,
+(as :func:`grpo_theory.lm.training.grpo.train_grpo`) along the mean over the kept prompts ``K`` of
+each prompt's leave-one-out estimate on its ``n_b`` kept responses,
 
 .. math:: \hat g = \frac{1}{|K|} \sum_{b \in K} \frac{1}{n_b} \sum_{g \le n_b}
           \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) \nabla \log\pi(y_{bg}|x_b).

@@ -15,12 +15,12 @@ Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
-:func:`grpo_theory.experiments.lm_support.advised.advised_group_size` gives the same constants for any policy, a
-Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators, with 95%
-intervals.
+:func:`grpo_theory.experiments.lm_support.advised.advised_group_size` gives the same constants for
+any policy, a Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators,
+with 95% intervals.
 
-A Hugging Face checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`) trains on text prompts in its
-own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
+A Hugging Face checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`) trains on text prompts
+in its own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
 match of the canonical tokenization of the answer followed by the checkpoint's EOS.
 """
 
@@ -41,9 +41,9 @@ from ..checkpoints.hf import HFPolicy
 from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates", "exact_answer_quantities",
-           "pass_rate_spread", "best_integer_group_size", "predicted_group_size", "train_grpo",
-           "clipped_objective", "OPTIMIZERS"]
+__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
+           "exact_answer_quantities", "pass_rate_spread", "best_integer_group_size",
+           "predicted_group_size", "train_grpo", "clipped_objective", "OPTIMIZERS"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
