@@ -97,7 +97,7 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
 
     Args:
         policy: an :class:`grpo_theory.lm.checkpoints.hf.HFPolicy` (chat template used when it has
-        one).
+            one).
         questions: list of n question texts; prefills: the assistant turn's opening texts;
             answers: (n,) integers.
         n_samples: responses per question (>= 1).

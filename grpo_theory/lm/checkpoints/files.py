@@ -294,7 +294,7 @@ def read_config(path) -> dict:
         ValueError: missing directory or config.json, a file that is not a JSON object, a
             ``model_type`` no registered family reads, a missing or invalid field (sizes
             positive integers, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, the head
-            counts consistent; :func:`.checkpoint_check_config`), or a feature the
+            counts consistent; :func:`check_config`), or a feature the
             computation does not implement (``rope_scaling``, sliding windows, MLP biases,
             non-SiLU). The message names the file and the field.
     """
@@ -311,7 +311,7 @@ def hf_names(arch: dict) -> dict:
 
 def shards(path: str) -> list[str]:
     """The safetensors files of the checkpoint: those the index lists (plain file names inside
-    ``path``, all present; :func:`.checkpoint_shard_names`), else ``model.safetensors``."""
+    ``path``, all present; :func:`shard_names`), else ``model.safetensors``."""
     index = read_json(path, "model.safetensors.index.json", required=False)
     if index is not None:
         src = f"model.safetensors.index.json of {path!r}"

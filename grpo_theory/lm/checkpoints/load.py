@@ -255,15 +255,15 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
         pad_id: the id written after a sampled response's EOS; default: ``pad_token_id`` of
             generation_config.json, else of config.json (GGUF:
             ``tokenizer.ggml.padding_token_id``), else the first EOS id. Prompts are padded
-            with :data:`PROMPT_PAD`, never with ``pad_id``.
+            with :data:`~grpo_theory.lm.checkpoints.hf.PROMPT_PAD`, never with ``pad_id``.
         pad_embedding: the gradient of the pad token's input-embedding row
-            (:data:`PAD_EMBEDDINGS`): "frozen" (default; what transformers trains:
-            ``nn.Embedding(padding_idx=config.pad_token_id)`` gives the row no gradient through
-            the lookup, a tied head still trains it) or "trained" (the exact gradient of the
-            log-likelihood in every parameter). The row is ``pad_token_id`` of config.json
-            (GGUF: ``tokenizer.ggml.padding_token_id``), not ``pad_id``; with none, every row
-            is trained under either choice. Kept as ``policy.config["frozen_row"]`` (None when
-            no row is frozen).
+            (:data:`~grpo_theory.lm.budget.options.PAD_EMBEDDINGS`): "frozen" (default; what
+            transformers trains: ``nn.Embedding(padding_idx=config.pad_token_id)`` gives the row
+            no gradient through the lookup, a tied head still trains it) or "trained" (the
+            exact gradient of the log-likelihood in every parameter). The row is
+            ``pad_token_id`` of config.json (GGUF: ``tokenizer.ggml.padding_token_id``), not
+            ``pad_id``; with none, every row is trained under either choice. Kept as
+            ``policy.config["frozen_row"]`` (None when no row is frozen).
 
     Returns:
         An :class:`HFPolicy` (an :class:`~grpo_theory.lm.policy.LMPolicy`) whose ``params``
@@ -278,7 +278,7 @@ def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=
     ck = load_checkpoint(path, dtype=dtype, eos_ids=eos_ids, pad_id=pad_id)
     arch = dict(ck.arch, frozen_row=ck.arch["pad_id"] if frozen else None)
     return hf_policy(arch, ck.params, ck.graphdef, ck.zero_biases, ck.eos_ids, ck.pad_id,
-                   ck.dtype, temperature, ck.tokenizer, ck.source, ck.chat_template)
+                     ck.dtype, temperature, ck.tokenizer, ck.source, ck.chat_template)
 
 
 #: names of the package's warm-up checkpoints (:mod:`grpo_theory.lm.warmup`)

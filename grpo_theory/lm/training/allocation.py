@@ -258,7 +258,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     """Train from ``policy`` under ``rule`` until ``rollout_budget`` responses are generated.
 
     Args:
-        policy: the starting :class:`~.policy.LMPolicy` (answer-only task).
+        policy: the starting :class:`~grpo_theory.lm.policy.LMPolicy` (answer-only task).
         pool: the training questions the prompts are drawn from (uniformly, with replacement).
         eval_questions: the held-out questions of the exact accuracy.
         rule: an :func:`lm_rule` value.

@@ -320,11 +320,11 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group_size: i
 
     Args:
         policy: the starting :class:`LMPolicy` (``sample_fn`` required).
-        pool, eval_questions: training pool and evaluation questions (:mod:`.task`).
+        pool, eval_questions: training pool and evaluation questions (:mod:`grpo_theory.lm.task`).
         batch, group_size: B prompts x G responses per step.
         n_steps: steps; checkpoints: steps at which to evaluate (``n_steps`` is added).
         lr: Adam learning rate (global-norm clip 1, as
-        :func:`~grpo_theory.lm.training.grpo.train_grpo`).
+            :func:`~grpo_theory.lm.training.grpo.train_grpo`).
         seed: integer or key; key: a JAX key (or integer), used instead of ``seed`` when given.
         scheme: keep probabilities; ``KeepScheme()`` keeps everything (full GRPO).
         estimator, epochs, clip_eps: as :func:`~grpo_theory.lm.training.grpo.train_grpo`.

@@ -62,20 +62,22 @@ def _is_hf(policy) -> bool:
 def task_tokens(policy: LMPolicy, questions) -> tuple[np.ndarray, np.ndarray]:
     """Prompts (N, P) and canonical answer-only responses (N, R) of ``questions`` for ``policy``.
 
-    The package's transformer: its character tokenizer (:func:`~.task.encode_prompts`,
-    :func:`~.task.target_responses`; ``R = RESPONSE_LEN["answer"]``). A Hugging Face checkpoint
-    (:class:`~.hf.HFPolicy`): the text :data:`CHAT_PROMPT` rendered by the checkpoint's chat
-    template when it has one (:meth:`~.hf.HFPolicy.chat`), else :data:`PLAIN_PROMPT`, tokenized
-    by :meth:`~.hf.HFPolicy.encode` (left-padded with ``pad_id``, masked out of attention); the
-    canonical response ``y*(x)`` is the tokenizer's ids of ``str(answer)`` (no special tokens)
-    followed by the first EOS id, right-padded with ``pad_id`` (what the sampler writes after
-    EOS) to the longest, so ``R = max len + 1``. The exact-token reward
-    (:func:`~.task.reward_exact_tokens`) is then a match of this canonical tokenization: the
-    correct response is unique and ``V(x) = pi(y*|x)``.
+    The package's transformer: its character tokenizer (:func:`~grpo_theory.lm.task.encode_prompts`,
+    :func:`~grpo_theory.lm.task.target_responses`; ``R = RESPONSE_LEN["answer"]``). A Hugging Face
+    checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`): the text :data:`CHAT_PROMPT`
+    rendered by the checkpoint's chat template when it has one
+    (:meth:`~grpo_theory.lm.checkpoints.hf.HFPolicy.chat`), else :data:`PLAIN_PROMPT`, tokenized by
+    :meth:`~grpo_theory.lm.checkpoints.hf.HFPolicy.encode` (left-padded with ``pad_id``, masked out
+    of attention); the canonical response ``y*(x)`` is the tokenizer's ids of ``str(answer)`` (no
+    special tokens) followed by the first EOS id, right-padded with ``pad_id`` (what the sampler
+    writes after EOS) to the longest, so ``R = max len + 1``. The exact-token reward
+    (:func:`~grpo_theory.lm.task.reward_exact_tokens`) is then a match of this canonical
+    tokenization: the correct response is unique and ``V(x) = pi(y*|x)``.
 
     Args:
-        policy: an :class:`~.policy.LMPolicy` (the package's) or an :class:`~.hf.HFPolicy`.
-        questions: :class:`~.task.Questions`.
+        policy: an :class:`~grpo_theory.lm.policy.LMPolicy` (the package's) or an
+            :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`.
+        questions: :class:`~grpo_theory.lm.task.Questions`.
 
     Returns:
         ``(prompts, canonical)`` int32 arrays.
@@ -116,7 +118,8 @@ def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
     model): the exact pass rates of the answer-only format.
 
     Args:
-        policy: an :class:`~.policy.LMPolicy` or :class:`~.hf.HFPolicy`.
+        policy: an :class:`~grpo_theory.lm.policy.LMPolicy` or
+            :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`.
         x: (N, P) prompts; canon: (N, R) canonical responses (:func:`task_tokens`).
 
     Returns:
