@@ -6,7 +6,9 @@ names. Its statistics (:mod:`.stats`: bootstraps, Spearman, markdown tables for 
 not the result interface of the estimates, which is :mod:`grpo_theory.core.stats`. The command
 line lives in :mod:`.cli` (``grpo-theory``, :func:`grpo_theory.experiments.cli.main`) and the
 registry of studies in :mod:`.registry` (``registry.experiments()``); neither is imported here,
-so a study that imports the runner loads no command-line code.
+so a study that imports the runner loads no command-line code. The LM studies' library code
+(gradient MSE, the score Gram's rank, the mixture MSE, the advisor on the arithmetic task) is
+:mod:`.lm_support`, not imported here either.
 """
 
 from .runner import (VERDICTS, Cell, Check, Experiment, RunResult, Section, Tables, cell_key,
