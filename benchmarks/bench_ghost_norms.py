@@ -59,13 +59,13 @@ def _build(case: str, seed: int = 0):
     import jax.numpy as jnp
     import numpy as np
 
-    from grpo_theory.lm import checkpoint_io as io
-    from grpo_theory.lm import hf
+    from grpo_theory.lm.checkpoints import files as io
+    from grpo_theory.lm.checkpoints import hf, load
 
     cfg = dict(CASES[case], hidden_act="silu", max_position_embeddings=4096, eos_token_id=2,
                rope_scaling=None)
     arch = io.check_config(cfg, case)
-    graphdef, abstract, zero = hf._tunix_model(arch, jnp.float32)
+    graphdef, abstract, zero = load.tunix_model(arch, jnp.float32)
     leaves, tree = jax.tree_util.tree_flatten(abstract)
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
     params = []
@@ -75,7 +75,7 @@ def _build(case: str, seed: int = 0):
         else:
             params.append(0.02 * jax.random.normal(k, a.shape, jnp.float32))
     params = jax.tree_util.tree_unflatten(tree, params)
-    pol = hf._policy(arch, params, graphdef, zero, (2,), 2, jnp.float32, 1.0, None, case, None)
+    pol = hf.hf_policy(arch, params, graphdef, zero, (2,), 2, jnp.float32, 1.0, None, case, None)
     rng = np.random.default_rng(seed)
     n, p, r = _ARGS.n, 40, 24
     x = rng.integers(10, arch["vocab_size"], size=(n, p))
@@ -91,7 +91,7 @@ def _run_case(case: str, mode: str, chunk: int, mem_limit_gb: float) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from grpo_theory.lm import ghost
+    from grpo_theory.lm.budget import ghost
     from grpo_theory.lm.policy import seq_log_probs
 
     pol, x, y, w = _build(case)

@@ -15,7 +15,8 @@ import jax
 import numpy as np
 
 import grpo_theory  # noqa: F401  (x64 on; the model itself runs in float32)
-from grpo_theory.lm import grpo, model, policy, task
+from grpo_theory.lm import model, policy, task
+from grpo_theory.lm.training import grpo
 
 
 def _time(fn, repeats):

@@ -18,8 +18,8 @@ squared norm of every per-sample score and of every prompt's weighted sum by gho
 blocks of ``chunk`` responses (one backward pass per block), then the dot products with the
 total weighted sum in one forward-mode pass) at the chunk the memory budget picks (rounded down
 to whole prompts)
-(:func:`grpo_theory.lm.memory.chunk_for_budget` with the activations per sequence,
-:func:`grpo_theory.lm.memory.ghost_row_bytes`). Each timed call runs twice; the first
+(:func:`grpo_theory.lm.budget.memory.chunk_for_budget` with the activations per sequence,
+:func:`grpo_theory.lm.budget.memory.ghost_row_bytes`). Each timed call runs twice; the first
 includes compilation. Peak memory: ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a
 wrapper process whose only child is the case.
 
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_theory.lm.memory import chunk_bytes, parse_memory
+from grpo_theory.lm.budget.memory import chunk_bytes, parse_memory
 
 ROOT = Path(__file__).resolve().parent
 SHAPES = {
@@ -114,7 +114,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     from grpo_theory.advisor.estimate import _weighted_grad, lm_rollout_statistics, \
         resolve_chunk, score_memory
     from grpo_theory.lm import from_pretrained
-    from grpo_theory.lm.memory import default_memory_budget, process_rss
+    from grpo_theory.lm.budget.memory import default_memory_budget, process_rss
 
     pol, t_load = _timed(lambda: from_pretrained(ckpt))
     d, b = score_memory(pol)
@@ -184,7 +184,7 @@ def _machine() -> str:
                        cpu)
     except OSError:
         pass
-    from grpo_theory.lm.memory import available_memory
+    from grpo_theory.lm.budget.memory import available_memory
 
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return (f"{cpu}, {os.cpu_count()} cores visible ({len(os.sched_getaffinity(0))} in this run's CPU affinity), {total / 2**30:.1f} GiB RAM "
@@ -305,7 +305,7 @@ def _report(rows, args, machine, load) -> str:
              "`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper whose only child is the "
              "case.", "",
              "`estimate GiB`: the budget's memory model at that chunk "
-             "(`grpo_theory.lm.memory.chunk_bytes` with `row_bytes = ghost_row_bytes`, "
+             "(`grpo_theory.lm.budget.memory.chunk_bytes` with `row_bytes = ghost_row_bytes`, "
              "float32, and `base_bytes` the process's resident memory beyond the parameters "
              "when the chunk was chosen).", "",
              "| model | D | case | chunk | budget GiB | estimate GiB | first call s | "

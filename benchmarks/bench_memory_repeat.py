@@ -3,14 +3,14 @@ chooses, the resident memory each leaves, the live JAX arrays and the peak.
 
 A random-weight Hugging Face checkpoint of a small Llama shape (4 blocks, d_model 256, SwiGLU
 512, vocab 4096, 2.9M parameters, in a temporary directory) is loaded by
-:func:`grpo_theory.lm.from_pretrained`; then :func:`grpo_theory.lm.statistics.
+:func:`grpo_theory.lm.from_pretrained`; then :func:`grpo_theory.lm.budget.statistics.
 lm_rollout_statistics` (sampling, the ghost-norm pass, the dots pass) runs ``--calls`` times
 with ``chunk=None`` and the same budget: the resident memory at the first call plus the
-model's ``M(c)`` at ``--rows`` sequences (:func:`grpo_theory.lm.memory.chunk_bytes`). Each rule
-runs in its own process:
+model's ``M(c)`` at ``--rows`` sequences (:func:`grpo_theory.lm.budget.memory.chunk_bytes`). Each
+rule runs in its own process:
 
 * ``live``: the package's rule, ``B = max(0, RSS_0 - L_0) + L_now - P``
-  (:func:`grpo_theory.lm.memory.resident_base`);
+  (:func:`grpo_theory.lm.budget.memory.resident_base`);
 * ``rss``: the earlier rule, ``B = RSS_now - D b`` read at every call (everything resident
   counted, also what the previous call left for reuse).
 
@@ -57,9 +57,9 @@ def run_rule(ckpt: str, rule: str, calls: int, rows: int, n_prompts: int, n_samp
     import jax
 
     from grpo_theory import lm
-    from grpo_theory.lm import memory as M
-    from grpo_theory.lm import options as O
-    from grpo_theory.lm.statistics import lm_rollout_statistics
+    from grpo_theory.lm.budget import memory as M
+    from grpo_theory.lm.budget import options as O
+    from grpo_theory.lm.budget.statistics import lm_rollout_statistics
 
     pol = lm.from_pretrained(ckpt)
     d, b = O.score_memory(pol)

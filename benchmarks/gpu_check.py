@@ -48,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import grpo_theory as gt
-from grpo_theory.lm import grpo, model, policy, task
+from grpo_theory.lm import model, policy, task
+from grpo_theory.lm.training import grpo
 from grpo_theory.problems import linear_bandit
 
 __all__ = ["Settings", "QUICK", "FULL", "Z_TOL", "BF16_UNIT_ROUNDOFF", "device_info",

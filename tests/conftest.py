@@ -71,6 +71,6 @@ def _budgets_without_the_test_process(monkeypatch):
     memory (1-3 GB resident and the other tests' live arrays, which ``resolve_chunk`` counts
     first) is left out; the tests of that accounting (tests/lm/test_lm_memory.py) set it
     themselves."""
-    from grpo_theory.lm import options
+    from grpo_theory.lm.budget import options
 
     monkeypatch.setattr(options, "resident_base", lambda params: 0)

@@ -20,9 +20,8 @@ from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
                        prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
-from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward,
-                     read_prompts, write_prompts)
-from .lm_task import advised_group_size
+from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward, read_prompts,
+                     write_prompts)
 from .schedule import allowed_group_sizes, propose_group_size
 from ..lm.task import TextReward
 from ..core.rollouts import RolloutStatistics
@@ -34,5 +33,14 @@ __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage",
            "RolloutStatistics"]
 __all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
-            "read_prompts", "write_prompts", "advised_group_size", "TextReward",
+            "read_prompts", "write_prompts", "TextReward",
             "allowed_group_sizes", "propose_group_size"]
+
+
+def __getattr__(name):
+    """A one-line error naming the new home of a name that left this face."""
+    if name == "advised_group_size":
+        raise AttributeError("grpo_theory.advisor.advised_group_size is study code and moved to "
+                             "grpo_theory.experiments.lm_support (from "
+                             "grpo_theory.experiments.lm_support import advised_group_size)")
+    raise AttributeError(f"module 'grpo_theory.advisor' has no attribute {name!r}")

@@ -36,9 +36,9 @@ import numpy as np
 
 from .. import _validation as V
 from ..core.stats import ResultMixin
-from ..lm.loading import PACKAGE_MODELS, load_policy
-from ..lm.memory import out_of_memory_as_value_error
-from ..lm.options import ModelOptions
+from ..lm.checkpoints.load import PACKAGE_MODELS, load_policy
+from ..lm.budget.memory import out_of_memory_as_value_error
+from ..lm.budget.options import ModelOptions
 from ..lm.task import integer_answer as _integer, reward_answer_text, reward_text
 from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
 from .pieces import t_quantile
@@ -395,7 +395,7 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
 
     Args:
         prompts: a JSONL file (:func:`read_prompts`) or a list of ``{"question", "answer"}``.
-        model: see :func:`grpo_theory.lm.loading.load_policy` (package name, ``.npz``
+        model: see :func:`grpo_theory.lm.checkpoints.load.load_policy` (package name, ``.npz``
             checkpoint, Hugging Face directory, ``.gguf`` file or an ``LMPolicy``).
         reward: ``reward(text, answer) -> float``, ``"module:function"``, or None (the model's
             :meth:`~grpo_theory.lm.policy.LMPolicy.default_reward`: the integer-answer reward
@@ -415,14 +415,14 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
             :meth:`~grpo_theory.lm.policy.LMPolicy.default_response_len`: the package format's
             length, 32 for a Hugging Face model).
         chunk, memory_budget, dtype, pad_id: the fields of ``options`` when it is not given
-            (:class:`~grpo_theory.lm.options.ModelOptions`).
+            (:class:`~grpo_theory.lm.budget.options.ModelOptions`).
         progress: progress bars (terminal) or plain lines (stderr) for loading, sampling,
             per-sample scores and pass 2 (per-prompt dot products or gradients).
         cache_dir, warmup: the package checkpoints' cache
-            (:func:`grpo_theory.lm.loading.load_policy`).
+            (:func:`grpo_theory.lm.checkpoints.load.load_policy`).
         figure: draw the figure when ``out`` is given.
         chat_template: a Hugging Face checkpoint with a chat template gets each question as a
-            user message rendered by it (:meth:`grpo_theory.lm.hf.HFPolicy.chat`, the
+            user message rendered by it (:meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.chat`, the
             assistant's turn opened), as the ``lm-*`` studies do; False (or a checkpoint
             without one): the raw question text. Stated in the result's ``prompt_format``.
         options: the model options, built once (e.g. by the command line): ``chunk``

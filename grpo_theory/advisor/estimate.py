@@ -3,7 +3,7 @@ r"""Building a :class:`~grpo_theory.advisor.result.ScalingEstimate`: unbiased c1
 * :func:`estimate_from_rollouts`: from the rewards and the scores, or the inner products they
   enter through (a :class:`~grpo_theory.core.rollouts.RolloutStatistics`, or its arrays);
 * :func:`estimate_scaling_constants`: from rollouts it samples, of an enumerable policy of the
-  package or of a language-model policy (:func:`grpo_theory.lm.statistics.
+  package or of a language-model policy (:func:`grpo_theory.lm.budget.statistics.
   lm_rollout_statistics`).
 
 The U-statistics are those of :mod:`grpo_theory.advisor.pieces` (the main paper, Theorem 7):
@@ -21,10 +21,11 @@ import numpy as np
 from .. import _validation as V
 from .._precision import float64
 from ..core.rollouts import RolloutStatistics
-from ..lm.options import ModelOptions, resolve_chunk, score_memory  # noqa: F401 (re-exported)
+from ..lm.budget.options import (ModelOptions, resolve_chunk,  # noqa: F401 (re-exported)
+                                  score_memory)
 from ..lm.policy import LMPolicy
 from ..lm.policy import _weighted_grad  # noqa: F401 (re-exported)
-from ..lm.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
+from ..lm.budget.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
 from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, _statistics_jit,  # noqa: F401
                      prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
@@ -66,7 +67,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
     * ``sq_norms``, ``mean_sq`` (m,) ``||ghat_a||^2`` and ``mean_dot`` (m,)
       ``<ghat_a, sum_b ghat_b>``; or
     * one :class:`~grpo_theory.core.rollouts.RolloutStatistics` in place of ``rewards`` (what
-      the language-model routes return: :func:`grpo_theory.lm.statistics.
+      the language-model routes return: :func:`grpo_theory.lm.budget.statistics.
       lm_rollout_statistics`, :func:`grpo_theory.torch.score_statistics`), the same as its
       four arrays given as above.
 
@@ -301,7 +302,7 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
         seed: integer seed or JAX key.
         key: a JAX PRNG key (or an integer), used instead of ``seed`` when given.
         prompts, reward, response_len, chunk, progress, memory_budget, stage, options: the
-            language-model route (above; :func:`grpo_theory.lm.statistics.
+            language-model route (above; :func:`grpo_theory.lm.budget.statistics.
             lm_rollout_statistics`).
         alpha: level of the ``*_ci`` attributes.
 

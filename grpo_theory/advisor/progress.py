@@ -89,7 +89,7 @@ class Progress:
 
 
 def warmup_log(progress: Progress):
-    """A ``log(line)`` for :func:`grpo_theory.lm.loading.load_policy`: each warm-up training
+    """A ``log(line)`` for :func:`grpo_theory.lm.checkpoints.load.load_policy`: each warm-up training
     line ``[warmup NAME] step D/N ...`` moves the phase ``warmup NAME`` of ``progress`` to D
     of N (other lines are ignored)."""
 
@@ -110,13 +110,13 @@ def training_note(model, cache_dir=None, warmup=None) -> str | None:
     ``None`` when ``model`` is not a package model or its warm-up is cached.
 
     Args:
-        model: the model spec of :func:`grpo_theory.lm.loading.load_policy`.
+        model: the model spec of :func:`grpo_theory.lm.checkpoints.load.load_policy`.
         cache_dir, warmup: as for ``load_policy``.
 
     Returns:
         The line, or None.
     """
-    from ..lm.loading import PACKAGE_MODELS, warmup_files
+    from ..lm.checkpoints.load import PACKAGE_MODELS, warmup_files
     from ..lm.warmup import QUICK_WARMUP, WarmupConfig
 
     if not isinstance(model, str) or model not in PACKAGE_MODELS:

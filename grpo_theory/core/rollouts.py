@@ -8,7 +8,7 @@ Theorem 7; :func:`grpo_theory.advisor.estimate_from_rollouts`) need only
 * the per-prompt ("group") norms ``||ghat_a||^2`` (m,) of ``ghat_a = (1/n) sum_i Z_ai s_ai``;
 * the dot products ``<ghat_a, S>`` (m,) with ``S = sum_b ghat_b``.
 
-Every route that computes them (the JAX policies, :mod:`grpo_theory.lm.statistics`; PyTorch
+Every route that computes them (the JAX policies, :mod:`grpo_theory.lm.budget.statistics`; PyTorch
 models, :mod:`grpo_theory.torch`; given scores) returns a :class:`RolloutStatistics`, and the
 estimators accept it.
 """

@@ -7,7 +7,9 @@ not the result interface of the estimates, which is :mod:`grpo_theory.core.stats
 line lives in :mod:`.cli` (``grpo-theory``, :func:`grpo_theory.experiments.cli.main`) and the
 registry of studies in :mod:`.registry` (``registry.experiments()``); neither is imported here,
 so a study that imports the runner loads no command-line code. The names load on first
-access, so the command line starts without JAX.
+access, so the command line starts without JAX. The LM studies' library code (gradient MSE,
+the score Gram's rank, the mixture MSE, the advisor on the arithmetic task) is
+:mod:`.lm_support`, not imported here either.
 """
 
 import importlib

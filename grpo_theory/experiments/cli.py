@@ -35,9 +35,12 @@ from .checks import kind_counts_line, md_cell, rebase_links
 
 __all__ = ["main", "write_report"]
 
-#: the ``--pad-embedding`` choices (:data:`grpo_theory.lm.options.PAD_EMBEDDINGS`, written out
+#: the ``--pad-embedding`` choices (:data:`grpo_theory.lm.budget.options.PAD_EMBEDDINGS`, written out
 #: so that the parser imports no JAX; a test checks they agree)
 PAD_EMBEDDING_CHOICES = ("frozen", "trained")
+#: the ``--dtype`` choices (:data:`grpo_theory.lm.budget.options.MODEL_DTYPES`, written out so
+#: that ``--help`` needs no JAX; a test keeps the two equal)
+DTYPE_CHOICES = ("float32", "bfloat16")
 
 
 def _experiments() -> dict:
@@ -105,7 +108,7 @@ def error_line(exc: BaseException) -> str:
     / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
     (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
     line breaks joined."""
-    from ..lm.memory import HINT, is_out_of_memory
+    from ..lm.budget.memory import HINT, is_out_of_memory
 
     if is_out_of_memory(exc):
         msg = f"out of memory ({type(exc).__name__}): {HINT}"
@@ -224,7 +227,7 @@ def _model_options(p) -> None:
     p.add_argument("--chunk", type=int, default=None,
                    help="per-sample scores held at once, each the size of the model "
                         "(default: the largest that fits in --memory-budget)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+    p.add_argument("--dtype", choices=DTYPE_CHOICES, default=None,
                    help="the Hugging Face model's parameter and compute dtype (default "
                         "float32; bfloat16 halves the model's memory)")
     p.add_argument("--pad-id", type=int, default=None,
@@ -241,7 +244,7 @@ def _model_overrides(args) -> dict:
         if v is None:
             continue
         if opt == "memory_budget":
-            from ..lm.memory import parse_memory
+            from ..lm.budget.memory import parse_memory
 
             v = parse_memory(v)
         elif opt == "chunk" and v < 1:
@@ -271,7 +274,9 @@ def _model_setting(exps: dict, name: str, setting: str, model: str, overrides=No
         raise ValueError(f"--model is accepted only by experiments with a model setting "
                          f"({', '.join(_model_experiments(exps)) or 'none'}); {name} has none")
     path = Path(model).expanduser().resolve()
-    if not (path.is_dir() or (path.is_file() and path.suffix.lower() == ".gguf")):
+    from ..lm.checkpoints.load import checkpoint_format
+
+    if checkpoint_format(path) is None:
         raise ValueError(f"--model {model!r}: {str(path)!r} is neither a directory nor a .gguf "
                          "file; give a local Hugging Face checkpoint directory (config.json, "
                          "tokenizer.json, *.safetensors) or a llama.cpp .gguf file; nothing is "
@@ -334,11 +339,11 @@ def _advise_parser(sub) -> None:
 
 
 def _advise_options(args):
-    """The one :class:`~grpo_theory.lm.options.ModelOptions` of ``advise`` from
-    ``--memory-budget`` (a size, :func:`~grpo_theory.lm.memory.parse_memory`), ``--chunk``,
+    """The one :class:`~grpo_theory.lm.budget.options.ModelOptions` of ``advise`` from
+    ``--memory-budget`` (a size, :func:`~grpo_theory.lm.budget.memory.parse_memory`), ``--chunk``,
     ``--dtype``, ``--pad-id`` and ``--pad-embedding`` (a ``ValueError`` naming the option for
     a bad value)."""
-    from ..lm.options import ModelOptions
+    from ..lm.budget.options import ModelOptions
 
     try:
         return ModelOptions(memory_budget=args.memory_budget, chunk=args.chunk,

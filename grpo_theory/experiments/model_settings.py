@@ -6,15 +6,15 @@ A study whose cells can run on a Hugging Face checkpoint directory or a llama.cp
 The fields are keyword-only: a study's own fields keep their positions, and the CLI sets them with
 ``dataclasses.replace(settings, model=path, model_chunk=..., ...)``. The four fields that say
 how a checkpoint is run are handed to the library as one
-:class:`grpo_theory.lm.options.ModelOptions` (:attr:`ModelSettings.model_options`).
+:class:`grpo_theory.lm.budget.options.ModelOptions` (:attr:`ModelSettings.model_options`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_theory.lm.local_model import absolute_path, check_model_options
-from grpo_theory.lm.options import ModelOptions
+from grpo_theory.lm.checkpoints.load import absolute_path, check_model_options
+from grpo_theory.lm.budget.options import ModelOptions
 
 __all__ = ["ModelSettings"]
 

@@ -14,34 +14,20 @@ contract of the advisor's rewards.
 """
 
 from . import model, policy, task  # noqa: F401
-from .model import ModelConfig, init_params, make_apply, make_sampler  # noqa: F401
-from .policy import LMPolicy, score_contractions, seq_log_probs  # noqa: F401
-from .task import TaskConfig, eval_set, parse_final_integer, reward_text, reward_tokens  # noqa: F401
-# Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
-from .hf import HFPolicy, from_pretrained  # noqa: F401
-from .model import n_params
-from .policy import token_log_probs
-from .task import (Questions, TextReward, TokenReward, generate_questions, reward,
-                   reward_answer_text, reward_exact_tokens, train_pool)
-from .hf import read_config
-from .gguf import read_gguf, read_gguf_config
-from .local_model import model_policy
-from .memory import chunk_for_budget, default_memory_budget, parse_memory
+from .model import ModelConfig, init_params, make_apply, make_sampler, n_params
+from .policy import LMPolicy, score_contractions, seq_log_probs, token_log_probs
+from .task import (Questions, TaskConfig, TextReward, TokenReward, eval_set, generate_questions,
+                   parse_final_integer, reward, reward_answer_text, reward_exact_tokens,
+                   reward_text, reward_tokens, train_pool)
 from .warmup import WarmupConfig, study_policies, three_policies, train_supervised
-from .grpo import exact_accuracy, predicted_group_size, train_grpo
-from .ghost import ghost_contractions, ghost_moments, score_dots
-from .rank import group_rank_table, numerical_rank
-from .mixture import mixture_constants, mixture_objective
-from .mixture_mc import mixture_mse_prediction
-from .gradmse import gradient_mse_study
-from .dppo import train_dppo
-from .allocation_train import lm_rule, train_with_rule
-from .spec import ModelSpec, TensorSpec
-from .families import FAMILIES, family
-from .ghost_rule import ghost_route
-from .options import ModelOptions
-from .loading import load_policy
-from .statistics import lm_rollout_statistics
+from .families import FAMILIES, ModelSpec, TensorSpec, family
+from .budget import (ModelOptions, chunk_for_budget, default_memory_budget, ghost_contractions,
+                     ghost_moments, ghost_route, lm_rollout_statistics, parse_memory, score_dots)
+# Hugging Face checkpoints (Qwen2 / Llama) via tunix; tunix itself is imported on first use
+from .checkpoints import (HFPolicy, from_pretrained, load_policy, model_policy, read_config,
+                          read_gguf, read_gguf_config)
+from .training import (exact_accuracy, lm_rule, predicted_group_size, train_dppo, train_grpo,
+                       train_with_rule)
 
 __all__ = [
     # the transformer and its policy
@@ -64,7 +50,17 @@ __all__ = [
     "ghost_moments", "ghost_contractions", "score_dots", "lm_rollout_statistics",
     # model families (one spec each, a registry by name) and the ghost-norm route rule
     "ModelSpec", "TensorSpec", "FAMILIES", "family", "ghost_route",
-    # the LM studies' library code
-    "gradient_mse_study", "group_rank_table", "numerical_rank", "mixture_constants",
-    "mixture_objective", "mixture_mse_prediction",
 ]
+
+#: the LM studies' library names this face held before, now in their one home
+_MOVED = {n: "grpo_theory.experiments.lm_support" for n in (
+    "gradient_mse_study", "group_rank_table", "numerical_rank", "mixture_constants",
+    "mixture_objective", "mixture_mse_prediction")}
+
+
+def __getattr__(name):
+    """A one-line error naming the new home of a name that left this face."""
+    if name in _MOVED:
+        raise AttributeError(f"grpo_theory.lm.{name} is study code and moved to {_MOVED[name]} "
+                             f"(from {_MOVED[name]} import {name})")
+    raise AttributeError(f"module 'grpo_theory.lm' has no attribute {name!r}")

@@ -29,12 +29,13 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import _validation as V
-from .statistics import per_sample_statistics
-from .task import EOS, PAD, PROMPT_LEN, RESPONSE_LEN, reward_text
+from .budget.memory import acc_dtype, pad_to_chunk
+from .budget.statistics import per_sample_statistics
+from .task import EOS, PAD, PROMPT_LEN, RESPONSE_LEN, response_mask, reward_text
 from .task import decode as task_decode
 from .task import encode as task_encode
 
-__all__ = ["LMPolicy", "check_prompts", "response_mask", "token_log_probs", "seq_log_probs", "score_contractions",
+__all__ = ["LMPolicy", "check_prompts", "token_log_probs", "seq_log_probs", "score_contractions",
            "generic_sample"]
 
 
@@ -96,23 +97,6 @@ def _temperature(temperature):
 
 
 _eos_ids = V.eos_ids
-
-
-def response_mask(responses, eos=EOS):
-    """1 for response tokens up to and including the first EOS, else 0 (N, R).
-
-    Args:
-        responses: (N, R) integer token ids.
-        eos: the end-of-sequence id, or a sequence of ids any of which ends a response.
-
-    Returns:
-        (N, R) float32 mask.
-    """
-    responses = jnp.asarray(V.token_array("responses", responses, 2))
-    eos = _eos_ids(eos)
-    is_eos = jnp.isin(responses, jnp.asarray(eos, responses.dtype)).astype(jnp.int32)
-    before = jnp.cumsum(is_eos, axis=1) - is_eos  # EOS strictly before position t
-    return (before == 0).astype(jnp.float32)
 
 
 def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0, eos=EOS):
@@ -195,26 +179,6 @@ def _generic_sample(apply_fn, params, key, prompts, response_len: int, temperatu
     return seq[:, p:]
 
 
-def pad_to_chunk(prompts, responses, weights, chunk: int):
-    """Rows padded to a multiple of ``chunk`` (copies of row 0 with weight 0), so every block
-    has one shape (one compilation). Returns ``(prompts, responses, weights, chunk)`` with
-    ``chunk`` capped at the number of rows."""
-    n = prompts.shape[0]
-    chunk = int(min(chunk, n))
-    pad = (-n) % chunk
-    if pad:
-        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
-        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
-        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
-    return prompts, responses, weights, chunk
-
-
-def _acc_dtype():
-    """float64 when JAX's 64-bit mode is on (``jax_enable_x64``), else float32 (the widest
-    type JAX then has; requesting float64 would be truncated with a warning)."""
-    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-
-
 @partial(jax.jit, static_argnames=("apply_fn", "chunk", "eos"))
 def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk, eos=(EOS,)):
     flat, unravel = ravel_pytree(params)
@@ -223,7 +187,7 @@ def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk,
         return seq_log_probs(apply_fn, unravel(theta), x[None], y[None], temperature, eos)[0]
 
     grad_one = jax.grad(lp_one)
-    acc_dtype = _acc_dtype()
+    dt = acc_dtype()
     n = prompts.shape[0]
     nc = n // chunk
     xs = prompts.reshape(nc, chunk, -1)
@@ -232,10 +196,10 @@ def _contract(apply_fn, params, prompts, responses, weights, temperature, chunk,
 
     def body(acc, inp):
         x, y, w = inp
-        s = jax.vmap(grad_one, in_axes=(None, 0, 0))(flat, x, y).astype(acc_dtype)  # (C, D)
-        return acc + w.astype(acc_dtype) @ s, jnp.sum(s * s, axis=1)
+        s = jax.vmap(grad_one, in_axes=(None, 0, 0))(flat, x, y).astype(dt)  # (C, D)
+        return acc + w.astype(dt) @ s, jnp.sum(s * s, axis=1)
 
-    acc0 = jnp.zeros((weights.shape[0], flat.shape[0]), acc_dtype)
+    acc0 = jnp.zeros((weights.shape[0], flat.shape[0]), dt)
     acc, sq = jax.lax.scan(body, acc0, (xs, ys, ws))
     return acc, sq.reshape(-1)
 
@@ -272,7 +236,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         raise ValueError(f"weights must have shape (K, {n}), got {weights.shape}")
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     acc, sq = _contract(apply_fn, params, jnp.asarray(prompts), jnp.asarray(responses),
-                        jnp.asarray(weights, _acc_dtype()), temperature, chunk, eos)
+                        jnp.asarray(weights, acc_dtype()), temperature, chunk, eos)
     return np.asarray(acc, np.float64), np.asarray(sq, np.float64)[:n]
 
 
@@ -312,11 +276,11 @@ class LMPolicy:
       reward :func:`grpo_theory.lm.task.reward_text`);
     * :meth:`sample_blocked`: sampling in blocks that bound the prefill's memory;
     * :meth:`row_bytes`: bytes one sequence adds to the score pass (default: None, the
-      per-sample scores' ``D (b + 8)``, :func:`grpo_theory.lm.memory.chunk_for_budget`);
+      per-sample scores' ``D (b + 8)``, :func:`grpo_theory.lm.budget.memory.chunk_for_budget`);
     * :meth:`score_statistics`: the advisor's statistics of given rollouts (default: the
-      per-sample route, :func:`grpo_theory.lm.statistics.per_sample_statistics`).
+      per-sample route, :func:`grpo_theory.lm.budget.statistics.per_sample_statistics`).
 
-    :class:`grpo_theory.lm.hf.HFPolicy` (a Hugging Face checkpoint) overrides:
+    :class:`grpo_theory.lm.checkpoints.hf.HFPolicy` (a Hugging Face checkpoint) overrides:
     ``prompt_pad``, ``pad_prompts``, ``encode``, ``question_prompts``, ``decode``,
     ``response_texts``, ``default_response_len``, ``default_reward``, ``sample_blocked``,
     ``row_bytes``, ``score_contractions``, ``score_statistics`` (the tokenizer and chat
@@ -497,7 +461,7 @@ class LMPolicy:
     def row_bytes(self, seq_len: int, response_len: int) -> int | None:
         """Bytes one sequence of ``seq_len`` positions (``response_len`` of them a response)
         adds to the score pass; None (the default): the per-sample scores, ``D (b + 8)``,
-        counted by :func:`grpo_theory.lm.memory.chunk_for_budget` itself."""
+        counted by :func:`grpo_theory.lm.budget.memory.chunk_for_budget` itself."""
         V.positive_int("seq_len", seq_len)
         V.integer("response_len", response_len, 1, seq_len)
         return None
@@ -505,12 +469,12 @@ class LMPolicy:
     def score_statistics(self, prompts, responses, rewards, chunk: int = 64, *, stage=None,
                          progress=None):
         """The advisor's statistics of given rollouts by per-sample scores
-        (:func:`grpo_theory.lm.statistics.per_sample_statistics`).
+        (:func:`grpo_theory.lm.budget.statistics.per_sample_statistics`).
 
         Args:
             prompts: (m, P) prompt ids; responses: (m, n, R) ids, n per prompt; rewards: (m, n).
             chunk: per-sample scores held at once (>= 1).
-            stage, progress: optional callbacks (:func:`~grpo_theory.lm.statistics.
+            stage, progress: optional callbacks (:func:`~grpo_theory.lm.budget.statistics.
                 per_sample_statistics`).
 
         Returns:

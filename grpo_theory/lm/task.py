@@ -30,10 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _validation as V
+
 __all__ = [
     "TokenReward", "TextReward", "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig",
     "Questions",
-    "encode", "decode", "parse_final_integer", "reward_text", "reward_answer_text",
+    "encode", "decode", "response_mask", "parse_final_integer", "reward_text", "reward_answer_text",
     "reward_tokens", "reward_exact_tokens", "reward",
     "generate_questions", "eval_set", "train_pool", "encode_prompts", "target_responses",
     "PROMPT_LEN", "ICL_PROMPT_LEN", "RESPONSE_LEN",
@@ -69,6 +71,23 @@ def decode(ids, stop_at_eos: bool = True) -> str:
         if i != PAD and 0 <= i < VOCAB_SIZE:
             out.append(VOCAB[i])
     return "".join(out)
+
+
+def response_mask(responses, eos=EOS):
+    """1 for response tokens up to and including the first EOS, else 0 (N, R).
+
+    Args:
+        responses: (N, R) integer token ids.
+        eos: the end-of-sequence id, or a sequence of ids any of which ends a response.
+
+    Returns:
+        (N, R) float32 mask.
+    """
+    responses = jnp.asarray(V.token_array("responses", responses, 2))
+    eos = V.eos_ids(eos)
+    is_eos = jnp.isin(responses, jnp.asarray(eos, responses.dtype)).astype(jnp.int32)
+    before = jnp.cumsum(is_eos, axis=1) - is_eos  # EOS strictly before position t
+    return (before == 0).astype(jnp.float32)
 
 
 _FINAL_INT = re.compile(r"(?<![0-9-])(-?[0-9]+)$")

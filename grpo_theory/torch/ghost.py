@@ -20,7 +20,7 @@ bilinear form in these factors, computed without forming the (N, D) per-sample g
 
 Each layer's route ("gram": factored, Gram matrices of the positions; "direct": the (n, d_out,
 d_in) gradients formed) is the rule shared with the JAX backend
-(:func:`grpo_theory.lm.ghost_rule.ghost_route`), decided for T positions (per sample) and n T
+(:func:`grpo_theory.lm.budget.ghost_rule.ghost_route`), decided for T positions (per sample) and n T
 (per prompt). An embedding is a linear layer whose input is the one-hot token
 (``a_t . a_t' = [id_t = id_t']``; rows at ``padding_idx`` get no gradient, as
 ``torch.nn.Embedding`` trains). Other modules with trainable parameters (RMSNorm weights,

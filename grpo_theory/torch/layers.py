@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, grad, vmap
 
-from grpo_theory.lm.ghost_rule import ghost_route
+from grpo_theory.lm.budget.ghost_rule import ghost_route
 
 __all__ = ["layer_route", "check_trainable_layers", "Recorder"]
 
@@ -85,7 +85,7 @@ def _inner(u, v):
 def layer_route(positions: int, d_in: int, d_out: int, one_hot: bool = False,
                 dtype=torch.float32) -> str:
     """The route of one layer's per-sample squared norm, by the rule both backends share
-    (:func:`grpo_theory.lm.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
+    (:func:`grpo_theory.lm.budget.ghost_rule.ghost_route`): "gram" keeps the factored form (Gram
     matrices of the T positions), "direct" forms the (n, d_out, d_in) per-sample gradient."""
     return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
                        dtype_bytes=torch.empty((), dtype=dtype).element_size())

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.experiments.stats import bootstrap_ci
-from grpo_theory.lm.allocation_train import accuracy_at_budgets
+from grpo_theory.lm.training.allocation import accuracy_at_budgets
 
 #: bootstrap resamples of every interval
 N_BOOT = 4000

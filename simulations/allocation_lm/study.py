@@ -1,11 +1,11 @@
 r"""Training at equal rollouts on the small transformer: does a rollout rule buy accuracy?
 
 From the instruct warm-up policy (answer-only task, :mod:`grpo_theory.lm.warmup`), GRPO
-(leave-one-out, Adam) under each rule of :mod:`grpo_theory.lm.allocation_train`, B prompts a
+(leave-one-out, Adam) under each rule of :mod:`grpo_theory.lm.training.allocation`, B prompts a
 step, until every run has generated ``B G* steps`` responses (the fixed-G* rule's total):
 
 * ``fixed``: G* responses a prompt, G* = the integer minimiser of ``c1 G + c2 + c3/(G - 1)``
-  with c1, c2, c3 measured exactly at the starting policy (:func:`grpo_theory.lm.grpo.
+  with c1, c2, c3 measured exactly at the starting policy (:func:`grpo_theory.lm.training.grpo.
   predicted_group_size`);
 * ``dynamic_sampling`` (DAPO): G* a prompt, all-equal groups dropped and refilled (up to
   ``max_rounds`` rounds of B prompts);
@@ -17,12 +17,12 @@ step, until every run has generated ``B G* steps`` responses (the fixed-G* rule'
 * ``fixed-8`` (TRL's default ``num_generations``) and ``scheduled-8``: the same N = B G*
   responses a step as ``fixed``, as N / G prompts of G = 8 (the allowed size nearest 8); the
   scheduled arm re-estimates G* every ``every`` steps with the advisor
-  (:func:`grpo_theory.advisor.advised_group_size`: sample-based c1, c3 with 95% intervals at the
-  policy reached, ``sched_questions`` pool questions x ``sched_samples`` responses) and moves G by
-  the rule of TRL's :class:`~grpo_theory.torch.GroupSizeScheduler`
+  (:func:`grpo_theory.experiments.lm_support.advised_group_size`: sample-based c1, c3 with 95%
+  intervals at the policy reached, ``sched_questions`` pool questions x ``sched_samples`` responses)
+  and moves G by the rule of TRL's :class:`~grpo_theory.torch.GroupSizeScheduler`
   (:func:`grpo_theory.advisor.propose_group_size`, divisors of N with >= 3 prompts, hysteresis
-  ``min_change``). Its estimates' responses are not counted as rollouts (the TRL callback
-  estimates from the training rollouts; here they are extra samples).
+  ``min_change``). Its estimates' responses are not counted as rollouts (the TRL callback estimates
+  from the training rollouts; here they are extra samples).
 
 Each run records the exact held-out accuracy (``mean_x pi(y*|x)`` over the evaluation
 questions, no sampling noise) after every step and the responses generated; the comparison reads
@@ -49,7 +49,7 @@ import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.experiments import study_cli as C
 from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
-from grpo_theory.lm.allocation_train import lm_rule, train_with_rule
+from grpo_theory.lm.training.allocation import lm_rule, train_with_rule
 
 from .analysis import figure, report, summarise
 
@@ -194,7 +194,7 @@ def _near_8(N: int) -> int:
 
 
 def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
-    """``(rule, B)``: the rule (:func:`~grpo_theory.lm.allocation_train.lm_rule`) of an arm at G*
+    """``(rule, B)``: the rule (:func:`~grpo_theory.lm.training.allocation.lm_rule`) of an arm at G*
     and its prompts a step."""
     if name in FIXED_BUDGET:
         G = _near_8(cfg.batch * gstar)
@@ -211,7 +211,8 @@ def rule_for(name: str, cfg: StudyConfig, gstar: int) -> tuple:
 
 def scheduler(cfg: StudyConfig, pool, N: int, seed: int, log: list):
     """The scheduled arm's ``schedule`` callback (module doc); appends each estimate to ``log``."""
-    from grpo_theory.advisor import advised_group_size, allowed_group_sizes, propose_group_size
+    from grpo_theory.advisor import allowed_group_sizes, propose_group_size
+    from grpo_theory.experiments.lm_support import advised_group_size
 
     allowed = allowed_group_sizes(N)
     qs = pool.subset(np.arange(min(cfg.sched_questions, len(pool.text))))
@@ -275,7 +276,7 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
     from tqdm.auto import tqdm
 
     from grpo_theory._precision import float64
-    from grpo_theory.lm.grpo import predicted_group_size
+    from grpo_theory.lm.training.grpo import predicted_group_size
 
     bad = [r for r in rules if r not in RULES]
     if bad or "fixed" not in rules:

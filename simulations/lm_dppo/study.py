@@ -1,7 +1,7 @@
 """DPPO pruning inside the small transformer's GRPO loop: measured speed-up at equal accuracy.
 
 From lm-mse's instruct checkpoint (answer-only format), GRPO steps of B prompts x G responses
-(:mod:`grpo_theory.lm.dppo`): full-group advantages, prompts kept with ``qp = 1 - r_q`` and
+(:mod:`grpo_theory.lm.training.dppo`): full-group advantages, prompts kept with ``qp = 1 - r_q`` and
 completions with ``qc = 1 - r_o``, kept terms rescaled by ``1/(qp qc)``, and the backward pass
 run only on the kept sequences, densely packed into rows of ``capacity`` tokens (row counts in
 static buckets). A ``train`` cell is one run (variant, r_q, r_o, seed): exact held-out accuracy
@@ -39,7 +39,8 @@ import numpy as np
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
 from grpo_theory.experiments.stats import bootstrap_ci
-from grpo_theory.lm.dppo import gradient, layout, response_weights, sample_batch, train_dppo
+from grpo_theory.lm.training.dppo import (gradient, layout, response_weights, sample_batch,
+                                          train_dppo)
 from grpo_theory.lm.task import eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 

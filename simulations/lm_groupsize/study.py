@@ -1,13 +1,13 @@
 """Figure 5 / Table 2 analogue: the best group size under a fixed budget N = B G in GRPO training.
 
-From the instruct policy (answer-only format, :mod:`grpo_theory.lm.grpo`), Algorithm 1 with Adam
-at budgets N and group sizes G, several seeds; held-out accuracy (exact expected reward on the
-evaluation questions) at several checkpoints; the best G per checkpoint and N with a bootstrap
-CI over seeds; next to it G* = 1 + sqrt(c3/c1) predicted from c1, c3 measured at the starting
-policy (Theorem 7). A ``train`` cell is one training run (N, G, replicate): its accuracy at every
+From the instruct policy (answer-only format, :mod:`grpo_theory.lm.training.grpo`), Algorithm 1 with
+Adam at budgets N and group sizes G, several seeds; held-out accuracy (exact expected reward on the
+evaluation questions) at several checkpoints; the best G per checkpoint and N with a bootstrap CI
+over seeds; next to it G* = 1 + sqrt(c3/c1) predicted from c1, c3 measured at the starting policy
+(Theorem 7). A ``train`` cell is one training run (N, G, replicate): its accuracy at every
 checkpoint; a ``prediction`` cell is c1, c2, c3 and G* at the starting policy for one set of
-questions. The report states where the prediction holds (G* inside the bootstrap CI of the best
-G) and where it does not; PASS means every cell ran, the constants are valid (c1 > 0) and the
+questions. The report states where the prediction holds (G* inside the bootstrap CI of the best G)
+and where it does not; PASS means every cell ran, the constants are valid (c1 > 0) and the
 accuracies are probabilities, never that the curve has a particular shape.
 
 Difficulty spread knob: ``TaskConfig.hard_fraction`` (share of two-digit questions; see
@@ -21,10 +21,11 @@ The starting policy is lm-mse's instruct checkpoint (same warm-up, same ``cache_
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory) the starting
 policy is that checkpoint: prompts are the questions as text in its tokenization (its chat
 template when it has one), canonical responses the tokenized answer followed by its EOS
-(:func:`grpo_theory.lm.grpo.task_tokens`); the reward inside the jitted loop is the exact-token
-match of that canonical tokenization and the held-out accuracy is still the exact
-``mean_x pi(y*|x)`` by teacher forcing. G* comes from the advisor's sample-based c1, c3 with
-95% intervals (:func:`grpo_theory.advisor.lm_task.advised_group_size`, kind ``prediction_model``).
+(:func:`grpo_theory.lm.training.grpo.task_tokens`); the reward inside the jitted loop is the
+exact-token match of that canonical tokenization and the held-out accuracy is still the exact
+``mean_x pi(y*|x)`` by teacher forcing. G* comes from the advisor's sample-based c1, c3 with 95%
+intervals (:func:`grpo_theory.experiments.lm_support.advised.advised_group_size`, kind
+``prediction_model``).
 
     grpo-theory lm-groupsize [--full] [--model PATH]
 """
@@ -40,10 +41,10 @@ import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.advisor.lm_task import advised_group_size
-from grpo_theory.lm.grpo import predicted_group_size, train_grpo
+from grpo_theory.experiments.lm_support.advised import advised_group_size
+from grpo_theory.lm.training.grpo import predicted_group_size, train_grpo
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.local_model import model_path, model_policy
+from grpo_theory.lm.checkpoints.load import model_path, model_policy
 from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
 

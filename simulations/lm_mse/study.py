@@ -3,10 +3,10 @@
 Three policies (base < instruct < in-context; :mod:`grpo_theory.lm.warmup`), two response
 formats (answer-only, with exact V and grad J by teacher forcing; reasoning trace, with a large
 reference sample), every question of the evaluation set with G responses each
-(:mod:`grpo_theory.lm.gradmse`). A ``gradient`` cell is one (policy, format): measured and
-predicted MSEs of every estimator at every G (kind ``table``); the ``accuracy`` cell holds every
-policy's accuracy on the whole evaluation set (kind ``accuracy``). The warm-up checkpoints live
-under ``cache_dir()/lm`` and are trained once per configuration.
+(:mod:`grpo_theory.experiments.lm_support.gradmse`). A ``gradient`` cell is one (policy, format):
+measured and predicted MSEs of every estimator at every G (kind ``table``); the ``accuracy`` cell
+holds every policy's accuracy on the whole evaluation set (kind ``accuracy``). The warm-up
+checkpoints live under ``cache_dir()/lm`` and are trained once per configuration.
 
 PASS when, in every cell, (i) the measured vanilla - oracle MSE difference agrees with its
 prediction ``-sum_x (V^2 S2 - 2 V S2Z) / (B^2 G)`` (for a unique correct answer
@@ -22,18 +22,17 @@ to the largest G; in the full setting also (v) base < instruct < in-context accu
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory,
 :func:`grpo_theory.lm.from_pretrained`) the study runs on that one policy instead: the
 evaluation questions become text prompts in the checkpoint's tokenization
-(:func:`grpo_theory.lm.grpo.task_tokens`: its chat template when it has one), ``model_samples``
-responses of ``model_response_len`` tokens per question, the integer-answer reward
-(:func:`grpo_theory.lm.task.reward_answer_text` on the decoded response: the final integer,
-trailing punctuation allowed). There is no exact route for
-such a model, so the one ``model`` cell holds the gradient MSE of vanilla / oracle / grpo /
-grpo_mean per G from the advisor's unbiased sample-based estimators
-(:func:`grpo_theory.advisor.estimate.estimate_scaling_constants`, the finite-(B, G) formulas with
-B = the number of questions) with 95% intervals, and c1, c2, c3, G*: the paper's Figure 4 on a
-real model. Its checks are the ones that apply to a single model without an exact route: the
-rewards vary (some question has 0 < V-hat < 1) and c3 > 0 with its 95% interval above 0 (grpo's
-excess c3 / (BG(G-1)) over the oracle, so grpo / oracle falls to 1 as G grows); (i)-(v) need the
-exact teacher-forcing route, replicate gradients or three policies and are not run.
+(:func:`grpo_theory.lm.training.grpo.task_tokens`: its chat template when it has one),
+``model_samples`` responses of ``model_response_len`` tokens per question, the integer-answer reward
+(:func:`grpo_theory.lm.task.reward_answer_text` on the decoded response: the final integer, trailing
+punctuation allowed). There is no exact route for such a model, so the one ``model`` cell holds the
+gradient MSE of vanilla / oracle / grpo / grpo_mean per G from the advisor's unbiased sample-based
+estimators (:func:`grpo_theory.advisor.estimate.estimate_scaling_constants`, the finite-(B, G)
+formulas with B = the number of questions) with 95% intervals, and c1, c2, c3, G*: the paper's
+Figure 4 on a real model. Its checks are the ones that apply to a single model without an exact
+route: the rewards vary (some question has 0 < V-hat < 1) and c3 > 0 with its 95% interval above 0
+(grpo's excess c3 / (BG(G-1)) over the oracle, so grpo / oracle falls to 1 as G grows); (i)-(v) need
+the exact teacher-forcing route, replicate gradients or three policies and are not run.
 
     grpo-theory lm-mse [--full] [--model PATH]
 """
@@ -47,11 +46,12 @@ import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.lm.gradmse import gradient_mse_study
-from grpo_theory.lm.grpo import exact_accuracy, task_tokens
+from grpo_theory.experiments.lm_support.gradmse import gradient_mse_study
+from grpo_theory.lm.training.grpo import exact_accuracy, task_tokens
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.local_model import (MODEL_DTYPES, check_model_options,
-                                        model_path, model_policy, response_texts)
+from grpo_theory.lm.budget.options import MODEL_DTYPES
+from grpo_theory.lm.checkpoints.load import (check_model_options, model_path, model_policy,
+                                             response_texts)
 from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy
 from grpo_theory.lm.warmup import study_policies as policies

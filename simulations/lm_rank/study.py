@@ -6,17 +6,17 @@ transformer's base, instruct and icl policies (:mod:`grpo_theory.lm.warmup`) in 
 and trace formats: a cell is one (policy, format); every evaluation question gets ``n_reps``
 groups of ``G_max`` sampled responses, the G-groups are their nested prefixes, advantages are
 std-normalised (``grpo_std``, the credit-assignment driver's convention), and every rank measure
-comes from the G x G score Gram (:mod:`grpo_theory.lm.rank`; all ~D parameters). Per G: entropy
-effective rank and #components for 90% of the energy (mean and 95% CI over groups with mixed
-rewards), next to the policy's sequence entropy ``-E log pi(y|x)`` (Monte Carlo); the share of
-zero-advantage groups against ``mean_x [V^G + (1 - V)^G]`` (answer-only: exact
-``V = pi(y*|x)``; trace: unbiased U-statistic from ``n_ref`` independent reference responses).
+comes from the G x G score Gram (:mod:`grpo_theory.experiments.lm_support.rank`; all ~D parameters).
+Per G: entropy effective rank and #components for 90% of the energy (mean and 95% CI over groups
+with mixed rewards), next to the policy's sequence entropy ``-E log pi(y|x)`` (Monte Carlo); the
+share of zero-advantage groups against ``mean_x [V^G + (1 - V)^G]`` (answer-only: exact ``V =
+pi(y*|x)``; trace: unbiased U-statistic from ``n_ref`` independent reference responses).
 
 Along a GRPO run (kind ``run``): Algorithm 1 (Adam, ``grpo_std`` advantages) from the instruct
-policy in the answer-only format (the format :func:`grpo_theory.lm.grpo.train_grpo` trains); at
-step 0 and every checkpoint the same measurements, one row per (step, G), with the exact
-held-out accuracy ``J`` and the pass-rate spread ``mean_x V(1 - V)``: as the policy sharpens,
-its entropy falls, ``V(x)`` moves to 0 or 1 and the share of zero-advantage groups grows.
+policy in the answer-only format (the format :func:`grpo_theory.lm.training.grpo.train_grpo`
+trains); at step 0 and every checkpoint the same measurements, one row per (step, G), with the exact
+held-out accuracy ``J`` and the pass-rate spread ``mean_x V(1 - V)``: as the policy sharpens, its
+entropy falls, ``V(x)`` moves to 0 or 1 and the share of zero-advantage groups grows.
 
 PASS when in every cell and G (i) the binary identity ``(1/G) sum A_g s_g = c(k,G)(s+ - s-)``
 holds on the model's real scores (relative squared residual <= 1e-8), (ii) the class-aggregate
@@ -31,7 +31,7 @@ measurement.
 With ``--model PATH`` (``Settings.model``: a Hugging Face checkpoint directory, stored as an
 absolute path) the one policy is the checkpoint (``policy = "model"``) in the answer-only format
 only: prompts and canonical exact-token answers ``y*(x)`` from
-:func:`grpo_theory.lm.grpo.task_tokens` (its chat template when it has one), responses of
+:func:`grpo_theory.lm.training.grpo.task_tokens` (its chat template when it has one), responses of
 ``len y*`` tokens, reward 1 iff the response is ``y*`` (so ``V = pi(y*|x)`` exactly, by teacher
 forcing), the same Gram measurements over all the checkpoint's parameters and the same three
 checks. The trace format needs the package's character tokenizer and is not run for a model.
@@ -50,12 +50,12 @@ import numpy as np
 from grpo_theory.companions.credit import RANK_FIELDS
 from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
 from grpo_theory.advisor.estimate import resolve_chunk, score_memory
-from grpo_theory.lm.grpo import task_tokens, train_grpo
+from grpo_theory.lm.training.grpo import task_tokens, train_grpo
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.local_model import model_path, model_policy
-from grpo_theory.lm.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
-from grpo_theory.lm.rank import (group_rank_table, group_score_grams, zero_share_difference,
-                                 zero_share_unbiased)
+from grpo_theory.lm.checkpoints.load import model_path, model_policy
+from grpo_theory.lm.budget.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
+from grpo_theory.experiments.lm_support.rank import (group_rank_table, group_score_grams,
+                                                     zero_share_difference, zero_share_unbiased)
 from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
                                  train_pool)
 from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
@@ -224,7 +224,8 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
     """Rank measures, zero-advantage share and entropy for every G at the policy ``pol`` on the
     questions ``q`` (format ``config["fmt"]``); also the per-question pass rates ``V``.
     A Hugging Face checkpoint (``config["model"]``): prompts and canonical answers from
-    :func:`~grpo_theory.lm.grpo.task_tokens`, responses of the canonical answers' length."""
+    :func:`~grpo_theory.lm.training.grpo.task_tokens`, responses of the canonical answers'
+    length."""
     fmt = config["fmt"]
     b, gmax, reps = len(q), max(config["group_sizes"]), config["n_reps"]
     if "model" in config:

@@ -3,16 +3,16 @@ r"""scaling-family's language-model cells: candidate knobs' G* and GRPO runs at 
 The small transformer's instruct policy (lm-mse's warm-up, shared through ``cache_dir()/lm``).
 ``lm_knob`` cells (:func:`knob_cell`, one per knob, a row per value) measure G* for: the
 difficulty spread ``hard_fraction``, the sampling ``temperature`` (exact answer-only route,
-:func:`grpo_theory.lm.grpo.predicted_group_size`), the response ``format`` (answer vs reasoning
-trace, the advisor's sample-based route with a 95% CI) and the prompt ``concentration`` p
-(:mod:`grpo_theory.lm.mixture`): the training distribution puts mass p on one fixed question
-(the candidate whose pass rate at the instruct policy is closest to 1/2) and 1 − p on the
-held-out questions. c1 is the between-prompt variance of g(x) = V s*, which vanishes like
-(1 − p) as p → 1 while c3 (within-group noise) stays, so G* − 1 grows like (1 − p)^(−1/2).
+:func:`grpo_theory.lm.training.grpo.predicted_group_size`), the response ``format`` (answer vs
+reasoning trace, the advisor's sample-based route with a 95% CI) and the prompt ``concentration`` p
+(:mod:`grpo_theory.experiments.lm_support.mixture`): the training distribution puts mass p on one
+fixed question (the candidate whose pass rate at the instruct policy is closest to 1/2) and 1 − p on
+the held-out questions. c1 is the between-prompt variance of g(x) = V s*, which vanishes like (1 −
+p) as p → 1 while c3 (within-group noise) stays, so G* − 1 grows like (1 − p)^(−1/2).
 
 ``lm_train`` cells (:func:`train_cell`, one per p x G x seed): Algorithm 1 (Adam,
-:func:`grpo_theory.lm.grpo.train_grpo`) at budget N on a pool of fixed size holding the fixed
-question p·n_pool times (uniform draws realise the mixture exactly; one compiled shape per G
+:func:`grpo_theory.lm.training.grpo.train_grpo`) at budget N on a pool of fixed size holding the
+fixed question p·n_pool times (uniform draws realise the mixture exactly; one compiled shape per G
 for every p), with the mixture's exact objective J_p = p V(x_F) + (1 − p) mean_R V at every
 checkpoint (every ``checkpoint_every`` steps; the concentrated runs are ``steps_concentrated``
 long). Their analysis is in ``lm_report``.
@@ -29,10 +29,10 @@ import numpy as np
 
 from grpo_theory.advisor.estimate import estimate_scaling_constants
 from grpo_theory.experiments.runner import Cell, key_seed
-from grpo_theory.lm import mixture as mx
-from grpo_theory.lm.grpo import predicted_group_size, train_grpo
-from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward,
-                                 target_responses, train_pool)
+from grpo_theory.experiments.lm_support import mixture as mx
+from grpo_theory.lm.training.grpo import predicted_group_size, train_grpo
+from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
+                                 train_pool)
 
 from grpo_theory.lm.warmup import study_policies as policies
 

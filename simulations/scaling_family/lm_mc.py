@@ -6,15 +6,15 @@ and grad J_p are exact by teacher forcing), prompts drawn i.i.d. from the mixtur
 on the fixed question (``lm.setup``) and 1 - p uniform on the held-out questions R.
 One cell per p (:func:`mc_cell`): for every budget N and G of the grid, ``reps`` replicates of
 the grpo estimator's squared error ``||g_hat - grad J_p||^2``
-(:func:`grpo_theory.lm.mixture_mc.grpo_mse_replicates`, B = N/G prompts, G responses each),
-the exact curve ``(c1 G + c2 + c3/(G-1))/N`` from the mixture's constants (exact V, ||s*||^2,
-grad J_p; E||s||^2 per question sampled, its error carried as ``exact_se``), the z-score of the
-Monte Carlo mean against it, the bootstrap of the argmin over replicates
+(:func:`grpo_theory.experiments.lm_support.mixture_mc.grpo_mse_replicates`, B = N/G prompts, G
+responses each), the exact curve ``(c1 G + c2 + c3/(G-1))/N`` from the mixture's constants (exact V,
+||s*||^2, grad J_p; E||s||^2 per question sampled, its error carried as ``exact_se``), the z-score
+of the Monte Carlo mean against it, the bootstrap of the argmin over replicates
 (:func:`grpo_theory.experiments.stats.bootstrap_argmin`) and the advisor's G* with its 95% CI
-(:func:`grpo_theory.advisor.estimate.estimate_scaling_constants` on prompts drawn from the
-mixture). The constants are recomputed in the cell, at the policy the cell loads, so the
-prediction and the measurement are on the same policy even where a re-trained warm-up differs
-from the one behind the committed ``lm_knob`` rows.
+(:func:`grpo_theory.advisor.estimate.estimate_scaling_constants` on prompts drawn from the mixture).
+The constants are recomputed in the cell, at the policy the cell loads, so the prediction and the
+measurement are on the same policy even where a re-trained warm-up differs from the one behind the
+committed ``lm_knob`` rows.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from grpo_theory.core.scaling import ScalingConstants, grid_argmin
 from grpo_theory.core.stats import z_value
 from grpo_theory.experiments.runner import Cell
 from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
-from grpo_theory.lm import mixture as mx
-from grpo_theory.lm import mixture_mc as mm
+from grpo_theory.experiments.lm_support import mixture as mx
+from grpo_theory.experiments.lm_support import mixture_mc as mm
 from grpo_theory.lm.task import RESPONSE_LEN, encode_prompts, target_responses
 
 from .lm import setup

@@ -2,7 +2,7 @@ r"""scaling-family's ``lm_noise`` cells: transformer training where the gradient
 
 A protocol in which progress per step is limited by the estimator's noise, not by the task:
 from the SAME starting policy (the instruct policy of ``lm.setup``), at a fixed per-step
-budget N = B G, GRPO (Algorithm 1, :func:`grpo_theory.lm.grpo.train_grpo`) runs ``steps``
+budget N = B G, GRPO (Algorithm 1, :func:`grpo_theory.lm.training.grpo.train_grpo`) runs ``steps``
 steps (``steps_concentrated`` at p > 0) at a learning rate ``lr`` small enough that no G gets
 near the optimum within the horizon. The optimiser is Adam by default (after clipping the
 update's global norm at 1): its step on each coordinate is m / sqrt(v), and v holds the
@@ -17,8 +17,8 @@ bootstrap 95% CI that resamples seeds within each G
 (:func:`grpo_theory.experiments.stats.bootstrap_argmin`, as ``lm_train``).
 
 The prediction is computed in the cell, at the policy it trains from (the constants of
-:func:`grpo_theory.lm.mixture.mixture_constants`, ``gstar_samples`` responses per question for
-E||s||^2, one fixed key, so every cell of a run carries the same numbers).
+:func:`grpo_theory.experiments.lm_support.mixture.mixture_constants`, ``gstar_samples`` responses
+per question for E||s||^2, one fixed key, so every cell of a run carries the same numbers).
 
 One cell per (p, G) (:func:`noise_cell`), all seeds inside, one row per seed.
 """
@@ -35,8 +35,8 @@ import pandas as pd
 from grpo_theory.core.scaling import ScalingConstants, grid_argmin
 from grpo_theory.experiments.runner import Cell, key_seed
 from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
-from grpo_theory.lm import mixture as mx
-from grpo_theory.lm.grpo import train_grpo
+from grpo_theory.experiments.lm_support import mixture as mx
+from grpo_theory.lm.training.grpo import train_grpo
 from grpo_theory.lm.task import train_pool
 
 from .lm import setup

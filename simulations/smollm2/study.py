@@ -50,7 +50,7 @@ from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import c1_warning
 from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
 from grpo_theory.experiments import study_cli as C
-from grpo_theory.lm.local_model import response_texts
+from grpo_theory.lm.checkpoints.load import response_texts
 from grpo_theory.lm.task import reward_answer_text
 
 from .analysis import (WINDOW, _mean_ci, budget_table, figure, mse_table, report,

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
-from grpo_theory.lm.local_model import response_texts
+from grpo_theory.lm.checkpoints.load import response_texts
 from grpo_theory.lm.task import reward_answer_text
 
 __all__ = ["NUMBER_ONLY", "CANDIDATES", "family_size", "candidate_questions", "sample_pass_rates",
@@ -96,7 +96,8 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
     """Per-prompt pass rates of ``policy`` sampled at its temperature (no gradients).
 
     Args:
-        policy: an :class:`grpo_theory.lm.hf.HFPolicy` (chat template used when it has one).
+        policy: an :class:`grpo_theory.lm.checkpoints.hf.HFPolicy` (chat template used when it has
+            one).
         questions: list of n question texts; prefills: the assistant turn's opening texts;
             answers: (n,) integers.
         n_samples: responses per question (>= 1).

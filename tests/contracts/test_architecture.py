@@ -9,6 +9,7 @@ library module imports them, none imports another, the runner finds them through
 and no top-level ``simulations`` package is installed."""
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -25,20 +26,53 @@ def test_import_contracts_hold():
     r = subprocess.run([str(LINT), "--config", str(ROOT / ".importlinter")], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert "Contracts: 2 kept, 0 broken." in r.stdout
+    assert "Contracts: 3 kept, 0 broken." in r.stdout
 
 
 def test_a_broken_layer_is_caught(tmp_path):
-    """The contract can fail: a core module that imports the advisor breaks it."""
+    """The contracts can fail: a core module that imports the advisor breaks the layers; inside
+    ``grpo_theory.lm``, the budget importing the checkpoints breaks the lm layers (one run)."""
     pkg = tmp_path / "grpo_theory"
     subprocess.run(["cp", "-r", str(ROOT / "grpo_theory"), str(pkg)], check=True)
     with open(pkg / "core" / "stats.py", "a") as fh:
         fh.write("\nfrom ..advisor import estimate  # noqa: E402,F401\n")
+    with open(pkg / "lm" / "budget" / "options.py", "a") as fh:
+        fh.write("\n\ndef _up():\n    from ..checkpoints import hf  # noqa: F401\n")
     r = subprocess.run([str(LINT), "--config", str(ROOT / ".importlinter")], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300,
                        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
-    assert r.returncode != 0 and "grpo_theory.core is not allowed to import" in r.stdout, (
-        r.stdout[-3000:] + r.stderr[-2000:])
+    out = r.stdout[-3000:] + r.stderr[-2000:]
+    assert r.returncode != 0 and "grpo_theory.core is not allowed to import" in r.stdout, out
+    assert "grpo_theory.lm.budget is not allowed to import grpo_theory.lm.checkpoints" in (
+        r.stdout), out
+
+
+def written_more_than_once(sources: dict) -> list:
+    """What the one-definition rules of ``grpo_theory.lm`` find in ``sources`` (path -> text):
+    ``MODEL_DTYPES`` assigned outside ``lm/budget/options.py``, and a path tested for the
+    ``.gguf`` suffix outside the loader's ``checkpoint_format``."""
+    out = []
+    for path, text in sources.items():
+        if re.search(r"^MODEL_DTYPES\s*=", text, re.M) and not path.endswith(
+                "lm/budget/options.py"):
+            out.append(f"{path}: MODEL_DTYPES")
+        if re.search(r"(endswith\(|suffix[^\n]*==)\s*\"\.gguf\"", text) and not path.endswith(
+                "lm/checkpoints/load.py"):
+            out.append(f"{path}: .gguf")
+    return out
+
+
+def test_model_dtypes_and_the_checkpoint_test_are_written_once():
+    """``MODEL_DTYPES`` is defined once and "a directory or a .gguf file" is decided by one
+    function (:func:`grpo_theory.lm.checkpoints.load.checkpoint_format`). Rival: the copies
+    this rule replaced (a second tuple, a suffix test in the command line) are found."""
+    sources = {str(p.relative_to(ROOT)): p.read_text()
+               for p in (ROOT / "grpo_theory").rglob("*.py")}
+    assert written_more_than_once(sources) == []
+    copies = {"grpo_theory/lm/checkpoints/local.py": 'MODEL_DTYPES = ("float32", "bfloat16")\n',
+              "grpo_theory/experiments/cli.py": 'ok = path.suffix.lower() == ".gguf"\n',
+              "grpo_theory/lm/loaders.py": 'return os.fspath(path).lower().endswith(".gguf")\n'}
+    assert len(written_more_than_once(copies)) == 3
 
 
 def _imported_modules(path: Path, package: str) -> set[str]:

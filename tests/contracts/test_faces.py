@@ -130,3 +130,36 @@ def test_no_tracker_numbers_in_the_library():
             for i, line in enumerate(p.read_text().splitlines(), 1) if pat.search(line)]
     assert not hits, hits
     assert pat.search("see issue 13 A") and pat.search("(round 2)")  # the check can fail
+
+
+#: the faces of subpackages below a layer's face (no reference page of their own)
+SUBFACES = ["lm.families", "lm.budget", "lm.checkpoints", "lm.training",
+            "experiments.lm_support"]
+
+
+@pytest.mark.parametrize("name", SUBFACES)
+def test_every_subpackage_face_resolves_and_hides_no_submodule(name):
+    face = importlib.import_module(f"grpo_theory.{name}")
+    names = face.__all__
+    assert len(names) == len(set(names)) and len(names) >= 5
+    for n in names:
+        assert not isinstance(getattr(face, n), type(gt)), f"grpo_theory.{name}.{n} is a module"
+    for m in pkgutil.iter_modules(face.__path__):
+        sub = importlib.import_module(f"grpo_theory.{name}.{m.name}")
+        assert getattr(face, m.name) is sub and m.name not in names
+
+
+@pytest.mark.parametrize("face, name", [("lm", "gradient_mse_study"), ("lm", "mixture_constants"),
+                                        ("advisor", "advised_group_size")])
+def test_study_names_that_left_a_face_name_their_new_home(face, name):
+    """The LM studies' library left the library's faces: the old name fails in one line naming
+    ``grpo_theory.experiments.lm_support``, where the name resolves; an unknown name still gets
+    Python's own error (rival: a ``__getattr__`` that swallows every name)."""
+    mod = importlib.import_module(f"grpo_theory.{face}")
+    with pytest.raises(AttributeError, match=r"moved to grpo_theory\.experiments\.lm_support"):
+        getattr(mod, name)
+    assert name not in mod.__all__
+    support = importlib.import_module("grpo_theory.experiments.lm_support")
+    assert name in support.__all__ and callable(getattr(support, name))
+    with pytest.raises(AttributeError, match=r"has no attribute 'no_such_name'"):
+        getattr(mod, "no_such_name")

@@ -23,7 +23,8 @@ from grpo_theory import SoftmaxBandit, lm
 from grpo_theory.advisor.estimate import estimate_from_rollouts
 from grpo_theory.core.estimators import prompt_baseline
 from grpo_theory.core.scaling import optimal_group_size
-from grpo_theory.lm import checkpoint_io, hf
+from grpo_theory.lm.checkpoints import files as ck_files
+from grpo_theory.lm.checkpoints import hf
 from support.hf_checkpoint import write_checkpoint
 
 SHARD1, SHARD2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
@@ -200,10 +201,10 @@ def test_non_finite_weight_refused_naming_the_tensor(good, tmp_path, bad):
 
 def test_check_finite_bfloat16_and_integers():
     import ml_dtypes
-    checkpoint_io.check_finite("w", np.ones(4, ml_dtypes.bfloat16), "f")
-    checkpoint_io.check_finite("i", np.arange(4), "f")
+    ck_files.check_finite("w", np.ones(4, ml_dtypes.bfloat16), "f")
+    ck_files.check_finite("i", np.arange(4), "f")
     with pytest.raises(ValueError, match="tensor w in f has 2 non-finite entries"):
-        checkpoint_io.check_finite("w", np.array([1, np.nan, np.inf], ml_dtypes.bfloat16), "f")
+        ck_files.check_finite("w", np.array([1, np.nan, np.inf], ml_dtypes.bfloat16), "f")
 
 
 # --- tokenizer.json ---------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_read_config_fuzz(good, tmp_path, changes):
     c.update(changes)
     (d / "config.json").write_text(json.dumps(c))
     try:
-        a = hf.read_config(d)
+        a = ck_files.read_config(d)
     except ValueError as e:
         msg = str(e)
         assert msg.startswith(f"config.json of {str(d)!r}"), msg
@@ -300,7 +301,7 @@ def test_index_fuzz(tmp_path, shards):
     (d / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {f"t{i}": s for i, s in enumerate(shards)}}))
     try:
-        files = hf._shards(str(d))
+        files = ck_files.shards(str(d))
     except ValueError as e:
         assert "model.safetensors.index.json" in str(e), str(e)
         return

@@ -253,7 +253,7 @@ GROUP_ALLOW = {
     "grpo_theory.companions.credit.binary_scalar",  # c(k, G), the closed form
     "grpo_theory.companions.credit.binary_scalar_from_estimator",  # c(k, G) read off a registry
     "grpo_theory.companions.dppo.enumerate_masks",  # all masks of a (B, G) batch
-    "grpo_theory.lm.rank.zero_share_unbiased",  # C(k, G) / C(n, G)
+    "grpo_theory.experiments.lm_support.rank.zero_share_unbiased",  # C(k, G) / C(n, G)
 }
 #: ``seed`` without ``key``: randomness that is not a JAX key stream
 SEED_ALLOW = {
@@ -355,7 +355,7 @@ RENAMED = ["grpo_theory.companions.credit.rank_study",
            "grpo_theory.companions.length_weighting.alpha_sweep",
            "grpo_theory.companions.length_weighting.train_length_weighted",
            "grpo_theory.companions.length_weighting.expected_flow",
-           "grpo_theory.lm.dppo.sample_batch", "grpo_theory.lm.dppo.train_dppo"]
+           "grpo_theory.lm.training.dppo.sample_batch", "grpo_theory.lm.training.dppo.train_dppo"]
 
 
 def test_renamed_functions_keep_the_old_keyword_for_one_release():

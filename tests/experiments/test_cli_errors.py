@@ -13,7 +13,8 @@ from support.hf_checkpoint import PAD, write_checkpoint
 
 from grpo_theory.advisor import advise as A
 from grpo_theory.experiments import cli
-from grpo_theory.lm import hf, memory as M
+from grpo_theory.lm.checkpoints import from_pretrained, hf
+from grpo_theory.lm.budget import memory as M
 from grpo_theory.lm.model import ModelConfig, init_params
 from grpo_theory.lm.warmup import save_checkpoint
 
@@ -135,7 +136,7 @@ def test_advise_hf_chat_template_memory_budget(files, tmp_path, monkeypatch, cap
 
     monkeypatch.setattr(A, "load_policy", spy_load)
     monkeypatch.setattr(hf.HFPolicy, "encode", spy_encode)
-    d = sum(x.size for x in jax.tree_util.tree_leaves(hf.from_pretrained(files / "hf").params))
+    d = sum(x.size for x in jax.tree_util.tree_leaves(from_pretrained(files / "hf").params))
     budget = M.chunk_bytes(d, 5, dtype_bytes=4)
     code = cli.main(["advise", "--prompts", str(files / "words.jsonl"), "--model",
                      str(files / "hf"), "--n-prompts", "3", "--n-samples", "3",
@@ -197,7 +198,7 @@ def test_study_model_options_reach_settings_and_cells(files):
                        ("model_dtype", "float16"), ("model_pad_id", -2)]:
         with pytest.raises(ValueError, match=field):
             dataclasses.replace(lm_mse.SETTINGS["quick"], **{field: bad})
-    pol = hf.from_pretrained(files / "hf")
+    pol = from_pretrained(files / "hf")
     d, b = score_memory(pol)
     cfg = dict(model_chunk=None, model_memory_budget=M.chunk_bytes(d, 6, dtype_bytes=b))
     assert lm_rank._model_chunk(pol, cfg, 4, 100) == 6

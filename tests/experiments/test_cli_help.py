@@ -40,9 +40,10 @@ def test_every_default_is_in_the_help():
 
 
 def test_pad_embedding_choices_match_the_model_options():
-    from grpo_theory.lm.options import PAD_EMBEDDINGS
+    from grpo_theory.lm.budget.options import MODEL_DTYPES, PAD_EMBEDDINGS
 
     assert tuple(cli.PAD_EMBEDDING_CHOICES) == tuple(PAD_EMBEDDINGS)
+    assert tuple(cli.DTYPE_CHOICES) == tuple(MODEL_DTYPES)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["advise", "--help"]])

@@ -1,4 +1,5 @@
-"""The ghost-norm route rule shared by the JAX and PyTorch backends (grpo_theory.lm.ghost_rule).
+"""The ghost-norm route rule shared by the JAX and PyTorch backends
+(grpo_theory.lm.budget.ghost_rule).
 
 * the rule is what its docstring says: the route with fewer multiply-adds by the stated counts,
   a memory budget moving it to the other route only when that one fits;
@@ -18,7 +19,8 @@ import pytest
 import torch
 
 from grpo_theory import lm
-from grpo_theory.lm import ghost, ghost_rule
+from grpo_theory.lm.budget import ghost
+from grpo_theory.lm.budget import ghost_rule
 from grpo_theory.torch import layers as torch_layers
 from support.hf_checkpoint import EOS, write_checkpoint
 

@@ -1,4 +1,4 @@
-"""GRPO training of the small transformer under a rollout rule (grpo_theory.lm.allocation_train).
+"""GRPO training of the small transformer under a rollout rule (grpo_theory.lm.training.allocation).
 
 The rules are checked against what they claim: fixed G is Algorithm 1's step exactly; the
 Knapsack sizes are the allocation package's exact solution; dynamic sampling keeps exactly the
@@ -13,8 +13,9 @@ import pytest
 
 from grpo_theory import allocation as A
 from grpo_theory.allocation.steps import knapsack_sizes
-from grpo_theory.lm import allocation_train as AT
-from grpo_theory.lm import grpo, model, policy, task
+from grpo_theory.lm.training import allocation as AT
+from grpo_theory.lm import model, policy, task
+from grpo_theory.lm.training import grpo
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
 

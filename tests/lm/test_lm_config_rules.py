@@ -1,4 +1,4 @@
-"""One set of architecture rules for config.json and GGUF metadata (lm.spec.check_sizes).
+"""One set of architecture rules for config.json and GGUF metadata (lm.families.spec.check_sizes).
 
 Every bad value of the table is written twice, into a tiny config.json and into the same
 checkpoint's GGUF metadata (``support.gguf_checkpoint``), and must be refused from both with the
@@ -14,7 +14,9 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from grpo_theory.lm import gguf as lmgguf, loaders, spec  # noqa: E402
+from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
+from grpo_theory.lm.checkpoints import files  # noqa: E402
+from grpo_theory.lm.families import spec  # noqa: E402
 
 from support.gguf_checkpoint import config, write_gguf  # noqa: E402
 from support.hf_checkpoint import hf_weights  # noqa: E402
@@ -78,7 +80,7 @@ def test_bad_value_refused_from_both_formats(base, field, key, value, vtype, mat
     d.mkdir()
     (d / "config.json").write_text(json.dumps(dict(cfg, **{field: value})))
     f = write_gguf(d / "model.gguf", cfg, w, "smollm", meta={f"llama.{key}": (value, vtype)})
-    hf_msg = _message(lambda: loaders.read_config(d))
+    hf_msg = _message(lambda: files.read_config(d))
     gguf_msg = _message(lambda: lmgguf.read_gguf_config(f))
     assert re.search(rf"config.json of .*: .*{match}", hf_msg), hf_msg
     assert re.search(rf"GGUF file '.*model.gguf': .*{match}", gguf_msg), gguf_msg
@@ -92,7 +94,7 @@ def test_good_values_pass_both_formats(base):
     cfg, w, path = base
     (path / "config.json").write_text(json.dumps(cfg))
     f = write_gguf(path / "good.gguf", cfg, w, "smollm")
-    a, b = loaders.read_config(path), lmgguf.read_gguf_config(f)
+    a, b = files.read_config(path), lmgguf.read_gguf_config(f)
     for k in ("n_layers", "vocab_size", "d_model", "d_ff", "n_heads", "n_kv_heads", "head_dim",
               "rope_theta", "norm_eps", "max_length"):
         assert a[k] == pytest.approx(b[k]), k

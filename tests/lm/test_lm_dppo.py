@@ -1,10 +1,10 @@
-"""DPPO in the small transformer's GRPO step (grpo_theory.lm.dppo) and the lm-dppo driver.
+"""DPPO in the small transformer's GRPO step (grpo_theory.lm.training.dppo) and the lm-dppo driver.
 
 What theory guarantees, checked exactly on a tiny model: packed logits equal unpacked ones, the
 pruned/packed gradient's expectation over every keep mask equals the full-batch estimate, the
 controls (no 1/q, advantages recomputed on the kept subset) are biased, and the clipped
-multi-epoch update equals the one written with lm.grpo.clipped_objective. One compiled shape
-per bucket. The driver runs once on a tiny setting (tiny warm-up, a few steps).
+multi-epoch update equals the one written with lm.training.grpo.clipped_objective. One compiled
+shape per bucket. The driver runs once on a tiny setting (tiny warm-up, a few steps).
 """
 
 import dataclasses
@@ -20,8 +20,8 @@ from jax.flatten_util import ravel_pytree
 
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.experiments.runner import run_experiment
-from grpo_theory.lm import dppo as D
-from grpo_theory.lm.grpo import clipped_objective
+from grpo_theory.lm.training import dppo as D
+from grpo_theory.lm.training.grpo import clipped_objective
 from grpo_theory.lm.model import ModelConfig, _positions, apply, init_params, make_apply
 from grpo_theory.lm.model import make_sampler
 from grpo_theory.lm.policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
@@ -156,7 +156,7 @@ def test_update_compiles_once_per_bucket(pol):
 
 
 def test_clipped_update_matches_grpo_objective(pol):
-    """Two clipped epochs on the packed kept-all batch = two Adam steps on lm.grpo's
+    """Two clipped epochs on the packed kept-all batch = two Adam steps on lm.training.grpo's
     clipped_objective (which averages over the N responses; the weights carry the 1/N)."""
     b = _batch(B2, G2)
     b["qp"][:], b["qc"][:] = 1.0, 1.0

@@ -1,4 +1,4 @@
-"""llama.cpp GGUF files as policies (grpo_theory.lm.gguf through lm.from_pretrained).
+"""llama.cpp GGUF files as policies (grpo_theory.lm.checkpoints.gguf through lm.from_pretrained).
 
 Tiny random Llama and Qwen2 checkpoints (``support.hf_checkpoint``'s weights, widths multiple of
 32 so that Q8_0 / Q4_1 blocks fit) are written twice by ``support.gguf_checkpoint``: as a Hugging
@@ -24,7 +24,9 @@ gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")
 
 from grpo_theory import lm  # noqa: E402
-from grpo_theory.lm import gguf as lmgguf, hf, policy as lmpolicy  # noqa: E402
+from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
+from grpo_theory.lm.checkpoints import hf  # noqa: E402
+from grpo_theory.lm.budget.memory import acc_dtype  # noqa: E402
 
 from support.gguf_checkpoint import (CHATML, EOS, G, config, converter_permute,  # noqa: E402
                                      gguf_name, write_folder, write_gguf)
@@ -191,10 +193,10 @@ def test_score_accumulators_without_x64(smol):
     y = np.full((2, 3), 5)
     with jax.enable_x64(False), warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert lmpolicy._acc_dtype() == np.float32
+        assert acc_dtype() == np.float32
         acc, sq = pol.score_contractions(x, y, np.ones((1, 2)), chunk=2)
     assert acc.dtype == sq.dtype == np.float64 and np.all(np.isfinite(acc))
-    assert lmpolicy._acc_dtype() == np.float64  # the test process runs with x64 on
+    assert acc_dtype() == np.float64  # the test process runs with x64 on
 
 
 # ----------------------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ def test_malformed_files_raise_value_errors_naming_file_and_field(good):
 def test_cli_advisor_and_drivers_accept_a_gguf_file(good, tmp_path):
     """``--model X.gguf`` (lm-mse & co.), ``advise --model X.gguf`` and the drivers'
     ``model_path`` take a .gguf file; a file with another suffix is still refused."""
-    from grpo_theory.lm.loading import load_policy
+    from grpo_theory.lm.checkpoints.load import load_policy
     from grpo_theory.experiments import cli
     from grpo_theory.studies import lm_mse
     f = _bad(good, "cli")

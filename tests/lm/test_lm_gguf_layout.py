@@ -14,8 +14,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from grpo_theory.lm import gguf as lmgguf  # noqa: E402
-from grpo_theory.lm.gguf_layout import check_layout  # noqa: E402
+from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
+from grpo_theory.lm.checkpoints.gguf_layout import check_layout  # noqa: E402
 
 from support.gguf_checkpoint import config, write_gguf  # noqa: E402
 from support.hf_checkpoint import hf_weights  # noqa: E402

@@ -1,4 +1,4 @@
-"""Ghost-norm score statistics of the Hugging Face route (grpo_theory.lm.ghost).
+"""Ghost-norm score statistics of the Hugging Face route (grpo_theory.lm.budget.ghost).
 
 Tiny random checkpoints (Qwen2 with q/k/v biases and an untied head; Llama without biases, tied
 and untied) are written in the Hugging Face layout and loaded. The pure-JAX forward must give
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from grpo_theory import lm
-from grpo_theory.lm import ghost, hf
+from grpo_theory.lm.budget import ghost
+from grpo_theory.lm.checkpoints import hf
 from grpo_theory.lm import policy as lmpolicy
 from support.hf_checkpoint import EOS, EOS2, write_checkpoint
 

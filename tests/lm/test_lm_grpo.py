@@ -6,7 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from grpo_theory.lm import grpo, model, policy, task
+from grpo_theory.lm import model, policy, task
+from grpo_theory.lm.training import grpo
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
 

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints (Qwen2 / Llama layout) as the package's policy (grpo_theory.lm.hf).
+"""Hugging Face checkpoints (Qwen2 / Llama layout) as the package's policy
+(grpo_theory.lm.checkpoints.hf).
 
 A tiny random checkpoint is written in the Hugging Face layout (config.json, two safetensors
 shards with model.safetensors.index.json, generation_config.json, a WordLevel tokenizer.json) and
@@ -22,7 +23,8 @@ pytest.importorskip("safetensors")
 tokenizers = pytest.importorskip("tokenizers")
 
 from grpo_theory import lm  # noqa: E402
-from grpo_theory.lm import hf, policy as lmpolicy  # noqa: E402
+from grpo_theory.lm import policy as lmpolicy  # noqa: E402
+from grpo_theory.lm.checkpoints import hf  # noqa: E402
 
 from support.hf_checkpoint import (EOS, EOS2, PAD, hf_weights, reference_log_prob,  # noqa: E402
                                    reference_logits, word_tokenizer, write_checkpoint)
@@ -216,9 +218,9 @@ def test_errors_name_what_is_missing(qwen, tmp_path):
     # transformers >= 5 writes the rotary settings under rope_parameters
     d = variant("ropeparams", drop=("rope_theta", "rope_scaling"),
                 rope_parameters={"rope_type": "default", "rope_theta": 123.0})
-    assert hf.read_config(d)["rope_theta"] == 123.0
+    assert lm.read_config(d)["rope_theta"] == 123.0
     with pytest.raises(ValueError, match="rope_scaling"):
-        hf.read_config(variant("ropeyarn", rope_parameters={"rope_type": "yarn",
+        lm.read_config(variant("ropeyarn", rope_parameters={"rope_type": "yarn",
                                                             "rope_theta": 1e6}))
     with pytest.raises(ValueError, match="use_sliding_window"):
         lm.from_pretrained(variant("swa", use_sliding_window=True))

@@ -17,7 +17,7 @@ pytest.importorskip("jinja2")
 gguf = pytest.importorskip("gguf")
 
 from grpo_theory import lm  # noqa: E402
-from grpo_theory.lm import loaders  # noqa: E402
+from grpo_theory.lm.checkpoints import load  # noqa: E402
 
 from support.gguf_checkpoint import config as gguf_config, write_gguf  # noqa: E402
 from support.hf_checkpoint import hf_weights, write_checkpoint  # noqa: E402
@@ -52,7 +52,7 @@ def _refused(fn, match):
 def _no_model(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the model was built before the headers were checked")
-    monkeypatch.setattr(loaders, "tunix_model", boom)
+    monkeypatch.setattr(load, "tunix_model", boom)
 
 
 @pytest.mark.parametrize("layers", [3, 10**9])

@@ -1,5 +1,5 @@
-"""grpo_theory.lm.memory: the chunk a memory budget allows, memory sizes, the default budget, XLA's
-out-of-memory error as a ValueError; and the streamed statistics that use them
+"""grpo_theory.lm.budget.memory: the chunk a memory budget allows, memory sizes, the default budget,
+XLA's out-of-memory error as a ValueError; and the streamed statistics that use them
 (advisor.estimate.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 
 import gc
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from grpo_theory.advisor import estimate as E
-from grpo_theory.lm import memory as M
-from grpo_theory.lm import options as O
-from grpo_theory.lm import statistics as S
+from grpo_theory.lm.budget import memory as M
+from grpo_theory.lm.budget import options as O
+from grpo_theory.lm.budget import statistics as S
 from grpo_theory.lm.model import ModelConfig, init_params, make_apply
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.task import EOS

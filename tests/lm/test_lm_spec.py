@@ -1,4 +1,4 @@
-"""One spec per model family (grpo_theory.lm.spec, grpo_theory.lm.families).
+"""One spec per model family (grpo_theory.lm.families.spec, grpo_theory.lm.families).
 
 For every registered family, tiny checkpoints are written by the tests' own writers (safetensors
 in the Hugging Face layout, and GGUF as llama.cpp's converter writes it, with their own tensor
@@ -16,8 +16,11 @@ import pytest
 from safetensors import safe_open
 
 from grpo_theory import lm
-from grpo_theory.lm import families, loaders, memory, spec
-from grpo_theory.lm import gguf as lmgguf
+from grpo_theory.lm import families
+from grpo_theory.lm.checkpoints import files
+from grpo_theory.lm.budget import memory
+from grpo_theory.lm.families import spec
+from grpo_theory.lm.checkpoints import gguf as lmgguf
 from support.gguf_checkpoint import config as gguf_config, write_folder, write_gguf
 from support.hf_checkpoint import hf_weights, write_checkpoint
 
@@ -55,7 +58,7 @@ def test_safetensors_names_shapes_and_tunix_paths(name, tied, bias, tmp_path):
         import json
         cfg["attention_bias"] = True
         (tmp_path / "config.json").write_text(json.dumps(cfg))
-    arch = loaders.read_config(tmp_path)
+    arch = files.read_config(tmp_path)
     s = families.family(arch["model_type"])
     assert s.name == name and set(arch) == set(s.config_fields)
     specs = s.tensors(arch)
@@ -94,7 +97,7 @@ def test_gguf_names_shapes_and_values(name, tied, tmp_path):
     for k in specs:
         np.testing.assert_array_equal(got[k], w[k])
     # the same weights as a folder: the same architecture from both readers
-    folder = loaders.read_config(write_folder(tmp_path / "hf", cfg, w, "smollm"))
+    folder = files.read_config(write_folder(tmp_path / "hf", cfg, w, "smollm"))
     keys = set(s.arch_key_fields) - {"norm_eps"} | {"vocab_size", "d_ff"}
     assert {k: arch[k] for k in keys} == {k: folder[k] for k in keys}
     assert arch["norm_eps"] == pytest.approx(folder["norm_eps"], rel=1e-6)  # float32 in GGUF

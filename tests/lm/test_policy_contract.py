@@ -12,12 +12,13 @@ import pytest
 
 from grpo_theory.advisor import estimate_from_rollouts
 from grpo_theory.core.rollouts import RolloutStatistics
-from grpo_theory.lm import hf, task
-from grpo_theory.lm import statistics as S
-from grpo_theory.lm.loading import is_checkpoint, load_policy
-from grpo_theory.lm.memory import ghost_row_bytes
+from grpo_theory.lm import task
+from grpo_theory.lm.checkpoints import hf
+from grpo_theory.lm.budget import statistics as S
+from grpo_theory.lm.checkpoints.load import checkpoint_format, from_pretrained, load_policy
+from grpo_theory.lm.budget.memory import ghost_row_bytes
 from grpo_theory.lm.model import ModelConfig, init_params, make_apply
-from grpo_theory.lm.options import ModelOptions, resolve_chunk, score_memory
+from grpo_theory.lm.budget.options import ModelOptions, resolve_chunk, score_memory
 from grpo_theory.lm.policy import LMPolicy
 
 
@@ -37,7 +38,7 @@ def checkpoint(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("contract_qwen2")
     write_checkpoint(path, "qwen2", tied=False, bias=True, theta=100.0)
-    return hf.from_pretrained(path)
+    return from_pretrained(path)
 
 
 def _listed(doc: str, heading: str) -> set:
@@ -135,10 +136,17 @@ def test_a_checkpoint_overrides_them(checkpoint):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * np.abs(b).max(), err_msg=k)
 
 
-def test_load_policy_and_is_checkpoint(checkpoint, minimal, tmp_path):
+def test_load_policy_and_checkpoint_format(checkpoint, minimal, tmp_path):
+    """One function decides "directory or .gguf" (the loader, ``--model`` and the studies ask
+    it); rival: the file's suffix alone (a missing ``.gguf`` or a directory named ``*.gguf``)."""
     assert load_policy(minimal) is minimal
-    assert is_checkpoint(checkpoint.path) and not is_checkpoint(tmp_path / "x.npz")
-    assert not is_checkpoint(3)
+    assert checkpoint_format(checkpoint.path) == "directory"
+    (tmp_path / "m.GGUF").write_bytes(b"")
+    (tmp_path / "d.gguf").mkdir()
+    assert checkpoint_format(tmp_path / "m.GGUF") == "gguf"
+    assert checkpoint_format(tmp_path / "d.gguf") == "directory"
+    assert checkpoint_format(tmp_path / "absent.gguf") is None
+    assert checkpoint_format(tmp_path / "x.npz") is None and checkpoint_format(3) is None
     pol = load_policy(checkpoint.path, ModelOptions(dtype="bfloat16", pad_id=0))
     assert type(pol) is hf.HFPolicy and pol.pad_id == 0
     assert jax.tree_util.tree_leaves(pol.params)[0].dtype == np.dtype("bfloat16")
@@ -181,7 +189,7 @@ def test_options_are_frozen_and_parse_sizes(minimal):
         o.chunk = 4
     # the chunk: given, or once from the budget (the function is the same rule)
     assert o.resolve_chunk(minimal, 100) == 3
-    from grpo_theory.lm import memory as M
+    from grpo_theory.lm.budget import memory as M
 
     d, b = score_memory(minimal)
     budget = M.chunk_bytes(d, 5, dtype_bytes=b)

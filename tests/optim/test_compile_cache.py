@@ -83,7 +83,8 @@ def test_credit_loop_does_not_recompile():
 
 
 def test_lm_loop_does_not_recompile():
-    from grpo_theory.lm import grpo, model, policy, task
+    from grpo_theory.lm import model, policy, task
+    from grpo_theory.lm.training import grpo
 
     cfg = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)
     params = model.init_params(jax.random.PRNGKey(0), cfg)

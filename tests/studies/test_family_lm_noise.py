@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from grpo_theory.lm import model, policy
-from grpo_theory.lm.grpo import train_grpo
-from grpo_theory.lm.mixture import pass_rates
+from grpo_theory.lm.training.grpo import train_grpo
+from grpo_theory.experiments.lm_support.mixture import pass_rates
 from grpo_theory.lm.task import EOS, VOCAB, VOCAB_SIZE, eval_set
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.studies import scaling_family as sf
 from grpo_theory.studies.scaling_family.lm_noise import (LMNoisePart, noise_cells, noise_points,
-                                                        noise_report, noise_runs)
+                                                         noise_report, noise_runs)
 
 
 def _table(peaks, noise=1e-4, seeds=12, grid=(2, 4, 8, 16, 32), g_pred=(3.6, 20.0)):

@@ -29,7 +29,7 @@ from grpo_theory.experiments import cli  # noqa: E402
 from grpo_theory.experiments.runner import (Cell, Experiment, Section, check,  # noqa: E402
                                             report_section, run_experiment, setting_name)
 from grpo_theory.experiments.store import cell_hash  # noqa: E402
-from grpo_theory.lm.grpo import task_tokens  # noqa: E402
+from grpo_theory.lm.training.grpo import task_tokens  # noqa: E402
 from grpo_theory.lm.task import TaskConfig, eval_set  # noqa: E402
 from grpo_theory.studies import lm_groupsize, lm_mse, lm_rank  # noqa: E402
 
@@ -214,7 +214,7 @@ def test_lm_rank_run_on_a_checkpoint(ckpt, tmp_path):
     assert (tmp_path / lm_rank.NAME / "lm_rank.png").exists()
     # the Gram route on the checkpoint (EOS then pad_id in the responses) equals the Gram of
     # its dense scores
-    from grpo_theory.lm.rank import dense_scores, group_score_grams
+    from grpo_theory.experiments.lm_support.rank import dense_scores, group_score_grams
 
     pol = lm_mse.model_policy(str(ckpt.resolve()))
     x, _ = task_tokens(pol, eval_set(TASK).subset(np.arange(3)))
@@ -290,7 +290,7 @@ def test_chat_template_prompts(ckpt, tmp_path):
     import shutil
 
     from grpo_theory.lm import from_pretrained
-    from grpo_theory.lm.grpo import CHAT_PROMPT, PLAIN_PROMPT
+    from grpo_theory.lm.training.grpo import CHAT_PROMPT, PLAIN_PROMPT
 
     tmpl = ("{% for m in messages %}<|eot|>{{ m['role'] }} {{ m['content'] }}<|im_end|>"
             "{% endfor %}{% if add_generation_prompt %}<|eot|>assistant {% endif %}")

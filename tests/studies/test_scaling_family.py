@@ -132,7 +132,7 @@ def _synthetic_parts(seed=0, n=7, d=5):
 
 
 def test_mixture_c1_is_the_between_prompt_variance():
-    from grpo_theory.lm.mixture import mixture_constants
+    from grpo_theory.experiments.lm_support.mixture import mixture_constants
 
     parts, gf, gr = _synthetic_parts()
     for p in (0.0, 0.3, 0.5, 0.9, 0.99):
@@ -158,7 +158,8 @@ def test_mixture_c1_is_the_between_prompt_variance():
 
 
 def test_concentrated_pool_and_errors():
-    from grpo_theory.lm.mixture import concentrated_pool, mixture_constants, pool_counts
+    from grpo_theory.experiments.lm_support.mixture import (concentrated_pool, mixture_constants,
+                                                            pool_counts)
     from grpo_theory.lm.task import train_pool
 
     q = train_pool(n=60, seed=1)
@@ -184,9 +185,9 @@ def test_mixture_c1_matches_the_duplicated_question_list():
     import jax
 
     from grpo_theory.lm import model, policy
-    from grpo_theory.lm.gradmse import exact_answer_quantities
-    from grpo_theory.lm.mixture import (concat_questions, mixture_constants, mixture_parts,
-                                        pick_fixed_question)
+    from grpo_theory.experiments.lm_support.gradmse import exact_answer_quantities
+    from grpo_theory.experiments.lm_support.mixture import (concat_questions, mixture_constants,
+                                                            mixture_parts, pick_fixed_question)
     from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
 
     cfg = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)

@@ -20,7 +20,7 @@ from support.gguf_checkpoint import config, write_gguf
 from support.hf_checkpoint import hf_weights
 
 from grpo_theory import lm
-from grpo_theory.lm.rank import zero_share_unbiased
+from grpo_theory.experiments.lm_support.rank import zero_share_unbiased
 from grpo_theory.studies.smollm2 import study as S
 
 TAG = ["model", "task", "n_prompts", "n_ref", "n_study", "n_samples", "response_len", "chunk", "seed",

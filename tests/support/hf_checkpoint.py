@@ -13,7 +13,7 @@ import json
 import numpy as np
 import tokenizers
 
-from grpo_theory.lm import hf
+from grpo_theory.lm.checkpoints import hf
 
 __all__ = ["PAD", "EOS", "EOS2", "PP", "WORDS", "SPECIAL", "SIZES", "hf_config", "hf_weights",
            "word_tokenizer", "write_checkpoint", "reference_logits", "reference_log_prob"]

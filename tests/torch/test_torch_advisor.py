@@ -25,7 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 import grpo_theory as gt
 from grpo_theory import lm
-from grpo_theory.lm.hf import PROMPT_PAD
+from grpo_theory.lm.checkpoints.hf import PROMPT_PAD
 from grpo_theory.torch import (GroupSizeAdvisor, estimate_from_torch_model,
                                estimate_from_torch_rollouts, score_statistics, trl_preset,
                                trl_sequence_weighting)

@@ -23,7 +23,7 @@ from support.gguf_checkpoint import EOS, config, write_folder, write_gguf  # noq
 from support.hf_checkpoint import hf_weights  # noqa: E402
 
 from grpo_theory import lm  # noqa: E402
-from grpo_theory.lm.hf import PROMPT_PAD  # noqa: E402
+from grpo_theory.lm.checkpoints.hf import PROMPT_PAD  # noqa: E402
 from grpo_theory.torch import score_statistics  # noqa: E402
 
 PAD = EOS  # SmolLM2: pad_token_id = eos_token_id = <|im_end|>

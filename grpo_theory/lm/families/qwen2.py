@@ -1,4 +1,5 @@
-r"""The Qwen2 / Qwen2.5 / Llama family: its two :class:`~grpo_theory.lm.spec.ModelSpec` entries.
+r"""The Qwen2 / Qwen2.5 / Llama family: its two :class:`~grpo_theory.lm.families.spec.ModelSpec`
+entries.
 
 One computation: RMSNorm, rotary embeddings on rotate-half pairs ``(i, i + hd/2)``,
 grouped-query attention (query head j reads key/value head ``j // (H / H_kv)``) with optional
@@ -23,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._validation import eos_ids as _eos_ids
+from ..._validation import eos_ids as _eos_ids
 from .spec import (SIZE_FIELDS, ModelSpec, TensorSpec, bool_field, check_sizes, int_field,
                    need_extra, quiet_tunix)
 
@@ -61,7 +62,7 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
     ``model_type`` already matched).
 
     Checks: the sizes, ``rope_theta`` and ``rms_norm_eps`` by
-    :func:`~grpo_theory.lm.spec.check_sizes` (the rules GGUF metadata is checked by too);
+    :func:`~grpo_theory.lm.families.spec.check_sizes` (the rules GGUF metadata is checked by too);
     boolean flags booleans;
     ``eos_token_id`` / ``pad_token_id`` ids in ``[0, vocab_size)``; no feature the computation
     lacks (``rope_scaling``, sliding windows, MLP biases, an activation other than SiLU).
@@ -120,7 +121,7 @@ def check_config(c: dict, source: str, always_bias: bool) -> dict:
 # --- tensors ------------------------------------------------------------------------------------
 
 def tensors(arch: dict) -> dict:
-    """Hugging Face name -> :class:`~grpo_theory.lm.spec.TensorSpec` of every tensor the
+    """Hugging Face name -> :class:`~grpo_theory.lm.families.spec.TensorSpec` of every tensor the
     architecture has (no ``lm_head`` when tied, no q/k/v biases without ``qkv_bias``)."""
     d, f, v = arch["d_model"], arch["d_ff"], arch["vocab_size"]
     h, kv, hd = arch["n_heads"], arch["n_kv_heads"], arch["head_dim"]

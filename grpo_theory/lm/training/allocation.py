@@ -2,8 +2,8 @@ r"""GRPO training of the small transformer with a rollout rule choosing each pro
 
 Every step draws B prompts uniformly from the training pool; the rule decides which responses
 are generated and which enter the estimate; the update is Adam after global-norm clipping at 1
-(as :func:`grpo_theory.lm.grpo.train_grpo`) along the mean over the kept prompts ``K`` of each
-prompt's leave-one-out estimate on its ``n_b`` kept responses,
+(as :func:`grpo_theory.lm.training.grpo.train_grpo`) along the mean over the kept prompts ``K`` of
+each prompt's leave-one-out estimate on its ``n_b`` kept responses,
 
 .. math:: \hat g = \frac{1}{|K|} \sum_{b \in K} \frac{1}{n_b} \sum_{g \le n_b}
           \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) \nabla \log\pi(y_{bg}|x_b).
@@ -49,13 +49,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _validation as V
-from .. import allocation as A
-from ..allocation import Draw, Rule, Sampler, loo_weights
-from ..allocation.greedy import unique_answer_constants
+from ... import _validation as V
+from ... import allocation as A
+from ...allocation import Draw, Rule, Sampler, loo_weights
+from ...allocation.greedy import unique_answer_constants
 from .grpo import _optimizer, task_tokens
-from .policy import LMPolicy, seq_log_probs
-from .task import reward_exact_tokens
+from ..policy import LMPolicy, seq_log_probs
+from ..task import reward_exact_tokens
 
 __all__ = ["LM_RULES", "lm_rule", "LMSampler", "train_with_rule", "accuracy_at_budgets"]
 
@@ -227,7 +227,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     """Train from ``policy`` under ``rule`` until ``rollout_budget`` responses are generated.
 
     Args:
-        policy: the starting :class:`~.policy.LMPolicy` (answer-only task).
+        policy: the starting :class:`~grpo_theory.lm.policy.LMPolicy` (answer-only task).
         pool: the training questions the prompts are drawn from (uniformly, with replacement).
         eval_questions: the held-out questions of the exact accuracy.
         rule: an allocation :class:`~grpo_theory.allocation.Rule` with a training step (e.g.

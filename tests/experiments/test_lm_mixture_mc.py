@@ -1,6 +1,7 @@
-"""The transformer's fixed-budget MSE with prompts drawn from a mixture (grpo_theory.lm.mixture_mc):
-the exact mixture gradient, and the Monte Carlo MSE against the law (c1 G + c2 + c3/(G-1))/N
-within a CI sized from the estimated variances, on a tiny policy (seconds)."""
+"""The transformer's fixed-budget MSE with prompts drawn from a mixture
+(grpo_theory.experiments.lm_support.mixture_mc): the exact mixture gradient, and the Monte Carlo MSE
+against the law (c1 G + c2 + c3/(G-1))/N within a CI sized from the estimated variances, on a tiny
+policy (seconds)."""
 
 import jax
 import jax.numpy as jnp
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from grpo_theory.core.montecarlo import summarize_squared_errors
-from grpo_theory.lm import mixture_mc as mm
-from grpo_theory.lm.gradmse import exact_answer_quantities
+from grpo_theory.experiments.lm_support import mixture_mc as mm
+from grpo_theory.experiments.lm_support.gradmse import exact_answer_quantities
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.task import (EOS, VOCAB_SIZE, encode, encode_prompts, eval_set,
                                  target_responses)

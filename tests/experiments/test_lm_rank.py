@@ -13,9 +13,11 @@ from grpo_theory.core.estimators import compute_advantages
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.lm import model
 from grpo_theory.lm.policy import LMPolicy
-from grpo_theory.lm.rank import (binary_identity_residual, dense_scores, distinct_responses,
-                                 group_rank_table, group_score_grams, numerical_rank,
-                                 weighted_grams, zero_share_difference, zero_share_unbiased)
+from grpo_theory.experiments.lm_support.rank import (binary_identity_residual, dense_scores,
+                                                     distinct_responses, group_rank_table,
+                                                     group_score_grams, numerical_rank,
+                                                     weighted_grams, zero_share_difference,
+                                                     zero_share_unbiased)
 from grpo_theory.lm.task import encode_prompts, eval_set, target_responses
 from grpo_theory.studies import lm_rank
 

@@ -2,7 +2,8 @@ r"""Monte Carlo of the GRPO gradient's fixed-budget MSE with prompts drawn from 
 
 Theorem 7's law ``N MSE(G) = c1 G + c2 + c3/(G-1)`` needs prompts *sampled* (c1 is the
 between-prompt variance of ``g(x) = E[A s | x]``). Here the prompt distribution is a discrete
-one, ``w`` over the rows of a question table (e.g. :mod:`grpo_theory.lm.mixture`'s
+one, ``w`` over the rows of a question table (e.g.
+:mod:`grpo_theory.experiments.lm_support.mixture`'s
 concentration: mass p on a fixed question, 1 - p uniform on the others), in the answer-only
 format with the exact-match reward, where ``y*(x)`` is unique, so
 
@@ -22,9 +23,9 @@ one weighted backward pass per replicate (no per-sample gradients), replicates u
 ``lax.map`` in one compiled function per ``(B, G)``.
 
 The prediction (:func:`mixture_mse_prediction`): the mixture's constants
-(:func:`grpo_theory.lm.mixture.mixture_constants`) from exact ``V``, ``||s*||^2`` and sampled
-``E[||s||^2 | x]`` per question (:func:`second_moments`), whose sampling error is carried to
-the predicted MSE as a standard error (c2 and c3 are linear in them).
+(:func:`grpo_theory.experiments.lm_support.mixture.mixture_constants`) from exact ``V``,
+``||s*||^2`` and sampled ``E[||s||^2 | x]`` per question (:func:`second_moments`), whose sampling
+error is carried to the predicted MSE as a standard error (c2 and c3 are linear in them).
 """
 
 from __future__ import annotations
@@ -36,13 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.scaling import ScalingConstants, budget_mse
-from .gradmse import exact_answer_quantities
+from ... import _validation as V
+from ...core.estimators import PromptContext, get_estimator
+from ...core.scaling import ScalingConstants, budget_mse
+from ...lm.training.grpo import exact_answer_quantities
 from .mixture import mixture_constants
-from .policy import LMPolicy, generic_sample, seq_log_probs
-from .task import RESPONSE_LEN, Questions, encode_prompts, target_responses
+from ...lm.policy import LMPolicy, generic_sample, seq_log_probs
+from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
 
 __all__ = ["mixture_weights", "mixture_gradient", "grpo_mse_replicates", "second_moments",
            "mixture_mse_prediction"]
@@ -191,8 +192,8 @@ def mixture_mse_prediction(policy: LMPolicy, fixed: Questions, rest: Questions, 
             (:func:`second_moments`).
         budgets: N values; grid: group sizes > 1.
     Returns:
-        ``constants`` (:func:`~grpo_theory.lm.mixture.mixture_constants`' dict) and ``mse``:
-        ``{(N, G): (predicted MSE, its standard error from the s2 sampling)}``.
+        ``constants`` (:func:`~grpo_theory.experiments.lm_support.mixture.mixture_constants`' dict)
+        and ``mse``: ``{(N, G): (predicted MSE, its standard error from the s2 sampling)}``.
     """
     parts, coef = {}, {}
     for name, q, mass in (("F", fixed, p), ("R", rest, 1.0 - p)):

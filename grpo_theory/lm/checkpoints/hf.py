@@ -1,20 +1,20 @@
 r"""Hugging Face checkpoints of the Qwen2 / Qwen2.5 / Llama family as the package's policy.
 
-``policy = from_pretrained(path)`` reads a checkpoint directory in the Hugging Face layout
-(``config.json``; ``model.safetensors`` or shards listed in ``model.safetensors.index.json``;
-``tokenizer.json``; optionally ``generation_config.json`` and a chat template in
-``tokenizer_config.json``, :meth:`HFPolicy.chat`) or a llama.cpp ``.gguf`` file of the same
-architectures (:mod:`grpo_theory.lm.gguf`: dequantised, tokenizer and chat template read from
-the file), builds tunix's JAX implementation of
-the architecture (``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query
-attention with q/k/v biases, SwiGLU MLP, tied or untied output head) and returns an
-:class:`HFPolicy`, an :class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact
-teacher-forced log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the
-response up to and including its first EOS (the checkpoint's own EOS ids), KV-cached sampling
-and the score statistics ``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the
-estimators of the main paper's Algorithm 1) by ghost norms, one forward and one backward pass
-per block with no per-sample gradient formed (:mod:`grpo_theory.lm.ghost`; ``method=
-"per_sample"`` keeps the ``vmap(grad)`` route). Nothing is downloaded.
+``policy = from_pretrained(path)`` (:mod:`grpo_theory.lm.checkpoints.load`) reads a checkpoint
+directory in the Hugging Face layout (``config.json``; ``model.safetensors`` or shards listed in
+``model.safetensors.index.json``; ``tokenizer.json``; optionally ``generation_config.json`` and a
+chat template in ``tokenizer_config.json``, :meth:`HFPolicy.chat`) or a llama.cpp ``.gguf`` file of
+the same architectures (:mod:`grpo_theory.lm.checkpoints.gguf`: dequantised, tokenizer and chat
+template read from the file), builds tunix's JAX implementation of the architecture
+(``tunix.models.qwen2.model.Qwen2``: RMSNorm, rotary embeddings, grouped-query attention with q/k/v
+biases, SwiGLU MLP, tied or untied output head) and returns an :class:`HFPolicy`, an
+:class:`~grpo_theory.lm.policy.LMPolicy` with the same interface: exact teacher-forced
+log-probabilities ``log pi(y|x) = sum_t log softmax(logits_t / T)[y_t]`` over the response up to and
+including its first EOS (the checkpoint's own EOS ids), KV-cached sampling and the score statistics
+``(W S, ||s_n||^2)`` of ``s = grad_theta log pi(y|x)`` (for the estimators of the main paper's
+Algorithm 1) by ghost norms, one forward and one backward pass per block with no per-sample gradient
+formed (:mod:`grpo_theory.lm.budget.ghost`; ``method= "per_sample"`` keeps the ``vmap(grad)``
+route). Nothing is downloaded.
 
 A Llama checkpoint is the same computation without q/k/v biases (``attention_bias: false``), so
 it runs on the same module with the biases fixed at zero (tunix 0.1.7's own ``Llama3`` module
@@ -39,12 +39,13 @@ The pad token's input-embedding row (``pad_token_id`` of config.json; GGUF:
 ``tokenizer.ggml.padding_token_id``) gets no gradient through the lookup by default, as
 transformers' ``nn.Embedding(padding_idx=pad_token_id)`` trains it (``pad_embedding="frozen"``;
 ``"trained"``: the exact gradient). The teacher-forced logits (``apply_fn``) are the family's
-pure forward (:class:`~grpo_theory.lm.ghost.PureForward`), so the per-sample, per-prompt and
+pure forward (:class:`~grpo_theory.lm.budget.ghost.PureForward`), so the per-sample, per-prompt and
 ghost-norm routes differentiate one computation; sampling runs tunix's KV-cached module.
 
-The files are read by :func:`grpo_theory.lm.loaders.load_checkpoint`, every family-specific fact
-(config fields, tensor names and shapes, tunix's module) from the family's spec
-(:mod:`grpo_theory.lm.families`); this module builds the policy.
+The files are read by :func:`grpo_theory.lm.checkpoints.load.load_checkpoint`, every
+family-specific fact (config fields, tensor names and shapes, tunix's module) from the family's
+spec (:mod:`grpo_theory.lm.families`); this module is the policy (:class:`HFPolicy`, built by
+:func:`hf_policy`).
 
 tunix, flax, safetensors and tokenizers are imported on first use (the optional extra ``hf``:
 ``pip install -e ".[hf]"``); importing this module costs nothing.
@@ -60,23 +61,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _validation as V
+from ... import _validation as V
+from ..budget.ghost import PureForward, ghost_contractions, ghost_moments, score_dots
+from ..budget.memory import ghost_row_bytes
+from ..budget.options import PAD_EMBEDDINGS
+from ..budget.statistics import ghost_statistics
+from ..families.qwen2 import positions_mask as _positions_mask
+from ..families.spec import quiet_tunix as _quiet
+from ..policy import LMPolicy, _texts, _tokens
+from ..task import reward_answer_text
 from .chat_template import render as render_template
-from .checkpoint_io import SUPPORTED_MODEL_TYPES
-from .family_qwen2 import positions_mask as _positions_mask
-from .ghost import PureForward, ghost_contractions, ghost_moments, score_dots
-from .loaders import load_checkpoint, read_config
-from .loaders import shards as _shards  # noqa: F401  (used by tests and benchmarks by this name)
-from .loaders import tunix_model as _tunix_model  # noqa: F401
-from .memory import ghost_row_bytes
-from .options import PAD_EMBEDDINGS, check_pad_embedding
-from .policy import LMPolicy, _texts, _tokens
-from .spec import quiet_tunix as _quiet
-from .statistics import ghost_statistics
-from .task import reward_answer_text
+from .files import SUPPORTED_MODEL_TYPES
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "PAD_EMBEDDINGS", "HFPolicy", "from_pretrained",
-           "read_config"]
+__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "PAD_EMBEDDINGS", "HFPolicy", "hf_policy"]
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1
@@ -110,8 +107,9 @@ class _Spec:
 
     def __call__(self, params, tokens, prompt_len):
         """Next-token logits (N, T, V) (the ``apply_fn`` of the policy interface): the
-        family's pure forward (:class:`~grpo_theory.lm.ghost.PureForward`, tunix's computation
-        with the architecture's ``frozen_row``), the one the ghost-norm route differentiates."""
+        family's pure forward (:class:`~grpo_theory.lm.budget.ghost.PureForward`, tunix's
+        computation with the architecture's ``frozen_row``), the one the ghost-norm route
+        differentiates."""
         tokens = jnp.asarray(tokens)
         self._check_length(tokens.shape[1])
         return self.forward(params, tokens, prompt_len)
@@ -215,10 +213,10 @@ class HFPolicy(LMPolicy):
     """:class:`~grpo_theory.lm.policy.LMPolicy` of a Hugging Face checkpoint (tunix's Qwen2).
 
     Extra fields: ``tokenizer`` (a ``tokenizers.Tokenizer``, from tokenizer.json or the GGUF
-    file), ``config`` (the checked architecture, :func:`read_config`), ``path`` and
-    ``chat_template`` (the Jinja source of the checkpoint's chat template, or None). Prompts are
-    left-padded with :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses
-    after EOS.
+    file), ``config`` (the checked architecture,
+    :func:`~grpo_theory.lm.checkpoints.files.read_config`), ``path`` and ``chat_template`` (the
+    Jinja source of the checkpoint's chat template, or None). Prompts are left-padded with
+    :data:`PROMPT_PAD` (masked; never a token id); ``pad_id`` fills responses after EOS.
 
     Overrides of the policy contract (listed in :class:`~grpo_theory.lm.policy.LMPolicy`):
     the tokenizer (``prompt_pad``, ``pad_prompts``, ``encode``, ``decode``,
@@ -286,8 +284,8 @@ class HFPolicy(LMPolicy):
 
     def row_bytes(self, seq_len: int, response_len: int) -> int:
         """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them
-        a response) adds to the ghost-norm pass (:func:`grpo_theory.lm.memory.ghost_row_bytes`
-        in the parameters' dtype)."""
+        a response) adds to the ghost-norm pass
+        (:func:`grpo_theory.lm.budget.memory.ghost_row_bytes` in the parameters' dtype)."""
         b = max((np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(self.params)
                  if np.issubdtype(np.dtype(x.dtype), np.floating)), default=4)
         return ghost_row_bytes(self.config, seq_len, response_len, b)
@@ -295,7 +293,7 @@ class HFPolicy(LMPolicy):
     def score_statistics(self, prompts, responses, rewards, chunk: int = 64, *, stage=None,
                          progress=None):
         """The advisor's statistics of given rollouts by ghost norms
-        (:func:`grpo_theory.lm.statistics.ghost_statistics`: ``chunk`` rounded down to whole
+        (:func:`grpo_theory.lm.budget.statistics.ghost_statistics`: ``chunk`` rounded down to whole
         groups of n), or by per-sample scores when ``chunk`` holds less than one group.
 
         Args as :meth:`LMPolicy.score_statistics`.
@@ -316,7 +314,7 @@ class HFPolicy(LMPolicy):
             weights: (K, N) (or (N,)) finite real weights.
             chunk: samples per block (>= 1).
             method: "ghost" (default: one forward + one backward pass per block, per-layer
-                ghost norms, no per-sample gradient formed; :mod:`grpo_theory.lm.ghost`) or
+                ghost norms, no per-sample gradient formed; :mod:`grpo_theory.lm.budget.ghost`) or
                 "per_sample" (``vmap(grad)`` per block, C x D floats per block of C:
                 :func:`grpo_theory.lm.policy.score_contractions`).
 
@@ -341,7 +339,7 @@ class HFPolicy(LMPolicy):
     def ghost_moments(self, prompts, responses, weights, group_size: int, chunk: int = 256,
                       init=None):
         """``(S, ||s_n||^2, group norms)`` by ghost norms in one backward pass per block
-        (:func:`grpo_theory.lm.ghost.ghost_moments`: ``S = sum_n w_n s_n`` a pytree like
+        (:func:`grpo_theory.lm.budget.ghost.ghost_moments`: ``S = sum_n w_n s_n`` a pytree like
         ``params``, the groups ``group_size`` consecutive rows).
 
         Args:
@@ -362,7 +360,7 @@ class HFPolicy(LMPolicy):
                              min(chunk, prompts.shape[0]), self.eos_ids, init=init)
 
     def score_dots(self, prompts, responses, direction, chunk: int = 256):
-        """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.ghost.score_dots`);
+        """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.budget.ghost.score_dots`);
         ``direction`` a pytree like ``params``."""
         prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
@@ -474,53 +472,12 @@ class HFPolicy(LMPolicy):
         return out
 
 
-def _policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,
-            source, chat_template) -> HFPolicy:
+def hf_policy(arch, params, graphdef, zero, eos_ids, pad_id, dtype, temperature, tokenizer,
+              source, chat_template) -> HFPolicy:
+    """The :class:`HFPolicy` of a loaded checkpoint's parts (the fields of
+    :class:`~grpo_theory.lm.checkpoints.load.Checkpoint`, ``arch`` with its ``frozen_row``)."""
     spec = _Spec(graphdef, pad_id, eos_ids, arch["max_length"], arch["n_layers"],
                  arch["n_kv_heads"], arch["head_dim"], dtype, zero, PureForward.of(arch))
     return HFPolicy(params, spec, spec.sample, temperature, arch["vocab_size"], eos_ids,
                     pad_id, tokenizer=tokenizer, config=arch, path=source,
                     chat_template=chat_template)
-
-
-def from_pretrained(path, *, dtype="float32", temperature: float = 1.0, eos_ids=None,
-                    pad_id: int | None = None, pad_embedding: str = "frozen") -> HFPolicy:
-    """Load a local checkpoint of the Qwen2 / Qwen2.5 / Llama family as a policy.
-
-    Args:
-        path: the checkpoint directory in the Hugging Face layout (config.json, tokenizer.json,
-            model.safetensors or model.safetensors.index.json + shards, optional
-            generation_config.json), or a ``.gguf`` file (:func:`grpo_theory.lm.gguf.read_gguf`:
-            weights dequantised to float32, tokenizer, special ids and chat template from the
-            file).
-        dtype: parameter and compute dtype: "float32" (default), "bfloat16" or "float16".
-        temperature: sampling and log-prob temperature > 0.
-        eos_ids: id(s) that end a response; default: ``eos_token_id`` of generation_config.json,
-            else of config.json (GGUF: ``tokenizer.ggml.eos_token_id``).
-        pad_id: the id written after a sampled response's EOS; default: ``pad_token_id`` of
-            generation_config.json, else of config.json (GGUF:
-            ``tokenizer.ggml.padding_token_id``), else the first EOS id. Prompts are padded
-            with :data:`PROMPT_PAD`, never with ``pad_id``.
-        pad_embedding: the gradient of the pad token's input-embedding row
-            (:data:`PAD_EMBEDDINGS`): "frozen" (default; what transformers trains:
-            ``nn.Embedding(padding_idx=config.pad_token_id)`` gives the row no gradient through
-            the lookup, a tied head still trains it) or "trained" (the exact gradient of the
-            log-likelihood in every parameter). The row is ``pad_token_id`` of config.json
-            (GGUF: ``tokenizer.ggml.padding_token_id``), not ``pad_id``; with none, every row
-            is trained under either choice. Kept as ``policy.config["frozen_row"]`` (None when
-            no row is frozen).
-
-    Returns:
-        An :class:`HFPolicy` (an :class:`~grpo_theory.lm.policy.LMPolicy`) whose ``params``
-        are exactly the checkpoint's tensors.
-
-    Raises:
-        ValueError: a missing directory or file, an unsupported ``model_type`` or feature, a
-            missing or mis-shaped tensor, no EOS id anywhere, a malformed GGUF file (naming the
-            file and the field or tensor), or the optional extra not installed.
-    """
-    frozen = check_pad_embedding(pad_embedding) == "frozen"
-    ck = load_checkpoint(path, dtype=dtype, eos_ids=eos_ids, pad_id=pad_id)
-    arch = dict(ck.arch, frozen_row=ck.arch["pad_id"] if frozen else None)
-    return _policy(arch, ck.params, ck.graphdef, ck.zero_biases, ck.eos_ids, ck.pad_id,
-                   ck.dtype, temperature, ck.tokenizer, ck.source, ck.chat_template)

@@ -1,4 +1,5 @@
-r"""Checked readers of the files of a local checkpoint (shared by the checkpoint loaders).
+r"""Checked readers of the files of a local Hugging Face checkpoint directory (the loader,
+:mod:`grpo_theory.lm.checkpoints.load`, builds the policy from what they return).
 
 Every reader turns every failure into a ``ValueError`` that names the file and, where there is
 one, the field or tensor:
@@ -16,7 +17,10 @@ one, the field or tensor:
 * :func:`read_tensors`: tensors of one safetensors file, the library's errors wrapped with the
   file's name, each tensor checked finite (:func:`check_finite`, one reduction per tensor) and
   checked against the shape that ``config.json`` implies (:func:`tensor_shapes`);
-* :func:`read_tokenizer`: ``tokenizer.json``, the ``tokenizers`` library's errors wrapped.
+* :func:`read_tokenizer`: ``tokenizer.json``, the ``tokenizers`` library's errors wrapped;
+* :func:`checkpoint_dir`, :func:`read_config`, :func:`shards`, :func:`check_headers` and
+  :func:`read_chat_template`: the directory itself (its checked ``config.json``, its weight
+  files, every tensor ``config.json`` implies present in the headers, its chat template).
 
 safetensors and tokenizers are imported on first use (the optional extra ``hf``).
 """
@@ -28,13 +32,15 @@ import os
 
 import numpy as np
 
-from . import families
-from .spec import json_kind as _json_kind
-from .spec import need_extra
+from .. import families
+from ..families.spec import json_kind as _json_kind
+from ..families.spec import need_extra
+from .chat_template import check_template
 
 __all__ = ["read_json", "check_config", "shard_names", "tensor_shapes", "check_finite",
            "check_shape", "header_shapes", "shard_source", "read_tensors", "read_tokenizer",
-           "SUPPORTED_MODEL_TYPES"]
+           "SUPPORTED_MODEL_TYPES", "checkpoint_dir", "read_config", "hf_names", "shards",
+           "check_headers", "read_chat_template"]
 
 #: the ``model_type`` values of the registered families (:mod:`grpo_theory.lm.families`)
 SUPPORTED_MODEL_TYPES = families.model_types()
@@ -80,7 +86,7 @@ def check_config(c, source: str) -> dict:
 
     The family reading its ``model_type`` (:func:`grpo_theory.lm.families.family`; one of
     :data:`SUPPORTED_MODEL_TYPES`) checks every field (for Qwen2 / Llama:
-    :func:`grpo_theory.lm.family_qwen2.check_config`: sizes positive integers, head counts
+    :func:`grpo_theory.lm.families.qwen2.check_config`: sizes positive integers, head counts
     consistent, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, special ids in the
     vocabulary, no feature the computation lacks).
 
@@ -89,7 +95,7 @@ def check_config(c, source: str) -> dict:
         source: how to name the file in messages (e.g. ``"config.json of '/ckpt'"``).
 
     Returns:
-        dict with the family's :attr:`~grpo_theory.lm.spec.ModelSpec.config_fields`
+        dict with the family's :attr:`~grpo_theory.lm.families.spec.ModelSpec.config_fields`
         (``model_type``, ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``, ``n_heads``,
         ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``tied``, ``qkv_bias``,
         ``max_length``, ``eos_ids``, ``pad_id``; None when absent).
@@ -111,7 +117,7 @@ def check_config(c, source: str) -> dict:
 def tensor_shapes(arch: dict) -> dict:
     """The shape of every Hugging Face tensor (torch layout, ``Linear`` weights (out, in)) that
     an architecture of :func:`check_config` implies, ``lm_head`` and q/k/v biases included
-    (the family's :attr:`~grpo_theory.lm.spec.ModelSpec.tensors` of the untied, biased
+    (the family's :attr:`~grpo_theory.lm.families.spec.ModelSpec.tensors` of the untied, biased
     variant)."""
     spec = families.family_of_arch(arch)
     full = dict(arch, tied=False, qkv_bias=True)
@@ -256,3 +262,117 @@ def read_tokenizer(file: str):
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"{file} is not a tokenizer the tokenizers library can read: "
                          f"{msg}") from None
+
+
+def checkpoint_dir(path) -> str:
+    """``path`` (``~`` expanded) when it is a directory; a ``ValueError`` naming it otherwise."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"path must be a checkpoint directory (str or os.PathLike), got "
+                         f"{type(path).__name__}")
+    path = os.path.expanduser(os.fspath(path))
+    if not os.path.isdir(path):
+        raise ValueError(f"path {path!r} is not a directory: from_pretrained needs a local "
+                         f"Hugging Face checkpoint directory (config.json, tokenizer.json, "
+                         f"*.safetensors) or a llama.cpp .gguf file; nothing is "
+                         f"downloaded")
+    return path
+
+
+def read_config(path) -> dict:
+    """The checked architecture of a checkpoint directory's ``config.json``.
+
+    Args:
+        path: the checkpoint directory.
+
+    Returns:
+        dict with ``model_type``, ``n_layers``, ``vocab_size``, ``d_model``, ``d_ff``,
+        ``n_heads``, ``n_kv_heads``, ``head_dim``, ``rope_theta``, ``norm_eps``, ``tied``,
+        ``qkv_bias``, ``max_length`` (``max_position_embeddings`` or None) and ``eos_ids``,
+        ``pad_id`` as written in ``config.json`` (None when absent).
+
+    Raises:
+        ValueError: missing directory or config.json, a file that is not a JSON object, a
+            ``model_type`` no registered family reads, a missing or invalid field (sizes
+            positive integers, ``rms_norm_eps`` and ``rope_theta`` finite and > 0, the head
+            counts consistent; :func:`check_config`), or a feature the
+            computation does not implement (``rope_scaling``, sliding windows, MLP biases,
+            non-SiLU). The message names the file and the field.
+    """
+    path = checkpoint_dir(path)
+    return check_config(read_json(path, "config.json"), f"config.json of {path!r}")
+
+
+def hf_names(arch: dict) -> dict:
+    """HF tensor name -> (path in tunix's parameter dict, transform of the HF array or None),
+    from the family's :attr:`~grpo_theory.lm.families.spec.ModelSpec.tensors`."""
+    return {k: (t.path, t.to_tunix)
+            for k, t in families.family(arch["model_type"]).tensors(arch).items()}
+
+
+def shards(path: str) -> list[str]:
+    """The safetensors files of the checkpoint: those the index lists (plain file names inside
+    ``path``, all present; :func:`shard_names`), else ``model.safetensors``."""
+    index = read_json(path, "model.safetensors.index.json", required=False)
+    if index is not None:
+        src = f"model.safetensors.index.json of {path!r}"
+        return [os.path.join(path, f) for f in shard_names(index, src, path)]
+    single = os.path.join(path, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    raise ValueError(f"checkpoint directory {path!r} has no model.safetensors and no "
+                     f"model.safetensors.index.json (weights must be safetensors; nothing is "
+                     f"downloaded)")
+
+
+def check_headers(path: str, arch: dict) -> None:
+    """Every tensor ``config.json`` implies, present with its shape in the shards' headers,
+    checked before the model is built (headers only, no tensor data read).
+
+    A layer count beyond what the shards hold is caught here, without enumerating the layers
+    the file lacks: at most as many layers are listed as the shards have tensors, plus one.
+
+    Raises:
+        ValueError: naming the first missing tensor(s), or a tensor of the wrong shape.
+    """
+    found = {}
+    for f in shards(path):
+        found.update({k: (shape, f) for k, shape in header_shapes(f).items()})
+    spec = families.family(arch["model_type"])
+    listed = dict(arch, n_layers=min(arch["n_layers"], len(found) + 1))
+    specs = spec.tensors(listed)
+    missing = [k for k in specs if k not in found]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ValueError(f"checkpoint {path!r} lacks tensor(s) {', '.join(missing[:5])}{more} "
+                         f"required by its config.json ({arch['model_type']}, "
+                         f"num_hidden_layers = {arch['n_layers']}, "
+                         f"tie_word_embeddings={arch['tied']}; read from the safetensors "
+                         f"headers before the model is built)")
+    for k, t in specs.items():
+        shape, f = found[k]
+        check_shape(k, shape, t.shape, shard_source(f))
+
+
+def read_chat_template(path: str) -> str | None:
+    """``chat_template`` of tokenizer_config.json (or chat_template.jinja), else None; a list
+    of named templates gives the one named ``default``. The template must be UTF-8 text, a
+    string (or such a list) and compile (:func:`.chat_template.check_template`)."""
+    f = os.path.join(path, "chat_template.jinja")
+    if os.path.isfile(f):
+        try:
+            with open(f, encoding="utf-8") as fh:
+                t = fh.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{f}: the chat template cannot be read as UTF-8 text "
+                             f"({type(e).__name__}: {e})") from None
+        return check_template(t or None, f"{f}: the chat template")
+    where = f"tokenizer_config.json of {path!r}: chat_template"
+    t = (read_json(path, "tokenizer_config.json", required=False) or {}).get("chat_template")
+    if isinstance(t, list):
+        t = next((d.get("template") for d in t if isinstance(d, dict)
+                  and d.get("name") == "default"), None)
+        where += "[name = 'default']"
+    if t is not None and not isinstance(t, str):
+        raise ValueError(f"{where} must be a string (or a list of named templates), got a "
+                         f"JSON {_json_kind(t)}")
+    return check_template(t or None, where)

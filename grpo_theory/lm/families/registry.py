@@ -1,4 +1,4 @@
-"""The registry of model families (:class:`~grpo_theory.lm.spec.ModelSpec`), keyed by name.
+"""The registry of model families (:class:`~grpo_theory.lm.families.spec.ModelSpec`), keyed by name.
 
 ``family("llama")`` is a family by name or by a ``config.json`` ``model_type``;
 :func:`family_of_gguf` by a GGUF file's ``general.architecture``; :func:`family_of_arch` the
@@ -8,14 +8,15 @@ family up here; :func:`register` adds one (``docs/adding-an-architecture.md``).
 
 from __future__ import annotations
 
-from .family_qwen2 import LLAMA, QWEN2
+from .qwen2 import LLAMA, QWEN2
 from .spec import ModelSpec
 
 __all__ = ["FAMILIES", "register", "family", "family_of_gguf", "family_of_arch",
            "model_types", "gguf_architectures"]
 
 FAMILIES: dict = {}
-"""Every registered model family: its name -> its :class:`~grpo_theory.lm.spec.ModelSpec`."""
+"""Every registered model family: its name -> its
+:class:`~grpo_theory.lm.families.spec.ModelSpec`."""
 
 
 def register(spec: ModelSpec) -> ModelSpec:
@@ -69,7 +70,7 @@ def family_of_gguf(architecture) -> ModelSpec | None:
 
 def family_of_arch(arch: dict, default: str = "llama") -> ModelSpec:
     """The family of a checked architecture: by its ``model_type``, else ``default`` (a
-    dict of sizes alone, as :func:`grpo_theory.lm.memory.ghost_row_bytes` accepts)."""
+    dict of sizes alone, as :func:`grpo_theory.lm.budget.memory.ghost_row_bytes` accepts)."""
     mt = arch.get("model_type", default) if isinstance(arch, dict) else default
     return family(mt)
 

@@ -13,10 +13,10 @@ For m prompts ``x_a`` with n sampled responses ``y_ai`` each, rewards ``Z_ai``, 
   (:meth:`~grpo_theory.lm.policy.LMPolicy.weighted_score`), hence ``||ghat_a||^2`` and
   ``<ghat_a, S>``;
 * :func:`ghost_statistics` (a Hugging Face checkpoint,
-  :meth:`grpo_theory.lm.hf.HFPolicy.score_statistics`): (1) one backward pass per block of
-  whole groups gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
-  ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence
-  ``<ghat_a, S> = sum_i (Z_ai / n) <s_ai, S>``.
+  :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_statistics`): (1) one backward pass per block
+  of whole groups gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
+  ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence ``<ghat_a, S> = sum_i (Z_ai / n)
+  <s_ai, S>``.
 
 :func:`lm_rollout_statistics` samples the responses, scores them with the reward and returns
 the record with the responses.
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _validation as V
-from ..core.rollouts import RolloutStatistics
+from ... import _validation as V
+from ...core.rollouts import RolloutStatistics
 from .memory import out_of_memory_as_value_error
 from .options import ModelOptions, score_memory
 
@@ -145,7 +145,7 @@ def per_sample_statistics(policy, prompts, responses, rewards, chunk: int, *, st
 def ghost_statistics(policy, prompts, responses, rewards, chunk: int, *, stage=None,
                      progress=None) -> RolloutStatistics:
     """The statistics by ghost norms (module docstring): a policy with ``ghost_moments`` and
-    ``score_dots`` (:class:`grpo_theory.lm.hf.HFPolicy`, which calls this).
+    ``score_dots`` (:class:`grpo_theory.lm.checkpoints.hf.HFPolicy`, which calls this).
 
     Blocks hold whole groups: ``chunk`` is rounded down to a multiple of n (at least n); the
     last call is padded with zero-weight copies of row 0 (whole groups).
@@ -222,13 +222,13 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         key: a JAX key or an integer seed.
         response_len: R >= 1 sampled tokens (the policy's EOS ids end a response).
         chunk: sequences per block of pass 1 (>= 1), or None: the largest that fits in
-            ``memory_budget`` (:meth:`~grpo_theory.lm.options.ModelOptions.resolve_chunk`).
+            ``memory_budget`` (:meth:`~grpo_theory.lm.budget.options.ModelOptions.resolve_chunk`).
         progress: optional ``progress(done, total)`` callback (prompts of pass 2).
         memory_budget: bytes for ``chunk=None`` (None: half the available memory).
         stage: optional ``stage(phase, done, total)`` callback, ``phase`` one of
             ``"sampling"`` (0/1 then 1/1), ``"scores"`` (the calls of pass 1) and
             ``"dots"`` (forward-mode pass 2) or ``"gradients"`` (per-prompt pass 2).
-        options: the :class:`~grpo_theory.lm.options.ModelOptions` instead of ``chunk`` and
+        options: the :class:`~grpo_theory.lm.budget.options.ModelOptions` instead of ``chunk`` and
             ``memory_budget`` (then both must be left at their defaults).
 
     Returns:

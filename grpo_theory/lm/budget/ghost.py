@@ -1,11 +1,11 @@
 r"""Per-sample score statistics without per-sample gradients ("ghost norms").
 
-The Hugging Face route (:mod:`grpo_theory.lm.hf`) needs, for N responses, the squared score norms
-``||s_n||^2`` and weighted sums ``W S`` (K, D) of the scores ``s_n = grad_theta log pi(y_n|x_n)``.
-Materialising ``S`` costs C x D floats per chunk of C samples. This module computes both from one
-forward and one backward pass of ``sum_n log pi(y_n|x_n)`` over the batch, at the memory of an
-ordinary backward pass plus the (K, D) result, as in the differential-privacy literature
-(Li et al. 2021, "Large language models can be strong differentially private learners";
+The Hugging Face route (:mod:`grpo_theory.lm.checkpoints.hf`) needs, for N responses, the squared
+score norms ``||s_n||^2`` and weighted sums ``W S`` (K, D) of the scores ``s_n = grad_theta log
+pi(y_n|x_n)``. Materialising ``S`` costs C x D floats per chunk of C samples. This module computes
+both from one forward and one backward pass of ``sum_n log pi(y_n|x_n)`` over the batch, at the
+memory of an ordinary backward pass plus the (K, D) result, as in the differential-privacy
+literature (Li et al. 2021, "Large language models can be strong differentially private learners";
 Bu et al., book-keeping).
 
 A linear map ``y = x W`` applied at T positions of sample n, with inputs ``a`` (T, d_in) and output
@@ -17,7 +17,7 @@ gradients ``b`` (T, d_out) of that sample, contributes ``G_n = a^T b`` to the sa
 
 O(T^2 (d_in + d_out)) without the d_in x d_out matrix (the "gram" route), or the matrix itself
 (the "direct" route); ``route="auto"`` takes the one with fewer multiply-adds by the rule both
-backends share (:func:`grpo_theory.lm.ghost_rule.ghost_route`, also for the embedding). The
+backends share (:func:`grpo_theory.lm.budget.ghost_rule.ghost_route`, also for the embedding). The
 weighted sums are ``sum_n W_kn G_n = a^T diag(W_k) b`` over all (n, t) at once. Every linear map of the forward
 below is a ``jax.custom_vjp`` whose backward rule emits these two quantities as the cotangents of
 zero "statistic" inputs, so they are formed layer by layer as the backward pass reaches the layer
@@ -34,11 +34,11 @@ exactly:
   (b_t . h_{t'})`` with g the logits' gradients and h the head's inputs.
 
 The forward is the model family's pure-JAX forward (its spec's
-:attr:`~grpo_theory.lm.spec.ModelSpec.forward`, :mod:`grpo_theory.lm.families`; for Qwen2 /
-Llama :func:`grpo_theory.lm.family_qwen2.forward`, tunix's Qwen2 computation) over the
-parameter dict :func:`grpo_theory.lm.hf.from_pretrained` loads, with prompts left-padded by
-``-1`` (:func:`positions_mask`). Only the response positions' logits are formed (the others
-never enter ``log pi(y|x)``).
+:attr:`~grpo_theory.lm.families.spec.ModelSpec.forward`, :mod:`grpo_theory.lm.families`; for Qwen2 /
+Llama :func:`grpo_theory.lm.families.qwen2.forward`, tunix's Qwen2 computation) over the
+parameter dict :func:`grpo_theory.lm.checkpoints.load.from_pretrained` loads, with prompts
+left-padded by ``-1`` (:func:`positions_mask`). Only the response positions' logits are formed (the
+others never enter ``log pi(y|x)``).
 """
 
 from __future__ import annotations
@@ -50,10 +50,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import families
-from .family_qwen2 import positions_mask
+from .. import families
+from ..families.qwen2 import positions_mask
 from .ghost_rule import ROUTES, ghost_route
-from .policy import _acc_dtype, pad_to_chunk, response_mask
+from ..task import response_mask
+from .memory import acc_dtype, pad_to_chunk
 
 __all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ghost_moments",
            "score_dots", "ROUTES", "layer_route"]
@@ -69,7 +70,7 @@ def _arch_key(arch: dict) -> tuple:
 
 def _forward(ak: tuple, params, tokens, ops, rows=None):
     """Logits (N, T', V) at positions ``rows`` (default all) of left-padded ``tokens``: the
-    family's :attr:`~grpo_theory.lm.spec.ModelSpec.forward`."""
+    family's :attr:`~grpo_theory.lm.families.spec.ModelSpec.forward`."""
     a = dict(ak)
     return families.family(a["model_type"]).forward(a, params, tokens, ops, rows)
 
@@ -102,9 +103,9 @@ def forward(arch: dict, params, tokens):
     """Next-token logits (N, T, V) of the family's pure-JAX forward (tunix's computation).
 
     Args:
-        arch: the checked architecture (:func:`grpo_theory.lm.hf.read_config`).
-        params: tunix's Qwen2 parameter dict as :func:`~grpo_theory.lm.hf.from_pretrained`
-            loads it (``policy.params``).
+        arch: the checked architecture (:func:`grpo_theory.lm.checkpoints.files.read_config`).
+        params: tunix's Qwen2 parameter dict as
+            :func:`~grpo_theory.lm.checkpoints.load.from_pretrained` loads it (``policy.params``).
         tokens: (N, T) ids, prompts left-padded with ``-1``.
 
     Returns:
@@ -133,7 +134,7 @@ class PureForward:
 def layer_route(route: str, positions: int, d_in: int, d_out: int, one_hot: bool = False,
                 acc=jnp.float32) -> str:
     """The route of one layer: ``route`` itself, or for ``"auto"`` the shared rule
-    :func:`grpo_theory.lm.ghost_rule.ghost_route` at these shapes (values of ``acc``)."""
+    :func:`grpo_theory.lm.budget.ghost_rule.ghost_route` at these shapes (values of ``acc``)."""
     if route != "auto":
         return route
     return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
@@ -443,10 +444,10 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
     (:func:`forward`), D ordered as ``jax.flatten_util.ravel_pytree(params)``.
 
     Args:
-        arch: the checked architecture (:func:`grpo_theory.lm.hf.read_config`).
+        arch: the checked architecture (:func:`grpo_theory.lm.checkpoints.files.read_config`).
         params: tunix's Qwen2 parameter dict (``policy.params``).
         prompts: (N, P) ids left-padded with ``-1``; responses: (N, R) ids (checked by the
-            caller: :meth:`grpo_theory.lm.hf.HFPolicy.score_contractions`).
+            caller: :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`).
         weights: (K, N) finite real weights.
         temperature: > 0.
         chunk: samples per block (one forward + backward each, scanned; the activations of one
@@ -466,7 +467,7 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
     n = prompts.shape[0]
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     need_ws = bool(np.any(weights != 0))
-    acc = _acc_dtype()
+    acc = acc_dtype()
     ws, sq, _ = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
                            jnp.asarray(responses, jnp.int32), jnp.asarray(weights, acc), None,
                            temperature, chunk, tuple(int(e) for e in eos), route, need_ws)
@@ -494,10 +495,10 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
     docstring); with the per-sample norms it comes from the same backward pass.
 
     Args:
-        arch: the checked architecture (:func:`grpo_theory.lm.hf.read_config`).
+        arch: the checked architecture (:func:`grpo_theory.lm.checkpoints.files.read_config`).
         params: tunix's Qwen2 parameter dict (``policy.params``).
         prompts: (N, P) ids left-padded with ``-1``; responses: (N, R) ids (checked by the
-            caller: :meth:`grpo_theory.lm.hf.HFPolicy.ghost_moments`).
+            caller: :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.ghost_moments`).
         weights: (N,) finite real weights.
         group_size: rows per group (>= 1, divides N and ``chunk``).
         temperature: > 0.
@@ -527,7 +528,7 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
         raise ValueError(f"group_size must be >= 1 and divide the number of rows ({n}) and "
                          f"chunk ({chunk}), got {group_size!r}")
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
-    acc = _acc_dtype()
+    acc = acc_dtype()
     w = jnp.asarray(weights, acc)
     if init is None:
         init = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, acc), params)
@@ -579,7 +580,7 @@ def score_dots(arch: dict, params, prompts, responses, direction, temperature=1.
     prompts, responses = np.asarray(prompts), np.asarray(responses)
     n = prompts.shape[0]
     prompts, responses, _, chunk = pad_to_chunk(prompts, responses, np.zeros((1, n)), chunk)
-    acc = _acc_dtype()
+    acc = acc_dtype()
     cast = (lambda x: x.astype(acc)) if acc == jnp.float64 else None
     prm = params if cast is None else jax.tree_util.tree_map(cast, params)
     v = jax.tree_util.tree_map(lambda d, x: jnp.asarray(d, x.dtype), direction, prm)

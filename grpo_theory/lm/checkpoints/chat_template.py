@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .spec import need_extra
+from ..families.spec import need_extra
 
 __all__ = ["renderer", "check_template", "render"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lm.grpo import best_integer_group_size, pass_rate_spread, pass_rates, task_tokens
-from ..lm.policy import LMPolicy
-from ..lm.task import reward_exact_tokens
-from .estimate import estimate_scaling_constants
+from ...lm.training.grpo import best_integer_group_size, pass_rate_spread, pass_rates, task_tokens
+from ...lm.policy import LMPolicy
+from ...lm.task import reward_exact_tokens
+from ...advisor.estimate import estimate_scaling_constants
 
 __all__ = ["advised_group_size"]
 
@@ -21,7 +21,7 @@ def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
     r"""c1, c2, c3 and G* at ``policy`` from the advisor's sample-based unbiased estimators.
 
     For any policy (a Hugging Face checkpoint included): prompts and canonical responses of
-    :func:`~grpo_theory.lm.grpo.task_tokens`, ``n_samples`` sampled responses per question
+    :func:`~grpo_theory.lm.training.grpo.task_tokens`, ``n_samples`` sampled responses per question
     (every question once), the exact-token reward of GRPO training
     (:func:`~grpo_theory.lm.task.reward_exact_tokens`), and
     :func:`grpo_theory.advisor.estimate.estimate_scaling_constants` (U-statistics, 95%
@@ -30,18 +30,18 @@ def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
 
     Args:
         policy: an :class:`~grpo_theory.lm.policy.LMPolicy` or
-            :class:`~grpo_theory.lm.hf.HFPolicy`.
+            :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`.
         questions: :class:`~grpo_theory.lm.task.Questions` (at least 3).
         n_samples: responses per question (>= 3).
         key: JAX key or integer seed.
         chunk: per-sample scores held at once (each is a parameter-sized vector); None: the
             largest that fits in ``memory_budget`` bytes (None: half the available memory;
-            :meth:`grpo_theory.lm.options.ModelOptions.resolve_chunk`).
+            :meth:`grpo_theory.lm.budget.options.ModelOptions.resolve_chunk`).
         memory_budget, stage: as in
-            :func:`grpo_theory.lm.statistics.lm_rollout_statistics`.
+            :func:`grpo_theory.lm.budget.statistics.lm_rollout_statistics`.
 
     Returns:
-        The columns of :func:`~grpo_theory.lm.grpo.predicted_group_size` plus ``c1_low,
+        The columns of :func:`~grpo_theory.lm.training.grpo.predicted_group_size` plus ``c1_low,
         c1_high, c2_low, c2_high, c3_low, c3_high`` (95% intervals), ``G_low, G_high``
         (interval of ``G_continuous``; ``G_high = inf`` when c1 is not clearly positive) and
         ``n_samples``.

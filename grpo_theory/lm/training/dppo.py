@@ -28,7 +28,7 @@ n_buckets``; padding rows have weight 0), so the update compiles once per bucket
 The clipped multi-epoch variant (``epochs > 1`` or ``clip_eps``) maximises
 ``sum_t min(r_t w_n, clip(r_t, 1 - eps, 1 + eps) w_n)`` over the kept tokens (token ratios to
 the sampling policy), which for the full batch is ``N`` times
-:func:`grpo_theory.lm.grpo.clipped_objective`; a positive ``1/q`` factor commutes with the
+:func:`grpo_theory.lm.training.grpo.clipped_objective`; a positive ``1/q`` factor commutes with the
 min and the clip, so the rescaled weights keep it unbiased at the first epoch.
 """
 
@@ -42,14 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .. import _validation as V
-from ..companions.dppo import KeepScheme, masked_advantages
-from ..companions.packing import pack
-from ..core.estimators import PromptContext, get_estimator
-from ..optim.clipped import clipped_surrogate, multi_epoch_update
+from ... import _validation as V
+from ...companions.dppo import KeepScheme, masked_advantages
+from ...companions.packing import pack
+from ...core.estimators import PromptContext, get_estimator
+from ...optim.clipped import clipped_surrogate, multi_epoch_update
 from .grpo import _optimizer, exact_accuracy
-from .policy import LMPolicy, response_mask
-from .task import PAD, encode_prompts, reward_exact_tokens, target_responses
+from ..policy import LMPolicy, response_mask
+from ..task import PAD, encode_prompts, reward_exact_tokens, target_responses
 
 __all__ = ["METHODS", "bucket", "sample_batch", "response_weights", "layout", "update",
            "gradient", "warm_up", "train_dppo"]
@@ -315,18 +315,19 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group_size: i
     Each step is timed in two parts after a warm-up that compiles every shape:
     ``sample_seconds`` (:func:`sample_batch`, to ``block_until_ready``) and ``update_seconds``
     (host :func:`response_weights` + :func:`layout` + :func:`update`); the held-out exact
-    accuracy (:func:`grpo_theory.lm.grpo.exact_accuracy`) is computed at step 0 and at each
+    accuracy (:func:`grpo_theory.lm.training.grpo.exact_accuracy`) is computed at step 0 and at each
     checkpoint, outside the timed parts.
 
     Args:
         policy: the starting :class:`LMPolicy` (``sample_fn`` required).
-        pool, eval_questions: training pool and evaluation questions (:mod:`.task`).
+        pool, eval_questions: training pool and evaluation questions (:mod:`grpo_theory.lm.task`).
         batch, group_size: B prompts x G responses per step.
         n_steps: steps; checkpoints: steps at which to evaluate (``n_steps`` is added).
-        lr: Adam learning rate (global-norm clip 1, as :func:`~grpo_theory.lm.grpo.train_grpo`).
+        lr: Adam learning rate (global-norm clip 1, as
+            :func:`~grpo_theory.lm.training.grpo.train_grpo`).
         seed: integer or key; key: a JAX key (or integer), used instead of ``seed`` when given.
         scheme: keep probabilities; ``KeepScheme()`` keeps everything (full GRPO).
-        estimator, epochs, clip_eps: as :func:`~grpo_theory.lm.grpo.train_grpo`.
+        estimator, epochs, clip_eps: as :func:`~grpo_theory.lm.training.grpo.train_grpo`.
         capacity: None (one sequence per row) or the packed row length.
         method: ``dppo`` or a biased control (:data:`METHODS`).
         n_buckets: row buckets.

@@ -2,11 +2,11 @@ r"""What a model family is to the package: one :class:`ModelSpec` per family.
 
 A family (Qwen2, Llama, ...) is read from Hugging Face safetensors checkpoints and llama.cpp
 GGUF files, run by tunix's JAX module (sampling, log-probabilities) and by a pure-JAX forward
-written over a set of operations (the ghost norms, :mod:`grpo_theory.lm.ghost`), and budgeted
-by the activation bytes of one sequence (:func:`grpo_theory.lm.memory.ghost_row_bytes`). A
-:class:`ModelSpec` holds each of these once; the loaders (:mod:`grpo_theory.lm.loaders`,
-:mod:`grpo_theory.lm.gguf`, :mod:`grpo_theory.lm.checkpoint_io`), the memory model and the
-ghost code read it (:mod:`grpo_theory.lm.families` is the registry).
+written over a set of operations (the ghost norms, :mod:`grpo_theory.lm.budget.ghost`), and budgeted
+by the activation bytes of one sequence (:func:`grpo_theory.lm.budget.memory.ghost_row_bytes`). A
+:class:`ModelSpec` holds each of these once; the loaders (:mod:`grpo_theory.lm.checkpoints.load`,
+:mod:`grpo_theory.lm.checkpoints.gguf`, :mod:`grpo_theory.lm.checkpoints.files`), the memory model
+and the ghost code read it (:mod:`grpo_theory.lm.families` is the registry).
 
 The checked architecture ``arch`` is a dict with the keys of :attr:`ModelSpec.config_fields`;
 every tensor is one :class:`TensorSpec` (its Hugging Face name, GGUF name, torch-layout shape,
@@ -74,7 +74,7 @@ class ModelSpec:
             sequence adds to the ghost-norm pass.
         forward: ``(arch dict, params, tokens, ops, rows) -> logits``: the pure-JAX forward
             over the operations ``ops`` (``embed``, ``lin``, ``scale``, ``bias``,
-            ``tied_head``; :mod:`grpo_theory.lm.ghost`), on tunix's parameter dict.
+            ``tied_head``; :mod:`grpo_theory.lm.budget.ghost`), on tunix's parameter dict.
         tunix_model: ``(arch, dtype) -> (graphdef, abstract params, zero biases)``: tunix's
             module (absent q/k/v biases as constant zeros, not parameters).
     """

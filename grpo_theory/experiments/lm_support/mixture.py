@@ -2,15 +2,15 @@ r"""Prompt concentration: a training distribution with mass p on fixed questions
 
 The mixture puts probability ``p`` on a small fixed set F (uniform within it) and ``1 - p`` on a
 set R of other questions (uniform). With ``g(x) = V(x) s*(x)`` the per-prompt gradient of the
-answer-only format (exact, :func:`grpo_theory.lm.gradmse.exact_answer_quantities`), Theorem 7's
-constants under the mixture are weighted means of per-question quantities:
+answer-only format (exact, :func:`grpo_theory.lm.training.grpo.exact_answer_quantities`), Theorem
+7's constants under the mixture are weighted means of per-question quantities:
 
 .. math:: c_1(p) = p\,\overline{\|g\|^2}_F + (1-p)\,\overline{\|g\|^2}_R
           - \|p\,\bar g_F + (1-p)\,\bar g_R\|^2,\qquad
           c_3(p) = p\,\bar c_{3,F} + (1-p)\,\bar c_{3,R},
 
 (``c_{3}(x) = E||s||^2 V(1-V) + V^2||s*||^2``, as in
-:func:`grpo_theory.lm.grpo.predicted_group_size`). ``c1`` is the between-prompt variance of
+:func:`grpo_theory.lm.training.grpo.predicted_group_size`). ``c1`` is the between-prompt variance of
 ``g(x)``; for one fixed question it equals
 ``(1-p) [p ||g_F - \bar g_R||^2 + Var_R g]``, so it vanishes linearly as ``p -> 1`` while ``c3``
 tends to the fixed question's within-group noise: ``G* - 1 = sqrt(c3/c1)`` grows like
@@ -26,11 +26,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .. import _validation as V
-from ..core.scaling import ScalingConstants, budget_mse
-from .gradmse import exact_answer_quantities
-from .policy import LMPolicy
-from .task import RESPONSE_LEN, Questions, encode_prompts, target_responses
+from ... import _validation as V
+from ...core.scaling import ScalingConstants, budget_mse
+from ...lm.training.grpo import exact_answer_quantities
+from ...lm.policy import LMPolicy
+from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
 
 __all__ = ["concat_questions", "pass_rates", "pick_fixed_question", "pool_counts",
            "concentrated_pool", "mixture_parts", "mixture_constants", "mixture_objective"]

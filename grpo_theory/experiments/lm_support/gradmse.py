@@ -38,14 +38,15 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .._validation import random_key
-from ..core.estimators import compute_advantages
-from ..core.montecarlo import summarize_squared_errors
-from ..core.stats import z_value
-from .policy import LMPolicy
-from .task import RESPONSE_LEN, encode_prompts, reward, target_responses
+from ..._validation import random_key
+from ...core.estimators import compute_advantages
+from ...core.montecarlo import summarize_squared_errors
+from ...core.stats import z_value
+from ...lm.policy import LMPolicy
+from ...lm.task import RESPONSE_LEN, encode_prompts, reward, target_responses
+from ...lm.training.grpo import exact_answer_quantities
 
-__all__ = ["ESTIMATORS", "exact_answer_quantities", "reference_quantities", "gradient_mse_study"]
+__all__ = ["ESTIMATORS", "reference_quantities", "gradient_mse_study"]
 
 ESTIMATORS = ("vanilla", "grpo", "oracle")
 
@@ -59,14 +60,6 @@ def _z(diff, se):
 
 def _rewards(fmt, y, answers, canon):
     return np.asarray(reward(fmt, y, answers, canon), np.float64)
-
-
-def exact_answer_quantities(policy: LMPolicy, x, canon, chunk=256):
-    """Answer-only: ``V = pi(y*|x)`` (B,), ``||s*||^2`` (B,) and ``grad J = mean_x V s*`` (D,)."""
-    b = x.shape[0]
-    v = np.exp(np.asarray(policy.log_probs(x, canon), np.float64))
-    gj, sq = policy.score_contractions(x, canon, (v / b)[None, :], chunk=chunk)
-    return v, sq, gj[0]
 
 
 def reference_quantities(policy: LMPolicy, x, answers, fmt, n_ref: int, key, chunk=256):

@@ -15,12 +15,12 @@ Predicted G* (Theorem 7) at the starting policy, answer-only format where
 ``g(x) = V(x) s*(x)`` exactly: ``c1 = mean_x V^2 ||s*||^2 - ||grad J||^2``,
 ``c2 = mean_x tr Sigma_or(x)``, ``c3 = mean_x [E||s||^2 V (1 - V) + V^2 ||s*||^2]``
 (``E||s||^2`` from samples), ``G* = 1 + sqrt(c3 / c1)`` (the paper's form ``sqrt(c3/c1)``).
-:func:`grpo_theory.advisor.lm_task.advised_group_size` gives the same constants for any policy, a
-Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators, with 95%
-intervals.
+:func:`grpo_theory.experiments.lm_support.advised.advised_group_size` gives the same constants for
+any policy, a Hugging Face checkpoint included, from the advisor's sample-based unbiased estimators,
+with 95% intervals.
 
-A Hugging Face checkpoint (:class:`~grpo_theory.lm.hf.HFPolicy`) trains on text prompts in its
-own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
+A Hugging Face checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`) trains on text prompts
+in its own tokenization (:func:`task_tokens`); the reward inside the jitted loop is the exact-token
 match of the canonical tokenization of the answer followed by the checkpoint's EOS.
 """
 
@@ -33,18 +33,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.scaling import ScalingConstants, budget_mse
-from ..optim.clipped import clipped_surrogate, multi_epoch_update
-from .gradmse import exact_answer_quantities
-from .hf import HFPolicy
-from .policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from .task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+from ... import _validation as V
+from ...core.estimators import PromptContext, get_estimator
+from ...core.scaling import ScalingConstants, budget_mse
+from ...optim.clipped import clipped_surrogate, multi_epoch_update
+from ..checkpoints.hf import HFPolicy
+from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
+from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
 __all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
-           "pass_rate_spread", "best_integer_group_size", "predicted_group_size", "train_grpo",
-           "clipped_objective", "OPTIMIZERS"]
+           "exact_answer_quantities", "pass_rate_spread", "best_integer_group_size",
+           "predicted_group_size", "train_grpo", "clipped_objective", "OPTIMIZERS"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
@@ -63,20 +62,22 @@ def _is_hf(policy) -> bool:
 def task_tokens(policy: LMPolicy, questions) -> tuple[np.ndarray, np.ndarray]:
     """Prompts (N, P) and canonical answer-only responses (N, R) of ``questions`` for ``policy``.
 
-    The package's transformer: its character tokenizer (:func:`~.task.encode_prompts`,
-    :func:`~.task.target_responses`; ``R = RESPONSE_LEN["answer"]``). A Hugging Face checkpoint
-    (:class:`~.hf.HFPolicy`): the text :data:`CHAT_PROMPT` rendered by the checkpoint's chat
-    template when it has one (:meth:`~.hf.HFPolicy.chat`), else :data:`PLAIN_PROMPT`, tokenized
-    by :meth:`~.hf.HFPolicy.encode` (left-padded with ``pad_id``, masked out of attention); the
-    canonical response ``y*(x)`` is the tokenizer's ids of ``str(answer)`` (no special tokens)
-    followed by the first EOS id, right-padded with ``pad_id`` (what the sampler writes after
-    EOS) to the longest, so ``R = max len + 1``. The exact-token reward
-    (:func:`~.task.reward_exact_tokens`) is then a match of this canonical tokenization: the
-    correct response is unique and ``V(x) = pi(y*|x)``.
+    The package's transformer: its character tokenizer (:func:`~grpo_theory.lm.task.encode_prompts`,
+    :func:`~grpo_theory.lm.task.target_responses`; ``R = RESPONSE_LEN["answer"]``). A Hugging Face
+    checkpoint (:class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`): the text :data:`CHAT_PROMPT`
+    rendered by the checkpoint's chat template when it has one
+    (:meth:`~grpo_theory.lm.checkpoints.hf.HFPolicy.chat`), else :data:`PLAIN_PROMPT`, tokenized by
+    :meth:`~grpo_theory.lm.checkpoints.hf.HFPolicy.encode` (left-padded with ``pad_id``, masked out
+    of attention); the canonical response ``y*(x)`` is the tokenizer's ids of ``str(answer)`` (no
+    special tokens) followed by the first EOS id, right-padded with ``pad_id`` (what the sampler
+    writes after EOS) to the longest, so ``R = max len + 1``. The exact-token reward
+    (:func:`~grpo_theory.lm.task.reward_exact_tokens`) is then a match of this canonical
+    tokenization: the correct response is unique and ``V(x) = pi(y*|x)``.
 
     Args:
-        policy: an :class:`~.policy.LMPolicy` (the package's) or an :class:`~.hf.HFPolicy`.
-        questions: :class:`~.task.Questions`.
+        policy: an :class:`~grpo_theory.lm.policy.LMPolicy` (the package's) or an
+            :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`.
+        questions: :class:`~grpo_theory.lm.task.Questions`.
 
     Returns:
         ``(prompts, canonical)`` int32 arrays.
@@ -117,7 +118,8 @@ def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
     model): the exact pass rates of the answer-only format.
 
     Args:
-        policy: an :class:`~.policy.LMPolicy` or :class:`~.hf.HFPolicy`.
+        policy: an :class:`~grpo_theory.lm.policy.LMPolicy` or
+            :class:`~grpo_theory.lm.checkpoints.hf.HFPolicy`.
         x: (N, P) prompts; canon: (N, R) canonical responses (:func:`task_tokens`).
 
     Returns:
@@ -127,6 +129,14 @@ def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
     lp = [np.asarray(policy.log_probs(x[i:i + block], canon[i:i + block]), np.float64)
           for i in range(0, len(x), block)]
     return np.exp(np.concatenate(lp))
+
+
+def exact_answer_quantities(policy: LMPolicy, x, canon, chunk=256):
+    """Answer-only: ``V = pi(y*|x)`` (B,), ``||s*||^2`` (B,) and ``grad J = mean_x V s*`` (D,)."""
+    b = x.shape[0]
+    v = np.exp(np.asarray(policy.log_probs(x, canon), np.float64))
+    gj, sq = policy.score_contractions(x, canon, (v / b)[None, :], chunk=chunk)
+    return v, sq, gj[0]
 
 
 def exact_accuracy(policy: LMPolicy, x, canon) -> float:

@@ -15,9 +15,10 @@ per-sample scores dominate: SmolLM2-135M holds 1.6 GB per sample in float32, its
 of 64 tokens about 15 MB). The largest c with ``M(c) <= budget`` is
 :func:`chunk_for_budget`.
 
-**The ghost-norm route** (:mod:`grpo_theory.lm.ghost`, the default of a pretrained checkpoint,
-:meth:`grpo_theory.lm.hf.HFPolicy.score_contractions`) forms no per-sample score: a chunk of c
-sequences costs its activations instead, ``a`` bytes per sequence (:func:`ghost_row_bytes`), so
+**The ghost-norm route** (:mod:`grpo_theory.lm.budget.ghost`, the default of a pretrained
+checkpoint, :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`) forms no per-sample
+score: a chunk of c sequences costs its activations instead, ``a`` bytes per sequence
+(:func:`ghost_row_bytes`), so
 
 .. math:: M_\text{ghost}(c) = D\,(2 b + 8 K) + c \cdot f\,a,
 
@@ -57,14 +58,16 @@ import os
 import re
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-from .. import _validation as V
-from . import families
+from ... import _validation as V
+from .. import families
 
 __all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
            "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
            "is_out_of_memory", "live_array_bytes", "resident_base", "DEFAULT_BUDGET_FRACTION",
-           "OVERHEAD_FACTOR"]
+           "OVERHEAD_FACTOR", "pad_to_chunk", "acc_dtype"]
 
 #: share of the available memory the default budget allows
 DEFAULT_BUDGET_FRACTION = 0.5
@@ -201,10 +204,10 @@ def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
 
 def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: int = 4) -> int:
     r"""Activation bytes one sequence adds to the ghost-norm pass: the model family's
-    :attr:`~grpo_theory.lm.spec.ModelSpec.activation_bytes` (family by ``arch["model_type"]``;
-    a dict of sizes alone is read as the Qwen2 / Llama family).
+    :attr:`~grpo_theory.lm.families.spec.ModelSpec.activation_bytes` (family by
+    ``arch["model_type"]``; a dict of sizes alone is read as the Qwen2 / Llama family).
 
-    For Qwen2 / Llama (:func:`grpo_theory.lm.family_qwen2.activation_bytes`), per layer and
+    For Qwen2 / Llama (:func:`grpo_theory.lm.families.qwen2.activation_bytes`), per layer and
     position the pass keeps the inputs of the seven projections and the SwiGLU intermediates
     (about ``6 d + 4 f`` values), the attention probabilities and their gradient (``2 H T``);
     the logits and their softmax gradient at the response positions add ``3 R V`` float32
@@ -216,7 +219,7 @@ def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: in
     T = 64, R = 24 gives a = 97 MB, the pass held about 92 MB per sequence above its base.
 
     Args:
-        arch: the architecture (:func:`grpo_theory.lm.checkpoint_io.check_config`: ``n_layers``,
+        arch: the architecture (:func:`grpo_theory.lm.checkpoints.files.check_config`: ``n_layers``,
             ``d_model``, ``d_ff``, ``n_heads``, ``vocab_size``).
         seq_len: T >= 1 positions (prompt plus response).
         response_len: R >= 1 response positions (at most T).
@@ -321,3 +324,23 @@ def out_of_memory_as_value_error(what: str):
         if not is_out_of_memory(e):
             raise
         raise ValueError(f"out of memory{_oom_bytes(e)} in {what}: {HINT}") from None
+
+
+def pad_to_chunk(prompts, responses, weights, chunk: int):
+    """Rows padded to a multiple of ``chunk`` (copies of row 0 with weight 0), so every block
+    has one shape (one compilation). Returns ``(prompts, responses, weights, chunk)`` with
+    ``chunk`` capped at the number of rows."""
+    n = prompts.shape[0]
+    chunk = int(min(chunk, n))
+    pad = (-n) % chunk
+    if pad:
+        prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, 0)])
+        responses = np.concatenate([responses, np.repeat(responses[:1], pad, 0)])
+        weights = np.concatenate([weights, np.zeros((weights.shape[0], pad))], axis=1)
+    return prompts, responses, weights, chunk
+
+
+def acc_dtype():
+    """float64 when JAX's 64-bit mode is on (``jax_enable_x64``), else float32 (the widest
+    type JAX then has; requesting float64 would be truncated with a warning)."""
+    return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32

@@ -1,13 +1,13 @@
 r"""llama.cpp GGUF files of the Llama / Qwen2 family, read into the Hugging Face layout.
 
-:func:`read_gguf` turns one ``.gguf`` file into what :func:`grpo_theory.lm.hf.from_pretrained`
+:func:`read_gguf` turns one ``.gguf`` file into what
+:func:`grpo_theory.lm.checkpoints.load.from_pretrained`
 builds a policy from: the checked architecture (the fields of
-:func:`~grpo_theory.lm.hf.read_config`, from the ``{arch}.*`` metadata), the tensors under their
-Hugging Face names in torch layout, dequantised to float32 (``gguf.quants.dequantize``: F32,
-F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants, ...), a ``tokenizers.Tokenizer``
-rebuilt from ``tokenizer.ggml.*`` (byte-level BPE: tokens, merges, token types; the
-pre-tokenizer named by ``tokenizer.ggml.pre``), the special ids and the chat template
-(``tokenizer.chat_template``).
+:func:`~grpo_theory.lm.checkpoints.files.read_config`, from the ``{arch}.*`` metadata), the tensors
+under their Hugging Face names in torch layout, dequantised to float32 (``gguf.quants.dequantize``:
+F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, the K-quants, ...), a ``tokenizers.Tokenizer`` rebuilt
+from ``tokenizer.ggml.*`` (byte-level BPE: tokens, merges, token types; the pre-tokenizer named by
+``tokenizer.ggml.pre``), the special ids and the chat template (``tokenizer.chat_template``).
 
 Layout. GGUF stores a tensor's dimensions innermost first, so the NumPy array of a ``(out,
 in)`` torch weight has the torch shape. llama.cpp's converter permutes the rows of a Llama
@@ -22,9 +22,9 @@ with ``n`` the query heads for ``attn_q`` and the key/value heads for ``attn_k``
 files are not permuted.
 
 Before ``gguf`` reads the file, every declared count, length and tensor offset is checked
-against the file's size and alignment (:mod:`grpo_theory.lm.gguf_layout`); the sizes, rotary
-base and norm epsilon are checked by the rules ``config.json`` is checked by
-(:func:`grpo_theory.lm.spec.check_sizes`, messages naming the metadata key).
+against the file's size and alignment (:mod:`grpo_theory.lm.checkpoints.gguf_layout`); the sizes,
+rotary base and norm epsilon are checked by the rules ``config.json`` is checked by
+(:func:`grpo_theory.lm.families.spec.check_sizes`, messages naming the metadata key).
 
 Every failure (not a GGUF file, a bad header, a count or offset the file cannot hold, a missing
 or mistyped metadata key, an unsupported architecture, tokenizer or tensor type, a missing,
@@ -39,12 +39,12 @@ import os
 
 import numpy as np
 
-from . import families
-from .checkpoint_io import need_extra
-from .family_qwen2 import permute_qk, unpermute_qk
+from .. import families
+from .files import need_extra
+from ..families.qwen2 import permute_qk, unpermute_qk
 from .gguf_layout import check_layout
-from .spec import check_sizes
-from .._validation import eos_ids as _eos_ids
+from ..families.spec import check_sizes
+from ..._validation import eos_ids as _eos_ids
 
 __all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
            "hf_tensor_name"]
@@ -118,7 +118,7 @@ def _reader(path: str):
 def _field(reader, path: str, key: str, kind: str, default=_REQUIRED):
     """Metadata ``key`` as ``kind`` ("int" (>= 0), "integer", "number", "str", "bool",
     "str_list", "int_list"); the values of an architecture are checked by
-    :func:`~grpo_theory.lm.spec.check_sizes`."""
+    :func:`~grpo_theory.lm.families.spec.check_sizes`."""
     f = reader.fields.get(key)
     if f is None:
         if default is _REQUIRED:
@@ -144,7 +144,8 @@ def _field(reader, path: str, key: str, kind: str, default=_REQUIRED):
 
 
 def _config(reader, path: str) -> dict:
-    """The checked architecture (the fields of :func:`~grpo_theory.lm.hf.read_config`)."""
+    """The checked architecture (the fields of
+    :func:`~grpo_theory.lm.checkpoints.files.read_config`)."""
     a = _field(reader, path, "general.architecture", "str")
     spec = families.family_of_gguf(a)
     if spec is None:
@@ -202,7 +203,7 @@ def _config(reader, path: str) -> dict:
 
 def _expected_shapes(c: dict) -> dict:
     """GGUF name -> (Hugging Face name, torch-layout shape) of every tensor the architecture
-    has (its family's :attr:`~grpo_theory.lm.spec.ModelSpec.tensors`)."""
+    has (its family's :attr:`~grpo_theory.lm.families.spec.ModelSpec.tensors`)."""
     return {t.gguf: (t.hf, t.shape)
             for t in families.family(c["model_type"]).tensors(c).values()}
 
@@ -314,8 +315,8 @@ def read_gguf_config(path) -> dict:
     """The checked architecture of a ``.gguf`` file (metadata only; no tensor is read).
 
     Returns:
-        the fields of :func:`~grpo_theory.lm.hf.read_config` (``model_type`` "llama" or
-        "qwen2", sizes, ``rope_theta``, ``norm_eps``, ``tied`` (no ``output.weight``),
+        the fields of :func:`~grpo_theory.lm.checkpoints.files.read_config` (``model_type`` "llama"
+        or "qwen2", sizes, ``rope_theta``, ``norm_eps``, ``tied`` (no ``output.weight``),
         ``qkv_bias``, ``max_length``, ``eos_ids``, ``pad_id``, ``frozen_row`` = ``pad_id``:
         ``tokenizer.ggml.padding_token_id``, which transformers' GGUF loader maps to
         ``config.pad_token_id`` and so to ``padding_idx``) plus ``bos_id``.
@@ -328,7 +329,8 @@ def read_gguf_config(path) -> dict:
 
 
 def read_gguf(path) -> dict:
-    """Everything :func:`~grpo_theory.lm.hf.from_pretrained` needs from a ``.gguf`` file.
+    """Everything :func:`~grpo_theory.lm.checkpoints.load.from_pretrained` needs from a ``.gguf``
+    file.
 
     Args:
         path: the ``.gguf`` file.

@@ -33,11 +33,11 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from scipy.special import gammaln
 
-from .. import _validation as V
-from ..companions.credit import RANK_FIELDS, rank_measures_from_gram
-from ..core.estimators import compute_advantages
-from ..core.stats import Estimate, estimate_mean
-from .policy import LMPolicy, _tokens, seq_log_probs
+from ... import _validation as V
+from ...companions.credit import RANK_FIELDS, rank_measures_from_gram
+from ...core.estimators import compute_advantages
+from ...core.stats import Estimate, estimate_mean
+from ...lm.policy import LMPolicy, _tokens, seq_log_probs
 
 __all__ = ["group_score_grams", "dense_scores", "weighted_grams", "numerical_rank",
            "distinct_responses", "binary_identity_residual", "zero_share_unbiased",

@@ -26,13 +26,13 @@ Counts per sample, multiply-adds (``c_in = 1`` for one-hot inputs, else ``d_in``
 
 The inputs and output gradients themselves hold ``A = T (c_in + d_out)`` values per sample
 (the activations a memory model of the pass counts, e.g.
-:func:`grpo_theory.lm.memory.ghost_row_bytes`).
+:func:`grpo_theory.lm.budget.memory.ghost_row_bytes`).
 
 :func:`ghost_route` picks the route with fewer multiply-adds (gram on a tie), unless it holds
 more than the memory budget of the block's ``rows`` samples (``rows M dtype_bytes`` bytes;
 default budget: the activations, ``rows A dtype_bytes``, so no route holds more than the layer's
 own activations): then the other route if that one fits, and when neither fits the one holding
-less. The JAX backend (:mod:`grpo_theory.lm.ghost`) and the PyTorch backend
+less. The JAX backend (:mod:`grpo_theory.lm.budget.ghost`) and the PyTorch backend
 (:mod:`grpo_theory.torch.estimate`) both call it; this module imports neither framework.
 """
 

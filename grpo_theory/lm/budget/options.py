@@ -2,14 +2,14 @@ r"""The model options of a language-model run, checked once: memory budget, chun
 
 A command line (``grpo-theory advise``, ``--memory-budget``, ``--chunk``, ``--dtype``,
 ``--pad-id``) builds one :class:`ModelOptions`; the loader reads ``dtype`` and ``pad_id``
-(:func:`grpo_theory.lm.loading.load_policy`) and the statistics read the chunk, resolved once
-from the budget by :meth:`ModelOptions.resolve_chunk`:
+(:func:`grpo_theory.lm.checkpoints.load.load_policy`) and the statistics read the chunk, resolved
+once from the budget by :meth:`ModelOptions.resolve_chunk`:
 
 .. math:: c = \max\{c \le N : B + D (2 b + 8 K) + c f a \le \text{budget}\},
 
 with ``a`` the bytes one sequence adds to the score pass (the policy's
 :meth:`~grpo_theory.lm.policy.LMPolicy.row_bytes`; ``D (b + 8)`` on the per-sample route),
-``B`` the process's other memory (:func:`grpo_theory.lm.memory.resident_base`).
+``B`` the process's other memory (:func:`grpo_theory.lm.budget.memory.resident_base`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from .. import _validation as V
+from ... import _validation as V
 from .memory import chunk_for_budget, default_memory_budget, parse_memory, resident_base
 
 __all__ = ["ModelOptions", "MODEL_DTYPES", "PAD_EMBEDDINGS", "check_pad_embedding",
@@ -54,9 +54,9 @@ class ModelOptions:
 
     Attributes:
         memory_budget: bytes the statistics may use when ``chunk`` is None (an integer >= 1,
-            or a size such as ``"4GB"``, ``"512MiB"``, :func:`grpo_theory.lm.memory.
+            or a size such as ``"4GB"``, ``"512MiB"``, :func:`grpo_theory.lm.budget.memory.
             parse_memory`); None: half the available memory
-            (:func:`grpo_theory.lm.memory.default_memory_budget`).
+            (:func:`grpo_theory.lm.budget.memory.default_memory_budget`).
         chunk: sequences per block of the score pass (an integer >= 1); None: the largest that
             fits in ``memory_budget``.
         dtype: a checkpoint's parameter and compute dtype (:data:`MODEL_DTYPES`); None: float32.
@@ -65,7 +65,7 @@ class ModelOptions:
             the checkpoint's pad token, else its first EOS id. Not accepted for the package's
             models.
         pad_embedding: the gradient of a checkpoint's pad-token input-embedding row
-            (:data:`PAD_EMBEDDINGS`, :func:`grpo_theory.lm.hf.from_pretrained`); None:
+            (:data:`PAD_EMBEDDINGS`, :func:`grpo_theory.lm.checkpoints.load.from_pretrained`); None:
             "frozen", what transformers trains. Not accepted for the package's models.
 
     Raises:
@@ -110,7 +110,7 @@ class ModelOptions:
         largest that fits in the budget (module docstring).
 
         The budget is the whole process's: what it holds besides the parameters
-        (:func:`grpo_theory.lm.memory.resident_base`: its memory outside JAX arrays at its
+        (:func:`grpo_theory.lm.budget.memory.resident_base`: its memory outside JAX arrays at its
         first chunk choice, and the live JAX arrays beyond the parameters now) is counted
         first. With ``seq_len`` and
         ``response_len`` a sequence costs ``policy.row_bytes(seq_len, response_len)`` (the
@@ -139,7 +139,7 @@ class ModelOptions:
 
 def score_memory(policy) -> tuple[int, int]:
     """``(D, bytes per parameter)`` of a policy's parameters (the widest floating leaf), what
-    :func:`grpo_theory.lm.memory.chunk_for_budget` needs; read from the leaves' shapes (no
+    :func:`grpo_theory.lm.budget.memory.chunk_for_budget` needs; read from the leaves' shapes (no
     copy)."""
     leaves = jax.tree_util.tree_leaves(policy.params)
     d = int(sum(np.size(x) for x in leaves))
