@@ -2,13 +2,18 @@
 
 Layout (each stage imports only from the ones above it):
 
-* :mod:`grpo_theory.core` - enumerable policies, sampling, the estimator registry, exact and Monte
-  Carlo MSE, U-statistics, the scaling-law constants;
+* :mod:`grpo_theory.core` - the policy contracts and enumerable policies, sampling, the estimator
+  registry with each estimator's closed form, exact and Monte Carlo MSE, U-statistics, the
+  scaling-law constants;
 * :mod:`grpo_theory.optim` - Algorithm 1 training and the optimisation theory (Lemma 6, Thm 8);
 * :mod:`grpo_theory.companions` - credit assignment, length weighting, DPPO pruning, packing;
-* :mod:`grpo_theory.lm` - the small language-model policy;
 * :mod:`grpo_theory.problems` - named example problems used by drivers, notebooks and tests;
-* :mod:`grpo_theory.experiments` - result tables, figures and the ``grpo-theory`` command.
+* :mod:`grpo_theory.allocation` - rollout rules: their exact audit and their training step;
+* :mod:`grpo_theory.lm` - the small transformer, model families, the score-statistics budget,
+  checkpoints and the training loops;
+* :mod:`grpo_theory.advisor` - c1, c2, c3 and G* from rollouts; ``grpo-theory advise``;
+* :mod:`grpo_theory.experiments` - result tables, figures and the ``grpo-theory`` command;
+  :mod:`grpo_theory.torch` - PyTorch and TRL (the ``torch`` extra).
 
 Importing the package is lazy (submodules load on first attribute access) and leaves JAX's global
 configuration alone: exact routines run in float64 inside a scoped ``jax.enable_x64``.
