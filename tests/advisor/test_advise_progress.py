@@ -8,7 +8,8 @@ import pytest
 
 from grpo_theory.advisor import advise as A
 from grpo_theory.advisor import progress as P
-from grpo_theory.lm import loading, task
+from grpo_theory.lm import task
+from grpo_theory.lm.checkpoints import load as loading
 from grpo_theory.lm.model import ModelConfig, init_params
 from grpo_theory.lm.warmup import save_checkpoint
 
