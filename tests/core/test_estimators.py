@@ -142,10 +142,12 @@ def test_batch_coupled_flags():
     coupled = {n for n in gt.available_estimators() if gt.get_estimator(n).batch_coupled}
     assert coupled == {"grpo_std_trl_batch", "grpo_std_easydel_batch", "reinforce_baseline",
                        "reinforce_baseline_openrlhf", "reinforce_plus_plus_baseline",
-                       "reinforce_plus_plus_baseline_verl"}
+                       "reinforce_plus_plus_baseline_verl", "jspo", "jspo_pooled",
+                       "jspo_plus_plus"}
     for n in coupled:
         est = gt.get_estimator(n)
-        assert est.closed_form is None and not est.binary_exact, n
+        # exact by batch counts (core.batch_exact), never by the per-group routes
+        assert est.closed_form is None and est.binary_exact and not est.rewards_only, n
 
 
 def test_registry_lists_required_names():
