@@ -193,3 +193,14 @@ def test_bad_input_is_refused():
         batch_moments(toy, "jspo", 4, 4, max_states=10)
     with pytest.raises(ValueError, match="design must be one of"):
         batch_moments(toy, "jspo", 2, 2, design="pairs")
+
+
+@pytest.mark.parametrize("name", ["jspo", "norm_weighted_loo", "norm_weighted"])
+def test_training_takes_the_new_estimators(name):
+    """The bandit training loop passes each response's squared score norm (and the batch)."""
+    import grpo_theory as gt
+
+    toy = _toy([0.1, 0.3, 0.6, 0.9])
+    r = gt.train(toy, name, 4, 4, 30, eta=0.5, seeds=[0])
+    obj = np.asarray(r.objective)
+    assert np.all(np.isfinite(obj)) and obj[..., -1].item() > obj[..., 0].item()
