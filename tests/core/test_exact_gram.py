@@ -23,7 +23,7 @@ POLICIES = {
     "sequence_random": gt.SequencePolicy.random(jax.random.PRNGKey(9), 4, 3, 3),
 }
 EXACT = sorted(k for k, e in _REGISTRY.items()
-               if e.binary_exact and not getattr(e, "batch_coupled", False))
+               if e.rewards_only)
 KINDS = {"softmax": TabularScores, "linear": ExplicitScores, "sequence": TabularScores}
 
 
