@@ -112,3 +112,81 @@ register(Estimator("norm_weighted", _norm_weighted, min_group_size=1, needs=("sc
                    params=dict(unbiased=False)))
 register(Estimator("norm_weighted_loo", _norm_weighted_loo, min_group_size=2, needs=("score_sq",),
                    params=dict(unbiased=True)))
+
+
+# --- a history baseline: SPO's per-prompt Beta tracker -------------------------------------------
+
+#: SPO's epsilon in the batch normalisation ``(A - mean) / (std + 1e-8)``
+SPO_EPS = 1e-8
+
+
+def spo(rho: float = 0.9, alpha0: float = 0.5, beta0: float = 0.5, whiten: bool = True,
+        name: str | None = None) -> Estimator:
+    r"""SPO's history baseline (arXiv 2509.13232), as the verl-recipe ``spo`` trainer computes it.
+
+    Transcribed from ``spo/spo_ray_trainer.py`` of verl-project/verl-recipe (commit 550d42f5):
+    each prompt carries a Beta tracker ``(alpha, beta)``; a response's advantage is
+    ``r - alpha / (alpha + beta)`` with the tracker *before* the step, then (``whiten``)
+    ``(A - mean) / (std + 1e-8)`` over the whole batch (``torch.std``, ddof 1). After the step
+    every response updates its prompt's tracker, ``alpha <- rho alpha + r``,
+    ``beta <- rho beta + (1 - r)``, from the values before the step, and the last response of a
+    prompt in the batch is the one kept (the code assigns per response into a dict). The code's
+    ``rho`` is a constant or ``2^(-D / 0.06)`` clipped to ``[clip_lower, 0.96]`` with D a
+    per-prompt KL proxy; here it is the constant. ``alpha0 = beta0 = 0.5`` is the code's
+    initialisation without offline samples.
+
+    Conditional on the tracker the baseline is a prompt constant: without ``whiten`` the
+    estimate is unbiased; the batch whitening makes it batch-coupled and biased.
+
+    Args:
+        rho: the tracker's discount in (0, 1]. alpha0, beta0: its initial counts (> 0).
+        whiten: normalise over the batch as the recipe does.
+        name: registry name (default ``spo(rho=..,...)``).
+
+    Returns:
+        A stateful :class:`~grpo_theory.core.estimators.Estimator` (its state: the (P,) arrays
+        ``(alpha, beta)``).
+    """
+    for arg, v, lo in (("rho", rho, 0.0), ("alpha0", alpha0, 0.0), ("beta0", beta0, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > lo \
+                or (arg == "rho" and v > 1):
+            raise ValueError(f"{arg} must be a number in {'(0, 1]' if arg == 'rho' else '> 0'}, "
+                             f"got {v!r}")
+    rho, alpha0, beta0 = float(rho), float(alpha0), float(beta0)
+
+    def init(n_prompts):
+        return (jnp.full((n_prompts,), alpha0), jnp.full((n_prompts,), beta0))
+
+    def adv(z, ctx):
+        if ctx.state is None or ctx.prompt is None:
+            raise ValueError("estimator 'spo' reads its tracker and the prompts: pass "
+                             "PromptContext(prompt=..., state=est.initial_state(P))")
+        alpha, beta = ctx.state
+        x = ctx.prompt
+        a = z - (alpha[x] / (alpha[x] + beta[x]))[..., None]
+        if not whiten:
+            return a
+        ax = (-2, -1) if z.ndim >= 2 else (-1,)
+        n = a.shape[-1] * (a.shape[-2] if z.ndim >= 2 else 1)
+        m = jnp.mean(a, axis=ax, keepdims=True)
+        sd = jnp.sqrt(jnp.sum((a - m) ** 2, axis=ax, keepdims=True) / (n - 1))
+        return (a - m) / (sd + SPO_EPS)
+
+    def update(state, x, z, ctx):
+        alpha, beta = state
+        P, B = alpha.shape[0], x.shape[0]
+        last = jnp.max(jnp.where(x[None, :] == jnp.arange(P)[:, None], jnp.arange(B), -1), axis=1)
+        r = z[jnp.maximum(last, 0), -1]  # the prompt's last response in the batch
+        seen = last >= 0
+        return (jnp.where(seen, rho * alpha + r, alpha), jnp.where(seen, rho * beta + 1 - r, beta))
+
+    if name is None:
+        name = f"spo(rho={rho:g},alpha0={alpha0:g},beta0={beta0:g}{'' if whiten else ',raw'})"
+    return Estimator(name, adv, min_group_size=1, batch_coupled=whiten, needs=("prompt", "state"),
+                     init_state=init, update_state=update,
+                     params=dict(rho=rho, alpha0=alpha0, beta0=beta0, whiten=whiten,
+                                 source="verl-recipe 550d42f5", unbiased=not whiten))
+
+
+register(spo(name="spo"))
+register(spo(whiten=False, name="spo_raw"))

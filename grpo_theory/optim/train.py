@@ -97,8 +97,11 @@ def _optimizer(cfg, lr, offset, sched):
     return ascent(fn)
 
 
-def _enumerable_step(problem, est, cfg, key, theta):
-    """One sampled gradient at theta; returns (ghat, J(theta), record)."""
+def _enumerable_step(problem, est, cfg, key, theta, state=None):
+    """One sampled gradient at theta; returns (ghat, J(theta), record, batch, next state).
+
+    ``state`` is a stateful estimator's carried state (a history baseline's tracker), read by
+    the advantage and updated after the step (:meth:`Estimator.next_state`)."""
     dp = problem.problem(theta)
     B, G = cfg.batch_size, cfg.group_size
     x, y, z = sample_groups(key, dp, B, G)
@@ -107,12 +110,13 @@ def _enumerable_step(problem, est, cfg, key, theta):
     bstar = dp.optimal_baselines()[x] if "optimal_baseline" in est.needs else None
     sq = (jnp.sum(dp.scores**2, axis=-1)[x[:, None], y] if "score_sq" in est.needs
           else None)  # per-response weights (e.g. norm_weighted)
-    adv = est.advantage(z, PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar,
-                                         score_sq=sq))
+    ctx = PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar, score_sq=sq,
+                        state=state)
+    adv = est.advantage(z, ctx)
     coef = adv if w is None else adv * w[x[:, None], y]
     ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y]) / (B * G)
     rec = problem.step_record(dp, x, y, z, adv)
-    return ghat, dp.objective(), rec, (x, y, coef / (B * G))
+    return ghat, dp.objective(), rec, (x, y, coef / (B * G)), est.next_state(state, x, z, ctx)
 
 
 def _clipped_step(problem, tx, cfg, theta, opt_state, batch):
@@ -152,10 +156,11 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerab
         return jnp.where(slots[i] >= 0, buf.at[jnp.maximum(slots[i], 0)].set(val), buf)
 
     def step(carry, t):
-        theta, opt_state, jbuf, gbuf, pbuf, mx = carry
+        theta, opt_state, jbuf, gbuf, pbuf, mx, est_state = carry
         k = jax.random.fold_in(key, t)
         if enumerable:
-            ghat, j, rec, batch = _enumerable_step(problem, est, cfg, k, theta)
+            ghat, j, rec, batch, est_state = _enumerable_step(problem, est, cfg, k, theta,
+                                                              est_state)
             g = sup - j
         else:
             ghat = problem.sample_gradient(k, theta, est, cfg.batch_size, cfg.group_size)
@@ -170,12 +175,16 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerab
         else:
             updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
             theta = optax.apply_updates(theta, updates)
-        return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g)), rec
+        return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g), est_state), rec
 
     zeros = jnp.zeros(n_log)
     pbuf = jnp.zeros((n_log, *shape)) if cfg.log_params else jnp.zeros(())
-    init = (theta0, tx.init(theta0), zeros, zeros, pbuf, -jnp.inf)
-    (theta, _, jbuf, gbuf, pbuf, mx), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
+    if est.stateful and not enumerable:
+        raise ValueError(f"estimator {est.name!r} carries a state across steps: training takes "
+                         "it on enumerable policies only (the Gaussian bandit samples gradients)")
+    est_state = est.initial_state(problem.problem(theta0).n_prompts) if est.stateful else None
+    init = (theta0, tx.init(theta0), zeros, zeros, pbuf, -jnp.inf, est_state)
+    (theta, _, jbuf, gbuf, pbuf, mx, _), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
     j, g = objective_gap(theta)  # theta_n
     jbuf, gbuf = log(jbuf, n, j), log(gbuf, n, g)
     if cfg.log_params:

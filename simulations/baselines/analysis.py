@@ -16,8 +16,9 @@ from grpo_theory.experiments.stats import markdown_table
 
 Z_TOL = 4.0
 #: the baselines that contain the response's own reward
-SELF_INCLUSIVE = ("grpo_mean", "jspo_pooled", "norm_weighted", "reinforce_plus_plus_baseline_verl")
-UNBIASED = ("grpo", "jspo", "norm_weighted_loo")
+SELF_INCLUSIVE = ("grpo_mean", "jspo_pooled", "norm_weighted", "reinforce_plus_plus_baseline_verl",
+                  "spo")
+UNBIASED = ("grpo", "jspo", "norm_weighted_loo", "spo_raw")
 #: a rival counts for the Monte Carlo check's power only where its MSE differs by this share
 RIVAL_GAP = 0.05
 
@@ -79,8 +80,9 @@ def checks(s: dict) -> list[Check]:
               detail=f"largest abs z {s['max_abs_z']:.2f} over {s['n_mc']} rows; the rival lies "
                      f"{s['min_rival_z']:.1f} se away or more ({s['n_rival']} rows whose MSE "
                      f"differs from leave-one-out's by more than {RIVAL_GAP:.0%})"),
-        check("leave-one-out, JSPO and the leave-one-out weighted baseline are unbiased (1e-12); "
-              "every self-inclusive baseline is biased in every cell (> 1e-3)",
+        check("leave-one-out, JSPO, the leave-one-out weighted baseline and SPO's raw advantage "
+              "are unbiased (1e-12); every self-inclusive (or batch-whitened) baseline is biased "
+              "in every cell (> 1e-3)",
               s["unbiased_max_bias"] <= 1e-12 and s["biased_min_bias"] > 1e-3,
               s["unbiased_max_bias"], s["biased_min_bias"], kind="exact",
               detail=f"largest relative bias of the unbiased {s['unbiased_max_bias']:.1e}; "

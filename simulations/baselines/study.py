@@ -9,7 +9,9 @@ independent of ``(r_xi, s_xi)`` given the prompt. The estimators (registry names
 * ``norm_weighted``: the squared-score-norm-weighted group mean (the form of verl's optimal
   token baseline and of the "exact optimal baseline"), self-inclusive: biased;
   ``norm_weighted_loo``: its leave-one-out form: unbiased;
-* ``reinforce_plus_plus_baseline_verl``: group mean, then whitening over the batch.
+* ``reinforce_plus_plus_baseline_verl``: group mean, then whitening over the batch;
+* ``spo_raw`` and ``spo``: SPO's per-prompt Beta tracker (at its initial state, alpha = beta =
+  1/2), before and after the recipe's batch whitening: exact conditional on the tracker.
 
 A family of problems: four prompts, each a two-armed softmax whose first arm is correct, with
 pass rates ``p_x = sigmoid(logit(m) + spread * q_x)``, ``q = (-1.5, -0.5, 0.5, 1.5)`` (the
@@ -48,9 +50,9 @@ CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased 
 
 #: the estimators compared with leave-one-out (``grpo``)
 ESTIMATORS = ("grpo", "grpo_mean", "jspo", "jspo_pooled", "norm_weighted", "norm_weighted_loo",
-              "reinforce_plus_plus_baseline_verl")
+              "reinforce_plus_plus_baseline_verl", "spo_raw", "spo")
 #: those whose baseline excludes the response's own reward
-UNBIASED = ("grpo", "jspo", "norm_weighted_loo")
+UNBIASED = ("grpo", "jspo", "norm_weighted_loo", "spo_raw")
 #: the quantiles of the pass rates' spread
 QUANTILES = (-1.5, -0.5, 0.5, 1.5)
 TOY = (0.1, 0.3, 0.6, 0.9)
@@ -126,7 +128,7 @@ def each_design_brute_force(bandit, estimator, G: int):
     ctx = PromptContext(prompt=jnp.broadcast_to(jnp.arange(P), (n, P)),
                         value=jnp.broadcast_to(pr.values(), (n, P)),
                         optimal_baseline=jnp.broadcast_to(pr.optimal_baselines(), (n, P)),
-                        score_sq=jnp.asarray(sq[x, y]))
+                        score_sq=jnp.asarray(sq[x, y]), state=est.initial_state(P))
     adv = np.asarray(est.advantage(jnp.asarray(z), ctx))
     g = np.einsum("npg,npgd->nd", adv, S[x, y]) / (P * G)
     grad = np.asarray(pr.gradient())
