@@ -128,6 +128,27 @@ def report(tables, s) -> Section:
                   "keeps** (⟨E ĝ, ∇J⟩ / ‖∇J‖²; its leave-one-out form keeps 1):", "",
                   markdown_table(k, {c: ".3f" for c in k.columns[1:]}), ""]
     loo_w = df[df.estimator == "norm_weighted_loo"].ratio_loo
+    tr = tables.get("training")
+    if tr is not None and len(tr):
+        for G, d in tr.groupby("G"):
+            r0 = d.iloc[0]
+            lines += [f"**Training at equal rollouts** (problem `{r0.problem}`, B = 4, G = {G}, "
+                      f"{int(r0.steps)} steps of plain gradient ascent at step size {r0.eta:g}, "
+                      f"{int(r0.n_seeds)} seeds; J from {r0.start:.3f}; 95% bootstrap "
+                      "intervals over seeds, the difference paired by seed):", "",
+                      markdown_table(pd.DataFrame({
+                          "estimator": d.estimator,
+                          "final J [95% CI]": [f"{r.final:.4f} [{r.final_lo:.4f}, "
+                                               f"{r.final_hi:.4f}]" for r in d.itertuples()],
+                          "− leave-one-out's [95% CI]": [
+                              f"{r.diff_loo:+.4f} [{r.diff_lo:+.4f}, {r.diff_hi:+.4f}]"
+                              for r in d.itertuples()]})), ""]
+        lines += ["The batch-whitened estimators (`reinforce_plus_plus_baseline_verl`, `spo`) "
+                  "divide by the batch's reward spread, which rescales the step: at one step "
+                  "size they take larger steps, so their lead here is a step-size effect until "
+                  "compared at tuned step sizes. The self-inclusive forms shrink the gradient "
+                  "(their bias) and train slower; the unbiased ones sit within their intervals "
+                  "of leave-one-out at this scale.", ""]
     lines += ["A rare correct answer has a large score norm, dominates its own weighted "
               "baseline and cancels its own advantage; leaving the response out of its "
               "baseline removes the bias, at an MSE "

@@ -75,6 +75,11 @@ class Settings:
     n_reps: int
     kept_rates: tuple = (0.1, 0.3)
     kept_sizes: tuple = (2, 4, 8)
+    train_problem: tuple = (0.2, 1.0)
+    train_sizes: tuple = (4,)
+    train_steps: int = 40
+    train_seeds: int = 16
+    train_eta: float = 0.5
 
 
 SETTINGS = {
@@ -83,7 +88,8 @@ SETTINGS = {
     "full": Settings(problems=(None,) + tuple((m, s) for m in (0.1, 0.2, 0.5)
                                               for s in (0.0, 0.5, 1.0, 2.0, 3.0)),
                      group_sizes=(2, 4, 8), n_reps=100_000, kept_rates=(0.05, 0.1, 0.3, 0.5),
-                     kept_sizes=(2, 4, 8, 16)),
+                     kept_sizes=(2, 4, 8, 16), train_sizes=(2, 4, 8), train_steps=60,
+                     train_seeds=64),
 }
 
 SCHEMA = {
@@ -94,6 +100,9 @@ SCHEMA = {
     "brute": dict(design="str", estimator="str", G="int", B="int", rel_err="float",
                   rival_rel_err="float"),
     "kept": dict(p="float", G="int", estimator="str", kept="float", relative_bias="float"),
+    "training": dict(problem="str", G="int", B="int", steps="int", n_seeds="int", eta="float",
+                     estimator="str", start="float", final="float", final_lo="float",
+                     final_hi="float", diff_loo="float", diff_lo="float", diff_hi="float"),
 }
 
 
@@ -138,6 +147,11 @@ def each_design_brute_force(bandit, estimator, G: int):
 def cells(s: Settings) -> list[Cell]:
     out = [Cell("brute", {}, kind="brute"),
            Cell("kept", dict(rates=list(s.kept_rates), sizes=list(s.kept_sizes)), kind="kept")]
+    for G in s.train_sizes:
+        m, sp = s.train_problem
+        out.append(Cell(f"train_G{G}", dict(train=True, mean_rate=m, spread=sp, G=G,
+                                            steps=s.train_steps, seeds=s.train_seeds,
+                                            eta=s.train_eta), kind="training"))
     for prob in s.problems:
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         for G in s.group_sizes:
@@ -181,6 +195,37 @@ def _kept_rows(rates, sizes) -> list[dict]:
     return rows
 
 
+def _bootstrap(values, rng, n_boot: int = 2000):
+    """Percentile 95% interval of the mean of ``values`` (resampling seeds)."""
+    v = np.asarray(values, np.float64)
+    means = v[rng.integers(0, len(v), (n_boot, len(v)))].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _training_rows(config, key) -> list[dict]:
+    """Every estimator trained at equal rollouts (B = 4 prompts of G a step, the same steps and
+    seeds): the final objective J and its difference to leave-one-out's, paired by seed."""
+    G, T, n, eta = config["G"], config["steps"], config["seeds"], config["eta"]
+    bandit = family_bandit(config["mean_rate"], config["spread"])
+    seeds = list(range(n))
+    finals, start = {}, None
+    for name in ESTIMATORS:
+        r = gt.train(bandit, name, 4, G, T, eta=eta, seeds=seeds, log_every=T)
+        obj = np.asarray(r.objective)
+        finals[name], start = obj[:, -1], float(obj[0, 0])
+    rng = np.random.default_rng(key_seed(key))
+    rows = []
+    for name in ESTIMATORS:
+        lo, hi = _bootstrap(finals[name], rng)
+        dlo, dhi = _bootstrap(finals[name] - finals["grpo"], rng)
+        rows.append(dict(problem=f"m{config['mean_rate']:g}_s{config['spread']:g}", G=G, B=4,
+                         steps=T, n_seeds=n, eta=eta, estimator=name, start=start,
+                         final=float(finals[name].mean()), final_lo=lo, final_hi=hi,
+                         diff_loo=float(np.mean(finals[name] - finals["grpo"])), diff_lo=dlo,
+                         diff_hi=dhi))
+    return rows
+
+
 @float64
 def cell(config: dict, key) -> list[dict]:
     """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
@@ -189,6 +234,8 @@ def cell(config: dict, key) -> list[dict]:
         return _brute_rows()
     if "rates" in config:
         return _kept_rows(config["rates"], config["sizes"])
+    if config.get("train"):
+        return _training_rows(config, key)
     G, R = config["G"], config["n_reps"]
     bandit = family_bandit(config["mean_rate"], config["spread"])
     rates = " ".join(f"{v:.3f}" for v in np.asarray(bandit.problem().values()))

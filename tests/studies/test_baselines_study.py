@@ -15,7 +15,8 @@ def study(tmp_path_factory):
     from grpo_theory.studies import baselines as m
 
     small = dataclasses.replace(m.SETTINGS["quick"], problems=(None, (0.5, 0.0)),
-                                group_sizes=(4,), n_reps=8000, kept_sizes=(2, 4, 8))
+                                group_sizes=(4,), n_reps=8000, kept_sizes=(2, 4, 8),
+                                train_steps=5, train_seeds=4)
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)
@@ -36,6 +37,9 @@ def test_quick_sweep_passes_and_reproduces_the_toy(study):
     assert [round(v, 2) for v in nw.kept] == [0.11, 0.29, 0.54]
     for col in ("seed", "version", "config"):
         assert col in df.columns
+    tr = res.tables["training"]
+    assert set(tr.estimator) == set(m.ESTIMATORS) and np.isfinite(tr.final).all()
+    assert (tr[tr.estimator == "grpo"].diff_loo == 0).all()
 
 
 def _fails(m, tables, name):
