@@ -143,12 +143,15 @@ def report(tables, s) -> Section:
                           "− leave-one-out's [95% CI]": [
                               f"{r.diff_loo:+.4f} [{r.diff_lo:+.4f}, {r.diff_hi:+.4f}]"
                               for r in d.itertuples()]})), ""]
+        other = tr[tr.estimator != "grpo"]
+        tie = sorted(set(other[(other.diff_lo <= 0) & (other.diff_hi >= 0)].estimator))
+        slow = sorted(set(other[other.diff_hi < 0].estimator))
         lines += ["The batch-whitened estimators (`reinforce_plus_plus_baseline_verl`, `spo`) "
                   "divide by the batch's reward spread, which rescales the step: at one step "
-                  "size they take larger steps, so their lead here is a step-size effect until "
-                  "compared at tuned step sizes. The self-inclusive forms shrink the gradient "
-                  "(their bias) and train slower; the unbiased ones sit within their intervals "
-                  "of leave-one-out at this scale.", ""]
+                  "size they take larger steps, so a lead of theirs is a step-size effect until "
+                  "compared at tuned step sizes. Below leave-one-out (interval below 0): "
+                  f"{', '.join(f'`{n}`' for n in slow) or 'none'}; not told apart from it: "
+                  f"{', '.join(f'`{n}`' for n in tie) or 'none'}.", ""]
     lines += ["A rare correct answer has a large score norm, dominates its own weighted "
               "baseline and cancels its own advantage; leaving the response out of its "
               "baseline removes the bias, at an MSE "
