@@ -23,6 +23,8 @@ from .intervals import fieller_interval, group_size_interval, jackknife_cov
 from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward, read_prompts,
                      write_prompts)
 from .schedule import allowed_group_sizes, propose_group_size
+from .rewards import (RewardLog, RewardSummary, expected_rounds, informative_estimates,
+                      read_reward_log, summarize_rewards)
 from ..lm.task import TextReward
 from ..core.rollouts import RolloutStatistics
 
@@ -35,6 +37,9 @@ __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
 __all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
             "read_prompts", "write_prompts", "TextReward",
             "allowed_group_sizes", "propose_group_size"]
+# what rewards alone tell a trainer (``grpo-theory rewards``)
+__all__ += ["RewardLog", "RewardSummary", "read_reward_log", "summarize_rewards",
+            "informative_estimates", "expected_rounds"]
 
 
 def __getattr__(name):

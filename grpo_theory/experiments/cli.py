@@ -7,6 +7,7 @@
     grpo-theory reproduce [--full]                every experiment, figures and REPORT.md
     grpo-theory report [--figures]                REPORT.md from the cells on disk
     grpo-theory advise --prompts FILE.jsonl       which group size G to use for a model
+    grpo-theory rewards LOG.jsonl                 what per-response rewards alone determine
 
 ``--workers N`` runs the cells on a local Dask cluster of N processes; ``--scheduler ADDRESS``
 (or ``$GRPO_THEORY_SCHEDULER``) on an existing cluster. Tables are identical either way.
@@ -15,7 +16,7 @@ Exit codes: 0 when every verdict is PASS, 1 when a run's verdict is FAIL or INCO
 an error: one line ``grpo-theory: error: ...`` on stderr (bad input, a missing file, a folder
 with no results for ``report``, a model that does not fit in memory); ``GRPO_THEORY_DEBUG=1``
 re-raises the exception with its traceback instead. ``--help`` shows every default; the top
-level's and ``advise``'s import no study and no JAX (they answer at once).
+level's, ``advise``'s and ``rewards``' import no study and no JAX (they answer at once).
 """
 
 from __future__ import annotations
@@ -196,6 +197,9 @@ def _parser(exps: dict) -> argparse.ArgumentParser:
                      help="the folder of the runs to report")
     rep.add_argument("--figures", action="store_true", help="redraw figures from the tables")
     _advise_parser(sub)
+    from .rewards_cli import add_parser as _rewards_parser
+
+    _rewards_parser(sub)
     for name, exp in exps.items():
         if exp is None:  # the name only: no study imported
             sub.add_parser(name, help="run this experiment (`grpo-theory list`: its claim)")
@@ -388,7 +392,7 @@ def _command(argv) -> str | None:
 def _main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     # the top level's --help and `advise` need no study: their names only (nothing imported)
-    light = _command(argv) in (None, "advise")
+    light = _command(argv) in (None, "advise", "rewards")
     exps = _experiment_names() if light else _experiments()
     args = _parser(exps).parse_args(argv)
     if args.cmd == "list":
@@ -400,6 +404,10 @@ def _main(argv=None) -> int:
         return _report(args.out, exps, args.figures)
     if args.cmd == "advise":
         return _advise(args)
+    if args.cmd == "rewards":
+        from .rewards_cli import run as _rewards
+
+        return _rewards(args)
 
     chosen = exps if args.cmd == "reproduce" else {args.cmd: exps[args.cmd]}
     setting = "quick" if args.quick else "full"
