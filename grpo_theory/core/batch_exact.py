@@ -40,8 +40,9 @@ from .estimators import PromptContext, get_estimator
 from .problem import as_problem
 from .._precision import float64
 
-#: the batch designs: B prompts drawn iid from f, or every prompt exactly once (B = P)
 DESIGNS = ("independent", "each")
+"""The batch designs: B prompts drawn iid from the prompt law (``"independent"``, the package's
+default), or every prompt exactly once a batch (``"each"``, B = P)."""
 #: the routes of :func:`batch_moments`
 ROUTES = ("auto", "counts", "classes")
 #: bytes per entry of an evaluated advantage table, counting JAX temporaries
@@ -59,6 +60,9 @@ class BatchMoments(NamedTuple):
         prompt_means: (P, D) prompt x's share of ``E[ghat]`` (the rows sum to ``mean``).
         n_states: the count states summed over. route: ``"counts"`` or ``"classes"``.
         design: ``"independent"`` or ``"each"``. batch_size: B.
+        power: ``E[(1/BG) sum_i A_i^2 ||s_i||^2]``, the mean squared per-response term (the
+            expectation of verl's ``variance_proxy/proxy2_total_power`` when its weight W is
+            the squared score norm, as on a softmax over logits).
     """
 
     mean: np.ndarray
@@ -70,6 +74,12 @@ class BatchMoments(NamedTuple):
     route: str
     design: str
     batch_size: int
+    power: float = float("nan")
+
+    @property
+    def variance(self) -> float:
+        """``tr Cov(ghat) = E||ghat||^2 - ||E ghat||^2``: the step's gradient variance."""
+        return float(self.second - self.mean @ self.mean)
 
     @property
     def bias(self) -> np.ndarray:
@@ -165,7 +175,8 @@ def _counts_route(problem, est, G, B, design, max_states):
     Mvec = np.concatenate([m1, m0])  # (2P, D)
     M = Mvec @ Mvec.T
     Eu = np.zeros(2 * P)
-    second = 0.0
+    second = power = 0.0
+    q1, q0 = c1 + np.sum(m1**2, axis=1), c0 + np.sum(m0**2, axis=1)  # E[||s||^2 | x, Z]
     onehot = np.eye(P)
     for sl in _chunks(len(prob), B * G):
         x, kk = xs[sl], ks[sl]
@@ -182,8 +193,10 @@ def _counts_route(problem, est, G, B, design, max_states):
         pr = prob[sl]
         Eu += pr @ u
         second += float(pr @ (np.einsum("sp,pq,sq->s", u, M, u) + within))
+        power += float(pr @ np.sum(a1**2 * kk * q1[x] + a0**2 * (G - kk) * q0[x], axis=1)) \
+            / (B * G)
     prompt_means = Eu[:P, None] * m1 + Eu[P:, None] * m0
-    return prompt_means, second, len(prob)
+    return prompt_means, second, power, len(prob)
 
 
 def _classes_route(problem, est, G, B, design, max_states):
@@ -197,6 +210,7 @@ def _classes_route(problem, est, G, B, design, max_states):
     opt = np.asarray(problem.optimal_baselines())
     fn, state = _jit(est), est.initial_state(P)
     means, seconds, n_states = np.zeros((P, S.shape[-1])), np.zeros(P), 0
+    powers = np.zeros(P)
     for x in range(P):
         if design == "independent" and f[x] == 0:
             continue
@@ -219,15 +233,18 @@ def _classes_route(problem, est, G, B, design, max_states):
             u = np.einsum("sg,sgk->sk", adv, onehot[y]) / G  # (n, K): E[g_x | group] = u S_x
             means[x] += (prob[sl] @ u) @ S[x]
             seconds[x] += float(prob[sl] @ np.einsum("sk,kl,sl->s", u, gram, u))
+            powers[x] += float(prob[sl] @ np.sum(adv**2 * sq[x][y], axis=1)) / G
     if design == "independent":
         prompt_means = f[:, None] * means
         mean = prompt_means.sum(axis=0)
         second = float(f @ seconds) / B + (1 - 1 / B) * float(mean @ mean)
+        power = float(f @ powers)
     else:
         prompt_means = means / P
         mean = prompt_means.sum(axis=0)
         second = float(np.sum(seconds - np.sum(means**2, axis=1))) / P**2 + float(mean @ mean)
-    return prompt_means, second, n_states
+        power = float(np.mean(powers))
+    return prompt_means, second, power, n_states
 
 
 def _choice(name, value, allowed):
@@ -299,12 +316,53 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
                          + ("; use route='classes'" if not est.batch_coupled else
                             "; use mc_mse for a Monte Carlo estimate"))
     if route == "counts":
-        prompt_means, second, n = _counts_route(problem, est, G, B, design, max_states)
+        prompt_means, second, power, n = _counts_route(problem, est, G, B, design, max_states)
     else:
-        prompt_means, second, n = _classes_route(problem, est, G, B, design, max_states)
+        prompt_means, second, power, n = _classes_route(problem, est, G, B, design, max_states)
     grad = np.asarray(problem.gradient(), np.float64)
     mean = prompt_means.sum(axis=0)
     mse = second - 2 * float(mean @ grad) + float(grad @ grad)
     return BatchMoments(mean=mean, gradient=grad, second=float(second), mse=float(max(mse, 0.0)),
                         prompt_means=prompt_means, n_states=int(n), route=route, design=design,
-                        batch_size=B)
+                        batch_size=B, power=float(power))
+
+
+@float64
+def verl_proxy_audit(bandit, estimator, group_size: int, batch_size: int,
+                     design: str = "independent") -> dict:
+    r"""The exact expectations of verl's three gradient-variance proxies, against the truth.
+
+    verl's ``compute_variance_proxy_metrics`` (``verl/trainer/ppo/metric_utils.py``) logs
+    ``proxy1 = ||ghat||^2``, ``proxy2 = mean_i A_i^2 W_i`` and ``proxy3 = (proxy2 - proxy1) /
+    (N - 1)`` over the N = BG responses of a mini-batch. For N *independent* terms
+    ``X_i = A_i s_i`` with ``W_i = ||s_i||^2``, ``proxy3`` would be unbiased for
+    ``tr Cov(ghat)``; a group's advantages share their baseline, so the terms are dependent. On
+    a softmax over logits with one-token responses, W (``1 - 2 pi + sum pi^2``) is exactly the
+    squared score norm and parameter space is logit space, so the expectations are exact here.
+    verl clips ``proxy3`` at 0; the audit takes the unclipped value's expectation.
+
+    Args:
+        bandit: an enumerable policy whose parameters are the logits (e.g. a SoftmaxBandit).
+        estimator: a registry name or estimator (the advantages A).
+        group_size, batch_size: G and B (prompts a mini-batch).
+        design: the batch design (:data:`DESIGNS`).
+
+    Returns:
+        A dict: ``proxy1``, ``proxy2``, ``proxy3`` (expectations), ``variance``
+        (``tr Cov(ghat)``), ``mse``, ``ratio`` (``E proxy3 / variance``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from grpo_theory.core import SoftmaxBandit, verl_proxy_audit
+        >>> toy = SoftmaxBandit(np.log([[0.3, 0.7], [0.6, 0.4]]), [[1.0, 0.0]] * 2)
+        >>> a = verl_proxy_audit(toy, "grpo", 4, 2)
+        >>> round(a["ratio"], 3)  # verl's proxy3 sees a third of the variance here
+        0.322
+    """
+    bm = batch_moments(bandit, estimator, group_size, batch_size, design=design)
+    N = bm.batch_size * int(group_size)
+    if N < 2:
+        raise ValueError("verl's proxy3 divides by N - 1: need at least 2 responses a batch")
+    p3 = (bm.power - bm.second) / (N - 1)
+    return dict(proxy1=bm.second, proxy2=bm.power, proxy3=p3, variance=bm.variance, mse=bm.mse,
+                ratio=p3 / bm.variance if bm.variance > 0 else float("nan"))

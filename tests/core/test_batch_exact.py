@@ -267,3 +267,46 @@ def test_training_threads_an_estimators_state():
     p1, p2 = np.asarray(one.params)[0], np.asarray(two.params)[0]
     np.testing.assert_array_equal(p1[0], p1[-1])
     assert np.abs(p2[-1] - p2[0]).max() > 0
+
+
+def _brute_power(bandit, name, G, B):
+    """E[(1/BG) sum A^2 ||s||^2] by enumerating every outcome (independent design)."""
+    from grpo_theory.core import batch_context
+
+    pr = bandit.problem()
+    P, K = pr.n_prompts, pr.n_responses
+    f, p, mu = (np.asarray(a) for a in (pr.prompt_probs, pr.probs, pr.reward_means))
+    sq = np.sum(np.asarray(pr.scores) ** 2, -1)
+    grid = np.array(list(itertools.product(range(P), *[range(2 * K)] * G)))
+    x1, y1, z1 = grid[:, 0], grid[:, 1:] // 2, (grid[:, 1:] % 2).astype(float)
+    pz = np.where(z1 == 1, mu[x1[:, None], y1], 1 - mu[x1[:, None], y1])
+    prob1 = f[x1] * np.prod(p[x1[:, None], y1] * pz, 1)
+    combos = np.array(list(itertools.product(range(len(grid)), repeat=B)))
+    x, y, z = x1[combos], y1[combos], z1[combos]
+    est = get_estimator(name)
+    ctx = batch_context(est, jnp.asarray(x), jnp.asarray(y), pr.values(), pr.optimal_baselines(),
+                        lambda: jnp.sum(pr.scores**2, -1), P)
+    adv = np.asarray(est.advantage(jnp.asarray(z), ctx))
+    return np.prod(prob1[combos], 1) @ (np.sum(adv**2 * sq[x[..., None], y], (1, 2)) / (B * G))
+
+
+@pytest.mark.parametrize("name,G,B", [("grpo", 2, 2), ("jspo", 2, 2), ("norm_weighted", 3, 1),
+                                      ("grpo_std_verl", 2, 2)])
+def test_power_equals_brute_force(name, G, B):
+    b = _toy([0.3, 0.6])
+    assert batch_moments(b, name, G, B).power == pytest.approx(_brute_power(b, name, G, B),
+                                                               rel=1e-10)
+
+
+def test_verl_proxy_audit():
+    """verl's proxy3 is unbiased for tr Cov(ghat) when the N terms are independent (vanilla
+    REINFORCE, one response per prompt: ratio 1 exactly) and not when a group shares its
+    baseline (leave-one-out: the rival the audit exposes)."""
+    from grpo_theory.core import verl_proxy_audit
+
+    b = _toy([0.1, 0.3, 0.6, 0.9])
+    assert verl_proxy_audit(b, "vanilla", 1, 4)["ratio"] == pytest.approx(1.0, rel=1e-10)
+    a = verl_proxy_audit(b, "grpo", 4, 4)
+    assert a["ratio"] < 0.8 and a["variance"] == pytest.approx(a["mse"], rel=1e-10)
+    with pytest.raises(ValueError, match="N - 1"):
+        verl_proxy_audit(b, "vanilla", 1, 1)
