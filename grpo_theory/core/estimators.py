@@ -98,12 +98,16 @@ class PromptContext(NamedTuple):
     optimal_baseline: jnp.ndarray | None = None  # b*(x)
     score_sq: jnp.ndarray | None = None  # per response: the squared score norm ||s||^2
     state: object = None  # a stateful estimator's state before this step
+    length: jnp.ndarray | None = None  # per response: its number of tokens (verl's mask sum)
+    greedy_reward: jnp.ndarray | None = None  # per prompt: the greedy response's reward (ReMax)
+    channels: jnp.ndarray | None = None  # per response: K reward channels, shape z.shape + (K,)
 
 
 AdvantageFn = Callable[[jnp.ndarray, PromptContext], jnp.ndarray]
 
 
-CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state")
+CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state", "length",
+                  "greedy_reward", "channels")
 """The :class:`PromptContext` fields an estimator may declare in ``Estimator.needs``."""
 
 
