@@ -28,7 +28,7 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 ``grpo_std_<framework>``            group mean, group std with the framework's ddof and eps
 ``grpo_std_trl_batch``              TRL ``scale_rewards="batch"``: group mean, std of the batch
 ``grpo_std_easydel_batch``          EasyDeL ``scale_rewards="batch"`` (ddof 0, eps 1e-4)
-``grpo_vectorized_verl``            verl ``grpo_vectorized``: float32 one-pass variance floored
+``grpo_vectorized_verl``            verl v0.7 ``grpo_vectorized``: float32 one-pass variance floored
                                     at eps, ``(Z - mean) / (sqrt(max(var, eps)) + eps)``
 ``reinforce_plus_plus_baseline``    verl: group-mean centring, then whitening over the batch
 ``reinforce_baseline``              OpenRLHF: the same with ddof 0, ``max(var, 1e-8)``, float32
@@ -422,7 +422,8 @@ register(grpo_std(ddof=0, eps=1e-4, over="batch", name="grpo_std_easydel_batch")
 
 @float64
 def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estimator:
-    r"""verl's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``).
+    r"""verl v0.7's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``; verl 0.9.1
+    takes two-pass moments without the floor, which is ``grpo_std_verl`` in float32).
 
     One-pass group moments ``s1 = sum Z``, ``s2 = sum Z^2`` (in float32 when ``float32``, as
     verl's ``group_mean_std``), ``var = (s2 - s1^2/G) / (G - 1)`` floored at ``eps``, and
