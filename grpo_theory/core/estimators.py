@@ -39,8 +39,9 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 leading order and the Gaussian theory call its methods, and refuse an estimator without the piece
 they need by name. Besides the rewards an advantage may read what its ``needs`` declare from the
 :class:`PromptContext`: prompt constants, each response's squared score norm (``score_sq``, for
-weighted baselines) and a state carried across steps (``state``, with ``init_state`` and
-``update_state``: a history baseline).
+weighted baselines), a state carried across steps (``state``, with ``init_state`` and
+``update_state``: a history baseline) and verl's response lengths, greedy rewards and reward
+channels (``length``, ``greedy_reward``, ``channels``: :mod:`grpo_theory.core.verl_estimators`).
 
 **Batch-coupled** estimators (``Estimator.batch_coupled``) normalise over the whole batch: their
 advantage function reads rewards of shape ``(..., B, G)`` and reduces over the last two axes (a

@@ -4,25 +4,28 @@ verl registers its estimators with ``register_adv_est(name)``; each maps token r
 ``(bs, T)``, a response mask and the prompt ids ``index`` to token advantages. With an outcome
 reward (one scalar ``Z`` on a response's last valid token) every one of them but GAE gives each
 response one advantage repeated on its valid tokens, which is what a package estimator returns.
-The verl estimators that the older presets already transcribe exactly are reused:
+Each verl name maps to a package estimator (an older preset where verl's function is the same):
 
-==============================  =========================================================
-verl name                       package estimator
-==============================  =========================================================
-``grpo``                        ``grpo_std_verl`` (``grpo_mean`` without std)
-``grpo_vectorized``             ``grpo_vectorized_verl``
-``rloo``, ``rloo_vectorized``   ``rloo``
-``reinforce_plus_plus_baseline``  ``reinforce_plus_plus_baseline_verl`` (equal lengths),
-                                ``reinforce_plus_plus_baseline_verl_tokens`` (any lengths)
-``grpo_passk``                  ``grpo_passk_verl`` (``grpo_passk_verl_noscale`` without std)
-``opo``                         ``opo_verl`` (needs ``length``)
-``reinforce_plus_plus``         ``reinforce_plus_plus_verl`` (needs ``length``; gamma = 1)
-``remax``                       ``remax_verl`` (needs ``greedy_reward``)
-``gpg``                         ``gpg_verl``
-``gdpo``                        ``gdpo_verl`` (one channel), :func:`gdpo` (``channels``)
-``optimal_token_baseline``,     ``optimal_token_baseline_verl`` (needs ``score_sq``;
-``tir_optimal_token_baseline``  one-token responses)
-==============================  =========================================================
+==================================  ======================================================
+verl name                           package estimator
+==================================  ======================================================
+``grpo``                            ``grpo_std_verl`` (``grpo_mean`` without std)
+``grpo_vectorized``                 ``grpo_std_verl`` (0.9.1: two-pass moments, no floor;
+                                    v0.7's form is ``grpo_vectorized_verl``)
+``rloo``, ``rloo_vectorized``       ``rloo``
+``reinforce_plus_plus_baseline``    ``reinforce_plus_plus_baseline_verl_tokens`` (needs
+                                    ``length``; ``reinforce_plus_plus_baseline_verl``
+                                    at one token per response)
+``grpo_passk``                      ``grpo_passk_verl`` (``grpo_passk_verl_noscale``
+                                    without std)
+``opo``                             ``opo_verl`` (needs ``length``)
+``reinforce_plus_plus``             ``reinforce_plus_plus_verl`` (needs ``length``; gamma 1)
+``remax``                           ``remax_verl`` (needs ``greedy_reward``)
+``gpg``                             ``gpg_verl``
+``gdpo``                            ``gdpo_verl`` (one channel), :func:`gdpo` (``channels``)
+``optimal_token_baseline``,         ``optimal_token_baseline_verl`` (needs ``score_sq``;
+``tir_optimal_token_baseline``      one-token responses)
+==================================  ======================================================
 
 What reaches an estimator besides the rewards comes in the :class:`PromptContext` fields its
 ``needs`` declare: ``length`` (each response's token count, ``response_mask.sum(-1)``, shape
