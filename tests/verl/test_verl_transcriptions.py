@@ -196,19 +196,3 @@ def test_a_wrong_preset_fails(option, rival):
     name, kw, kind = CASES[option]
     with pytest.raises(AssertionError):
         _compare(rival, name, kw, kind, 2, seed=2)
-
-
-def test_missing_context_is_named():
-    z = jnp.array([[1.0, 0.0], [0.0, 0.0]])
-    for est, field in [("opo_verl", "length"), ("remax_verl", "greedy_reward"),
-                       ("optimal_token_baseline_verl", "score_sq"), ("gdpo_verl", "length")]:
-        with pytest.raises(ValueError, match=f"needs PromptContext.{field}"):
-            gt.get_estimator(est)(z)
-    with pytest.raises(ValueError, match="length must have the rewards' shape"):
-        gt.get_estimator("opo_verl")(z, PromptContext(length=jnp.ones(3)))
-    with pytest.raises(ValueError, match=r"greedy_reward must have shape \(2,\)"):
-        gt.get_estimator("remax_verl")(z, PromptContext(greedy_reward=jnp.ones(3)))
-    with pytest.raises(ValueError, match="needs PromptContext.channels"):
-        gdpo([1.0, 1.0])(z, PromptContext(length=jnp.ones((2, 2))))
-    with pytest.raises(ValueError, match="weights must be None or"):
-        gdpo([])
