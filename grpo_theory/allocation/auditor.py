@@ -19,8 +19,10 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
+from ..core.batch_exact import DESIGNS, batch_moments
 from ..core.estimators import get_estimator
 from ..core.gram import as_structure
+from ..core.problem import as_problem
 from .dp import NORMALISERS, _check_normaliser
 from .result import AllocationAudit
 from .rules import get_rule
@@ -39,7 +41,7 @@ def check_estimator(estimator):
 
 @float64
 def audit(problem, rule, estimator="grpo", batch_size: int = 1,
-          normaliser: str = "group") -> AllocationAudit:
+          normaliser: str = "group", design: str = "independent") -> AllocationAudit:
     r"""Exact ``E[ghat]``, bias, MSE, expected rollouts and prompt weights of a rollout rule.
 
     Args:
@@ -47,12 +49,17 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
             structure with binary rewards.
         rule: a :class:`~grpo_theory.allocation.rules.Rule` or a registry name
             (:func:`~grpo_theory.allocation.rules.available_rules`).
-        estimator: a registry name or an estimator whose advantages depend on the group's
-            rewards only (``"vanilla"``, ``"oracle"``, ``"grpo"``, ``"grpo_mean"``, ...).
+        estimator: a registry name or an estimator. Under any rule: those whose advantages
+            depend on the group's rewards only (``"vanilla"``, ``"oracle"``, ``"grpo"``, ...).
+            Under :func:`~grpo_theory.allocation.rules.fixed` also those that see the whole
+            batch (``"jspo"``, the whitening presets) or per-response weights
+            (``"norm_weighted"``), by :func:`grpo_theory.core.batch_moments`.
         batch_size: B, the prompts of one training batch.
         normaliser: ``"group"`` (each prompt's sum over its own k, equal prompt weights) or
             ``"token"`` (the batch's sum over its kept responses, TRL's ``dapo``; the
             large-batch limit, :data:`grpo_theory.allocation.dp.NORMALISERS`).
+        design: ``"independent"`` (B prompts iid from f) or ``"each"`` (every prompt once per
+            batch, B = P; the fixed rule only).
 
     Returns:
         An :class:`AllocationAudit`.
@@ -68,9 +75,13 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
         0.0
     """
     r = get_rule(rule)
-    est = check_estimator(estimator)
+    est = get_estimator(estimator)
     B = V.integer("batch_size", batch_size, 1)
     _check_normaliser(normaliser)
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {list(DESIGNS)}, got {design!r}")
+    if not est.rewards_only or design != "independent":
+        return _batch_audit(problem, r, est, B, normaliser, design)
     st = as_structure(problem)
     P = st.n_prompts
     r.check_problem(P)
@@ -102,6 +113,37 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
         expected_rollouts=batch / B, batch_rollouts=batch, prompt_weights=weights,
         prompt_rollouts=pm.rollouts, acceptance=pm.accept, slot_weights=w, prompt_probs=f,
         prompt_norms=norms)
+
+
+def _batch_audit(problem, r, est, B, normaliser, design) -> AllocationAudit:
+    """The fixed rule's audit by count states (:func:`grpo_theory.core.batch_moments`)."""
+    G = r.fixed_group_size()
+    if G is None:
+        raise ValueError(
+            f"estimator {est.name!r} (design {design!r}) has an exact audit under the fixed rule "
+            f"only (allocation.fixed(G)), not {r.name!r}: its advantages see the whole batch or "
+            "per-response weights; use allocation.monte_carlo")
+    if normaliser != "group":
+        raise ValueError(f"estimator {est.name!r}: the batch audit uses normaliser='group' (under "
+                         "the fixed rule every normaliser is the same up to a constant)")
+    bm = batch_moments(problem, est, G, B, design=design)
+    st = as_structure(problem)
+    P = st.n_prompts
+    f = np.asarray(st.prompt_probs, np.float64)
+    shape = st.param_shape
+    reshape = (lambda a: a.reshape(shape)) if shape is not None else (lambda a: a)
+    g_x = np.asarray(as_problem(problem).prompt_gradients())  # (P, D), like prompt_means
+    gn = np.sum(g_x**2, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        weights = np.where(gn > 0, np.sum(bm.prompt_means * g_x, axis=1) / np.where(gn > 0, gn, 1),
+                           np.nan)
+    return AllocationAudit(
+        rule=r.name, estimator=est.name, normaliser=normaliser, batch_size=bm.batch_size,
+        mean=reshape(bm.mean), gradient=reshape(bm.gradient), mse=bm.mse,
+        expected_rollouts=float(G), batch_rollouts=float(G * bm.batch_size),
+        prompt_weights=weights, prompt_rollouts=np.full(P, float(G)), acceptance=np.ones(P),
+        slot_weights=f, prompt_probs=f,
+        prompt_norms=(np.sum(bm.prompt_means**2, axis=1), f**2 * gn))
 
 
 __all__ += ["NORMALISERS"]

@@ -80,6 +80,13 @@ class Rule:
     def check_problem(self, n_prompts: int) -> None:
         """``ValueError`` if the rule cannot serve a problem with ``n_prompts`` prompts."""
 
+    def fixed_group_size(self) -> int | None:
+        """G when the rule samples and keeps G responses for every prompt, else ``None``.
+
+        The audit of estimators that see the whole batch or per-response weights
+        (:func:`grpo_theory.core.batch_moments`) needs it."""
+        return None
+
     # -- the training step (jit-able; :mod:`grpo_theory.allocation.steps`)
     def training_rounds(self) -> int:
         """Rounds of B prompts one training step draws (1; a refilling rule's cap)."""
@@ -187,6 +194,9 @@ class FixedSize(Rule):
     group_size: int = 8
 
     def horizon(self) -> int:
+        return self.group_size
+
+    def fixed_group_size(self) -> int:
         return self.group_size
 
     def decide(self, t, n1):

@@ -432,7 +432,7 @@ def exact_pruned_mse(bandit, estimator, group_size: int, batch_size: int, scheme
     est = get_estimator(estimator)
     V.group_run(est, group_size, batch_size)
     G, B = int(group_size), int(batch_size)
-    if not est.binary_exact:
+    if not est.rewards_only:
         raise ValueError(f"estimator {est.name!r} has no binary-conditioning exact form")
     L = response_lengths(bandit) if lengths is None else V.finite_array("lengths", lengths, 1)
     if L.shape != (problem.n_responses,) or np.any(L <= 0):

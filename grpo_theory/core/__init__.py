@@ -19,6 +19,8 @@ from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOn
 from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
                          grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
+from . import baselines as _baselines  # noqa: F401  (registers jspo, norm_weighted, ...)
+from .batch_exact import DESIGNS, BatchMoments, batch_moments
 from .verl_estimators import gdpo, grpo_passk, whiten_tokens
 from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
 from .exact import (enumerate_estimates, enumerated_moments, exact_gradient, exact_mse,
@@ -56,6 +58,8 @@ __all__ = [
     # exact and Monte Carlo MSE
     "exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
     "enumerate_estimates", "enumerated_moments",
+    # exact moments by count states: batch-coupled and per-response weighted estimators
+    "batch_moments", "BatchMoments", "DESIGNS",
     "MCResult", "mc_mse", "mc_estimates", "estimate_gradient",
     # score structures
     "ScoreStructure", "TabularScores", "ExplicitScores", "as_structure",

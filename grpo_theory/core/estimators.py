@@ -125,8 +125,9 @@ class Estimator:
             moments, the MSE over the advisor's pieces, the leading-order MSE) or ``None``; the
             exact, advisor and theory routes call it and name the missing piece without it.
         binary_exact: the advantages are a permutation-equivariant function of the group's
-            rewards only (plus prompt constants): the MSE is then exact for binary rewards by
-            conditioning on the number of correct responses (:mod:`grpo_theory.core.exact`).
+            rewards (of the batch's, when ``batch_coupled``) plus prompt constants: the MSE is
+            then exact for binary rewards by conditioning on the numbers of correct responses
+            (:mod:`grpo_theory.core.exact`, :mod:`grpo_theory.core.batch_exact`).
         params: its parameters (read by closed forms, e.g. a user baseline ``b``).
         needs: the :class:`PromptContext` fields the advantage reads (:data:`CONTEXT_FIELDS`);
             ``"score_sq"`` asks the caller for each response's squared score norm (per-response
@@ -407,7 +408,7 @@ def grpo_std(
                 f"{',batch' if batch else ''})")
     form = None if scale else (GroupMean() if centre == "mean" else LeaveOneOut())
     return Estimator(
-        name, adv, min_group_size=2, closed_form=form, binary_exact=not batch,
+        name, adv, min_group_size=2, closed_form=form,
         params=dict(ddof=ddof, eps=eps, centre=centre, scale=scale, over=over),
         batch_coupled=batch,
     )
@@ -516,7 +517,7 @@ def reinforce_baseline(framework: str = "verl", tokens_per_response: int = 1,
 
     if name is None:
         name = f"reinforce_baseline({framework},L={L}{'' if std_norm else ',no_std_norm'})"
-    return Estimator(name, adv, min_group_size=2, binary_exact=False, batch_coupled=True,
+    return Estimator(name, adv, min_group_size=2, batch_coupled=True,
                      params=dict(framework=framework, tokens_per_response=L, std_norm=std_norm))
 
 

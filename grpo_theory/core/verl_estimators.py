@@ -252,6 +252,8 @@ def _optimal_token_baseline(z, ctx):
               W = 1 - 2\pi(y) + \sum_v \pi(v)^2 = \|e_y - \pi\|^2,
 
     the squared score norm of a softmax over logits (``score_sq`` of a tabular softmax policy).
+    It is ``norm_weighted`` (:mod:`grpo_theory.core.baselines`) but for verl's ``+ 1e-8``, which
+    keeps ``A = Z`` where every weight is 0 (``norm_weighted`` then centres on the mean).
     The weighted baseline contains the response's own reward: biased. On longer responses verl's
     baseline varies token by token (cumulative weights), which one advantage per response does
     not transcribe."""
@@ -270,7 +272,7 @@ register(Estimator("reinforce_plus_plus_baseline_verl_tokens",
                    _reinforce_plus_plus_baseline_tokens, min_group_size=2, binary_exact=False,
                    batch_coupled=True, needs=("length",)))
 register(Estimator("remax_verl", _remax, binary_exact=False, needs=("greedy_reward",)))
-register(Estimator("gpg_verl", _gpg, min_group_size=2, binary_exact=False, batch_coupled=True))
+register(Estimator("gpg_verl", _gpg, min_group_size=2, batch_coupled=True))
 register(gdpo(None, name="gdpo_verl"))
 register(Estimator("optimal_token_baseline_verl", _optimal_token_baseline, min_group_size=2,
-                   binary_exact=False, needs=("score_sq",)))
+                   needs=("score_sq",)))

@@ -105,7 +105,10 @@ def _enumerable_step(problem, est, cfg, key, theta):
     vals = dp.values()
     w = problem.response_weights(dp)
     bstar = dp.optimal_baselines()[x] if "optimal_baseline" in est.needs else None
-    adv = est.advantage(z, PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar))
+    sq = (jnp.sum(dp.scores**2, axis=-1)[x[:, None], y] if "score_sq" in est.needs
+          else None)  # per-response weights (e.g. norm_weighted)
+    adv = est.advantage(z, PromptContext(prompt=x, value=vals[x], optimal_baseline=bstar,
+                                         score_sq=sq))
     coef = adv if w is None else adv * w[x[:, None], y]
     ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y]) / (B * G)
     rec = problem.step_record(dp, x, y, z, adv)

@@ -1,0 +1,114 @@
+r"""Baselines beyond the prompt's own group: cross-prompt shrinkage and score-norm weights.
+
+The estimate is ``ghat = (1/BG) sum_x sum_i (r_xi - b_xi) s_xi``. It is unbiased iff each
+``b_xi`` is independent of ``(r_xi, s_xi)`` given the prompt: a baseline built from the other
+responses, the other prompts of the batch, or the past. A baseline that contains the response's
+own reward ("self-inclusive") is biased; :mod:`grpo_theory.core.batch_exact` gives the exact bias
+and MSE of every estimator here.
+
+* ``jspo``: the James-Stein shrinkage baseline of JSPO (arXiv 2511.03710), transcribed from
+  ``compute_jspo_outcome_advantage`` in the repository guanning03/JSPO-Official (file
+  ``code/verl/trainer/ppo/core_algos.py``, commit 6071c3bb). With ``m_y`` the mean and
+  ``v_y = var_ddof1(r_y) / G`` of prompt y's rewards, everything about prompt x is computed from
+  the *other* prompts: ``mu_{-x}`` the mean of their means, ``v2 = mean_{y != x} v_y``,
+  ``s2 = mean_{y != x} (m_y - mu_{-x})^2`` and ``lam = v2 / (v2 + s2 + 1e-6)``; then
+  ``b_xi = (1 - lam) rbar_{x,-i} + lam mu_{-x}`` with ``rbar_{x,-i}`` the leave-one-out mean.
+  Unbiased (two-level leave-one-out). Needs B >= 2 prompts (with one prompt the code's
+  fallback takes the mean of an empty set).
+* ``jspo_pooled``: JSPO++ (``compute_jspo_plus_plus_outcome_advantage``, same commit) without
+  its optional EMA over steps (``js_smooth_coef = 0``, the default): ``lam`` and ``mu`` from the
+  whole batch, the prompt's own rewards included: self-inclusive, biased.
+* ``norm_weighted``: the score-norm-weighted group baseline ``b_x = sum_i ||s_i||^2 r_i /
+  sum_i ||s_i||^2`` (the "exact optimal baseline" form; verl's optimal token baseline has this
+  form on one-token responses of a softmax over logits, where its weight
+  ``1 - 2 pi + sum pi^2`` is the squared score norm). Self-inclusive, biased.
+* ``norm_weighted_loo``: its leave-one-out form, ``b_xi = sum_{j != i} ||s_j||^2 r_j /
+  sum_{j != i} ||s_j||^2`` (the leave-one-out mean where the other weights are all zero).
+  Unbiased.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from .estimators import Estimator, register
+
+#: JSPO's epsilon in ``lam = v2 / (v2 + s2 + eps)`` (the code's default ``epsilon``)
+JSPO_EPS = 1e-6
+
+
+def _group_stats(z):
+    """Per-prompt means ``m`` (..., B) and ``v = var_ddof1 / G`` (..., B) of ``z`` (..., B, G)."""
+    G = z.shape[-1]
+    m = jnp.mean(z, axis=-1)
+    v = jnp.sum((z - m[..., None]) ** 2, axis=-1) / (G - 1) / G
+    return m, v
+
+
+def _loo_mean(z):
+    G = z.shape[-1]
+    return (jnp.sum(z, axis=-1, keepdims=True) - z) / (G - 1)
+
+
+def _jspo(z, ctx):
+    if z.ndim < 2 or z.shape[-2] < 2:
+        raise ValueError("estimator 'jspo' needs a batch of at least 2 prompts (batch_size >= 2): "
+                         "its baseline for one prompt is built from the others")
+    B = z.shape[-2]
+    m, v = _group_stats(z)
+    others = 1.0 - jnp.eye(B, dtype=z.dtype)  # (B, B): row x selects the prompts y != x
+    mu = (m @ others) / (B - 1)  # (..., B): mu_{-x}
+    v2 = (v @ others) / (B - 1)
+    dev = (m[..., None, :] - mu[..., :, None]) ** 2  # (..., x, y)
+    s2 = jnp.sum(dev * others, axis=-1) / (B - 1)
+    lam = v2 / (v2 + s2 + JSPO_EPS)
+    b = (1.0 - lam[..., None]) * _loo_mean(z) + (lam * mu)[..., None]
+    return z - b
+
+
+def _jspo_pooled(z, ctx):
+    if z.ndim < 2:
+        z2 = z[None, :]
+        return _jspo_pooled(z2, ctx)[0]
+    m, v = _group_stats(z)
+    mu = jnp.mean(m, axis=-1, keepdims=True)  # (..., 1): the whole batch (equal G)
+    v2 = jnp.mean(v, axis=-1, keepdims=True)
+    s2 = jnp.mean((m - mu) ** 2, axis=-1, keepdims=True)
+    lam = v2 / (v2 + s2 + JSPO_EPS)  # (..., 1)
+    b = (1.0 - lam[..., None]) * _loo_mean(z) + (lam * mu)[..., None]
+    return z - b
+
+
+def _weights(ctx, name):
+    if ctx.score_sq is None:
+        raise ValueError(f"estimator {name!r} reads each response's squared score norm: the caller "
+                         "must pass PromptContext(score_sq=...) (mc_mse, the exact routes and "
+                         "training do)")
+    return ctx.score_sq
+
+
+def _norm_weighted(z, ctx):
+    w = _weights(ctx, "norm_weighted")
+    tot = jnp.sum(w, axis=-1, keepdims=True)
+    b = jnp.where(tot > 0, jnp.sum(w * z, axis=-1, keepdims=True) / jnp.where(tot > 0, tot, 1.0),
+                  jnp.mean(z, axis=-1, keepdims=True))
+    return z - b
+
+
+def _norm_weighted_loo(z, ctx):
+    w = _weights(ctx, "norm_weighted_loo")
+    tot = jnp.sum(w, axis=-1, keepdims=True) - w
+    num = jnp.sum(w * z, axis=-1, keepdims=True) - w * z
+    b = jnp.where(tot > 0, num / jnp.where(tot > 0, tot, 1.0), _loo_mean(z))
+    return z - b
+
+
+register(Estimator("jspo", _jspo, min_group_size=2, batch_coupled=True,
+                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=True)))
+register(Estimator("jspo_pooled", _jspo_pooled, min_group_size=2, batch_coupled=True,
+                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=False)),
+         "jspo_plus_plus")
+register(Estimator("norm_weighted", _norm_weighted, min_group_size=1, needs=("score_sq",),
+                   params=dict(unbiased=False)))
+register(Estimator("norm_weighted_loo", _norm_weighted_loo, min_group_size=2, needs=("score_sq",),
+                   params=dict(unbiased=True)))

@@ -1,0 +1,167 @@
+"""The PASS rule, report section and figure of ``baselines`` (its :mod:`.study`).
+
+:func:`summary` reduces the three tables to the numbers the checks read; :func:`checks`
+evaluates the criteria of the study's docstring; :func:`report` and :func:`plot` write the
+section and the figure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from grpo_theory.plotting import plt, save_figure
+from grpo_theory.experiments.runner import Check, Section, check
+from grpo_theory.experiments.stats import markdown_table
+
+Z_TOL = 4.0
+#: the baselines that contain the response's own reward
+SELF_INCLUSIVE = ("grpo_mean", "jspo_pooled", "norm_weighted", "reinforce_plus_plus_baseline_verl")
+UNBIASED = ("grpo", "jspo", "norm_weighted_loo")
+#: a rival counts for the Monte Carlo check's power only where its MSE differs by this share
+RIVAL_GAP = 0.05
+
+
+def _mx(col, fn=np.max) -> float:
+    """``fn`` of a column, NaN when it is empty or holds a NaN (a missing number stays missing)."""
+    a = col.to_numpy(dtype=float)
+    return float(fn(a)) if a.size else np.nan
+
+
+def summary(tables) -> dict:
+    """The numbers the checks read (a dict of floats) and the tables the report shows.
+
+    Args:
+        tables: the experiment's tables (``table``, ``brute``, ``kept``).
+    Returns:
+        A dict.
+    """
+    df, br, kp = tables["table"], tables["brute"], tables["kept"]
+    mc = df[df.design == "independent"]
+    rival = mc[(mc.estimator != "grpo") & ((mc.ratio_loo - 1).abs() > RIVAL_GAP)]
+    unb = df[df.estimator.isin(UNBIASED)]
+    inc = df[df.estimator.isin(SELF_INCLUSIVE)]
+    js = df[df.estimator == "jspo"]
+    return dict(
+        brute_max_err=_mx(br.rel_err),
+        brute_rival_min=_mx(br.rival_rel_err, np.min),
+        n_brute=int(len(br)),
+        max_abs_z=_mx(mc.z.abs()),
+        min_rival_z=_mx(rival.rival_z.abs(), np.min),
+        n_rival=int(len(rival)), n_mc=int(len(mc)),
+        unbiased_max_bias=_mx(unb.relative_bias),
+        biased_min_bias=_mx(inc.relative_bias, np.min),
+        jspo_max_ratio=_mx(js.ratio_loo),
+        jspo_min_ratio=_mx(js.ratio_loo, np.min),
+        n_cells=int(len(df.groupby(["problem", "G"]))) if len(df) else 0,
+        table=df, kept=kp)
+
+
+def checks(s: dict) -> list[Check]:
+    """The PASS rule of the study's docstring as checks on :func:`summary`.
+
+    Args:
+        s: :func:`summary` of the tables.
+    Returns:
+        A list of :class:`~grpo_theory.experiments.runner.Check`.
+    """
+    return [
+        check("count states = brute-force enumeration, every estimator, both designs (1e-9)",
+              s["brute_max_err"] <= 1e-9 and s["brute_rival_min"] > 1e-3, s["brute_max_err"],
+              s["brute_rival_min"], kind="exact",
+              detail=f"{s['n_brute']} comparisons, largest relative error "
+                     f"{s['brute_max_err']:.1e}; the rival (JSPO++'s route against JSPO's "
+                     f"enumeration and the reverse) is off by {s['brute_rival_min']:.2f} or more"),
+        check(f"Monte Carlo within {Z_TOL:g} se of every exact MSE; leave-one-out's MSE in its "
+              f"place beyond {Z_TOL:g} se", s["max_abs_z"] <= Z_TOL and s["min_rival_z"] > Z_TOL,
+              s["max_abs_z"], s["min_rival_z"], kind="statistical",
+              excludes="the estimator having leave-one-out's MSE (the rival exact value)",
+              detail=f"largest abs z {s['max_abs_z']:.2f} over {s['n_mc']} rows; the rival lies "
+                     f"{s['min_rival_z']:.1f} se away or more ({s['n_rival']} rows whose MSE "
+                     f"differs from leave-one-out's by more than {RIVAL_GAP:.0%})"),
+        check("leave-one-out, JSPO and the leave-one-out weighted baseline are unbiased (1e-12); "
+              "every self-inclusive baseline is biased in every cell (> 1e-3)",
+              s["unbiased_max_bias"] <= 1e-12 and s["biased_min_bias"] > 1e-3,
+              s["unbiased_max_bias"], s["biased_min_bias"], kind="exact",
+              detail=f"largest relative bias of the unbiased {s['unbiased_max_bias']:.1e}; "
+                     f"smallest of the self-inclusive {s['biased_min_bias']:.3f}"),
+        check("JSPO's MSE below leave-one-out's in every cell, both designs (exact)",
+              s["jspo_max_ratio"] < 1, s["jspo_max_ratio"], kind="exact",
+              detail=f"MSE ratio to leave-one-out from {s['jspo_min_ratio']:.3f} to "
+                     f"{s['jspo_max_ratio']:.3f} over {s['n_cells']} (problem, G) cells"),
+    ]
+
+
+def _ratio_table(df: pd.DataFrame, design: str, G: int) -> pd.DataFrame:
+    d = df[(df.design == design) & (df.G == G)]
+    wide = d.pivot_table(index=["problem", "rates"], columns="estimator", values="ratio_loo",
+                         sort=False).reset_index()
+    return wide
+
+
+def report(tables, s) -> Section:
+    sm = summary(tables)
+    df, kp = sm["table"], sm["kept"]
+    G0 = 4 if 4 in set(df.G) else int(df.G.max())
+    lines = ["Four prompts, each a two-armed softmax whose first arm is correct; pass rates "
+             "spread around a mean (problem `m<mean>_s<spread>`, the rates listed) and the toy "
+             "(0.1, 0.3, 0.6, 0.9). Exact moments by count states "
+             "(`grpo_theory.core.batch_moments`), B = 4 prompts a batch, under two designs: "
+             "one of each prompt per batch (`each`) and prompts drawn independently "
+             "(`independent`, the package's default, with Monte Carlo beside it).", ""]
+    for design in ("each", "independent"):
+        w = _ratio_table(df, design, G0)
+        lines += [f"**MSE ÷ leave-one-out's MSE, design `{design}`, G = {G0}:**", "",
+                  markdown_table(w, {c: ".3f" for c in w.columns if c not in ("problem",
+                                                                               "rates")}), ""]
+    bias = df[(df.G == G0) & (df.design == "independent")].pivot_table(
+        index="problem", columns="estimator", values="relative_bias", sort=False).reset_index()
+    lines += [f"**Relative bias ‖E ĝ − ∇J‖ / ‖∇J‖, G = {G0}:**", "",
+              markdown_table(bias, {c: ".3f" for c in bias.columns if c != "problem"}), ""]
+    if len(kp):
+        k = kp[kp.estimator == "norm_weighted"].pivot_table(index="p", columns="G",
+                                                            values="kept").reset_index()
+        k.columns = ["one prompt, pass rate p"] + [f"G = {c}" for c in k.columns[1:]]
+        lines += ["**Share of the gradient the self-inclusive score-norm-weighted baseline "
+                  "keeps** (⟨E ĝ, ∇J⟩ / ‖∇J‖²; its leave-one-out form keeps 1):", "",
+                  markdown_table(k, {c: ".3f" for c in k.columns[1:]}), ""]
+    loo_w = df[df.estimator == "norm_weighted_loo"].ratio_loo
+    lines += ["A rare correct answer has a large score norm, dominates its own weighted "
+              "baseline and cancels its own advantage; leaving the response out of its "
+              "baseline removes the bias, at an MSE "
+              f"{loo_w.min():.2f} to {loo_w.max():.2f} times leave-one-out's on this family "
+              "(the self-inclusive forms' lower MSE is bought with the bias above; the "
+              "whitened preset rescales the gradient, hence its ratios). JSPO borrows the other prompts' means, which carry "
+              "no information about the response: unbiased, and below leave-one-out's MSE "
+              "most where pass rates are alike (more to borrow); with prompts drawn "
+              "independently a batch holds fewer distinct prompts and the gain is smaller.",
+              "", "![](baselines.png)"]
+    return Section("Baselines beyond the prompt: cross-prompt and weighted baselines",
+                   "\n".join(lines), checks(sm))
+
+
+def plot(tables, s, out_dir) -> None:
+    df = tables["table"]
+    fam = df[(df.problem != "toy") & (df.mean_rate == 0.5)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for design, ls in (("each", "-"), ("independent", "--")):
+        for name, d in fam[fam.design == design].groupby("estimator"):
+            if name == "grpo":
+                continue
+            d = d[d.G == d.G.max()].sort_values("spread")
+            axes[0].plot(d.spread, d.ratio_loo, ls, marker="o", ms=3,
+                         label=f"{name} ({design})")
+    axes[0].axhline(1, color="k", lw=0.8)
+    axes[0].set(xlabel="spread of the pass rates (logit scale), mean 0.5",
+                ylabel="MSE / leave-one-out MSE", title=f"G = {int(fam.G.max())}, B = 4")
+    axes[0].legend(fontsize=6)
+    kp = tables["kept"]
+    for (name, p), d in kp.groupby(["estimator", "p"]):
+        if name == "grpo_mean":
+            continue
+        axes[1].plot(d.G, d.kept, marker="o", label=f"{name}, p = {p:g}")
+    axes[1].axhline(1, color="k", lw=0.8)
+    axes[1].set(xscale="log", xlabel="G", ylabel="⟨E ĝ, ∇J⟩ / ‖∇J‖²",
+                title="Self-inclusive weights cancel a rare success")
+    axes[1].legend(fontsize=7)
+    save_figure(fig, out_dir / "baselines")

@@ -1,0 +1,214 @@
+r"""Baselines beyond the prompt: which of the field's baselines are unbiased, and what they cost.
+
+The estimate is ``ghat = (1/BG) sum_x sum_i (r_xi - b_xi) s_xi``; it is unbiased iff ``b_xi`` is
+independent of ``(r_xi, s_xi)`` given the prompt. The estimators (registry names):
+
+* ``grpo`` (leave-one-out, the reference) and ``grpo_mean`` (the self-inclusive group mean);
+* ``jspo``: JSPO's two-level leave-one-out James-Stein baseline (other prompts only): unbiased;
+  ``jspo_pooled``: JSPO++'s pooled form (own prompt included): biased;
+* ``norm_weighted``: the squared-score-norm-weighted group mean (the form of verl's optimal
+  token baseline and of the "exact optimal baseline"), self-inclusive: biased;
+  ``norm_weighted_loo``: its leave-one-out form: unbiased;
+* ``reinforce_plus_plus_baseline_verl``: group mean, then whitening over the batch.
+
+A family of problems: four prompts, each a two-armed softmax whose first arm is correct, with
+pass rates ``p_x = sigmoid(logit(m) + spread * q_x)``, ``q = (-1.5, -0.5, 0.5, 1.5)`` (the
+spread of pass rates across prompts), plus the toy ``p = (0.1, 0.3, 0.6, 0.9)``. Every number is
+exact (:func:`grpo_theory.core.batch_moments`, by count states) under two batch designs: one of
+each prompt per batch (``"each"``, B = 4) and B = 4 prompts drawn independently (the package's
+default), with Monte Carlo (:func:`grpo_theory.mc_mse`) beside the second.
+
+PASS when the count states equal brute-force enumeration for every estimator and both designs
+(1e-9; the rival, JSPO++'s route against JSPO's enumeration, is far off), Monte Carlo lies
+within 4 se of every exact MSE while the rival (leave-one-out's exact MSE in place of the
+estimator's) lies beyond it, the unbiased estimators have zero bias (1e-12) while the
+self-inclusive ones are biased in every cell, and JSPO's MSE is below leave-one-out's in every
+cell of both designs.
+
+    grpo-theory baselines [--full] [--workers N]
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+import numpy as np
+from scipy.special import expit, logit
+
+import grpo_theory as gt
+from grpo_theory.core import PromptContext, batch_moments, enumerated_moments, get_estimator
+from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from .analysis import checks, plot, report, summary
+
+NAME = "baselines"
+CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased and JSPO beats "
+         "leave-one-out; self-inclusive weighted and pooled baselines are biased (exact)")
+
+#: the estimators compared with leave-one-out (``grpo``)
+ESTIMATORS = ("grpo", "grpo_mean", "jspo", "jspo_pooled", "norm_weighted", "norm_weighted_loo",
+              "reinforce_plus_plus_baseline_verl")
+#: those whose baseline excludes the response's own reward
+UNBIASED = ("grpo", "jspo", "norm_weighted_loo")
+#: the quantiles of the pass rates' spread
+QUANTILES = (-1.5, -0.5, 0.5, 1.5)
+TOY = (0.1, 0.3, 0.6, 0.9)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The sweep.
+
+    Attributes:
+        problems: ``(mean pass rate, spread)`` pairs of the family (``None``: the toy).
+        group_sizes: the group sizes G.
+        n_reps: Monte Carlo replicates per (cell, estimator).
+        kept_rates: one-prompt pass rates at which the self-inclusive weighted baseline's kept
+            share of the gradient is tabulated; kept_sizes: its group sizes.
+    """
+
+    problems: tuple
+    group_sizes: tuple
+    n_reps: int
+    kept_rates: tuple = (0.1, 0.3)
+    kept_sizes: tuple = (2, 4, 8)
+
+
+SETTINGS = {
+    "quick": Settings(problems=(None, (0.5, 0.0), (0.5, 1.0), (0.5, 2.0), (0.2, 1.0)),
+                      group_sizes=(2, 4), n_reps=20_000),
+    "full": Settings(problems=(None,) + tuple((m, s) for m in (0.1, 0.2, 0.5)
+                                              for s in (0.0, 0.5, 1.0, 2.0, 3.0)),
+                     group_sizes=(2, 4, 8), n_reps=100_000, kept_rates=(0.05, 0.1, 0.3, 0.5),
+                     kept_sizes=(2, 4, 8, 16)),
+}
+
+SCHEMA = {
+    "table": dict(problem="str", mean_rate="float?", spread="float?", rates="str", G="int",
+                  B="int", design="str", estimator="str", exact_mse="float",
+                  relative_bias="float", kept="float", ratio_loo="float", n_states="int",
+                  mc="float?", mc_se="float?", z="float?", rival_z="float?"),
+    "brute": dict(design="str", estimator="str", G="int", B="int", rel_err="float",
+                  rival_rel_err="float"),
+    "kept": dict(p="float", G="int", estimator="str", kept="float", relative_bias="float"),
+}
+
+
+def family_bandit(mean_rate=None, spread=None) -> gt.SoftmaxBandit:
+    """Four two-armed prompts with spread pass rates (``None``: the toy (0.1, 0.3, 0.6, 0.9))."""
+    p = (np.asarray(TOY) if mean_rate is None
+         else expit(logit(mean_rate) + spread * np.asarray(QUANTILES)))
+    return _two_armed(p)
+
+
+def _two_armed(p) -> gt.SoftmaxBandit:
+    p = np.asarray(p, np.float64)
+    return gt.SoftmaxBandit(np.log(np.stack([p, 1 - p], 1)), [[1.0, 0.0]] * len(p))
+
+
+def each_design_brute_force(bandit, estimator, G: int):
+    """``(E ghat, MSE)`` by enumerating every outcome of a batch holding each prompt once.
+
+    A route coded apart from the count states: every response and reward of every prompt's
+    group, ``(2K)^(G P)`` outcomes (tiny problems only).
+    """
+    pr = bandit.problem()
+    est = get_estimator(estimator)
+    P, K = pr.n_prompts, pr.n_responses
+    p, mu, S = (np.asarray(a) for a in (pr.probs, pr.reward_means, pr.scores))
+    sq = np.sum(S**2, -1)
+    combos = np.array(list(itertools.product(range(2 * K), repeat=G * P))).reshape(-1, P, G)
+    y, z = combos // 2, (combos % 2).astype(np.float64)
+    x = np.arange(P)[None, :, None]
+    prob = np.prod(p[x, y] * np.where(z == 1, mu[x, y], 1 - mu[x, y]), axis=(1, 2))
+    n = len(combos)
+    ctx = PromptContext(prompt=jnp.broadcast_to(jnp.arange(P), (n, P)),
+                        value=jnp.broadcast_to(pr.values(), (n, P)),
+                        optimal_baseline=jnp.broadcast_to(pr.optimal_baselines(), (n, P)),
+                        score_sq=jnp.asarray(sq[x, y]))
+    adv = np.asarray(est.advantage(jnp.asarray(z), ctx))
+    g = np.einsum("npg,npgd->nd", adv, S[x, y]) / (P * G)
+    grad = np.asarray(pr.gradient())
+    return prob @ g, float(prob @ np.sum((g - grad) ** 2, axis=1))
+
+
+def cells(s: Settings) -> list[Cell]:
+    out = [Cell("brute", {}, kind="brute"),
+           Cell("kept", dict(rates=list(s.kept_rates), sizes=list(s.kept_sizes)), kind="kept")]
+    for prob in s.problems:
+        pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
+        for G in s.group_sizes:
+            out.append(Cell(f"{pid}_G{G}", dict(problem=pid, mean_rate=None if prob is None
+                                                else prob[0], spread=None if prob is None
+                                                else prob[1], G=G, n_reps=s.n_reps)))
+    return out
+
+
+def _brute_rows() -> list[dict]:
+    """Count states against the two brute-force routes, on two prompts (G = 2, B = 2)."""
+    bandit = _two_armed([0.2, 0.7])
+    rows = []
+    for name in ESTIMATORS:
+        for design in ("independent", "each"):
+            if design == "independent":
+                mean, mse = enumerated_moments(bandit, name, 2, 2)
+                _, rival = enumerated_moments(bandit, "jspo_pooled" if name == "jspo"
+                                              else "jspo", 2, 2)
+            else:
+                mean, mse = each_design_brute_force(bandit, name, 2)
+                _, rival = each_design_brute_force(bandit, "jspo_pooled" if name == "jspo"
+                                                   else "jspo", 2)
+            bm = batch_moments(bandit, name, 2, 2, design=design)
+            scale = max(mse, 1e-300)
+            err = max(abs(bm.mse - mse) / scale,
+                      float(np.max(np.abs(bm.mean - np.asarray(mean)))) / np.sqrt(scale))
+            rows.append(dict(design=design, estimator=name, G=2, B=2, rel_err=err,
+                             rival_rel_err=abs(bm.mse - rival) / scale))
+    return rows
+
+
+def _kept_rows(rates, sizes) -> list[dict]:
+    rows = []
+    for p in rates:
+        for G in sizes:
+            for name in ("norm_weighted", "norm_weighted_loo", "grpo_mean"):
+                bm = batch_moments(_two_armed([p]), name, G)
+                rows.append(dict(p=float(p), G=int(G), estimator=name, kept=bm.kept,
+                                 relative_bias=bm.relative_bias))
+    return rows
+
+
+@float64
+def cell(config: dict, key) -> list[dict]:
+    """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
+    the brute-force and kept-share cells."""
+    if not config:
+        return _brute_rows()
+    if "rates" in config:
+        return _kept_rows(config["rates"], config["sizes"])
+    G, R = config["G"], config["n_reps"]
+    bandit = family_bandit(config["mean_rate"], config["spread"])
+    rates = " ".join(f"{v:.3f}" for v in np.asarray(bandit.problem().values()))
+    seeds = key_seed(key, len(ESTIMATORS))
+    rows = []
+    for design in ("each", "independent"):
+        exact = {n: batch_moments(bandit, n, G, 4, design=design) for n in ESTIMATORS}
+        loo = exact["grpo"].mse
+        for n, seed in zip(ESTIMATORS, seeds):
+            bm = exact[n]
+            row = dict(problem=config["problem"], mean_rate=config["mean_rate"],
+                       spread=config["spread"], rates=rates, G=G, B=4, design=design,
+                       estimator=n, exact_mse=bm.mse, relative_bias=bm.relative_bias,
+                       kept=bm.kept, ratio_loo=bm.mse / loo, n_states=bm.n_states, mc=None,
+                       mc_se=None, z=None, rival_z=None)
+            if design == "independent":  # the Monte Carlo engine draws prompts independently
+                mc = gt.mc_mse(bandit, n, G, 4, n_reps=R, seed=seed)
+                row.update(mc=mc.value, mc_se=mc.se, z=(mc.value - bm.mse) / mc.se,
+                           rival_z=(loo - mc.value) / mc.se if n != "grpo" else None)
+            rows.append(row)
+    return rows
+
+
+EXPERIMENT = Experiment(name=NAME, claim=CLAIM, settings=SETTINGS, cells=cells, cell=cell,
+                        schema=SCHEMA, report=report, plot=plot, order=95)

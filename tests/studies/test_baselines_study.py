@@ -1,0 +1,77 @@
+"""The ``baselines`` study on a small sweep: it runs through the experiment runner, PASSes,
+reproduces the toy's numbers from its tables, and its checks FAIL when fed the rivals."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grpo_theory.experiments.runner import run_experiment
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from grpo_theory.studies import baselines as m
+
+    small = dataclasses.replace(m.SETTINGS["quick"], problems=(None, (0.5, 0.0)),
+                                group_sizes=(4,), n_reps=8000, kept_sizes=(2, 4, 8))
+    out = tmp_path_factory.mktemp("baselines")
+    res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
+                         verbose=False)
+    assert list((out / m.NAME).glob("*.png"))
+    return m, res
+
+
+def test_quick_sweep_passes_and_reproduces_the_toy(study):
+    m, res = study
+    assert res.verdict == "PASS", [(c.name, c.detail) for c in m.checks(m.summary(res.tables))]
+    df = res.tables["table"]
+    row = df[(df.problem == "toy") & (df.design == "each") & (df.estimator == "jspo")].iloc[0]
+    assert round(row.ratio_loo, 3) == 0.593 and row.relative_bias < 1e-12
+    half = df[(df.problem == "m0.5_s0") & (df.design == "each") & (df.estimator == "jspo")]
+    assert round(half.ratio_loo.iloc[0], 3) == 0.231
+    kp = res.tables["kept"]
+    nw = kp[(kp.estimator == "norm_weighted") & (kp.p == 0.1)].sort_values("G")
+    assert [round(v, 2) for v in nw.kept] == [0.11, 0.29, 0.54]
+    for col in ("seed", "version", "config"):
+        assert col in df.columns
+
+
+def _fails(m, tables, name):
+    ch = {c.name: c for c in m.checks(m.summary(tables))}
+    return [c for n, c in ch.items() if name in n][0].passed is False
+
+
+def test_checks_fail_on_the_rivals(study):
+    m, res = study
+    t = res.tables
+    # "unbiased" fed the self-inclusive weighted baseline's bias
+    df = t["table"].copy()
+    nw = df[df.estimator == "norm_weighted"].relative_bias.values
+    df.loc[df.estimator == "jspo", "relative_bias"] = nw
+    assert _fails(m, dict(t, table=df), "are unbiased")
+    # JSPO no better than leave-one-out
+    df = t["table"].copy()
+    df.loc[df.estimator == "jspo", "ratio_loo"] = 1.0
+    assert _fails(m, dict(t, table=df), "JSPO's MSE below")
+    # Monte Carlo that matches the rival (leave-one-out's MSE) rather than the estimator's
+    df = t["table"].copy()
+    ind = df.design == "independent"
+    loo = df[ind & (df.estimator == "grpo")].set_index(["problem", "G"]).exact_mse
+    key = list(zip(df.problem, df.G))
+    df.loc[ind, "mc"] = [loo[k] for k, i in zip(key, ind) if i]
+    df.loc[ind, "z"] = (df.mc - df.exact_mse) / df.mc_se
+    df.loc[ind, "rival_z"] = [(loo[k] - v) / se for k, v, se, i in
+                              zip(key, df.mc, df.mc_se, ind) if i]
+    assert _fails(m, dict(t, table=df), "Monte Carlo within")
+    # a count route off from brute force
+    br = t["brute"].copy()
+    br.loc[0, "rel_err"] = 1e-6
+    assert _fails(m, dict(t, brute=br), "brute-force")
+    # a missing number makes the check INCOMPLETE, not PASS
+    df = t["table"].copy()
+    df.loc[df.estimator == "jspo", "ratio_loo"] = np.nan
+    ch = [c for c in m.checks(m.summary(dict(t, table=df))) if "JSPO's MSE" in c.name][0]
+    assert ch.passed is None
+    assert isinstance(t["table"], pd.DataFrame)
