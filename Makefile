@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test,dask,hf,docs,torch]"
+	$(PY) -m pip install --quiet -e ".[test,dask,hf,docs,torch,verl]"
+	# verl without its dependencies (the verl extra in pyproject.toml says why)
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -21,6 +21,7 @@ from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PromptContext,
                          grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
 from . import baselines as _baselines  # noqa: F401  (registers jspo, norm_weighted, ...)
 from .batch_exact import DESIGNS, BatchMoments, batch_moments, verl_proxy_audit
+from .verl_estimators import gdpo, grpo_passk, whiten_tokens
 from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
 from .exact import (enumerate_estimates, enumerated_moments, exact_gradient, exact_mse,
                     exact_prompt_mean_and_variance, exact_prompt_mse)
@@ -47,6 +48,8 @@ __all__ = [
     "Estimator", "PromptContext", "register", "get_estimator", "available_estimators",
     "compute_advantages", "grpo_std", "prompt_baseline", "grpo_vectorized",
     "reinforce_baseline", "STD_PRESETS", "CONTEXT_FIELDS", "batch_context",
+    # verl 0.9.1's own estimators (registered on import as <verl name>_verl)
+    "grpo_passk", "gdpo", "whiten_tokens",
     # an estimator's closed forms (the open contract of the exact, advisor and theory routes)
     "ClosedForm", "MissingClosedForm", "PIECES", "NoBaseline", "OracleBaseline",
     "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean",

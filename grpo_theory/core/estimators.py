@@ -28,7 +28,7 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 ``grpo_std_<framework>``            group mean, group std with the framework's ddof and eps
 ``grpo_std_trl_batch``              TRL ``scale_rewards="batch"``: group mean, std of the batch
 ``grpo_std_easydel_batch``          EasyDeL ``scale_rewards="batch"`` (ddof 0, eps 1e-4)
-``grpo_vectorized_verl``            verl ``grpo_vectorized``: float32 one-pass variance floored
+``grpo_vectorized_verl``            verl v0.7 ``grpo_vectorized``: float32 one-pass variance floored
                                     at eps, ``(Z - mean) / (sqrt(max(var, eps)) + eps)``
 ``reinforce_plus_plus_baseline``    verl: group-mean centring, then whitening over the batch
 ``reinforce_baseline``              OpenRLHF: the same with ddof 0, ``max(var, 1e-8)``, float32
@@ -39,8 +39,9 @@ defaults and versions is :mod:`grpo_theory.core.frameworks`):
 leading order and the Gaussian theory call its methods, and refuse an estimator without the piece
 they need by name. Besides the rewards an advantage may read what its ``needs`` declare from the
 :class:`PromptContext`: prompt constants, each response's squared score norm (``score_sq``, for
-weighted baselines) and a state carried across steps (``state``, with ``init_state`` and
-``update_state``: a history baseline).
+weighted baselines), a state carried across steps (``state``, with ``init_state`` and
+``update_state``: a history baseline) and verl's response lengths, greedy rewards and reward
+channels (``length``, ``greedy_reward``, ``channels``: :mod:`grpo_theory.core.verl_estimators`).
 
 **Batch-coupled** estimators (``Estimator.batch_coupled``) normalise over the whole batch: their
 advantage function reads rewards of shape ``(..., B, G)`` and reduces over the last two axes (a
@@ -98,12 +99,16 @@ class PromptContext(NamedTuple):
     optimal_baseline: jnp.ndarray | None = None  # b*(x)
     score_sq: jnp.ndarray | None = None  # per response: the squared score norm ||s||^2
     state: object = None  # a stateful estimator's state before this step
+    length: jnp.ndarray | None = None  # per response: its number of tokens (verl's mask sum)
+    greedy_reward: jnp.ndarray | None = None  # per prompt: the greedy response's reward (ReMax)
+    channels: jnp.ndarray | None = None  # per response: K reward channels, shape z.shape + (K,)
 
 
 AdvantageFn = Callable[[jnp.ndarray, PromptContext], jnp.ndarray]
 
 
-CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state")
+CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state", "length",
+                  "greedy_reward", "channels")
 """The :class:`PromptContext` fields an estimator may declare in ``Estimator.needs``."""
 
 
@@ -419,7 +424,8 @@ register(grpo_std(ddof=0, eps=1e-4, over="batch", name="grpo_std_easydel_batch")
 
 @float64
 def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estimator:
-    r"""verl's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``).
+    r"""verl v0.7's vectorised GRPO advantage (``adv_estimator=grpo_vectorized``; verl 0.9.1
+    takes two-pass moments without the floor, which is ``grpo_std_verl`` in float32).
 
     One-pass group moments ``s1 = sum Z``, ``s2 = sum Z^2`` (in float32 when ``float32``, as
     verl's ``group_mean_std``), ``var = (s2 - s1^2/G) / (G - 1)`` floored at ``eps``, and

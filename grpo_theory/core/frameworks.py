@@ -6,6 +6,8 @@ against plain-NumPy transcriptions of that code in ``tests/contracts/test_framew
 =========  ==================  ===========================================================
 TRL        f2cd577 (v1.9.0+)   ``trl/trainer/grpo_trainer.py``, ``grpo_config.py``
 verl       b178a3c (v0.7.0+)   ``verl/trainer/ppo/core_algos.py``, ``verl/utils/groupwise.py``
+verl       0.9.1 (PyPI)        every ``register_adv_est`` estimator but GAE, checked against the
+                               installed verl (``tests/verl/test_verl_transcriptions.py``)
 OpenRLHF   3c3be62 (v0.11.0)   ``openrlhf/trainer/ppo_utils/experience_maker.py``
 tunix      c7d8950 (v0.1.7+)   ``tunix/rl/algo_core.py``
 oat        c1a074c (v0.2.3)    ``oat/algorithms/ppo.py``, ``oat/args.py``
@@ -41,11 +43,41 @@ FRAMEWORK_OPTIONS: list[dict] = [
     _row("verl", "grpo", "grpo_std_verl", default="adv_estimator default: gae (v0.7)",
          note="loop form: torch.std (ddof 1) + 1e-6; norm_adv_by_std_in_grpo=True (default)"),
     _row("verl", "grpo,norm_adv_by_std_in_grpo=False", "grpo_mean", note="Dr. GRPO"),
-    _row("verl", "grpo_vectorized", "grpo_vectorized_verl",
-         note="float32 one-pass variance floored at 1e-6, / (std + 1e-6)"),
+    _row("verl", "grpo_vectorized", "grpo_std_verl",
+         note="0.9.1: two-pass float32 group moments without a variance floor "
+              "(group_mean_std(eps=0)), / (std + 1e-6): the loop form in float32"),
+    _row("verl", "grpo_vectorized (v0.7)", "grpo_vectorized_verl",
+         note="v0.7: float32 one-pass variance floored at 1e-6, / (std + 1e-6)"),
     _row("verl", "rloo", "rloo", note="G/(G-1) (Z - mean)"),
     _row("verl", "reinforce_plus_plus_baseline", "reinforce_plus_plus_baseline_verl",
          note="group mean, then masked_whiten over the batch (Bessel, var + 1e-8); batch-coupled"),
+    # verl 0.9.1's other estimators, checked against the installed verl
+    # (tests/verl/test_verl_transcriptions.py; core/verl_estimators.py)
+    _row("verl", "rloo_vectorized", "rloo", note="bincount form of rloo: the same advantages"),
+    _row("verl", "reinforce_plus_plus_baseline (unequal lengths)",
+         "reinforce_plus_plus_baseline_verl_tokens",
+         note="masked_whiten weights each response by its length; needs length"),
+    _row("verl", "grpo_passk", "grpo_passk_verl",
+         note="only the group's best response: (Z_max - Z_2nd) / (std + 1e-6); ties give 0"),
+    _row("verl", "grpo_passk,norm_adv_by_std_in_grpo=False", "grpo_passk_verl_noscale",
+         note="Z_max - Z_2nd on the best response"),
+    _row("verl", "opo", "opo_verl", note="Z - sum L Z / sum L (length-weighted group mean); "
+                                          "needs length"),
+    _row("verl", "reinforce_plus_plus", "reinforce_plus_plus_verl",
+         note="gamma = 1 (default): Z whitened over the batch's tokens, no group baseline; "
+              "needs length; batch-coupled"),
+    _row("verl", "remax", "remax_verl",
+         note="Z - reward of the greedy response (reward_baselines); needs greedy_reward"),
+    _row("verl", "gpg", "gpg_verl",
+         note="(Z - mean) * BG / #{Z != 0} over the batch (f_norm 1); batch-coupled"),
+    _row("verl", "gdpo", "gdpo_verl",
+         note="grpo per channel, weighted sum, masked_whiten; one channel without "
+              "gdpo_reward_keys (with them: gdpo(weights) and channels); needs length"),
+    _row("verl", "optimal_token_baseline", "optimal_token_baseline_verl",
+         note="one-token responses: Z - sum W Z / (sum W + 1e-8), W = 1 - 2 pi + sum pi^2 "
+              "= score_sq"),
+    _row("verl", "tir_optimal_token_baseline", "optimal_token_baseline_verl",
+         note="the same as optimal_token_baseline on one-token responses"),
     _row("verl", "loss_agg_mode=token-mean", "token-mean", "aggregation", default="default (v0.7)",
          note="/ global token count"),
     _row("verl", "loss_agg_mode=seq-mean-token-mean", "seq-mean-token-mean", "aggregation"),

@@ -143,11 +143,16 @@ def test_batch_coupled_flags():
     assert coupled == {"grpo_std_trl_batch", "grpo_std_easydel_batch", "reinforce_baseline",
                        "reinforce_baseline_openrlhf", "reinforce_plus_plus_baseline",
                        "reinforce_plus_plus_baseline_verl", "jspo", "jspo_pooled",
-                       "jspo_plus_plus"}
+                       "jspo_plus_plus",
+                       # verl 0.9.1 (core/verl_estimators.py)
+                       "reinforce_plus_plus_verl", "reinforce_plus_plus_baseline_verl_tokens",
+                       "gpg_verl", "gdpo_verl"}
     for n in coupled:
         est = gt.get_estimator(n)
-        # exact by batch counts (core.batch_exact), never by the per-group routes
-        assert est.closed_form is None and est.binary_exact and not est.rewards_only, n
+        # exact by batch counts (core.batch_exact), never by the per-group routes; those that
+        # read response lengths (verl's token whitening) are not functions of the rewards
+        assert est.closed_form is None and not est.rewards_only, n
+        assert est.binary_exact == ("length" not in est.needs), n
 
 
 def test_registry_lists_required_names():

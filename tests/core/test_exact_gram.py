@@ -22,8 +22,7 @@ POLICIES = {
     "sequence_noeos": gt.SequencePolicy.random(jax.random.PRNGKey(8), 3, 2, 3, eos=False),
     "sequence_random": gt.SequencePolicy.random(jax.random.PRNGKey(9), 4, 3, 3),
 }
-EXACT = sorted(k for k, e in _REGISTRY.items()
-               if e.rewards_only)
+EXACT = sorted(k for k, e in _REGISTRY.items() if e.rewards_only)  # the per-group exact routes
 KINDS = {"softmax": TabularScores, "linear": ExplicitScores, "sequence": TabularScores}
 
 
