@@ -13,12 +13,6 @@ from .optim.theory import GaussianBandit, gaussian_bandit
 from .optim.train import exact_objective, maximise
 from ._precision import float64
 
-__all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
-           "scaling_family_bandit",
-           "difficulty_policy", "difficulty_problem", "default_gaussian_bandit",
-           "scalar_gaussian_bandit", "length_reward_policy",
-           "length_policy", "stop_or_run_policy"]
-
 
 @float64
 def default_bandit(seed: int = 2024, n_prompts: int = 4, n_responses: int = 6) -> SoftmaxBandit:

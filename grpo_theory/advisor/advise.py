@@ -47,9 +47,6 @@ from .progress import training_note, warmup_log
 from .reward_spec import import_reward
 from .result import ScalingEstimate
 
-__all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward",
-           "exact_answer_reward", "c1_warning", "FigureWarning",
-           "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
 
 DEFAULT_GROUP_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_BUDGETS = (256, 1024, 4096)

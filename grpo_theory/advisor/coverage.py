@@ -36,8 +36,6 @@ from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_qua
 from .intervals import jackknife_cov
 from ..core.stats import ResultMixin
 
-__all__ = ["Coverage", "interval_coverage", "group_outcomes", "enumerated_expectation"]
-
 
 @dataclass(frozen=True)
 class Coverage(ResultMixin):

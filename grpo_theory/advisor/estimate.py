@@ -30,10 +30,6 @@ from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, _statistics_jit,  # n
                      prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
 
-__all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
-           "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
-           "estimate_scaling_constants", "lm_rollout_statistics", "resolve_chunk", "score_memory"]
-
 
 def _check_sizes(m, n):
     if n < MIN_SAMPLES:

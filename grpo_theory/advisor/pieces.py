@@ -42,8 +42,6 @@ from .._precision import float64
 from ..core.closed_forms import PIECES
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 
-__all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "prompt_pieces", "rollout_statistics",
-           "scaling_intervals", "t_quantile"]
 
 MIN_SAMPLES = 3
 """Fewest responses per prompt: the order-3 U-statistics need 3 distinct responses."""

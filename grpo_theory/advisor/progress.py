@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-__all__ = ["Progress", "training_note", "warmup_log", "STAGES", "WARMUP_MINUTES"]
 
 #: phase -> what the bar says
 STAGES = {"loading": "loading the model", "sampling": "sampling responses",

@@ -35,7 +35,6 @@ from ..core.noise import grpo_noise_scale
 from ..core.stats import Estimate, ResultMixin
 from .pieces import _intervals_jit, t_quantile
 
-__all__ = ["ScalingEstimate", "SUMMARY_ROWS"]
 
 #: rows of ScalingEstimate.conf_int() and .summary()
 SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")

@@ -16,8 +16,6 @@ import math
 from .. import _validation as V
 from .estimate import MIN_PROMPTS, MIN_SAMPLES
 
-__all__ = ["allowed_group_sizes", "propose_group_size"]
-
 
 def allowed_group_sizes(rows: int, min_group_size: int = MIN_SAMPLES,
                         max_group_size: int | None = None,

@@ -25,8 +25,6 @@ from .dp import NORMALISERS, _check_normaliser
 from .result import AllocationAudit
 from .rules import get_rule
 
-__all__ = ["audit", "check_estimator"]
-
 
 def check_estimator(estimator):
     """The estimator, or ``ValueError`` when it has no exact route for a rule."""
@@ -104,4 +102,3 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
         prompt_norms=norms)
 
 
-__all__ += ["NORMALISERS"]

@@ -36,7 +36,6 @@ from scipy.stats import binom
 
 from ..core.exact import _binary_advantages
 
-__all__ = ["PromptMoments", "count_moments", "answer_agreement_moments", "NORMALISERS"]
 
 NORMALISERS = ("group", "token")
 """``"group"``: each prompt's estimate is divided by its own group size k (equal prompt weights,

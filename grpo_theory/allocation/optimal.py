@@ -65,11 +65,6 @@ from ..core.scaling import ScalingConstants, scaling_constants
 from ..core.stats import Estimate, estimate_mean
 from .rules import Rule, per_prompt
 
-__all__ = ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
-           "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
-           "PlugInResult", "OptimalAllocation", "optimal_rule"]
-
-
 
 @dataclass(frozen=True)
 class PromptConstants:

@@ -22,8 +22,6 @@ from .auditor import check_estimator
 from .dp import _check_normaliser
 from .rules import get_rule
 
-__all__ = ["EnumeratedAudit", "enumerate_rule", "MonteCarloAudit", "monte_carlo"]
-
 
 class EnumeratedAudit(NamedTuple):
     """Brute-force moments of one batch slot (B = 1): ``mean`` (D,), ``mse``, ``acceptance``

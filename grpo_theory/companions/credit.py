@@ -50,14 +50,6 @@ from ..core.policy import PolicyWrapper
 from .._precision import float64
 from .mlp_policy import MLPSequencePolicy, scaled_policy, sequence_entropy
 
-__all__ = [
-    "token_scores", "token_advantages", "token_level_gradient", "sequence_level_gradient",
-    "group_gradient", "class_mean_scores", "binary_scalar", "binary_scalar_from_estimator",
-    "rank_measures", "response_matrix", "class_aggregate_matrix", "class_plane_energy",
-    "MLPSequencePolicy", "sequence_entropy", "scaled_policy", "rank_study",
-    "zero_advantage_probability", "zero_group_fraction", "baseline_comparison",
-    "train_grpo_records", "RANK_FIELDS", "score_reward_correlation",
-]
 
 RANK_FIELDS = ("erank", "participation", "n90")
 

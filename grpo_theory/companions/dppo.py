@@ -44,13 +44,6 @@ from ..core.montecarlo import sample_groups, summarize_squared_errors
 from ..core.policies import DiscreteProblem, as_problem
 from .._precision import float64
 
-__all__ = [
-    "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
-    "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
-    "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation",
-    "exact_pruned_mse", "mc_pruned_mse", "response_lengths",
-    
-]
 
 METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
 

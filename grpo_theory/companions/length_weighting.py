@@ -67,13 +67,6 @@ from ..core.estimators import PromptContext, get_estimator
 from ..core.policy import PolicyWrapper
 from .._precision import float64
 
-__all__ = [
-    "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
-    "conditional_advantages", "exact_expected_gradient",
-    "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
-    "alpha_sweep", "conditional_lengths",
-    "train_length_weighted", "expected_flow",
-]
 
 AGGREGATION_MODES = {
     "seq-mean-token-mean": (0.0, "verl seq-mean-token-mean = TRL 'grpo': 1/(G L_i)"),

@@ -13,8 +13,6 @@ from ..core.policies import SequencePolicy, as_problem
 from ..core.policy import EnumerablePolicy
 from .._precision import float64
 
-__all__ = ["MLPSequencePolicy", "scaled_policy", "sequence_entropy"]
-
 
 class MLPSequencePolicy(EnumerablePolicy):
     r"""Autoregressive softmax policy whose next-token logits come from a one-hidden-layer MLP.

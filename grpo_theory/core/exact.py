@@ -31,8 +31,6 @@ from .problem import as_problem
 from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
 from .._precision import float64
 
-__all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
-           "enumerate_estimates", "enumerated_moments"]
 
 #: bytes per entry of the binary route's advantage table, counting JAX temporaries
 _ADV_BYTES = 8 * 6

@@ -42,8 +42,6 @@ from .. import _validation as V
 from .problem import DiscreteProblem, _ProblemSource
 from .._precision import float64
 
-__all__ = ["ScoreStructure", "TabularScores", "ExplicitScores", "as_structure"]
-
 
 class ScoreStructure:
     """Common interface (see the module docstring). Subclasses are JAX pytrees.

@@ -61,8 +61,6 @@ from .stats import (Estimate, ScalarResultMixin, estimate_mean, moments_estimate
                     moments_update)
 from .._precision import float64
 
-__all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
-           "summarize_squared_errors", "RNG_IMPLS", "UNIFORM_DTYPES", "SAMPLERS"]
 
 #: PRNG implementations accepted by :func:`mc_mse` (see the module docstring)
 RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")

@@ -35,8 +35,6 @@ from .gram import as_structure
 from .scaling import ScalingConstants, scaling_constants
 from .ustat import _dot, prompt_moments
 
-__all__ = ["NoiseScale", "noise_scale", "grpo_noise_scale"]
-
 
 def grpo_noise_scale(c1, c2, c3, grad_norm_sq, group_size):
     """``B_noise(G) = (c1 G + c2 + c3/(G - 1)) / ||grad J||^2`` in responses (NumPy or JAX

@@ -14,8 +14,6 @@ import numpy as np
 
 from .._precision import float64
 
-__all__ = ["exact_objective", "maximise"]
-
 
 @float64
 def exact_objective(policy, params=None) -> jnp.ndarray:

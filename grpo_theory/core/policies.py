@@ -30,16 +30,6 @@ from .policy import EnumerablePolicy
 from .problem import DiscreteProblem, as_problem
 from .._precision import float64
 
-__all__ = [
-    "DiscreteProblem",
-    "EnumerablePolicy",
-    "SoftmaxBandit",
-    "LinearSoftmaxBandit",
-    "SequencePolicy",
-    "as_problem",
-    "n_sequences",
-]
-
 
 def _check_problem(shape, reward_means, prompt_probs, name="reward_means"):
     """Validated ``(prompt_probs, reward_means)`` for a policy with (P, K) = ``shape``."""

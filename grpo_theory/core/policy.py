@@ -31,7 +31,6 @@ from .problem import DiscreteProblem, _ProblemSource
 from .sampling import sample_groups
 from .._precision import float64
 
-__all__ = ["EnumerablePolicy", "GradientProblem", "PolicyWrapper"]
 
 #: the fields every enumerable policy sets (the core of the contract besides ``log_probs``)
 CORE_FIELDS = {

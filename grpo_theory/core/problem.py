@@ -24,8 +24,6 @@ import numpy as np
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["DiscreteProblem", "as_problem", "PROB_TOL", "RewardTable"]
-
 
 @runtime_checkable
 class RewardTable(Protocol):

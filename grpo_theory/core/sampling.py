@@ -24,9 +24,6 @@ from .. import _validation as V
 from .problem import DiscreteProblem, as_problem
 from .._precision import float64
 
-__all__ = ["sample_groups", "sample_from_uniforms", "joint_cell_cdf",
-           "sample_cells_from_uniforms", "sample_groups_joint"]
-
 
 def _inverse_cdf(cdf, u):
     """Index i with cdf[i-1] <= u < cdf[i] (last index if rounding leaves u >= cdf[-1])."""

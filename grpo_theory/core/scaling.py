@@ -21,9 +21,6 @@ from .gram import as_structure
 from .ustat import _closed_forms
 from .._precision import float64
 
-__all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
-           "budget_mse", "grid_argmin"]
-
 
 @dataclass(frozen=True)
 class ScalingConstants:

@@ -41,9 +41,6 @@ from scipy.special import ndtri, stdtrit  # norm.ppf's and t.ppf's kernels, not 
 
 from .._precision import float64
 
-__all__ = ["z_value", "t_value", "Result", "ResultMixin", "ScalarResultMixin", "Estimate",
-           "estimate_mean", "Moments", "moments_init", "moments_update", "moments_estimate"]
-
 
 @lru_cache(maxsize=64)
 def _z(alpha: float) -> float:

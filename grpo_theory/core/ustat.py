@@ -43,13 +43,6 @@ from .gram import as_structure
 from .problem import as_problem
 from .._precision import float64
 
-__all__ = [
-    "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",
-    "grpo_kernel", "grpo_loo_estimate", "grpo_ustat_estimate",
-    "PromptMoments", "prompt_moments", "prompt_mean_and_variance", "minibatch_mse",
-    "exact_mse_closed_form", "leading_order_mse", "sigma_oracle",
-]
-
 
 # --- general order-m U-statistics ---------------------------------------------------------------
 

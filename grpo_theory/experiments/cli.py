@@ -33,7 +33,6 @@ from .checks import kind_counts_line, md_cell, rebase_links
 # the heavy modules (JAX, pandas, the studies) are imported where they are used, so that
 # `grpo-theory --help` and `grpo-theory advise --help` answer at once
 
-__all__ = ["main", "write_report"]
 
 #: the ``--pad-embedding`` choices (:data:`grpo_theory.lm.budget.options.PAD_EMBEDDINGS`, written out
 #: so that the parser imports no JAX; a test checks they agree)

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from grpo_theory.lm.checkpoints.load import absolute_path, check_model_options
 from grpo_theory.lm.budget.options import ModelOptions
 
-__all__ = ["ModelSettings"]
-
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSettings:

@@ -21,8 +21,6 @@ from grpo_theory.core.montecarlo import estimate_gradient, sample_groups
 from grpo_theory.core.stats import z_value
 from grpo_theory.core.policies import as_problem
 
-__all__ = ["paired_squared_errors", "mean_ci"]
-
 
 @partial(jax.jit, static_argnames=("ests", "batch_size", "group_size", "chunk", "n_chunks"))
 def _paired(key, problem, baselines, ests, batch_size, group_size, chunk, n_chunks):

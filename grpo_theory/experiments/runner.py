@@ -50,10 +50,6 @@ from .progress import CellProgress
 from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
                     cell_text, check_out_dir)
 
-__all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
-           "run_experiments", "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "KINDS",
-           "check", "kind_counts", "kind_counts_line", "is_timing", "report_section", "last_run",
-           "float64"]
 
 def package_version() -> str:
     return __version__

@@ -33,9 +33,6 @@ from scipy import stats as _sps
 from ..core.stats import z_value
 from .runner import key_seed
 
-__all__ = ["ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
-           "bootstrap_ratio_ci", "SpearmanResult", "spearman", "ratio_ci", "markdown_table"]
-
 
 def _seed(seed) -> int:
     """An int seed from ``seed`` (an int, or a JAX PRNG key through ``key_seed``)."""

@@ -35,9 +35,6 @@ from .task import EOS, PAD, PROMPT_LEN, RESPONSE_LEN, response_mask, reward_text
 from .task import decode as task_decode
 from .task import encode as task_encode
 
-__all__ = ["LMPolicy", "check_prompts", "token_log_probs", "seq_log_probs", "score_contractions",
-           "generic_sample"]
-
 
 def check_prompts(prompts, vocab_size=None, pad=None):
     """Checked (N, P) prompts: integer ids in ``[0, vocab_size)``, or, when ``pad`` is given

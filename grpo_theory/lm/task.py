@@ -32,14 +32,6 @@ import numpy as np
 
 from .. import _validation as V
 
-__all__ = [
-    "TokenReward", "TextReward", "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig",
-    "Questions",
-    "encode", "decode", "response_mask", "parse_final_integer", "reward_text", "reward_answer_text",
-    "reward_tokens", "reward_exact_tokens", "reward",
-    "generate_questions", "eval_set", "train_pool", "encode_prompts", "target_responses",
-    "PROMPT_LEN", "ICL_PROMPT_LEN", "RESPONSE_LEN",
-]
 
 VOCAB = "_|0123456789+-*/()=:,;>"
 PAD, EOS = 0, 1

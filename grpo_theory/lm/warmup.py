@@ -45,10 +45,6 @@ from .policy import LMPolicy, response_mask
 from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
                    target_responses, train_pool)
 
-__all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
-           "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
-           "checkpoint_files",
-           "study_policies", "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
 #: (easy, hard) answer-corruption probabilities of each corpus

@@ -14,8 +14,6 @@ from .._precision import float64
 from ..core.objective import exact_objective, maximise
 from ..core.policy import EnumerablePolicy, GradientProblem
 
-__all__ = ["exact_objective", "maximise", "max_objective"]
-
 
 @float64
 def max_objective(policy) -> float:

@@ -17,8 +17,6 @@ import optax
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["SCHEDULES", "schedule", "ascent", "step_sizes"]
-
 
 def _constant(t, lr, offset):
     return lr + 0.0 * t

@@ -48,15 +48,6 @@ from .chi2_mixture import (chi2_weights, lyapunov_covariance, mixture_cdf, mixtu
 from .train import SCHEDULES, TrainConfig, TrainResult, train_batch
 from .._precision import float64
 
-__all__ = [
-    "GaussianBandit", "gaussian_bandit",
-    "Constants", "problem_constants", "gradient_covariance",
-    "gradient_mse", "limiting_covariance", "sample_gradient", "mc_gradient_moments", "sup_mse",
-    "TrainResult", "train", "SCHEDULES", "lemma6_constant_bound", "lemma6_recursion",
-    "lemma6_decreasing_bound", "lyapunov_covariance", "AsymptoticPrediction",
-    "asymptotic_prediction", "chi2_weights", "mixture_cdf", "mixture_quantile",
-    "sample_mixture",
-]
 
 class _GaussianBanditFields(NamedTuple):
     prompt_probs: jnp.ndarray  # (P,) f(x)

@@ -71,10 +71,6 @@ from .objective import exact_objective, max_objective, maximise
 from .schedules import SCHEDULES, _SCHEDULE_NAMES, _check_schedule, ascent, schedule, step_sizes
 from .train_types import TrainConfig, TrainResult
 
-__all__ = ["TrainConfig", "TrainResult", "make_train", "train_batch", "train", "train_schedules",
-           "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES",
-           "schedule", "ascent"]
-
 
 _max_objective = max_objective  # train() has an argument of the same name
 

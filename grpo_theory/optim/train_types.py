@@ -20,8 +20,6 @@ from .. import _validation as V
 from .._precision import float64
 from .schedules import _check_lr, _check_schedule
 
-__all__ = ["TrainConfig", "TrainResult"]
-
 
 # --- configuration and result ------------------------------------------------------------------
 

@@ -80,8 +80,6 @@ from grpo_theory.allocation import PassRateRule, pass_rate_allocation
 from ._checks import ALLOCATOR_MARK
 from .distributed import check_distributed, on_main
 
-__all__ = ["RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
-           "prompt_key"]
 
 #: the losses linear in the advantage with a known normaliser: row mean or token count
 ROW_LOSSES, TOKEN_LOSSES = ("grpo", "dr_grpo"), ("bnpo", "dapo")

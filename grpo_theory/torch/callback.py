@@ -65,7 +65,6 @@ from .estimate import estimate_from_torch_rollouts
 from .layers import check_trainable_layers
 from .schedule import Schedule, pool_batches
 
-__all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
 LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_G",
           "noise_scale", "noise_scale_low", "noise_scale_high",

@@ -41,9 +41,6 @@ from .ghost import batch_dots, batch_statistics, owned_ids
 from .layers import Recorder, check_trainable_layers
 from .sampling import POLICY_SAMPLING, sample_from_policy  # noqa: F401 (re-exported)
 
-__all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
-           "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
-           "estimate_from_model", "estimate_scaling_constants"]
 
 #: keep the m per-prompt means ``ghat_a`` (m x D floats) instead of a second pass when they take
 #: at most this many bytes

@@ -42,8 +42,6 @@ from .layers import _explicit, _Factored, _inner, _uses, layer_route
 #: form a parameter's m per-prompt means when they take at most this many bytes (else factored)
 FORM_BYTES = 256 * 2 ** 20
 
-__all__ = ["owned_ids", "BatchStatistics", "batch_statistics", "batch_dots", "dots_with_sum"]
-
 
 # --- one batch: per-sample norms, per-prompt norms, the sum, the dots -----------------------------
 

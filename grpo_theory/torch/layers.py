@@ -31,8 +31,6 @@ from torch.func import functional_call, grad, vmap
 
 from grpo_theory.lm.budget.ghost_rule import ghost_route
 
-__all__ = ["layer_route", "check_trainable_layers", "Recorder"]
-
 
 @dataclass
 class _Factored:

@@ -50,9 +50,6 @@ from grpo_theory.advisor.estimate import MIN_SAMPLES
 # the rule and the allowed sizes are pure: they live with the advisor, usable without torch
 from grpo_theory.advisor.schedule import allowed_group_sizes, propose_group_size
 
-__all__ = ["GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes",
-           "propose_group_size"]
-
 
 class ReChunkingSampler(Sampler):
     """TRL's ``RepeatSampler`` layout with a group size that can change between generation

@@ -13,8 +13,6 @@ from ...lm.policy import LMPolicy
 from ...lm.task import reward_exact_tokens
 from ...advisor.estimate import estimate_scaling_constants
 
-__all__ = ["advised_group_size"]
-
 
 def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,
                        chunk: int | None = 8, memory_budget=None, stage=None) -> dict:

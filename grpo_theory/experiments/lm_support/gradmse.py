@@ -46,7 +46,6 @@ from ...lm.policy import LMPolicy
 from ...lm.task import RESPONSE_LEN, encode_prompts, reward, target_responses
 from ...lm.training.grpo import exact_answer_quantities
 
-__all__ = ["ESTIMATORS", "reference_quantities", "gradient_mse_study"]
 
 ESTIMATORS = ("vanilla", "grpo", "oracle")
 

@@ -32,9 +32,6 @@ from ...lm.training.grpo import exact_answer_quantities
 from ...lm.policy import LMPolicy
 from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
 
-__all__ = ["concat_questions", "pass_rates", "pick_fixed_question", "pool_counts",
-           "concentrated_pool", "mixture_parts", "mixture_constants", "mixture_objective"]
-
 
 def concat_questions(*parts: Questions) -> Questions:
     """The questions of ``parts`` one after the other."""

@@ -45,9 +45,6 @@ from .mixture import mixture_constants
 from ...lm.policy import LMPolicy, generic_sample, seq_log_probs
 from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
 
-__all__ = ["mixture_weights", "mixture_gradient", "grpo_mse_replicates", "second_moments",
-           "mixture_mse_prediction"]
-
 
 def mixture_weights(p: float, n_fixed: int, n_rest: int) -> np.ndarray:
     """Prompt probabilities over ``n_fixed`` fixed rows then ``n_rest`` other rows: ``p`` spread

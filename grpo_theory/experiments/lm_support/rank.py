@@ -39,10 +39,6 @@ from ...core.estimators import compute_advantages
 from ...core.stats import Estimate, estimate_mean
 from ...lm.policy import LMPolicy, _tokens, seq_log_probs
 
-__all__ = ["group_score_grams", "dense_scores", "weighted_grams", "numerical_rank",
-           "distinct_responses", "binary_identity_residual", "zero_share_unbiased",
-           "zero_share_difference", "group_rank_table"]
-
 
 @partial(jax.jit, static_argnames=("apply_fn", "qchunk", "eos"))
 def _grams(apply_fn, params, prompts, responses, temperature, qchunk, eos):

@@ -56,9 +56,6 @@ from .ghost_rule import ROUTES, ghost_route
 from ..task import response_mask
 from .memory import acc_dtype, pad_to_chunk
 
-__all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ghost_moments",
-           "score_dots", "ROUTES", "layer_route"]
-
 
 # ---------------------------------------------------------------------------------------------
 # the architecture: the family's forward (its spec) over a set of "ops" (plain, or with

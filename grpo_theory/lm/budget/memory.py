@@ -64,10 +64,6 @@ import numpy as np
 from ... import _validation as V
 from .. import families
 
-__all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
-           "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
-           "is_out_of_memory", "live_array_bytes", "resident_base", "DEFAULT_BUDGET_FRACTION",
-           "OVERHEAD_FACTOR", "pad_to_chunk", "acc_dtype"]
 
 #: share of the available memory the default budget allows
 DEFAULT_BUDGET_FRACTION = 0.5

@@ -73,7 +73,6 @@ from ..task import reward_answer_text
 from .chat_template import render as render_template
 from .files import SUPPORTED_MODEL_TYPES
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "PAD_EMBEDDINGS", "HFPolicy", "hf_policy"]
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1

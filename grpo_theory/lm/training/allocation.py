@@ -57,7 +57,6 @@ from .grpo import _optimizer, task_tokens
 from ..policy import LMPolicy, seq_log_probs
 from ..task import reward_exact_tokens
 
-__all__ = ["LM_RULES", "lm_rule", "LMSampler", "train_with_rule", "accuracy_at_budgets"]
 
 #: shorthands of :func:`lm_rule` (name -> the parameters its rule takes)
 LM_RULES = {"fixed": ("group_size",), "dynamic_sampling": ("group_size", "max_rounds"),

@@ -51,8 +51,6 @@ from .grpo import _optimizer, exact_accuracy
 from ..policy import LMPolicy, response_mask
 from ..task import PAD, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["METHODS", "bucket", "sample_batch", "response_weights", "layout", "update",
-           "gradient", "warm_up", "train_dppo"]
 
 #: weightings of the kept responses: the unbiased one and the two biased controls
 METHODS = ("dppo", "no_rescale", "recompute")

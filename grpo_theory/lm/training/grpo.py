@@ -41,9 +41,6 @@ from ..checkpoints.hf import HFPolicy
 from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
 from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
 
-__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
-           "exact_answer_quantities", "pass_rate_spread", "best_integer_group_size",
-           "predicted_group_size", "train_grpo", "clipped_objective", "OPTIMIZERS"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
