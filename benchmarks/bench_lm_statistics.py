@@ -111,10 +111,11 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     import jax
     import jax.numpy as jnp
 
-    from grpo_theory.advisor.estimate import _weighted_grad, lm_rollout_statistics, \
-        resolve_chunk, score_memory
     from grpo_theory.lm import from_pretrained
-    from grpo_theory.lm.budget.memory import default_memory_budget, process_rss
+    from grpo_theory.lm.budget import (default_memory_budget, lm_rollout_statistics,
+                                       resolve_chunk, score_memory)
+    from grpo_theory.lm.budget.memory import process_rss
+    from grpo_theory.lm.policy import weighted_grad
 
     pol, t_load = _timed(lambda: from_pretrained(ckpt))
     d, b = score_memory(pol)
@@ -128,8 +129,8 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
         y, t_sample = _timed(lambda: np.asarray(pol.sample_blocked(0, xs, response_len)))
 
         def step():
-            g = _weighted_grad(pol.apply_fn, pol.params, jnp.asarray(xs), jnp.asarray(y),
-                               jnp.ones(n), pol.temperature, tuple(pol.eos_ids))
+            g = weighted_grad(pol.apply_fn, pol.params, jnp.asarray(xs), jnp.asarray(y),
+                              jnp.ones(n), pol.temperature, tuple(pol.eos_ids))
             return jax.block_until_ready(g)
 
         _, t1 = _timed(step)

@@ -24,14 +24,14 @@ from ..core.rollouts import RolloutStatistics
 from ..lm.budget.options import (ModelOptions, resolve_chunk,  # noqa: F401 (re-exported)
                                   score_memory)
 from ..lm.policy import LMPolicy
-from ..lm.policy import _weighted_grad  # noqa: F401 (re-exported)
+from ..lm.policy import weighted_grad  # noqa: F401 (re-exported)
 from ..lm.budget.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
-from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, _statistics_jit,  # noqa: F401
+from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, statistics_jit,  # noqa: F401
                      prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
 from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
 
 
-def _check_sizes(m, n):
+def check_sizes(m, n):
     if n < MIN_SAMPLES:
         raise ValueError(f"n_samples must be >= {MIN_SAMPLES} (the order-3 U-statistics of "
                          f"E[||s||^2|x] sigma^2(x) and tr Sigma_or(x) need {MIN_SAMPLES} distinct "
@@ -118,7 +118,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
                                                 rewards.mean_sq, rewards.mean_dot)
     z = _finite("rewards", rewards, ndim=2)
     m, n = z.shape
-    _check_sizes(m, n)
+    check_sizes(m, n)
     alpha = V.real_scalar("alpha", alpha, positive=True)
     if not alpha < 1:
         raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
@@ -163,7 +163,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
         with np.errstate(over="ignore"):  # inf here: refused below as an overflow
             mq, md = np.ldexp(mq, -(2 * kz + kq)), np.ldexp(md, -(2 * kz + kq))
     with jax.enable_x64(True):
-        theta, cov, pieces = _statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
+        theta, cov, pieces = statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
                                              jnp.asarray(md))
         theta, cov = np.asarray(theta), np.asarray(cov)
         pieces = {k: np.asarray(v) for k, v in pieces.items()}
@@ -325,9 +325,9 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
             rows = np.arange(pool.shape[0])
         else:
             m = V.integer("n_prompts", n_prompts)
-            _check_sizes(m, n)
+            check_sizes(m, n)
             rows = np.asarray(jax.random.randint(kp, (m,), 0, pool.shape[0]))
-        _check_sizes(len(rows), n)
+        check_sizes(len(rows), n)
         if options is None:
             options = ModelOptions(memory_budget=memory_budget, chunk=chunk)
         elif chunk != 64 or memory_budget is not None:
@@ -339,6 +339,6 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
     if n_prompts is None:
         raise ValueError("n_prompts is required for an enumerable policy")
     m = V.integer("n_prompts", n_prompts)
-    _check_sizes(m, n)
+    check_sizes(m, n)
     z, s = _enumerable_rollouts(policy, m, n, key)
     return estimate_from_rollouts(z, s, alpha=alpha)

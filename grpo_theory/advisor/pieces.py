@@ -126,7 +126,7 @@ def rollout_statistics(rewards, sq_norms, mean_sq, mean_dot):
 
 
 @jax.jit
-def _statistics_jit(z, q, mq, md):
+def statistics_jit(z, q, mq, md):
     theta, loo, pieces = rollout_statistics(z, q, mq, md)
     return theta, jackknife_cov(loo), pieces
 
@@ -154,7 +154,7 @@ def scaling_intervals(theta, cov, quantile):
     return dict(c=c, se=se, low=lo, high=hi, g_star=g, g_low=g_lo, g_high=g_hi)
 
 
-_intervals_jit = jax.jit(scaling_intervals)
+intervals_jit = jax.jit(scaling_intervals)
 
 
 def t_quantile(alpha: float, n_prompts: int) -> float:

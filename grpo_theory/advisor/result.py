@@ -33,7 +33,7 @@ from ..core.closed_forms import closed_form_of
 from ..core.estimators import get_estimator
 from ..core.noise import grpo_noise_scale
 from ..core.stats import Estimate, ResultMixin
-from .pieces import _intervals_jit, t_quantile
+from .pieces import intervals_jit, t_quantile
 
 
 #: rows of ScalingEstimate.conf_int() and .summary()
@@ -101,7 +101,7 @@ class ScalingEstimate(ResultMixin):
         a = self.alpha if alpha is None else alpha
         q = t_quantile(a, self.n_prompts)
         with jax.enable_x64(True):
-            out = _intervals_jit(jnp.asarray(self.theta), jnp.asarray(self.cov), q)
+            out = intervals_jit(jnp.asarray(self.theta), jnp.asarray(self.cov), q)
         return {k: np.asarray(v) for k, v in out.items()}
 
     @property

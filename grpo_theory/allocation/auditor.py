@@ -21,7 +21,7 @@ from .. import _validation as V
 from .._precision import float64
 from ..core.estimators import get_estimator
 from ..core.gram import as_structure
-from .dp import NORMALISERS, _check_normaliser
+from .dp import NORMALISERS, check_normaliser
 from .result import AllocationAudit
 from .rules import get_rule
 
@@ -68,7 +68,7 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
     r = get_rule(rule)
     est = check_estimator(estimator)
     B = V.integer("batch_size", batch_size, 1)
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     st = as_structure(problem)
     P = st.n_prompts
     r.check_problem(P)

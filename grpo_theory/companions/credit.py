@@ -405,13 +405,13 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, l
         ``q = V^G + (1-V)^G`` for the sampled prompts, and the mean rank measures of the mixed
         groups (resp_erank, plane_energy, and weight_erank when ``weight`` is given).
     """
-    from ..optim.train import TrainConfig, _seed_keys, train_batch
+    from ..optim.train import TrainConfig, seed_keys, train_batch
 
     G = V.positive_int("group_size", group_size, 2)
     est = get_estimator(estimator)
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     wb = _WeightBlock(policy, weight) if weight is not None else None
-    _, keys = _seed_keys(seeds)
+    _, keys = seed_keys(seeds)
     rec = dict(train_batch(_RecordedPolicy(policy, wb), est, cfg, keys,
                            sup_objective=0.0).records)
     grams = rec.pop("grams")

@@ -468,14 +468,14 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_si
     Returns:
         Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
     """
-    from ..optim.train import TrainConfig, _seed_keys, train_batch
+    from ..optim.train import TrainConfig, seed_keys, train_batch
 
     _check_policy(policy)
     a = _check_alpha(alpha)
     est = get_estimator(estimator)
     G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
-    _, keys = _seed_keys(seeds)
+    _, keys = seed_keys(seeds)
     rec = train_batch(_LengthWeighted(policy, a), est, cfg, keys, sup_objective=0.0).records
     return {k: np.asarray(v) for k, v in rec.items()}
 

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from .problem import DiscreteProblem, _ProblemSource
+from .problem import DiscreteProblem, ProblemSource
 from .._precision import float64
 
 
@@ -316,7 +316,7 @@ def as_structure(obj, params=None) -> ScoreStructure:
         return obj
     if isinstance(obj, DiscreteProblem):
         return ExplicitScores.from_problem(obj)
-    if isinstance(obj, _ProblemSource):
+    if isinstance(obj, ProblemSource):
         return obj.score_structure(params)
     raise ValueError(
         "bandit must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "

@@ -18,7 +18,7 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
-from .schedules import _check_lr, _check_schedule
+from .schedules import check_lr, check_schedule
 
 
 # --- configuration and result ------------------------------------------------------------------
@@ -74,9 +74,9 @@ class TrainConfig:
         n = V.integer("n_steps", self.n_steps, 1)
         set_("n_steps", n)
         if callable(self.schedule):
-            _check_lr(self.lr, "lr")
+            check_lr(self.lr, "lr")
         else:
-            _check_schedule(self.schedule, self.lr, self.offset, "lr")
+            check_schedule(self.schedule, self.lr, self.offset, "lr")
         set_("lr", float(self.lr))
         set_("offset", float(self.offset))
         if self.log_steps is not None:

@@ -21,7 +21,7 @@ from grpo_theory.plotting import plt, save_figure
 
 from .measured_stats import (ESTIMATORS, bootstrap_argmin, budget_differences,
                              measured_group_variance, measured_mse_table, oracle_hat_extra)
-from .tasks import _family
+from .tasks import family_items
 
 __all__ = ["population", "prediction", "analyse"]
 
@@ -47,7 +47,7 @@ def population(study) -> dict:
                          "'response_len'") from None
     pr = C.read_csv(study / "prompts.csv", ("prompt", "question", "score_sq")
                     ).sort_values("prompt")
-    qs, pre, ans = _family(task)
+    qs, pre, ans = family_items(task)
     by_q = {q: (p, a) for q, p, a in zip(qs, pre, ans)}
     ref = C.read_csv(study / "passrates.csv", ("task", "prompt", "rewards"),
                      dtype={"rewards": str})

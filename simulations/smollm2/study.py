@@ -53,10 +53,10 @@ from grpo_theory.experiments import study_cli as C
 from grpo_theory.lm.checkpoints.load import response_texts
 from grpo_theory.lm.task import reward_answer_text
 
-from .analysis import (WINDOW, _mean_ci, budget_table, figure, mse_table, report,
+from .analysis import (WINDOW, budget_table, figure, mse_table, prompt_mean_ci, report,
                        zero_variance_table)
-from .tasks import (CANDIDATES, _family, _prompts, _rewards, candidate_questions, choose_task,
-                    family_size, sample_pass_rates)
+from .tasks import (CANDIDATES, candidate_questions, chat_prompts, choose_task, family_items,
+                    family_size, sample_pass_rates, text_rewards)
 
 __all__ = ["CANDIDATES", "StudyConfig", "candidate_questions", "sample_pass_rates",
            "choose_task", "zero_variance_table", "mse_table", "budget_table", "run_study",
@@ -252,12 +252,12 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     if st is None:
         from tqdm.auto import tqdm
 
-        x = _prompts(policy, qs, pre)
+        x = chat_prompts(policy, qs, pre)
         bar = tqdm(total=len(qs), desc="advisor: pass 2 (prompts)", disable=not progress,
                    file=sys.stderr)
 
         def tok_reward(rows, y):
-            return _rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
+            return text_rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
 
         t1 = time.time()
         _log("phase 2: sampling, then per-sample and per-prompt ghost norms (chunks of "
@@ -295,7 +295,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     meta["model_sha256"] = model_hash(cfg.model)
     meta["c1_warning"] = c1_warning(est)
     # phase 2 redraws the same prompts' responses: its pass rates must agree with phase 1's
-    diff = _mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
+    diff = prompt_mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
     meta["pass_rate"] = dict(phase1=float(ref_z.mean()), phase2=float(np.mean(st["rewards"])),
                              diff=diff[0], diff_low=diff[2], diff_high=diff[3],
                              z=diff[0] / diff[1] if diff[1] > 0 else float("nan"))
@@ -310,7 +310,7 @@ def check_config(cfg: StudyConfig) -> StudyConfig:
     if not Path(cfg.model).exists():
         raise ValueError(f"--model {cfg.model}: no such file")
     for t in cfg.tasks:
-        _family(t)
+        family_items(t)
     if cfg.task is not None and cfg.task not in cfg.tasks:
         raise ValueError(f"--task {cfg.task!r} must be one of --tasks {list(cfg.tasks)}")
     V.integer("--n-samples", cfg.n_samples, 3)

@@ -151,7 +151,7 @@ def found(modules):
     return _scan(modules)
 
 
-@pytest.mark.parametrize("rule", ["all"])
+@pytest.mark.parametrize("rule", ["all", "private"])
 def test_the_surface_rules_hold(found, rule):
     hits = _rule(found, rule)
     assert not hits, "\n".join(hits)

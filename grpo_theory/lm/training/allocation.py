@@ -53,7 +53,7 @@ from ... import _validation as V
 from ... import allocation as A
 from ...allocation import Draw, Rule, Sampler, loo_weights
 from ...allocation.greedy import unique_answer_constants
-from .grpo import _optimizer, task_tokens
+from .grpo import cached_optimizer, task_tokens
 from ..policy import LMPolicy, seq_log_probs
 from ..task import reward_exact_tokens
 
@@ -255,7 +255,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     px, pc = task_tokens(policy, pool)
     ex, ec = task_tokens(policy, eval_questions)
     pool_x, pool_c, ex, ec = map(jnp.asarray, (px, pc, ex, ec))
-    opt = _optimizer(float(lr), "adam")
+    opt = cached_optimizer(float(lr), "adam")
     params, key = policy.params, V.random_key(seed, key)
     opt_state = opt.init(params)
     acc0 = float(jnp.mean(jnp.exp(seq_log_probs(policy.apply_fn, params, ex, ec,

@@ -47,7 +47,7 @@ from ...companions.dppo import KeepScheme, masked_advantages
 from ...companions.packing import pack
 from ...core.estimators import PromptContext, get_estimator
 from ...optim.clipped import clipped_surrogate, multi_epoch_update
-from .grpo import _optimizer, exact_accuracy
+from .grpo import cached_optimizer, exact_accuracy
 from ..policy import LMPolicy, response_mask
 from ..task import PAD, encode_prompts, reward_exact_tokens, target_responses
 
@@ -351,7 +351,7 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group_size: i
     pool_c = jnp.asarray(target_responses(pool, "answer"))
     ex = encode_prompts(eval_questions, "answer")
     ec = target_responses(eval_questions, "answer")
-    opt = _optimizer(float(lr))
+    opt = cached_optimizer(float(lr))
     params, state = policy.params, opt.init(policy.params)
     key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     n = batch * group

@@ -191,7 +191,7 @@ OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 
 
 @lru_cache(maxsize=None)
-def _optimizer(lr: float, name: str = "adam"):
+def cached_optimizer(lr: float, name: str = "adam"):
     """One optimiser object per (learning rate, name): it is a static argument of the jitted
     chunk, so a fresh object per run would recompile (and keep) a new executable for every
     run."""
@@ -274,7 +274,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     px, pc = task_tokens(policy, pool)
     pool_x, pool_c = jnp.asarray(px), jnp.asarray(pc)
     ex, ec = task_tokens(policy, eval_questions)
-    opt = _optimizer(float(lr), optimizer)
+    opt = cached_optimizer(float(lr), optimizer)
     params = policy.params
     opt_state = opt.init(params)
     key = V.random_key(seed, key)
