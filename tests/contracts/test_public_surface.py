@@ -151,13 +151,13 @@ def found(modules):
     return _scan(modules)
 
 
-@pytest.mark.parametrize("rule", ["all", "private"])
+@pytest.mark.parametrize("rule", ["all", "private", "trl"])
 def test_the_surface_rules_hold(found, rule):
     hits = _rule(found, rule)
     assert not hits, "\n".join(hits)
 
 
-def _test_the_trl_module_names_its_version(modules):
+def test_the_trl_module_names_its_version(modules):
     path, _ = modules[TRL_MODULE]
     assert "TRL 1.16.0" in ast.get_docstring(ast.parse(path.read_text()))
 
