@@ -8,9 +8,8 @@ import jax
 import numpy as np
 
 from ._validation import positive_int, seed_key
-from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
-from .optim.theory import GaussianBandit, gaussian_bandit
-from .optim.train import exact_objective, maximise
+from .core import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, exact_objective, maximise
+from .optim import GaussianBandit, gaussian_bandit
 from ._precision import float64
 
 

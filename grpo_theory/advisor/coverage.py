@@ -28,13 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.problem import as_problem
-from ..core.sampling import sample_from_uniforms
-from ..core.scaling import scaling_constants
-from ..core.ustat import prompt_moments
-from .estimate import check_sizes, rollout_statistics, scaling_intervals, t_quantile
+from ..core import ResultMixin, as_problem, prompt_moments, sample_from_uniforms, scaling_constants
+from .estimate import check_sizes
+from .pieces import rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
-from ..core.stats import ResultMixin
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,10 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.rollouts import RolloutStatistics
-from ..lm.budget.options import (ModelOptions, resolve_chunk,  # noqa: F401 (re-exported)
-                                  score_memory)
-from ..lm.policy import LMPolicy
-from ..lm.policy import weighted_grad  # noqa: F401 (re-exported)
-from ..lm.budget.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
-from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, statistics_jit,  # noqa: F401
-                     prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
-from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
+from ..core import RolloutStatistics
+from ..lm import LMPolicy, ModelOptions, lm_rollout_statistics
+from .pieces import MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, statistics_jit
+from .result import ScalingEstimate
 
 
 def check_sizes(m, n):
@@ -245,7 +240,7 @@ def _check_finite_results(theta, cov, kz, kq):
 # --- policies -------------------------------------------------------------------------------------
 
 def _enumerable_rollouts(policy, m, n, key):
-    from ..core.policies import as_problem
+    from ..core import as_problem
 
     prob = as_problem(policy)
     P, K, D = prob.scores.shape
@@ -259,7 +254,7 @@ def _enumerable_rollouts(policy, m, n, key):
 @partial(jax.jit, static_argnames=("m", "n"))
 def _sample_scores(key, prob, m, n):
     """Rewards (m, n) and the sampled scores (m, n, D) of a DiscreteProblem (one compile)."""
-    from ..core.sampling import sample_from_uniforms
+    from ..core import sample_from_uniforms
 
     kx, ky, kz = jax.random.split(key, 3)
     x, y, z = sample_from_uniforms(prob, jax.random.uniform(kx, (m,)),

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.closed_forms import PIECES
+from ..core import PIECES
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 
 

@@ -29,10 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.closed_forms import closed_form_of
-from ..core.estimators import get_estimator
-from ..core.noise import grpo_noise_scale
-from ..core.stats import Estimate, ResultMixin
+from ..core import Estimate, ResultMixin, closed_form_of, get_estimator, grpo_noise_scale
 from .pieces import intervals_jit, t_quantile
 
 
@@ -133,7 +130,7 @@ class ScalingEstimate(ResultMixin):
     @property
     def constants(self):
         """The point estimates as a :class:`grpo_theory.core.scaling.ScalingConstants`."""
-        from ..core.scaling import ScalingConstants
+        from ..core import ScalingConstants
 
         return ScalingConstants(self.c1, self.c2, self.c3)
 

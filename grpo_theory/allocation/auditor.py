@@ -19,9 +19,8 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import get_estimator
-from ..core.gram import as_structure
-from .dp import NORMALISERS, check_normaliser
+from ..core import as_structure, get_estimator
+from .dp import check_normaliser
 from .result import AllocationAudit
 from .rules import get_rule
 

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import binom
 
-from ..core.exact import binary_advantages
+from ..core import binary_advantages
 
 
 NORMALISERS = ("group", "token")

@@ -15,9 +15,7 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import PromptContext
-from ..core.problem import as_problem
-from ..core.stats import Estimate, ResultMixin, estimate_mean
+from ..core import Estimate, PromptContext, ResultMixin, as_problem, estimate_mean
 from .auditor import check_estimator
 from .dp import check_normaliser
 from .rules import get_rule

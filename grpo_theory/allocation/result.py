@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.stats import ResultMixin
+from ..core import ResultMixin
 
 
 #: the rows of :meth:`AllocationAudit.summary`

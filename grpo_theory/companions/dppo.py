@@ -38,10 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import Estimator, PromptContext, get_estimator
-from ..core.exact import exact_mse
-from ..core.montecarlo import sample_groups, summarize_squared_errors
-from ..core.policies import DiscreteProblem, as_problem
+from ..core import (DiscreteProblem, Estimator, PromptContext, as_problem, exact_mse,
+                    get_estimator, sample_groups, summarize_squared_errors)
 from .._precision import float64
 
 

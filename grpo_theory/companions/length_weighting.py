@@ -63,8 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.policy import PolicyWrapper
+from ..core import PolicyWrapper, PromptContext, get_estimator
 from .._precision import float64
 
 
@@ -468,7 +467,7 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_si
     Returns:
         Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
     """
-    from ..optim.train import TrainConfig, seed_keys, train_batch
+    from ..optim import TrainConfig, seed_keys, train_batch
 
     _check_policy(policy)
     a = _check_alpha(alpha)

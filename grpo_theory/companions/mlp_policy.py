@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.policies import SequencePolicy, as_problem
-from ..core.policy import EnumerablePolicy
+from ..core import EnumerablePolicy, SequencePolicy, as_problem
 from .._precision import float64
 
 

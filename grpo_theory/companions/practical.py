@@ -48,7 +48,7 @@ from scipy import stats
 from scipy.special import gammaln as _gammaln
 
 from .. import _validation as V
-from ..core.policies import SequencePolicy
+from ..core import SequencePolicy
 from .._precision import float64
 
 

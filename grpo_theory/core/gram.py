@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import _validation as V
 from .problem import DiscreteProblem, ProblemSource

@@ -27,7 +27,6 @@ from .. import _validation as V
 from .gram import ExplicitScores, TabularScores
 from .objective import exact_objective, maximise
 from .policy import EnumerablePolicy
-from .problem import DiscreteProblem, as_problem
 from .._precision import float64
 
 

@@ -47,7 +47,7 @@ def joint_cell_cdf(problem: DiscreteProblem):
     """CDF ``(P, 2K)`` over the cells ``c = 2y + z`` of each prompt (see the module docstring).
 
     Args:
-        problem: a :class:`~grpo_theory.core.policies.DiscreteProblem`.
+        problem: a :class:`~grpo_theory.core.problem.DiscreteProblem`.
 
     Returns:
         float64 array; row ``x`` is the cumulative sum of ``pi(y|x) (1 - mu)``, ``pi(y|x) mu``

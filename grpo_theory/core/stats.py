@@ -1,7 +1,7 @@
 r"""The result interface of the package, the scalar :class:`Estimate`, and a streaming accumulator.
 
 Every result that carries estimates with standard errors (:class:`Estimate`,
-:class:`~grpo_theory.core.montecarlo.MCResult`, :class:`~grpo_theory.advisor.estimate.ScalingEstimate`,
+:class:`~grpo_theory.core.montecarlo.MCResult`, :class:`~grpo_theory.advisor.result.ScalingEstimate`,
 ...) implements one interface (:class:`Result`, through :class:`ResultMixin`), statsmodels style:
 
 * ``conf_int(alpha=0.05)`` -> ``pandas.DataFrame`` indexed by parameter name, columns ``lower``,

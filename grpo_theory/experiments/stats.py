@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _sps
 
-from ..core.stats import z_value
+from ..core import z_value
 from .runner import key_seed
 
 

@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -44,6 +43,7 @@ PROMPT_LEN = 12  # longest question, e.g. "99-99+99-99=" (12 chars)
 SHOT_LEN = 12  # longest easy solved example, e.g. "9-9-9-9=-18;" (in-context shots are easy)
 ICL_PROMPT_LEN = PROMPT_LEN + 2 * SHOT_LEN  # two shots
 RESPONSE_LEN = {"answer": 5, "trace": 16}  # incl. EOS; "-396|" and "-123,-45>-89|" fit
+"""The response length (tokens, EOS included) of each task format."""
 
 
 def encode(text: str) -> list[int]:

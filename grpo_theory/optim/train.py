@@ -63,12 +63,11 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import PromptContext, get_estimator
-from ..core.policy import EnumerablePolicy, GradientProblem
-from ..core.sampling import sample_groups
+from ..core import (EnumerablePolicy, GradientProblem, PromptContext, exact_objective,
+                    get_estimator, sample_groups)
 from .clipped import clipped_surrogate, multi_epoch_update
-from .objective import exact_objective, max_objective, maximise
-from .schedules import SCHEDULES, SCHEDULE_NAMES, check_schedule, ascent, schedule, step_sizes
+from .objective import max_objective
+from .schedules import SCHEDULE_NAMES, ascent, check_schedule, schedule
 from .train_types import TrainConfig, TrainResult
 
 

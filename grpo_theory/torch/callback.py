@@ -56,8 +56,8 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
-from grpo_theory.core.frameworks import preset as framework_preset
+from grpo_theory.advisor import MIN_PROMPTS, MIN_SAMPLES
+from grpo_theory.core import preset as framework_preset
 
 from . import _trl as TRL
 from ._checks import ALLOCATOR_MARK, check_causal

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, grad, vmap
 
-from grpo_theory.lm.budget.ghost_rule import ghost_route
+from grpo_theory.lm import ghost_route
 
 
 @dataclass

@@ -46,9 +46,8 @@ from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import MIN_SAMPLES
+from grpo_theory.advisor import MIN_SAMPLES, allowed_group_sizes, propose_group_size
 # the rule and the allowed sizes are pure: they live with the advisor, usable without torch
-from grpo_theory.advisor.schedule import allowed_group_sizes, propose_group_size
 
 from . import _trl as TRL
 

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import ScalingEstimate, t_quantile
-from grpo_theory.experiments.stats import markdown_table
-from grpo_theory.experiments.lm_support.rank import zero_share_unbiased
+from grpo_theory.advisor import ScalingEstimate, t_quantile
+from grpo_theory.experiments import markdown_table
+from grpo_theory.experiments.lm_support import zero_share_unbiased
 from grpo_theory.plotting import plt, save_figure
 
 __all__ = ["WINDOW", "MSE_GROUP_SIZES", "BUDGETS", "zero_variance_table", "mse_table",

@@ -43,7 +43,7 @@ import pandas as pd
 import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.experiments import study_cli as C
-from grpo_theory.lm.checkpoints.load import response_texts
+from grpo_theory.lm.checkpoints import response_texts
 
 from .measured_report import analyse, population
 from .tasks import chat_prompts, text_rewards

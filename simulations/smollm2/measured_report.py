@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
-from grpo_theory.experiments import study_cli as C
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.advisor import estimate_from_rollouts, t_quantile
+from grpo_theory.experiments import markdown_table, study_cli as C
 from grpo_theory.plotting import plt, save_figure
 
 from .measured_stats import (ESTIMATORS, bootstrap_argmin, budget_differences,

@@ -13,7 +13,7 @@ and scored by :func:`grpo_theory.lm.task.reward_answer_text`; the family with th
 whose pass rate lies in [0.2, 0.8] is the task (``passrates.csv``, ``passrates_summary.csv``).
 
 Phase 2 (the advisor): on the chosen family's same prompts, ``n_samples`` fresh responses each
-and their per-sample scores (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`, scores
+and their per-sample scores (:func:`grpo_theory.lm.budget.statistics.lm_rollout_statistics`, scores
 streamed in chunks) give the unbiased U-statistic estimates of c1, c2, c3, G* with jackknife and
 Fieller intervals (``constants.csv``); the predicted MSE of the vanilla, GRPO and oracle
 estimators against G (:meth:`ScalingEstimate.mse`, intervals :meth:`ScalingEstimate.mse_ci`;
@@ -47,11 +47,10 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
-from grpo_theory.advisor.advise import c1_warning
-from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
+from grpo_theory.advisor import c1_warning, estimate_from_rollouts
+from grpo_theory.lm import lm_rollout_statistics, reward_answer_text
 from grpo_theory.experiments import study_cli as C
-from grpo_theory.lm.checkpoints.load import response_texts
-from grpo_theory.lm.task import reward_answer_text
+from grpo_theory.lm.checkpoints import response_texts
 
 from .analysis import (WINDOW, budget_table, figure, mse_table, prompt_mean_ci, report,
                        zero_variance_table)

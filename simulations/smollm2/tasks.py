@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
-from grpo_theory.lm.checkpoints.load import response_texts
-from grpo_theory.lm.task import reward_answer_text
+from grpo_theory.lm.checkpoints import response_texts
+from grpo_theory.lm import reward_answer_text
 
 __all__ = ["NUMBER_ONLY", "CANDIDATES", "family_size", "candidate_questions", "sample_pass_rates",
            "choose_task"]

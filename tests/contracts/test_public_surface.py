@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {"grpo_theory": "grpo_theory", "simulations": "grpo_theory.studies"}
 #: the one module of the torch layer that touches TRL's private members
 TRL_MODULE = "grpo_theory.torch._trl"
+#: (module, name) imported from outside a face: ``advise`` names its own module, so the advisor's
+#: face cannot hold the function (``from grpo_theory.advisor.advise import advise``)
+OFF_FACE = {("grpo_theory.advisor.advise", "advise")}
 
 
 def _private(name):
@@ -100,6 +103,8 @@ def all_violations(source, module, is_pkg, modules):
             if (not _internal(target) or len(parts) < 2 or parts[1] == own
                     or not modules.get(".".join(parts[:2]), (None, False))[1]):
                 continue  # the same subpackage, or a module at the top (_validation, problems)
+            if (target, name) in OFF_FACE:
+                continue
             if target not in modules or not modules[target][1]:
                 out.append(f"face: {line}: {target} is not a face")
             elif name is not None and is_module:
@@ -151,7 +156,7 @@ def found(modules):
     return _scan(modules)
 
 
-@pytest.mark.parametrize("rule", ["all", "private", "trl"])
+@pytest.mark.parametrize("rule", ["all", "private", "face", "trl"])
 def test_the_surface_rules_hold(found, rule):
     hits = _rule(found, rule)
     assert not hits, "\n".join(hits)

@@ -28,9 +28,9 @@ import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import AdviceResult
 from grpo_theory.advisor.coverage import Coverage
-from grpo_theory.advisor.estimate import ScalingEstimate, estimate_from_rollouts
-from grpo_theory.companions import credit as C
-from grpo_theory.companions import length_weighting as LW
+from grpo_theory.advisor.result import ScalingEstimate
+from grpo_theory.advisor.estimate import estimate_from_rollouts
+from grpo_theory.companions import credit as C, length_weighting as LW
 from grpo_theory.core.montecarlo import MCResult
 from grpo_theory.core.stats import (Estimate, Result, ResultMixin, ScalarResultMixin, t_value,
                                     z_value)

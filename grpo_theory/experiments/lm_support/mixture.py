@@ -27,10 +27,9 @@ import jax
 import numpy as np
 
 from ... import _validation as V
-from ...core.scaling import ScalingConstants, budget_mse
-from ...lm.training.grpo import exact_answer_quantities
-from ...lm.policy import LMPolicy
-from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
+from ...core import ScalingConstants, budget_mse
+from ...lm.training import exact_answer_quantities
+from ...lm import RESPONSE_LEN, LMPolicy, Questions, encode_prompts, target_responses
 
 
 def concat_questions(*parts: Questions) -> Questions:

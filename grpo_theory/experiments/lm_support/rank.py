@@ -34,10 +34,9 @@ from jax.flatten_util import ravel_pytree
 from scipy.special import gammaln
 
 from ... import _validation as V
-from ...companions.credit import RANK_FIELDS, rank_measures_from_gram
-from ...core.estimators import compute_advantages
-from ...core.stats import Estimate, estimate_mean
-from ...lm.policy import LMPolicy, checked_tokens, seq_log_probs
+from ...companions import RANK_FIELDS, rank_measures_from_gram
+from ...core import Estimate, compute_advantages, estimate_mean
+from ...lm import LMPolicy, checked_tokens, seq_log_probs
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "qchunk", "eos"))

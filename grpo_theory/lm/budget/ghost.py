@@ -51,7 +51,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import families
-from ..families.qwen2 import positions_mask
 from .ghost_rule import ROUTES, ghost_route
 from ..task import response_mask
 from .memory import acc_dtype, pad_to_chunk

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import _validation as V
-from ...core.rollouts import RolloutStatistics
+from ...core import RolloutStatistics
 from .memory import out_of_memory_as_value_error
 from .options import ModelOptions, score_memory
 

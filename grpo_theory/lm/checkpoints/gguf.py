@@ -40,10 +40,8 @@ import os
 import numpy as np
 
 from .. import families
-from .files import need_extra
-from ..families.qwen2 import permute_qk, unpermute_qk
+from ..families.spec import check_sizes, need_extra
 from .gguf_layout import check_layout
-from ..families.spec import check_sizes
 from ..._validation import eos_ids as _eos_ids
 
 

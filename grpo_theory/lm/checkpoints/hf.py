@@ -64,14 +64,12 @@ import numpy as np
 from ... import _validation as V
 from ..budget.ghost import PureForward, ghost_contractions, ghost_moments, score_dots
 from ..budget.memory import ghost_row_bytes
-from ..budget.options import PAD_EMBEDDINGS
 from ..budget.statistics import ghost_statistics
 from ..families.qwen2 import positions_mask as _positions_mask
 from ..families.spec import quiet_tunix as _quiet
 from ..policy import LMPolicy, checked_tokens, text_list
 from ..task import reward_answer_text
 from .chat_template import render as render_template
-from .files import SUPPORTED_MODEL_TYPES
 
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)

@@ -49,10 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ... import _validation as V
-from ... import allocation as A
-from ...allocation import Draw, Rule, Sampler, loo_weights
-from ...allocation.greedy import unique_answer_constants
+from ... import _validation as V, allocation as A
+from ...allocation import Draw, Rule, Sampler, loo_weights, unique_answer_constants
 from .grpo import cached_optimizer, task_tokens
 from ..policy import LMPolicy, seq_log_probs
 from ..task import reward_exact_tokens

@@ -43,13 +43,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ... import _validation as V
-from ...companions.dppo import KeepScheme, masked_advantages
-from ...companions.packing import pack
-from ...core.estimators import PromptContext, get_estimator
-from ...optim.clipped import clipped_surrogate, multi_epoch_update
+from ...companions import KeepScheme, masked_advantages, pack
+from ...core import PromptContext, get_estimator
+from ...optim import clipped_surrogate, multi_epoch_update
 from .grpo import cached_optimizer, exact_accuracy
-from ..policy import LMPolicy, response_mask
-from ..task import PAD, encode_prompts, reward_exact_tokens, target_responses
+from ..policy import LMPolicy
+from ..task import PAD, encode_prompts, response_mask, reward_exact_tokens, target_responses
 
 
 #: weightings of the kept responses: the unbiased one and the two biased controls

@@ -34,12 +34,12 @@ import numpy as np
 import optax
 
 from ... import _validation as V
-from ...core.estimators import PromptContext, get_estimator
-from ...core.scaling import ScalingConstants, budget_mse
-from ...optim.clipped import clipped_surrogate, multi_epoch_update
+from ...core import PromptContext, ScalingConstants, budget_mse, get_estimator
+from ...optim import clipped_surrogate, multi_epoch_update
 from ..checkpoints.hf import HFPolicy
-from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+from ..policy import LMPolicy, seq_log_probs, token_log_probs
+from ..task import (EOS, RESPONSE_LEN, encode_prompts, response_mask, reward_exact_tokens,
+                    target_responses)
 
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
