@@ -6,6 +6,8 @@
   fine, its names are public;
 * a module of ``grpo_theory/`` imports another subpackage's names from a face (a package's
   ``__init__``), never from its implementation modules;
+* a name imported from an implementation module is defined there (its home): no module
+  re-exports another's names for an old import path;
 * the private members of TRL that the torch layer uses are reached through
   ``grpo_theory/torch/_trl.py`` alone.
 
@@ -39,7 +41,8 @@ def _module_table():
             parts = list(p.relative_to(ROOT / folder).with_suffix("").parts)
             pkg = parts[-1] == "__init__"
             name = ".".join([dotted] + (parts[:-1] if pkg else parts))
-            table[name] = (p, pkg)
+            tree = ast.parse(p.read_text())
+            table[name] = (p, pkg, _reexported(tree, name, pkg) - _defined(tree))
     return table
 
 
@@ -50,6 +53,32 @@ def _resolve(node, module, is_pkg):
     base = module.split(".") if is_pkg else module.split(".")[:-1]
     base = base[:len(base) - node.level + 1]
     return ".".join(base + ([node.module] if node.module else []))
+
+
+def _reexported(tree, module, is_pkg):
+    """The names a module imports from ``grpo_theory`` at its top level (re-exportable)."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and _internal(_resolve(node, module, is_pkg)):
+            out |= {a.asname or a.name for a in node.names}
+    return out
+
+
+def _defined(tree):
+    """The names a module defines at its top level (``def``, ``class``, assignments, also under
+    ``if``/``try``), not those it imports."""
+    out, stack = set(), list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            stack += [n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt)]
+            stack += [n for h in getattr(node, "handlers", []) for n in h.body]
+    return out
 
 
 def _imports(tree, module, is_pkg, modules):
@@ -91,6 +120,10 @@ def all_violations(source, module, is_pkg, modules):
             out.append(f"private: {line}: {name} from {target}")
         if is_module:
             aliases[alias] = target if name is None else f"{target}.{name}"
+    for line, target, name, alias, is_module in imports:
+        if (name is not None and not is_module and target in modules and not modules[target][1]
+                and name in modules[target][2]):
+            out.append(f"home: {line}: {name} is not defined in {target}, which imports it")
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                 and node.value.id in aliases and _private(node.attr)
@@ -107,6 +140,7 @@ def all_violations(source, module, is_pkg, modules):
                 continue
             if target not in modules or not modules[target][1]:
                 out.append(f"face: {line}: {target} is not a face")
+                continue
             elif name is not None and is_module:
                 out.append(f"face: {line}: module {target}.{name} instead of the face")
     if module.startswith("grpo_theory.torch.") and module != TRL_MODULE:
@@ -141,7 +175,7 @@ def modules():
 
 def _scan(modules):
     found = []
-    for name, (path, pkg) in modules.items():
+    for name, (path, pkg, _) in modules.items():
         for v in all_violations(path.read_text(), name, pkg, modules):
             found.append(f"{path.relative_to(ROOT)}: {v}")
     return found
@@ -156,29 +190,33 @@ def found(modules):
     return _scan(modules)
 
 
-@pytest.mark.parametrize("rule", ["all", "private", "face", "trl"])
+@pytest.mark.parametrize("rule", ["all", "private", "face", "home", "trl"])
 def test_the_surface_rules_hold(found, rule):
     hits = _rule(found, rule)
     assert not hits, "\n".join(hits)
 
 
 def test_the_trl_module_names_its_version(modules):
-    path, _ = modules[TRL_MODULE]
+    path = modules[TRL_MODULE][0]
     assert "TRL 1.16.0" in ast.get_docstring(ast.parse(path.read_text()))
 
 
 # --- each rule can fail: synthetic sources that break it ----------------------------------------
 
+#: module -> (is a package, the names it imports from grpo_theory without defining them)
 SYNTHETIC = {
-    "grpo_theory.core.ustat": False, "grpo_theory.core": True, "grpo_theory.optim": True,
-    "grpo_theory.optim.train": False, "grpo_theory._validation": False,
-    "grpo_theory.torch": True, "grpo_theory.torch.callback": False,
-    "grpo_theory.torch._trl": False, "grpo_theory.torch._checks": False,
+    "grpo_theory.core.ustat": (False, {"as_structure"}),
+    "grpo_theory.core": (True, set()), "grpo_theory.optim": (True, set()),
+    "grpo_theory.optim.train": (False, {"exact_objective", "maximise"}),
+    "grpo_theory.optim.schedules": (False, set()),
+    "grpo_theory._validation": (False, set()),
+    "grpo_theory.torch": (True, set()), "grpo_theory.torch.callback": (False, set()),
+    "grpo_theory.torch._trl": (False, set()), "grpo_theory.torch._checks": (False, set()),
 }
 
 
 def _flagged(source, module, rule):
-    mods = {k: (None, v) for k, v in SYNTHETIC.items()}
+    mods = {k: (None, pkg, defs) for k, (pkg, defs) in SYNTHETIC.items()}
     return [v for v in all_violations(source, module, mods[module][1], mods)
             if not rule or v.startswith(rule + ":")]
 
@@ -197,6 +235,9 @@ def _flagged(source, module, rule):
     ("grpo_theory.optim.train", "from ..core.ustat import u_statistic\n", "face"),
     ("grpo_theory.optim.train", "from grpo_theory.core import ustat\n", "face"),
     ("grpo_theory.optim.train", "import grpo_theory.core.ustat\n", "face"),
+    # a name imported from a module that only re-exports it (its home is elsewhere)
+    ("grpo_theory.optim.schedules", "from .train import maximise\n", "home"),
+    ("grpo_theory.core", "from .ustat import as_structure\n", "home"),
     # a private TRL member outside the one module
     ("grpo_theory.torch.callback", "trainer._metrics['train']\n", "trl"),
     ("grpo_theory.torch.callback", "for n in ('_calculate_rewards', 'args'):\n    pass\n", "trl"),
