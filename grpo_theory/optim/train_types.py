@@ -3,7 +3,7 @@
 :class:`TrainConfig` is frozen and hashable (a static argument of ``jax.jit``), its fields
 validated when it is made; :class:`TrainResult` is a pytree of one run's or S runs' trajectories
 (the exact objective, the suboptimality gap and its running maximum at the logged steps).
-Both are re-exported by :mod:`grpo_theory.optim.train` and the subpackage's face.
+Both are on the subpackage's face (``from grpo_theory.optim import TrainConfig``).
 """
 
 from __future__ import annotations
