@@ -59,8 +59,7 @@ def _build(case: str, seed: int = 0):
     import jax.numpy as jnp
     import numpy as np
 
-    from grpo_theory.lm.checkpoints import files as io
-    from grpo_theory.lm.checkpoints import hf, load
+    from grpo_theory.lm.checkpoints import files as io, hf, load
 
     cfg = dict(CASES[case], hidden_act="silu", max_position_embeddings=4096, eos_token_id=2,
                rope_scaling=None)
@@ -92,7 +91,7 @@ def _run_case(case: str, mode: str, chunk: int, mem_limit_gb: float) -> dict:
     import jax.numpy as jnp
 
     from grpo_theory.lm.budget import ghost
-    from grpo_theory.lm.policy import seq_log_probs
+    from grpo_theory.lm import seq_log_probs
 
     pol, x, y, w = _build(case)
     d = pol.dim

@@ -13,7 +13,7 @@ For each shape, n responses (n_prompts x n_samples, random prompt ids, sampled f
 and two cases, each in its own process (so compilation is included and the peak is the
 case's): ``plain``, the gradient of the summed log-probability of the n responses (one
 forward+backward pass, what a training step costs), and ``stats``, the advisor's statistics
-over the same n responses (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`: the
+over the same n responses (:func:`grpo_theory.lm.budget.statistics.lm_rollout_statistics`: the
 squared norm of every per-sample score and of every prompt's weighted sum by ghost norms in
 blocks of ``chunk`` responses (one backward pass per block), then the dot products with the
 total weighted sum in one forward-mode pass) at the chunk the memory budget picks (rounded down
@@ -46,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from grpo_theory.lm.budget.memory import chunk_bytes, parse_memory
+from grpo_theory.lm.budget.memory import chunk_bytes
+from grpo_theory.lm import parse_memory
 
 ROOT = Path(__file__).resolve().parent
 SHAPES = {
@@ -111,10 +112,10 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     import jax
     import jax.numpy as jnp
 
-    from grpo_theory.advisor.estimate import _weighted_grad, lm_rollout_statistics, \
-        resolve_chunk, score_memory
-    from grpo_theory.lm import from_pretrained
-    from grpo_theory.lm.budget.memory import default_memory_budget, process_rss
+    from grpo_theory.lm import default_memory_budget, from_pretrained, lm_rollout_statistics
+    from grpo_theory.lm.budget import resolve_chunk, score_memory
+    from grpo_theory.lm.budget.memory import process_rss
+    from grpo_theory.lm.policy import weighted_grad
 
     pol, t_load = _timed(lambda: from_pretrained(ckpt))
     d, b = score_memory(pol)
@@ -128,8 +129,8 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
         y, t_sample = _timed(lambda: np.asarray(pol.sample_blocked(0, xs, response_len)))
 
         def step():
-            g = _weighted_grad(pol.apply_fn, pol.params, jnp.asarray(xs), jnp.asarray(y),
-                               jnp.ones(n), pol.temperature, tuple(pol.eos_ids))
+            g = weighted_grad(pol.apply_fn, pol.params, jnp.asarray(xs), jnp.asarray(y),
+                              jnp.ones(n), pol.temperature, tuple(pol.eos_ids))
             return jax.block_until_ready(g)
 
         _, t1 = _timed(step)

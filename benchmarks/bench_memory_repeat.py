@@ -57,9 +57,8 @@ def run_rule(ckpt: str, rule: str, calls: int, rows: int, n_prompts: int, n_samp
     import jax
 
     from grpo_theory import lm
-    from grpo_theory.lm.budget import memory as M
-    from grpo_theory.lm.budget import options as O
-    from grpo_theory.lm.budget.statistics import lm_rollout_statistics
+    from grpo_theory.lm.budget import memory as M, options as O
+    from grpo_theory.lm import lm_rollout_statistics
 
     pol = lm.from_pretrained(ckpt)
     d, b = O.score_memory(pol)

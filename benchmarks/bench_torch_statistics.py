@@ -79,7 +79,7 @@ def _rollouts(model, tok, n_samples, response_len, seed=0):
     """(x, xm, y, ym, z): left-padded prompts, sampled responses, 0/1 rewards."""
     import torch
 
-    from grpo_theory.torch.estimate import response_mask_from_eos
+    from grpo_theory.torch import response_mask_from_eos
     from grpo_theory.torch.sampling import sample_from_policy
 
     g = torch.Generator().manual_seed(seed)

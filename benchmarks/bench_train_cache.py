@@ -8,7 +8,7 @@ cache size of the shared loop after it (it must stay at 1 for equal configuratio
 import time
 
 from grpo_theory import problems
-from grpo_theory.companions import credit as C
+from grpo_theory.companions import MLPSequencePolicy, credit as C
 from grpo_theory.companions import length_weighting as LW
 from grpo_theory.optim import train as T
 
@@ -28,6 +28,6 @@ if __name__ == "__main__":
     _time3("length_weighting.train_length_weighted (20 steps, 4 seeds, B=G=8)",
            lambda: LW.train_length_weighted(problems.stop_or_run_policy(), 0.0, 20, 8, 8, 2.0,
                                             [0, 1, 2, 3]))
-    pol = C.MLPSequencePolicy(lambda p, t, L: float(t[0] == (p % 2)), 3, 2, 4, hidden=8, seed=1)
+    pol = MLPSequencePolicy(lambda p, t, L: float(t[0] == (p % 2)), 3, 2, 4, hidden=8, seed=1)
     _time3("credit.train_grpo_records (20 steps, 2 seeds, MLP, B=8, G=4)",
            lambda: C.train_grpo_records(pol, 20, 8, 4, 0.2, [0, 1]))

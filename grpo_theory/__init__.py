@@ -26,38 +26,27 @@ import warnings
 
 __version__ = "0.3.0"
 
-# public name -> module that defines it
+# public name -> the face that lists it (one import path per name)
 _ATTRS = {
     # core
-    "DiscreteProblem": "core.problem", "SoftmaxBandit": "core.policies",
-    "LinearSoftmaxBandit": "core.policies", "SequencePolicy": "core.policies",
-    "as_problem": "core.problem",
-    "EnumerablePolicy": "core.policy", "GradientProblem": "core.policy",
-    "sample_groups": "core.sampling", "sample_from_uniforms": "core.sampling",
-    "STD_PRESETS": "core.estimators", "Estimator": "core.estimators",
-    "PromptContext": "core.estimators", "available_estimators": "core.estimators",
-    "compute_advantages": "core.estimators", "get_estimator": "core.estimators",
-    "grpo_std": "core.estimators", "prompt_baseline": "core.estimators",
-    "register": "core.estimators", "grpo_vectorized": "core.estimators",
-    "reinforce_baseline": "core.estimators", "ClosedForm": "core.closed_forms",
-    "MissingClosedForm": "core.closed_forms",
-    "enumerate_estimates": "core.exact", "enumerated_moments": "core.exact",
-    "exact_gradient": "core.exact", "exact_mse": "core.exact", "exact_prompt_mse": "core.exact",
-    "exact_prompt_mean_and_variance": "core.exact",
-    "MCResult": "core.montecarlo", "estimate_gradient": "core.montecarlo",
-    "mc_estimates": "core.montecarlo", "mc_mse": "core.montecarlo",
-    "GroupSizeOptimum": "core.scaling", "ScalingConstants": "core.scaling",
-    "budget_mse": "core.scaling", "optimal_group_size": "core.scaling",
-    "scaling_constants": "core.scaling", "noise_scale": "core.noise", "NoiseScale": "core.noise",
-    "leading_order_mse": "core.ustat", "sigma_oracle": "core.ustat",
-    "Estimate": "core.stats", "z_value": "core.stats",
-    "ScoreStructure": "core.gram", "as_structure": "core.gram",
+    **dict.fromkeys(("DiscreteProblem", "SoftmaxBandit", "LinearSoftmaxBandit", "SequencePolicy",
+                     "as_problem", "EnumerablePolicy", "GradientProblem", "sample_groups",
+                     "sample_from_uniforms", "STD_PRESETS", "Estimator", "PromptContext",
+                     "available_estimators", "compute_advantages", "get_estimator", "grpo_std",
+                     "prompt_baseline", "register", "grpo_vectorized", "reinforce_baseline",
+                     "ClosedForm", "MissingClosedForm", "enumerate_estimates",
+                     "enumerated_moments", "exact_gradient", "exact_mse", "exact_prompt_mse",
+                     "exact_prompt_mean_and_variance", "MCResult", "estimate_gradient",
+                     "mc_estimates", "mc_mse", "GroupSizeOptimum", "ScalingConstants",
+                     "budget_mse", "optimal_group_size", "scaling_constants", "noise_scale",
+                     "NoiseScale", "leading_order_mse", "sigma_oracle", "Estimate", "z_value",
+                     "ScoreStructure", "as_structure"), "core"),
     # the group-size advisor
-    "estimate_scaling_constants": "advisor.estimate", "estimate_from_rollouts": "advisor.estimate",
-    "ScalingEstimate": "advisor.estimate",
+    **dict.fromkeys(("estimate_scaling_constants", "estimate_from_rollouts",
+                     "ScalingEstimate"), "advisor"),
     # training
-    "TrainResult": "optim.train", "train": "optim.train", "train_schedules": "optim.train",
-    "TrainConfig": "optim.train", "make_train": "optim.train",
+    **dict.fromkeys(("TrainResult", "train_schedules", "TrainConfig", "make_train"), "optim"),
+    "train": "optim.train",  # the function: grpo_theory.optim.train is its module
 }
 
 # the subpackages and modules reachable as attributes

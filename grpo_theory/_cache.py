@@ -19,7 +19,6 @@ from pathlib import Path
 import jax
 import numpy as np
 
-__all__ = ["cache_dir", "cache_context", "CACHE_ENV", "precision", "artefact_key", "PRECISIONS"]
 
 #: the floating-point precisions an artefact can be computed in
 PRECISIONS = ("float32", "float64")

@@ -15,8 +15,6 @@ import functools
 
 import jax
 
-__all__ = ["float64"]
-
 
 def float64(fn):
     """Decorator: run ``fn`` inside ``jax.enable_x64(True)`` (restored on exit, also on error)."""

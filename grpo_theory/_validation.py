@@ -13,12 +13,6 @@ import warnings
 
 import numpy as np
 
-__all__ = [
-    "finite_array", "real_array", "unit_interval", "probability_vector", "same_shape",
-    "positive_int", "integer", "seed_key", "group_run", "check_memory", "GiB",
-    "key_or_seed", "boolean", "real_scalar", "token_array", "is_concrete", "renamed_arguments",
-    "random_key",
-]
 
 GiB = 2**30
 #: default memory a single route may allocate before it refuses with a ValueError

@@ -10,8 +10,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-__all__ = ["plt", "save_figure", "integer_ticks"]
-
 
 def save_figure(fig, path_stem) -> list[Path]:
     """Save ``fig`` as ``<stem>.png`` and ``<stem>.pdf``; close it; return the paths."""

@@ -8,16 +8,9 @@ import jax
 import numpy as np
 
 from ._validation import positive_int, seed_key
-from .core.policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit
-from .optim.theory import GaussianBandit, gaussian_bandit
-from .optim.train import exact_objective, maximise
+from .core import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, exact_objective, maximise
+from .optim import GaussianBandit, gaussian_bandit
 from ._precision import float64
-
-__all__ = ["default_bandit", "linear_bandit", "sequence_policy", "scaling_bandit",
-           "scaling_family_bandit",
-           "difficulty_policy", "difficulty_problem", "default_gaussian_bandit",
-           "scalar_gaussian_bandit", "length_reward_policy",
-           "length_policy", "stop_or_run_policy"]
 
 
 @float64

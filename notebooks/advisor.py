@@ -40,9 +40,9 @@ from pathlib import Path
 
 import jax
 
-from grpo_theory.advisor.advise import advise, write_prompts
-from grpo_theory.lm import task
-from grpo_theory.lm.model import ModelConfig, init_params
+from grpo_theory.advisor.advise import advise
+from grpo_theory.advisor import write_prompts
+from grpo_theory.lm import ModelConfig, init_params, task
 from grpo_theory.lm.warmup import save_checkpoint
 
 N_PROMPTS, N_SAMPLES = 8, 6

@@ -31,9 +31,9 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import problems
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import exact_objective, maximise, z_value
 from grpo_theory.plotting import plt
-from grpo_theory.optim.train import exact_objective, maximise, train_schedules
+from grpo_theory.optim import train_schedules
 
 # %% [markdown]
 # ## 1. Oracle equivalence

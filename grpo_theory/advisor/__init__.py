@@ -15,9 +15,10 @@ on token arrays (``rows`` index the prompt pool), which ``advise`` builds from t
 :func:`estimate_from_rollouts` takes the rewards themselves, an (m, n) array.
 """
 
-from .estimate import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, ScalingEstimate,
-                       estimate_from_rollouts, estimate_scaling_constants, lm_rollout_statistics,
-                       prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
+from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, prompt_pieces, rollout_statistics,
+                     scaling_intervals, t_quantile)
+from .result import ScalingEstimate
+from .estimate import estimate_from_rollouts, estimate_scaling_constants
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
 from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward, read_prompts,
@@ -25,8 +26,12 @@ from .advise import (AdviceResult, c1_warning, exact_answer_reward, load_reward,
 from .schedule import allowed_group_sizes, propose_group_size
 from .rewards import (RewardLog, RewardSummary, expected_rounds, informative_estimates,
                       read_reward_log, summarize_rewards)
-from ..lm.task import TextReward
-from ..core.rollouts import RolloutStatistics
+# the lower layers' names this layer's users need beside its own (their homes' faces)
+from ..lm import TextReward, lm_rollout_statistics
+from ..core import RolloutStatistics
+
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .advise import FigureWarning
 
 __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "estimate_from_rollouts", "estimate_scaling_constants", "lm_rollout_statistics",
@@ -34,6 +39,7 @@ __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "fieller_interval", "group_size_interval", "jackknife_cov",
            "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage",
            "RolloutStatistics"]
+__all__ += ["FigureWarning"]
 __all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
             "read_prompts", "write_prompts", "TextReward",
             "allowed_group_sizes", "propose_group_size"]

@@ -35,21 +35,16 @@ from pathlib import Path
 import numpy as np
 
 from .. import _validation as V
-from ..core.stats import ResultMixin
-from ..lm.checkpoints.load import PACKAGE_MODELS, load_policy
-from ..lm.budget.memory import out_of_memory_as_value_error
-from ..lm.budget.options import ModelOptions
-from ..lm.task import integer_answer as _integer, reward_answer_text, reward_text
-from .estimate import MIN_PROMPTS, MIN_SAMPLES, estimate_scaling_constants
-from .pieces import t_quantile
-from .progress import Progress as _Progress
-from .progress import training_note, warmup_log
+from ..core import ResultMixin
+from ..lm import (ModelOptions, integer_answer as _integer, load_policy, reward_answer_text,
+                  reward_text)
+from ..lm.budget import out_of_memory_as_value_error
+from .pieces import MIN_PROMPTS, MIN_SAMPLES, t_quantile
+from .estimate import estimate_scaling_constants
+from .progress import Progress as _Progress, training_note, warmup_log
 from .reward_spec import import_reward
 from .result import ScalingEstimate
 
-__all__ = ["AdviceResult", "advise", "read_prompts", "write_prompts", "load_reward",
-           "exact_answer_reward", "c1_warning", "FigureWarning",
-           "PACKAGE_MODELS", "DEFAULT_GROUP_SIZES", "DEFAULT_BUDGETS"]
 
 DEFAULT_GROUP_SIZES = (2, 4, 8, 16, 32, 64)
 DEFAULT_BUDGETS = (256, 1024, 4096)

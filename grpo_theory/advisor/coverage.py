@@ -28,15 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.problem import as_problem
-from ..core.sampling import sample_from_uniforms
-from ..core.scaling import scaling_constants
-from ..core.ustat import prompt_moments
-from .estimate import _check_sizes, rollout_statistics, scaling_intervals, t_quantile
+from ..core import ResultMixin, as_problem, prompt_moments, sample_from_uniforms, scaling_constants
+from .estimate import check_sizes
+from .pieces import rollout_statistics, scaling_intervals, t_quantile
 from .intervals import jackknife_cov
-from ..core.stats import ResultMixin
-
-__all__ = ["Coverage", "interval_coverage", "group_outcomes", "enumerated_expectation"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +103,7 @@ def interval_coverage(policy, n_prompts: int = 40, n_samples: int = 8, reps: int
     """
     m = V.integer("n_prompts", n_prompts)
     n = V.integer("n_samples", n_samples)
-    _check_sizes(m, n)
+    check_sizes(m, n)
     reps = V.positive_int("reps", reps, 2)
     n_boot = V.positive_int("n_boot", n_boot, 2)
     if method not in ("fieller", "bootstrap"):
@@ -202,7 +197,7 @@ def enumerated_expectation(policy, n_prompts: int = 3, n_samples: int = 3):
     """
     m = V.integer("n_prompts", n_prompts)
     n = V.integer("n_samples", n_samples)
-    _check_sizes(m, n)
+    check_sizes(m, n)
     x, pr, z, q, g = group_outcomes(policy, n)
     ng = len(pr)
     V.check_memory(f"the {ng ** m} outcomes of {m} groups", 8.0 * ng ** (m - 1) * (m * m + 16),

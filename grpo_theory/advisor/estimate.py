@@ -20,22 +20,13 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.rollouts import RolloutStatistics
-from ..lm.budget.options import (ModelOptions, resolve_chunk,  # noqa: F401 (re-exported)
-                                  score_memory)
-from ..lm.policy import LMPolicy
-from ..lm.policy import _weighted_grad  # noqa: F401 (re-exported)
-from ..lm.budget.statistics import SCORE_CALLS, lm_rollout_statistics  # noqa: F401 (re-exported)
-from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, _statistics_jit,  # noqa: F401
-                     prompt_pieces, rollout_statistics, scaling_intervals, t_quantile)
-from .result import SUMMARY_ROWS, ScalingEstimate  # noqa: F401 (re-exported)
-
-__all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "ScalingEstimate", "prompt_pieces",
-           "rollout_statistics", "scaling_intervals", "t_quantile", "estimate_from_rollouts",
-           "estimate_scaling_constants", "lm_rollout_statistics", "resolve_chunk", "score_memory"]
+from ..core import RolloutStatistics
+from ..lm import LMPolicy, ModelOptions, lm_rollout_statistics
+from .pieces import MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, statistics_jit
+from .result import ScalingEstimate
 
 
-def _check_sizes(m, n):
+def check_sizes(m, n):
     if n < MIN_SAMPLES:
         raise ValueError(f"n_samples must be >= {MIN_SAMPLES} (the order-3 U-statistics of "
                          f"E[||s||^2|x] sigma^2(x) and tr Sigma_or(x) need {MIN_SAMPLES} distinct "
@@ -122,7 +113,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
                                                 rewards.mean_sq, rewards.mean_dot)
     z = _finite("rewards", rewards, ndim=2)
     m, n = z.shape
-    _check_sizes(m, n)
+    check_sizes(m, n)
     alpha = V.real_scalar("alpha", alpha, positive=True)
     if not alpha < 1:
         raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha!r}")
@@ -167,7 +158,7 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
         with np.errstate(over="ignore"):  # inf here: refused below as an overflow
             mq, md = np.ldexp(mq, -(2 * kz + kq)), np.ldexp(md, -(2 * kz + kq))
     with jax.enable_x64(True):
-        theta, cov, pieces = _statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
+        theta, cov, pieces = statistics_jit(jnp.asarray(z_), jnp.asarray(q), jnp.asarray(mq),
                                              jnp.asarray(md))
         theta, cov = np.asarray(theta), np.asarray(cov)
         pieces = {k: np.asarray(v) for k, v in pieces.items()}
@@ -249,7 +240,7 @@ def _check_finite_results(theta, cov, kz, kq):
 # --- policies -------------------------------------------------------------------------------------
 
 def _enumerable_rollouts(policy, m, n, key):
-    from ..core.policies import as_problem
+    from ..core import as_problem
 
     prob = as_problem(policy)
     P, K, D = prob.scores.shape
@@ -263,7 +254,7 @@ def _enumerable_rollouts(policy, m, n, key):
 @partial(jax.jit, static_argnames=("m", "n"))
 def _sample_scores(key, prob, m, n):
     """Rewards (m, n) and the sampled scores (m, n, D) of a DiscreteProblem (one compile)."""
-    from ..core.sampling import sample_from_uniforms
+    from ..core import sample_from_uniforms
 
     kx, ky, kz = jax.random.split(key, 3)
     x, y, z = sample_from_uniforms(prob, jax.random.uniform(kx, (m,)),
@@ -329,9 +320,9 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
             rows = np.arange(pool.shape[0])
         else:
             m = V.integer("n_prompts", n_prompts)
-            _check_sizes(m, n)
+            check_sizes(m, n)
             rows = np.asarray(jax.random.randint(kp, (m,), 0, pool.shape[0]))
-        _check_sizes(len(rows), n)
+        check_sizes(len(rows), n)
         if options is None:
             options = ModelOptions(memory_budget=memory_budget, chunk=chunk)
         elif chunk != 64 or memory_budget is not None:
@@ -343,6 +334,6 @@ def estimate_scaling_constants(policy, n_prompts=None, n_samples: int = 8, seed=
     if n_prompts is None:
         raise ValueError("n_prompts is required for an enumerable policy")
     m = V.integer("n_prompts", n_prompts)
-    _check_sizes(m, n)
+    check_sizes(m, n)
     z, s = _enumerable_rollouts(policy, m, n, key)
     return estimate_from_rollouts(z, s, alpha=alpha)

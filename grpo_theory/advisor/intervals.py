@@ -27,8 +27,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 from .._precision import float64
 
-__all__ = ["jackknife_cov", "normal_interval", "fieller_interval", "group_size_interval"]
-
 
 @float64
 def jackknife_cov(loo):

@@ -39,11 +39,9 @@ import jax.numpy as jnp
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.closed_forms import PIECES
+from ..core import PIECES
 from .intervals import group_size_interval, jackknife_cov, normal_interval
 
-__all__ = ["MIN_SAMPLES", "MIN_PROMPTS", "PARAMETERS", "prompt_pieces", "rollout_statistics",
-           "scaling_intervals", "t_quantile"]
 
 MIN_SAMPLES = 3
 """Fewest responses per prompt: the order-3 U-statistics need 3 distinct responses."""
@@ -128,7 +126,7 @@ def rollout_statistics(rewards, sq_norms, mean_sq, mean_dot):
 
 
 @jax.jit
-def _statistics_jit(z, q, mq, md):
+def statistics_jit(z, q, mq, md):
     theta, loo, pieces = rollout_statistics(z, q, mq, md)
     return theta, jackknife_cov(loo), pieces
 
@@ -156,7 +154,7 @@ def scaling_intervals(theta, cov, quantile):
     return dict(c=c, se=se, low=lo, high=hi, g_star=g, g_low=g_lo, g_high=g_hi)
 
 
-_intervals_jit = jax.jit(scaling_intervals)
+intervals_jit = jax.jit(scaling_intervals)
 
 
 def t_quantile(alpha: float, n_prompts: int) -> float:

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-__all__ = ["Progress", "training_note", "warmup_log", "STAGES", "WARMUP_MINUTES"]
 
 #: phase -> what the bar says
 STAGES = {"loading": "loading the model", "sampling": "sampling responses",
@@ -116,8 +115,8 @@ def training_note(model, cache_dir=None, warmup=None) -> str | None:
     Returns:
         The line, or None.
     """
-    from ..lm.checkpoints.load import PACKAGE_MODELS, warmup_files
-    from ..lm.warmup import QUICK_WARMUP, WarmupConfig
+    from ..lm.checkpoints import PACKAGE_MODELS, warmup_files
+    from ..lm import QUICK_WARMUP, WarmupConfig
 
     if not isinstance(model, str) or model not in PACKAGE_MODELS:
         return None

@@ -29,13 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.closed_forms import closed_form_of
-from ..core.estimators import get_estimator
-from ..core.noise import grpo_noise_scale
-from ..core.stats import Estimate, ResultMixin
-from .pieces import _intervals_jit, t_quantile
+from ..core import Estimate, ResultMixin, closed_form_of, get_estimator, grpo_noise_scale
+from .pieces import intervals_jit, t_quantile
 
-__all__ = ["ScalingEstimate", "SUMMARY_ROWS"]
 
 #: rows of ScalingEstimate.conf_int() and .summary()
 SUMMARY_ROWS = ("c1", "c2", "c3", "g_star", "c_v", "grad_norm_sq")
@@ -102,7 +98,7 @@ class ScalingEstimate(ResultMixin):
         a = self.alpha if alpha is None else alpha
         q = t_quantile(a, self.n_prompts)
         with jax.enable_x64(True):
-            out = _intervals_jit(jnp.asarray(self.theta), jnp.asarray(self.cov), q)
+            out = intervals_jit(jnp.asarray(self.theta), jnp.asarray(self.cov), q)
         return {k: np.asarray(v) for k, v in out.items()}
 
     @property
@@ -134,7 +130,7 @@ class ScalingEstimate(ResultMixin):
     @property
     def constants(self):
         """The point estimates as a :class:`grpo_theory.core.scaling.ScalingConstants`."""
-        from ..core.scaling import ScalingConstants
+        from ..core import ScalingConstants
 
         return ScalingConstants(self.c1, self.c2, self.c3)
 

@@ -18,7 +18,6 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["import_reward"]
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 

@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.special import gammaln
 from scipy.stats import binom
 
-from ..allocation.rules import pass_rate_allocation
+from ..allocation import pass_rate_allocation
 
 #: the file formats :func:`read_reward_log` reads
 FORMATS = ("jsonl", "csv")

@@ -14,9 +14,7 @@ from __future__ import annotations
 import math
 
 from .. import _validation as V
-from .estimate import MIN_PROMPTS, MIN_SAMPLES
-
-__all__ = ["allowed_group_sizes", "propose_group_size"]
+from .pieces import MIN_PROMPTS, MIN_SAMPLES
 
 
 def allowed_group_sizes(rows: int, min_group_size: int = MIN_SAMPLES,

@@ -9,8 +9,8 @@ rollouts and prompt weights by dynamic programming over count states (:mod:`.dp`
 references it is tested against.
 """
 
-from .auditor import NORMALISERS, audit, check_estimator
-from .dp import PromptMoments, answer_agreement_moments, count_moments
+from .auditor import audit, check_estimator
+from .dp import NORMALISERS, PromptMoments, answer_agreement_moments, count_moments
 from .reference import EnumeratedAudit, MonteCarloAudit, enumerate_rule, monte_carlo
 from .result import AllocationAudit
 from .rules import (FixedSize, PassRateRule, PerPromptSize, Rule, available_rules, fixed,

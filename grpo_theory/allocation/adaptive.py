@@ -15,10 +15,6 @@ from scipy.stats import binom
 from .. import _validation as V
 from .rules import Rule, register_rule
 
-__all__ = ["DynamicSampling", "ConformalStopping", "MaxVarianceSubset", "SuccessiveElimination",
-           "dynamic_sampling", "conformal_stopping", "max_variance_subset",
-           "successive_elimination", "balanced_elimination"]
-
 
 # --- DAPO dynamic sampling -----------------------------------------------------------------------
 

@@ -19,15 +19,10 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.batch_exact import DESIGNS, batch_moments
-from ..core.estimators import get_estimator
-from ..core.gram import as_structure
-from ..core.problem import as_problem
-from .dp import NORMALISERS, _check_normaliser
+from ..core import DESIGNS, as_problem, as_structure, batch_moments, get_estimator
+from .dp import check_normaliser
 from .result import AllocationAudit
 from .rules import get_rule
-
-__all__ = ["audit", "check_estimator"]
 
 
 def check_estimator(estimator):
@@ -77,7 +72,7 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
     r = get_rule(rule)
     est = get_estimator(estimator)
     B = V.integer("batch_size", batch_size, 1)
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {list(DESIGNS)}, got {design!r}")
     if not est.rewards_only or design != "independent":
@@ -145,5 +140,3 @@ def _batch_audit(problem, r, est, B, normaliser, design) -> AllocationAudit:
         slot_weights=f, prompt_probs=f,
         prompt_norms=(np.sum(bm.prompt_means**2, axis=1), f**2 * gn))
 
-
-__all__ += ["NORMALISERS"]

@@ -34,9 +34,8 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import binom
 
-from ..core.exact import _binary_advantages
+from ..core import binary_advantages
 
-__all__ = ["PromptMoments", "count_moments", "answer_agreement_moments", "NORMALISERS"]
 
 NORMALISERS = ("group", "token")
 """``"group"``: each prompt's estimate is divided by its own group size k (equal prompt weights,
@@ -64,7 +63,7 @@ class PromptMoments(NamedTuple):
     rollouts: np.ndarray
 
 
-def _check_normaliser(normaliser):
+def check_normaliser(normaliser):
     if normaliser not in NORMALISERS:
         raise ValueError(f"normaliser must be one of {NORMALISERS}, got {normaliser!r}")
 
@@ -89,9 +88,9 @@ def advantage_tables(st, est, max_size: int):
     A0 = np.zeros((rows, H + 1, H + 1))
     for k in range(max(est.min_group_size, 1), H + 1):
         try:
-            a1, a0 = _free_table(est, k) if not est.needs else _binary_advantages(st, est, k)
+            a1, a0 = _free_table(est, k) if not est.needs else binary_advantages(st, est, k)
         except AttributeError:  # an advantage that reads a prompt constant without declaring it
-            a1, a0 = _binary_advantages(st, est, k)
+            a1, a0 = binary_advantages(st, est, k)
         A1[:, k, :k + 1] = np.asarray(a1)[:rows]
         A0[:, k, :k + 1] = np.asarray(a0)[:rows]
     return A1, A0
@@ -100,7 +99,7 @@ def advantage_tables(st, est, max_size: int):
 @lru_cache(maxsize=1024)
 def _free_table(est, k):
     """The (1, k + 1) advantage rows of an estimator that reads no prompt constant (cached)."""
-    a1, a0 = _binary_advantages(SimpleNamespace(n_prompts=1), est, k)
+    a1, a0 = binary_advantages(SimpleNamespace(n_prompts=1), est, k)
     a1, a0 = np.array(a1[:1]), np.array(a0[:1])
     a1.flags.writeable = a0.flags.writeable = False
     return a1, a0
@@ -144,7 +143,7 @@ def count_moments(st, rule, est, normaliser: str = "group") -> PromptMoments:
         :class:`PromptMoments`. ``ValueError`` when the rule keeps a group smaller than the
         estimator allows or does not stop by its horizon.
     """
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     return _walk(st, est, int(rule.horizon()), rule.decide, rule.name, normaliser)
 
 
@@ -219,7 +218,7 @@ def answer_agreement_moments(st, rule, est, normaliser: str = "group") -> Prompt
     Returns:
         :class:`PromptMoments`.
     """
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     g1, L = int(rule.grid[0]), int(rule.grid[-1])
     for k in (g1, L):
         if k < est.min_group_size:

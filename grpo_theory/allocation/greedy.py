@@ -18,8 +18,6 @@ import numpy as np
 
 from .. import _validation as V
 
-__all__ = ["sizes_from_gains", "mse_gains", "unique_answer_constants", "knapsack_value"]
-
 
 def knapsack_value(group_size, p, xp=np):
     """Knapsack RL's value of G = ``group_size`` rollouts of a prompt of pass rate p:

@@ -58,17 +58,9 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import get_estimator
-from ..core.exact import exact_prompt_mse
-from ..core.gram import as_structure
-from ..core.scaling import ScalingConstants, scaling_constants
-from ..core.stats import Estimate, estimate_mean
+from ..core import (Estimate, ScalingConstants, as_structure, estimate_mean, exact_prompt_mse,
+                    get_estimator, scaling_constants)
 from .rules import Rule, per_prompt
-
-__all__ = ["PromptConstants", "prompt_constants", "estimated_constants", "Allocation",
-           "optimal_allocation", "uniform_allocation", "greedy_allocation", "plug_in_mse",
-           "PlugInResult", "OptimalAllocation", "optimal_rule"]
-
 
 
 @dataclass(frozen=True)

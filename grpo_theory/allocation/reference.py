@@ -15,14 +15,10 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import PromptContext
-from ..core.problem import as_problem
-from ..core.stats import Estimate, ResultMixin, estimate_mean
+from ..core import Estimate, PromptContext, ResultMixin, as_problem, estimate_mean
 from .auditor import check_estimator
-from .dp import _check_normaliser
+from .dp import check_normaliser
 from .rules import get_rule
-
-__all__ = ["EnumeratedAudit", "enumerate_rule", "MonteCarloAudit", "monte_carlo"]
 
 
 class EnumeratedAudit(NamedTuple):
@@ -81,7 +77,7 @@ def enumerate_rule(problem, rule, estimator="grpo", normaliser: str = "group",
     """
     r = get_rule(rule)
     est = check_estimator(estimator)
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     pb = as_problem(problem)
     P = pb.n_prompts
     r.check_problem(P)
@@ -170,7 +166,7 @@ def monte_carlo(problem, rule, estimator="grpo", n_batches: int = 20_000, batch_
     """
     r = get_rule(rule)
     est = check_estimator(estimator)
-    _check_normaliser(normaliser)
+    check_normaliser(normaliser)
     R = V.integer("n_batches", n_batches, 2)
     B = V.integer("batch_size", batch_size, 1)
     rng = np.random.default_rng(V.integer("seed", seed, 0))

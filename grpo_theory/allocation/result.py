@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.stats import ResultMixin
+from ..core import ResultMixin
 
-__all__ = ["AllocationAudit", "SUMMARY_ROWS"]
 
 #: the rows of :meth:`AllocationAudit.summary`
 SUMMARY_ROWS = ("bias_norm", "relative_bias", "cosine", "mse", "expected_rollouts",

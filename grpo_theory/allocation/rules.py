@@ -42,10 +42,6 @@ import numpy as np
 from .. import _validation as V
 from .greedy import knapsack_value
 
-__all__ = ["Rule", "FixedSize", "PerPromptSize", "fixed", "per_prompt", "pass_rate_allocation",
-           "PassRateRule", "pass_rate_rule",
-           "register_rule", "get_rule", "available_rules"]
-
 
 @dataclass(frozen=True)
 class Rule:

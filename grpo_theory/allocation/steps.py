@@ -36,10 +36,6 @@ import numpy as np
 
 from .greedy import knapsack_value, mse_gains, sizes_from_gains
 
-__all__ = ["Draw", "Step", "Sampler", "count_step", "sizes_step", "refill",
-           "conformal_answer_sizes", "knapsack_sizes", "remainder_sizes", "loo_weights",
-           "mask_from_sizes"]
-
 
 class Draw(NamedTuple):
     """``n`` prompts with ``W`` responses each (what :meth:`Sampler.draw` returns).

@@ -9,7 +9,8 @@ Rewards are those of the core (:class:`grpo_theory.core.RewardTable`: a problem'
 reward means), except the toy language model of :mod:`.packing`, which has no reward.
 """
 
-from .credit import (MLPSequencePolicy, baseline_comparison, binary_scalar, class_plane_energy,
+from .mlp_policy import MLPSequencePolicy
+from .credit import (baseline_comparison, binary_scalar, class_plane_energy,
                      group_gradient, rank_measures, rank_study, score_reward_correlation,
                      sequence_level_gradient, token_advantages, token_level_gradient,
                      train_grpo_records, zero_advantage_probability, zero_group_fraction)
@@ -25,6 +26,10 @@ from .packing import (Packing, naive_batching, pack, pack_tokens, segment_causal
 from .practical import (ExactMoments, ResponseTerms, decomposition, exact_moments,
                         mc_squared_errors, practical_group_gradient, response_terms,
                         target_gradient)
+
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .credit import RANK_FIELDS, rank_measures_from_gram
+from .dppo import masked_advantages
 
 __all__ = [
     # credit assignment: token- vs sequence-level gradients, the rank of group gradients
@@ -47,3 +52,4 @@ __all__ = [
     "ResponseTerms", "response_terms", "practical_group_gradient", "ExactMoments",
     "exact_moments", "target_gradient", "decomposition", "mc_squared_errors",
 ]
+__all__ += ["RANK_FIELDS", "rank_measures_from_gram", "masked_advantages"]

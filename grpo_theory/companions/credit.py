@@ -42,24 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.exact import exact_mse
-from ..core.montecarlo import sample_groups
-from ..core.policies import SequencePolicy, as_problem
-from ..core.policy import PolicyWrapper
+from ..core import (PolicyWrapper, PromptContext, SequencePolicy, as_problem, exact_mse,
+                    get_estimator, sample_groups)
 from .._precision import float64
-from .mlp_policy import MLPSequencePolicy, scaled_policy, sequence_entropy
+from .mlp_policy import MLPSequencePolicy, sequence_entropy
 
-__all__ = [
-    "token_scores", "token_advantages", "token_level_gradient", "sequence_level_gradient",
-    "group_gradient", "class_mean_scores", "binary_scalar", "binary_scalar_from_estimator",
-    "rank_measures", "response_matrix", "class_aggregate_matrix", "class_plane_energy",
-    "MLPSequencePolicy", "sequence_entropy", "scaled_policy", "rank_study",
-    "zero_advantage_probability", "zero_group_fraction", "baseline_comparison",
-    "train_grpo_records", "RANK_FIELDS", "score_reward_correlation",
-]
 
 RANK_FIELDS = ("erank", "participation", "n90")
+"""The rank measures of a Gram matrix, in the order :func:`rank_measures_from_gram` returns."""
 
 
 # --- token-level view -------------------------------------------------------------------------
@@ -413,13 +403,13 @@ def train_grpo_records(policy, n_steps: int, batch_size: int, group_size: int, l
         ``q = V^G + (1-V)^G`` for the sampled prompts, and the mean rank measures of the mixed
         groups (resp_erank, plane_energy, and weight_erank when ``weight`` is given).
     """
-    from ..optim.train import TrainConfig, _seed_keys, train_batch
+    from ..optim import TrainConfig, seed_keys, train_batch
 
     G = V.positive_int("group_size", group_size, 2)
     est = get_estimator(estimator)
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
     wb = _WeightBlock(policy, weight) if weight is not None else None
-    _, keys = _seed_keys(seeds)
+    _, keys = seed_keys(seeds)
     rec = dict(train_batch(_RecordedPolicy(policy, wb), est, cfg, keys,
                            sup_objective=0.0).records)
     grams = rec.pop("grams")

@@ -38,19 +38,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import Estimator, PromptContext, get_estimator
-from ..core.exact import exact_mse
-from ..core.montecarlo import sample_groups, summarize_squared_errors
-from ..core.policies import DiscreteProblem, as_problem
+from ..core import (DiscreteProblem, Estimator, PromptContext, as_problem, exact_mse,
+                    get_estimator, sample_groups, summarize_squared_errors)
 from .._precision import float64
 
-__all__ = [
-    "METHODS", "KeepScheme", "batch_terms", "full_estimate", "pruned_estimate",
-    "masked_advantages", "pruned_estimates_all", "enumerate_masks", "exact_mask_moments",
-    "added_variance", "mc_mask_estimates", "enumerate_batches", "exact_pruning_expectation",
-    "exact_pruned_mse", "mc_pruned_mse", "response_lengths",
-    
-]
 
 METHODS = ("dppo", "no_rescale", "deterministic", "recompute", "renormalise")
 

@@ -63,17 +63,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.estimators import PromptContext, get_estimator
-from ..core.policy import PolicyWrapper
+from ..core import PolicyWrapper, PromptContext, get_estimator
 from .._precision import float64
 
-__all__ = [
-    "length_weights", "AGGREGATION_MODES", "TRL_LOSS_TYPES", "mode_alpha", "mode_coefficients",
-    "conditional_advantages", "exact_expected_gradient",
-    "enumerate_expected_gradient", "surrogate_gradient", "bias_metrics", "length_sensitivity",
-    "alpha_sweep", "conditional_lengths",
-    "train_length_weighted", "expected_flow",
-]
 
 AGGREGATION_MODES = {
     "seq-mean-token-mean": (0.0, "verl seq-mean-token-mean = TRL 'grpo': 1/(G L_i)"),
@@ -475,14 +467,14 @@ def train_length_weighted(policy, alpha, n_steps: int, batch_size: int, group_si
     Returns:
         Exact ``L_incorrect, L_correct, L_mean, J`` before each step, arrays (S, n_steps).
     """
-    from ..optim.train import TrainConfig, _seed_keys, train_batch
+    from ..optim import TrainConfig, seed_keys, train_batch
 
     _check_policy(policy)
     a = _check_alpha(alpha)
     est = get_estimator(estimator)
     G = V.positive_int("group_size", group_size, max(2, est.min_group_size))
     cfg = TrainConfig(batch_size=batch_size, group_size=G, n_steps=n_steps, lr=lr)
-    _, keys = _seed_keys(seeds)
+    _, keys = seed_keys(seeds)
     rec = train_batch(_LengthWeighted(policy, a), est, cfg, keys, sup_objective=0.0).records
     return {k: np.asarray(v) for k, v in rec.items()}
 

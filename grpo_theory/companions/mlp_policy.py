@@ -9,11 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core.policies import SequencePolicy, as_problem
-from ..core.policy import EnumerablePolicy
+from ..core import EnumerablePolicy, SequencePolicy, as_problem
 from .._precision import float64
-
-__all__ = ["MLPSequencePolicy", "scaled_policy", "sequence_entropy"]
 
 
 class MLPSequencePolicy(EnumerablePolicy):

@@ -27,12 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 from .._precision import float64
 
-__all__ = [
-    "Packing", "pack", "naive_batching", "pack_tokens", "unpack_tokens", "per_sequence_to_tokens",
-    "next_token_targets", "segment_causal_attention", "init_toy_lm", "toy_lm_loss",
-    "naive_density", "row_lower_bound", "toy_lm_value_and_grad",
-]
-
 
 @dataclass(frozen=True)
 class Packing:

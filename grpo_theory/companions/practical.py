@@ -48,23 +48,8 @@ from scipy import stats
 from scipy.special import gammaln as _gammaln
 
 from .. import _validation as V
-from ..core.policies import SequencePolicy
+from ..core import SequencePolicy
 from .._precision import float64
-
-__all__ = [
-    "ResponseTerms",
-    "response_terms",
-    "k3_gradient_forms",
-    "advantages",
-    "practical_group_gradient",
-    "lemma11_ustat",
-    "ExactMoments",
-    "exact_moments",
-    "target_gradient",
-    "decomposition",
-    "mc_squared_errors",
-    "loglog_slope",
-]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,16 @@ from .ustat import (HoeffdingResult, PromptMoments, exact_mse_closed_form, hoeff
 from .scaling import (GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size,
                       scaling_constants)
 from .noise import NoiseScale, noise_scale
+from .objective import exact_objective, maximise
+from .rollouts import RolloutStatistics
 
+
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .closed_forms import closed_form_of
+from .exact import binary_advantages
+from .montecarlo import summarize_squared_errors
+from .noise import grpo_noise_scale
+from .scaling import grid_argmin
 
 __all__ = [
     # problems and policies: the two contracts, then the package's policies
@@ -74,4 +83,10 @@ __all__ = [
     "ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
     "NoiseScale", "noise_scale",
     "budget_mse",
+    # the exact objective J(theta) and the multi-start maximiser of sup J
+    "exact_objective", "maximise",
+    # a rollout batch's inner products (what the advisor's estimates read)
+    "RolloutStatistics",
 ]
+__all__ += ["closed_form_of", "binary_advantages", "summarize_squared_errors", "grpo_noise_scale",
+            "grid_argmin"]

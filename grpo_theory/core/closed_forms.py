@@ -45,8 +45,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PIECES", "ClosedForm", "MissingClosedForm", "NoBaseline", "OracleBaseline",
-           "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean", "closed_form_of"]
 
 PIECES = ("c1", "c2", "c3", "c_v", "grad_sq")
 """The advisor's unbiased pieces ``(c1, c2, c3, c_v, ||grad J||^2)``, in the order of

@@ -70,22 +70,6 @@ from .._precision import float64
 from .closed_forms import (ClosedForm, GivenBaseline, GroupMean, LeaveOneOut, NoBaseline,
                            OptimalBaseline, OracleBaseline)
 
-__all__ = [
-    "PromptContext",
-    "CONTEXT_FIELDS",
-    "Estimator",
-    "batch_context",
-    "register",
-    "get_estimator",
-    "available_estimators",
-    "compute_advantages",
-    "grpo_std",
-    "prompt_baseline",
-    "STD_PRESETS",
-    "grpo_vectorized",
-    "reinforce_baseline",
-]
-
 
 class PromptContext(NamedTuple):
     """What an advantage function may read besides the rewards (the estimator's ``needs``).

@@ -28,11 +28,9 @@ from .closed_forms import closed_form_of
 from .estimators import PromptContext, batch_context, get_estimator
 from .gram import as_structure
 from .problem import as_problem
-from .ustat import _minibatch, exact_mse_closed_form, prompt_mean_and_variance
+from .ustat import minibatch_from_moments, exact_mse_closed_form, prompt_mean_and_variance
 from .._precision import float64
 
-__all__ = ["exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
-           "enumerate_estimates", "enumerated_moments"]
 
 #: bytes per entry of the binary route's advantage table, counting JAX temporaries
 _ADV_BYTES = 8 * 6
@@ -92,7 +90,7 @@ def _advantage_fn(est):
     return fn
 
 
-def _binary_advantages(st, est, group_size: int):
+def binary_advantages(st, est, group_size: int):
     """a1[x, k], a0[x, k] for k = 0..G correct responses (undefined entries are 0).
 
     Estimators that read no prompt constant (``needs`` empty) are evaluated once on a (G+1, G)
@@ -155,7 +153,7 @@ def _binary_blocks(st, est, group_size: int):
     m0 = np.asarray(st.project(jnp.asarray(w0 / n0)))
     q1 = np.sum(w1 / n1 * ssq, axis=1)
     q0 = np.sum(w0 / n0 * ssq, axis=1)
-    a1, a0 = _binary_advantages(st, est, G)
+    a1, a0 = binary_advantages(st, est, G)
     k = np.arange(G + 1)[None, :].astype(np.float64)
     from scipy.stats import binom  # imported on first use (slow to import)
 
@@ -232,7 +230,7 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     if closed:
         return exact_mse_closed_form(st, est, G, B)
     mean, var = _binary_blocks(st, est, G)
-    return float(_minibatch(st, mean, var, B, st.prompt_gradients()))
+    return float(minibatch_from_moments(st, mean, var, B, st.prompt_gradients()))
 
 
 @float64

@@ -21,8 +21,6 @@ EasyDeL    090a03b (0.3.0)     ``easydel/trainers/group_relative_policy_optimiza
 
 from __future__ import annotations
 
-__all__ = ["FRAMEWORK_OPTIONS", "preset", "advantage_options", "framework_table"]
-
 
 def _row(framework, option, package, kind="advantage", default="", note=""):
     return dict(framework=framework, option=option, package=package, kind=kind, default=default,

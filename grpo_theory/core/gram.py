@@ -36,13 +36,10 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .. import _validation as V
-from .problem import DiscreteProblem, _ProblemSource
+from .problem import DiscreteProblem, ProblemSource
 from .._precision import float64
-
-__all__ = ["ScoreStructure", "TabularScores", "ExplicitScores", "as_structure"]
 
 
 class ScoreStructure:
@@ -318,7 +315,7 @@ def as_structure(obj, params=None) -> ScoreStructure:
         return obj
     if isinstance(obj, DiscreteProblem):
         return ExplicitScores.from_problem(obj)
-    if isinstance(obj, _ProblemSource):
+    if isinstance(obj, ProblemSource):
         return obj.score_structure(params)
     raise ValueError(
         "bandit must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "

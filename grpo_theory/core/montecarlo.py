@@ -55,14 +55,12 @@ import numpy as np
 from .. import _validation as V
 from .estimators import Estimator, PromptContext, batch_context, get_estimator
 from .problem import DiscreteProblem, as_problem
-from .sampling import (_safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
+from .sampling import (safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
                        sample_from_uniforms, sample_groups)
 from .stats import (Estimate, ScalarResultMixin, estimate_mean, moments_estimate, moments_init,
                     moments_update)
 from .._precision import float64
 
-__all__ = ["estimate_gradient", "mc_estimates", "mc_mse", "MCResult",
-           "summarize_squared_errors", "RNG_IMPLS", "UNIFORM_DTYPES", "SAMPLERS"]
 
 #: PRNG implementations accepted by :func:`mc_mse` (see the module docstring)
 RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
@@ -141,7 +139,7 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     target = problem.gradient()
     B, G = batch_size, group_size
     scores = problem.scores.reshape(-1, problem.dim)  # (P*K, D)
-    pcdf, ccdf = _safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
+    pcdf, ccdf = safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
     ctx_value, ctx_opt = problem.values(), problem.optimal_baselines()
     sq_table = jnp.sum(problem.scores**2, axis=-1) if "score_sq" in estimator.needs else None
 

@@ -33,9 +33,7 @@ from .. import _validation as V
 from .._precision import float64
 from .gram import as_structure
 from .scaling import ScalingConstants, scaling_constants
-from .ustat import _dot, prompt_moments
-
-__all__ = ["NoiseScale", "noise_scale", "grpo_noise_scale"]
+from .ustat import row_dot, prompt_moments
 
 
 def grpo_noise_scale(c1, c2, c3, grad_norm_sq, group_size):
@@ -120,7 +118,7 @@ def noise_scale(problem, group_size: int) -> NoiseScale:
     # (y, Z) given x, mean V, variance sigma^2/(G - 1)); binary Z
     second = mo.score_sq_z * (1 - 2 * v) + v**2 * mo.score_sq + mo.score_sq * mo.sigma2 / (G - 1)
     mean_u = mo.grad - v[:, None] * mo.mean_score
-    mean_sq = f @ _dot(mean_u, mean_u) - st.spread(f, mean_u)  # ||E u||^2
+    mean_sq = f @ row_dot(mean_u, mean_u) - st.spread(f, mean_u)  # ||E u||^2
     iid = (f @ second - mean_sq) / grad_sq
     grpo = grpo_noise_scale(c1, c2, c3, grad_sq, G)
     return NoiseScale(G, float(grpo), float(np.asarray(iid)), float(grad_sq), consts)

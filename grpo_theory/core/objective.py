@@ -3,7 +3,7 @@ r"""The exact objective of an enumerable policy and a multi-start maximiser of s
 ``J(theta) = sum_x f(x) sum_y pi_theta(y|x) mu(x, y)`` (:func:`exact_objective`, traceable) and
 :func:`maximise` (L-BFGS from several starts), which
 :meth:`~grpo_theory.core.policies.LinearSoftmaxBandit.max_objective` uses for ``sup J`` of a
-shared-parameter policy. :mod:`grpo_theory.optim.objective` re-exports both.
+shared-parameter policy; both are on the face, ``from grpo_theory.core import maximise``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._precision import float64
-
-__all__ = ["exact_objective", "maximise"]
 
 
 @float64

@@ -27,18 +27,7 @@ from .. import _validation as V
 from .gram import ExplicitScores, TabularScores
 from .objective import exact_objective, maximise
 from .policy import EnumerablePolicy
-from .problem import DiscreteProblem, as_problem
 from .._precision import float64
-
-__all__ = [
-    "DiscreteProblem",
-    "EnumerablePolicy",
-    "SoftmaxBandit",
-    "LinearSoftmaxBandit",
-    "SequencePolicy",
-    "as_problem",
-    "n_sequences",
-]
 
 
 def _check_problem(shape, reward_means, prompt_probs, name="reward_means"):

@@ -27,11 +27,10 @@ import numpy as np
 
 from .. import _validation as V
 from .gram import ExplicitScores, ScoreStructure
-from .problem import DiscreteProblem, _ProblemSource
+from .problem import DiscreteProblem, ProblemSource
 from .sampling import sample_groups
 from .._precision import float64
 
-__all__ = ["EnumerablePolicy", "GradientProblem", "PolicyWrapper"]
 
 #: the fields every enumerable policy sets (the core of the contract besides ``log_probs``)
 CORE_FIELDS = {
@@ -89,7 +88,7 @@ def _unflatten_policy(cls, aux, children):
     return new
 
 
-class EnumerablePolicy(_ProblemSource):
+class EnumerablePolicy(ProblemSource):
     r"""A policy over an enumerated response space: P prompts x K responses, every quantity exact.
 
     The contract (as distrax's ``Distribution``: a small core, every other capability derived

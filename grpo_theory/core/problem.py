@@ -24,8 +24,6 @@ import numpy as np
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["DiscreteProblem", "as_problem", "PROB_TOL", "RewardTable"]
-
 
 @runtime_checkable
 class RewardTable(Protocol):
@@ -152,7 +150,7 @@ class DiscreteProblem:
         return second - jnp.einsum("pd,pe->pde", g, g)
 
 
-class _ProblemSource:
+class ProblemSource:
     """The root of :class:`~grpo_theory.core.policy.EnumerablePolicy`.
 
     The converters below the policy module (:func:`as_problem` here,
@@ -212,7 +210,7 @@ def as_problem(policy_or_problem) -> DiscreteProblem:
     """
     if isinstance(policy_or_problem, DiscreteProblem):
         return policy_or_problem
-    if isinstance(policy_or_problem, _ProblemSource):
+    if isinstance(policy_or_problem, ProblemSource):
         return policy_or_problem.problem()
     raise ValueError(
         "bandit must be an enumerable policy (an EnumerablePolicy: SoftmaxBandit, "

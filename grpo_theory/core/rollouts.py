@@ -20,8 +20,6 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-__all__ = ["RolloutStatistics"]
-
 
 @dataclass(frozen=True)
 class RolloutStatistics:

@@ -24,16 +24,13 @@ from .. import _validation as V
 from .problem import DiscreteProblem, as_problem
 from .._precision import float64
 
-__all__ = ["sample_groups", "sample_from_uniforms", "joint_cell_cdf",
-           "sample_cells_from_uniforms", "sample_groups_joint"]
-
 
 def _inverse_cdf(cdf, u):
     """Index i with cdf[i-1] <= u < cdf[i] (last index if rounding leaves u >= cdf[-1])."""
     return jnp.minimum(jnp.sum(u[..., None] >= cdf, axis=-1), cdf.shape[-1] - 1)
 
 
-def _safe_cdf(mass):
+def safe_cdf(mass):
     """Cumulative sums along the last axis; entries from the last positive mass on read 1.0.
 
     ``u < 1`` always, so rounding of the total (``cumsum`` ending at ``1 - 1e-16``) can never
@@ -50,7 +47,7 @@ def joint_cell_cdf(problem: DiscreteProblem):
     """CDF ``(P, 2K)`` over the cells ``c = 2y + z`` of each prompt (see the module docstring).
 
     Args:
-        problem: a :class:`~grpo_theory.core.policies.DiscreteProblem`.
+        problem: a :class:`~grpo_theory.core.problem.DiscreteProblem`.
 
     Returns:
         float64 array; row ``x`` is the cumulative sum of ``pi(y|x) (1 - mu)``, ``pi(y|x) mu``
@@ -58,7 +55,7 @@ def joint_cell_cdf(problem: DiscreteProblem):
     """
     pi, mu = problem.probs, problem.reward_means
     mass = jnp.stack([pi * (1.0 - mu), pi * mu], axis=-1).reshape(pi.shape[0], -1)
-    return _safe_cdf(mass)
+    return safe_cdf(mass)
 
 
 @float64
@@ -69,7 +66,7 @@ def sample_cells_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None
         problem: the problem.
         ux: uniforms in [0, 1) ``(..., B)`` for the prompts (float32 or float64).
         uc: uniforms in [0, 1) ``(..., B, G)``, one per response.
-        prompt_cdf, cell_cdf: optional precomputed ``_safe_cdf(f)`` and :func:`joint_cell_cdf`.
+        prompt_cdf, cell_cdf: optional precomputed ``safe_cdf(f)`` and :func:`joint_cell_cdf`.
 
     Returns:
         ``(x, y, z)``: prompt indices ``(..., B)``, responses ``(..., B, G)`` and float64 binary
@@ -77,7 +74,7 @@ def sample_cells_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None
         resolution of the uniforms). The tail of each CDF reads exactly 1 and ``u < 1``, so a
         zero-mass cell is never drawn.
     """
-    pcdf = _safe_cdf(problem.prompt_probs) if prompt_cdf is None else prompt_cdf
+    pcdf = safe_cdf(problem.prompt_probs) if prompt_cdf is None else prompt_cdf
     ccdf = joint_cell_cdf(problem) if cell_cdf is None else cell_cdf
     x = jnp.minimum(jnp.sum(ux.astype(pcdf.dtype)[..., None] >= pcdf, axis=-1), pcdf.shape[-1] - 1)
     c = jnp.sum(uc.astype(ccdf.dtype)[..., None] >= ccdf[x][..., None, :], axis=-1)

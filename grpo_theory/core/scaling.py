@@ -18,11 +18,8 @@ from math import floor, sqrt
 import numpy as np
 
 from .gram import as_structure
-from .ustat import _closed_forms
+from .ustat import closed_form_pieces
 from .._precision import float64
-
-__all__ = ["ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
-           "budget_mse", "grid_argmin"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ def scaling_constants(bandit) -> ScalingConstants:
         0.033936
     """
     st = as_structure(bandit)
-    _, c = _closed_forms(st, 2, 1)  # the compiled closed forms also give c1, c2, c3
+    _, c = closed_form_pieces(st, 2, 1)  # the compiled closed forms also give c1, c2, c3
     c1, c2, c3 = (float(x) for x in np.asarray(c)[:3])
     return ScalingConstants(c1, c2, c3)
 

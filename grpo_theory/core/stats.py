@@ -1,7 +1,7 @@
 r"""The result interface of the package, the scalar :class:`Estimate`, and a streaming accumulator.
 
 Every result that carries estimates with standard errors (:class:`Estimate`,
-:class:`~grpo_theory.core.montecarlo.MCResult`, :class:`~grpo_theory.advisor.estimate.ScalingEstimate`,
+:class:`~grpo_theory.core.montecarlo.MCResult`, :class:`~grpo_theory.advisor.result.ScalingEstimate`,
 ...) implements one interface (:class:`Result`, through :class:`ResultMixin`), statsmodels style:
 
 * ``conf_int(alpha=0.05)`` -> ``pandas.DataFrame`` indexed by parameter name, columns ``lower``,
@@ -40,9 +40,6 @@ import pandas as pd
 from scipy.special import ndtri, stdtrit  # norm.ppf's and t.ppf's kernels, not scipy.stats
 
 from .._precision import float64
-
-__all__ = ["z_value", "t_value", "Result", "ResultMixin", "ScalarResultMixin", "Estimate",
-           "estimate_mean", "Moments", "moments_init", "moments_update", "moments_estimate"]
 
 
 @lru_cache(maxsize=64)

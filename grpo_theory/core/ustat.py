@@ -43,13 +43,6 @@ from .gram import as_structure
 from .problem import as_problem
 from .._precision import float64
 
-__all__ = [
-    "u_statistic", "HoeffdingResult", "hoeffding_exact", "hoeffding_mc", "ustat_variance",
-    "grpo_kernel", "grpo_loo_estimate", "grpo_ustat_estimate",
-    "PromptMoments", "prompt_moments", "prompt_mean_and_variance", "minibatch_mse",
-    "exact_mse_closed_form", "leading_order_mse", "sigma_oracle",
-]
-
 
 # --- general order-m U-statistics ---------------------------------------------------------------
 
@@ -210,7 +203,7 @@ class PromptMoments:
     tr_sigma_oracle: jnp.ndarray  # tr Sigma_or(x)
 
 
-def _dot(a, b):
+def row_dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
@@ -231,10 +224,10 @@ def prompt_moments(problem) -> PromptMoments:
     es = st.project(p)
     s2 = jnp.sum(p * ssq, axis=1)
     s2z = jnp.sum(p * ssq * mu, axis=1)
-    g2 = _dot(g, g)
+    g2 = row_dot(g, g)
     # E||s (Z - V)||^2 - ||E[s (Z - V)]||^2 with E[s (Z - V)] = g - V E[s]
     mean_or = g - v[:, None] * es
-    tr_or = s2z - 2 * v * s2z + v**2 * s2 - _dot(mean_or, mean_or)
+    tr_or = s2z - 2 * v * s2z + v**2 * s2 - row_dot(mean_or, mean_or)
     # for binary Z: E[||s||^2 (Z - V)^2] = E[||s||^2 Z](1 - 2V) + V^2 E||s||^2
     return PromptMoments(v, v - v**2, g, g2, es, s2, s2z, tr_or)
 
@@ -256,7 +249,7 @@ class TraceRoute:
         b = jnp.asarray(b, dtype=jnp.float64)
         mean = mo.grad - b[:, None] * mo.mean_score
         second = mo.score_sq_z * (1 - 2 * b) + b**2 * mo.score_sq  # E||s (Z-b)||^2, binary Z
-        return mean, (second - _dot(mean, mean)) / G
+        return mean, (second - row_dot(mean, mean)) / G
 
     def leave_one_out(self, G):
         """Lemma 1's U-statistic: mean ``g``, variance ``2/(G(G-1)) (2(G-2) sigma_1^2 +
@@ -264,7 +257,7 @@ class TraceRoute:
         mo = self.mo
         h1_dev_sq = _h1_variance(self.st, mo)
         eh2 = 0.25 * (2 * mo.score_sq_z + 2 * mo.score_sq * mo.value - 4 * mo.score_sq_z * mo.value
-                      - 4 * _dot(mo.grad, mo.mean_score) + 4 * mo.grad_sq)
+                      - 4 * row_dot(mo.grad, mo.mean_score) + 4 * mo.grad_sq)
         sigma2_2 = eh2 - mo.grad_sq
         return mo.grad, (2.0 / (G * (G - 1))) * (2 * (G - 2) * h1_dev_sq + sigma2_2)
 
@@ -328,8 +321,8 @@ def _h1_variance(st, mo: PromptMoments):
     total = 0.0
     for z, c in ((0.0, p * (1 - mu)), (1.0, p * mu)):
         u = mo.mean_score * z + mo.grad
-        term = (jnp.sum(c * ssq, axis=1) * (z - v) ** 2 + jnp.sum(c, axis=1) * _dot(u, u)
-                - 2 * (z - v) * _dot(st.project(c), u))
+        term = (jnp.sum(c * ssq, axis=1) * (z - v) ** 2 + jnp.sum(c, axis=1) * row_dot(u, u)
+                - 2 * (z - v) * row_dot(st.project(c), u))
         total = total + term
     return 0.25 * total
 
@@ -348,11 +341,11 @@ def minibatch_mse(problem, mean, var, batch_size: int) -> float:
         The minibatch MSE (float).
     """
     st = as_structure(problem)
-    return float(_minibatch(st, jnp.asarray(mean), jnp.asarray(var), batch_size,
+    return float(minibatch_from_moments(st, jnp.asarray(mean), jnp.asarray(var), batch_size,
                             st.prompt_gradients()))
 
 
-def _minibatch(st, mean, var, batch_size, grads):
+def minibatch_from_moments(st, mean, var, batch_size, grads):
     f = st.prompt_probs
     spread = st.spread(f, mean)
     bias2 = st.mean_sq(f, mean - grads)
@@ -365,7 +358,7 @@ def _closed_forms_jit(st, group_size, batch_size, b, form):
     per structure shape and form serves every G, B and ``scaling_constants``)."""
     mo = prompt_moments(st)
     mean, var = form.moments(TraceRoute(st, mo), group_size, b)
-    mse = _minibatch(st, mean, var, batch_size, mo.grad)
+    mse = minibatch_from_moments(st, mean, var, batch_size, mo.grad)
     return mse, _pieces(st, mo)
 
 
@@ -379,7 +372,7 @@ def _pieces(st, mo):
     return jnp.stack([c1, c2, c3, c_v, st.mean_sq(f, mo.grad)])
 
 
-def _closed_forms(st, group_size, batch_size, b=None, form=None):
+def closed_form_pieces(st, group_size, batch_size, b=None, form=None):
     """``(mse, pieces)`` of ``form`` (leave-one-out by default) at (G, B)."""
     form = LeaveOneOut() if form is None else form
     b = jnp.zeros(st.n_prompts) if b is None else jnp.asarray(b, dtype=jnp.float64)
@@ -408,7 +401,7 @@ def exact_mse_closed_form(problem, estimator, group_size: int, batch_size: int =
     if b is None and not isinstance(estimator, ClosedForm):
         b = _baseline(st, estimator)
     # G and B are traced (float64): one compile per structure shape and form for every G and B
-    mse, _ = _closed_forms(st, group_size, batch_size, b, form)
+    mse, _ = closed_form_pieces(st, group_size, batch_size, b, form)
     return float(mse)
 
 

@@ -16,12 +16,13 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the face as static tools (griffe, the docs, type checkers) read it
-    from .executors import DaskExecutor, InProcessExecutor, open_executor
+    from .checks import VERDICTS, Check, Section, check
+    from .executors import DaskExecutor, open_executor
     from .paired import mean_ci, paired_squared_errors
     from .progress import CellProgress
-    from .runner import (VERDICTS, Cell, Check, Experiment, RunResult, Section, Tables,
-                         cell_key, check, collect, is_timing, key_seed, last_run,
-                         report_section, run_experiment, run_experiments)
+    from .runner import (Cell, Experiment, InProcessExecutor, RunResult, Tables, cell_key,
+                         collect, is_timing, key_seed, last_run, report_section, run_experiment,
+                         run_experiments)
     from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
                         bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci,
                         spearman)
@@ -31,12 +32,13 @@ if TYPE_CHECKING:  # the face as static tools (griffe, the docs, type checkers) 
 # public name -> module that defines it; loaded on first access (PEP 562), so that importing
 # the command line (`grpo-theory --help`) loads neither JAX nor pandas
 _ATTRS = {
-    **dict.fromkeys(("VERDICTS", "Cell", "Check", "Experiment", "RunResult", "Section", "Tables",
-                     "cell_key", "check", "collect", "is_timing", "key_seed", "last_run",
-                     "report_section", "run_experiment", "run_experiments"), "runner"),
+    **dict.fromkeys(("Cell", "Experiment", "InProcessExecutor", "RunResult", "Tables", "cell_key",
+                     "collect", "is_timing", "key_seed", "last_run", "report_section",
+                     "run_experiment", "run_experiments"), "runner"),
+    **dict.fromkeys(("VERDICTS", "Check", "Section", "check"), "checks"),
     **dict.fromkeys(("CellSchemaError", "CellStore", "atomic_write_csv", "atomic_write_text",
                      "check_out_dir"), "store"),
-    **dict.fromkeys(("DaskExecutor", "InProcessExecutor", "open_executor"), "executors"),
+    **dict.fromkeys(("DaskExecutor", "open_executor"), "executors"),
     "CellProgress": "progress",
     **dict.fromkeys(("mean_ci", "paired_squared_errors"), "paired"),
     **dict.fromkeys(("ArgminBootstrap", "SpearmanResult", "bootstrap_argmin", "bootstrap_ci",

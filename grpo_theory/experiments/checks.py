@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["VERDICTS", "KINDS", "Check", "check", "Section", "kind_counts", "kind_counts_line",
-           "md_cell", "rebase_links"]
 
 VERDICTS = ("PASS", "FAIL", "INCOMPLETE")
 """The verdicts of a check: it held, it failed, or it had no finite number to look at."""

@@ -34,7 +34,6 @@ from .checks import kind_counts_line, md_cell, rebase_links
 # the heavy modules (JAX, pandas, the studies) are imported where they are used, so that
 # `grpo-theory --help` and `grpo-theory advise --help` answer at once
 
-__all__ = ["main", "write_report"]
 
 #: the ``--pad-embedding`` choices (:data:`grpo_theory.lm.budget.options.PAD_EMBEDDINGS`, written out
 #: so that the parser imports no JAX; a test checks they agree)
@@ -109,7 +108,7 @@ def error_line(exc: BaseException) -> str:
     / ``OSError``, a hint naming ``--memory-budget`` / ``--chunk`` for an out-of-memory error
     (XLA's ``RESOURCE_EXHAUSTED`` or a ``MemoryError``), else the exception's type and message;
     line breaks joined."""
-    from ..lm.budget.memory import HINT, is_out_of_memory
+    from ..lm.budget import HINT, is_out_of_memory
 
     if is_out_of_memory(exc):
         msg = f"out of memory ({type(exc).__name__}): {HINT}"
@@ -248,7 +247,7 @@ def _model_overrides(args) -> dict:
         if v is None:
             continue
         if opt == "memory_budget":
-            from ..lm.budget.memory import parse_memory
+            from ..lm import parse_memory
 
             v = parse_memory(v)
         elif opt == "chunk" and v < 1:
@@ -278,7 +277,7 @@ def _model_setting(exps: dict, name: str, setting: str, model: str, overrides=No
         raise ValueError(f"--model is accepted only by experiments with a model setting "
                          f"({', '.join(_model_experiments(exps)) or 'none'}); {name} has none")
     path = Path(model).expanduser().resolve()
-    from ..lm.checkpoints.load import checkpoint_format
+    from ..lm.checkpoints import checkpoint_format
 
     if checkpoint_format(path) is None:
         raise ValueError(f"--model {model!r}: {str(path)!r} is neither a directory nor a .gguf "
@@ -347,7 +346,7 @@ def _advise_options(args):
     ``--memory-budget`` (a size, :func:`~grpo_theory.lm.budget.memory.parse_memory`), ``--chunk``,
     ``--dtype``, ``--pad-id`` and ``--pad-embedding`` (a ``ValueError`` naming the option for
     a bad value)."""
-    from ..lm.budget.options import ModelOptions
+    from ..lm import ModelOptions
 
     try:
         return ModelOptions(memory_budget=args.memory_budget, chunk=args.chunk,
@@ -362,7 +361,8 @@ def _advise_options(args):
 
 
 def _advise(args) -> int:
-    from ..advisor.advise import FigureWarning, advise
+    from ..advisor import FigureWarning
+    from ..advisor.advise import advise
 
     options = _advise_options(args)
     with warnings.catch_warnings(record=True) as caught:

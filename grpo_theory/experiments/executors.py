@@ -22,7 +22,6 @@ import uuid
 from .._validation import integer
 from .runner import InProcessExecutor, compute_cell
 
-__all__ = ["InProcessExecutor", "DaskExecutor", "open_executor", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "GRPO_THEORY_SCHEDULER"
 #: seconds to wait for a scheduler before giving up with a clear error

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from grpo_theory.lm.checkpoints.load import absolute_path, check_model_options
-from grpo_theory.lm.budget.options import ModelOptions
-
-__all__ = ["ModelSettings"]
+from grpo_theory.lm.checkpoints import absolute_path, check_model_options
+from grpo_theory.lm import ModelOptions
 
 
 @dataclass(frozen=True, kw_only=True)

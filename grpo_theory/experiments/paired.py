@@ -3,7 +3,7 @@
 Common random numbers make differences of MSEs (e.g. GRPO minus oracle, which is O(G^-2) while
 each MSE is O(1/G)) measurable: the per-replicate difference of squared errors has a far smaller
 variance than the difference of two independent estimates. Sampling and the estimates reuse
-:func:`grpo_theory.core.montecarlo.sample_groups` / :func:`estimate_gradient`; prompt-only baselines
+:func:`grpo_theory.core.sampling.sample_groups` / :func:`estimate_gradient`; prompt-only baselines
 ``b(x)`` are passed as an array (n_b, P) and evaluated in one vectorised einsum.
 """
 
@@ -16,12 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from grpo_theory._validation import integer
-from grpo_theory.core.estimators import get_estimator
-from grpo_theory.core.montecarlo import estimate_gradient, sample_groups
-from grpo_theory.core.stats import z_value
-from grpo_theory.core.policies import as_problem
-
-__all__ = ["paired_squared_errors", "mean_ci"]
+from grpo_theory.core import as_problem, estimate_gradient, get_estimator, sample_groups, z_value
 
 
 @partial(jax.jit, static_argnames=("ests", "batch_size", "group_size", "chunk", "n_chunks"))
@@ -52,7 +47,7 @@ def paired_squared_errors(bandit, estimators=(), baselines=None, group_size: int
     is evaluated on the same sampled batches, so differences of columns are paired.
 
     Args:
-        bandit: the problem (a bandit or anything :func:`~grpo_theory.core.policies.as_problem`
+        bandit: the problem (a bandit or anything :func:`~grpo_theory.core.problem.as_problem`
             takes).
         estimators: names of the estimator registry.
         baselines: prompt-only baselines, an array (n_b, n_prompts) (or one row); None: none.

@@ -12,8 +12,6 @@ import time
 
 from tqdm.auto import tqdm
 
-__all__ = ["CellProgress", "phase_lines"]
-
 
 class CellProgress:
     """Progress over the cells of one experiment run, on its own clock.

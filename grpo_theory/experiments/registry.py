@@ -21,7 +21,6 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
-__all__ = ["GROUP", "modules", "names", "experiments", "get", "EXTRA_ENV"]
 
 #: the entry-point group through which studies register
 GROUP = "grpo_theory.studies"

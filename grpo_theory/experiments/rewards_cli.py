@@ -47,7 +47,7 @@ def _sizes(text: str) -> tuple:
 
 def run(args) -> int:
     """Run the command; returns the exit code."""
-    from ..advisor.rewards import read_reward_log, summarize_rewards
+    from ..advisor import read_reward_log, summarize_rewards
 
     log = read_reward_log(args.log, args.prompt_field, args.reward_field, args.format,
                           args.threshold)

@@ -41,19 +41,13 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from .._cache import cache_context, cache_dir
-from .._precision import float64
+from .._cache import cache_context
 from .._validation import integer, seed_key
-from .checks import (KINDS, VERDICTS, Check, Section, check, kind_counts,  # noqa: F401
-                     kind_counts_line)
+from .checks import Check, Section
 from .progress import CellProgress
 from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
                     cell_text, check_out_dir)
 
-__all__ = ["Experiment", "Cell", "Check", "Section", "Tables", "RunResult", "run_experiment",
-           "run_experiments", "collect", "cell_key", "key_seed", "cache_dir", "VERDICTS", "KINDS",
-           "check", "kind_counts", "kind_counts_line", "is_timing", "report_section", "last_run",
-           "float64"]
 
 def package_version() -> str:
     return __version__

@@ -30,11 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _sps
 
-from ..core.stats import z_value
+from ..core import z_value
 from .runner import key_seed
-
-__all__ = ["ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
-           "bootstrap_ratio_ci", "SpearmanResult", "spearman", "ratio_ci", "markdown_table"]
 
 
 def _seed(seed) -> int:

@@ -31,8 +31,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["CellStore", "CellSchemaError", "cell_hash", "cell_text", "verified_body", "atomic_write_text", "atomic_write_csv",
-           "file_mode", "check_out_dir", "META_COLUMNS", "DTYPES"]
 
 #: columns the store adds to every row (they identify the cell and are checked on read)
 META_COLUMNS = ("experiment", "setting", "seed", "cell", "cell_hash", "kind", "n_rows",

@@ -24,9 +24,6 @@ import pandas as pd
 
 from .cli import DEBUG_ENV, error_line  # one copy, in the light command-line module
 
-__all__ = ["run_main", "positive_int", "nonnegative_int",
-           "positive_float", "int_list", "name_list", "content_hash", "read_csv", "read_json",
-           "load_npz", "reuse_or_recompute"]
 
 def run_main(prog: str, body, argv=None) -> int:
     """Run ``body(argv)`` as a command: its return code, or one line ``prog: error: ...`` and

@@ -29,6 +29,11 @@ from .checkpoints import (HFPolicy, from_pretrained, load_policy, model_policy, 
 from .training import (exact_accuracy, lm_rule, predicted_group_size, train_dppo, train_grpo,
                        train_with_rule)
 
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .policy import checked_tokens, generic_sample
+from .task import RESPONSE_LEN, encode_prompts, integer_answer, target_responses
+from .warmup import QUICK_WARMUP
+
 __all__ = [
     # the transformer and its policy
     "ModelConfig", "init_params", "make_apply", "make_sampler", "n_params",
@@ -51,6 +56,8 @@ __all__ = [
     # model families (one spec each, a registry by name) and the ghost-norm route rule
     "ModelSpec", "TensorSpec", "FAMILIES", "family", "ghost_route",
 ]
+__all__ += ["checked_tokens", "generic_sample", "RESPONSE_LEN", "encode_prompts", "integer_answer",
+            "target_responses", "QUICK_WARMUP"]
 
 #: the LM studies' library names this face held before, now in their one home
 _MOVED = {n: "grpo_theory.experiments.lm_support" for n in (

@@ -33,8 +33,6 @@ import numpy as np
 from .. import _validation as V
 from .task import EOS, ICL_PROMPT_LEN, PAD, RESPONSE_LEN, VOCAB_SIZE
 
-__all__ = ["ModelConfig", "init_params", "apply", "make_apply", "make_sampler", "sample",
-           "n_params", "COMPUTE_DTYPES"]
 
 F32 = jnp.float32
 #: compute dtypes of :class:`ModelConfig` (the dtype of the matrix products' operands)

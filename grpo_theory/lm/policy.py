@@ -35,9 +35,6 @@ from .task import EOS, PAD, PROMPT_LEN, RESPONSE_LEN, response_mask, reward_text
 from .task import decode as task_decode
 from .task import encode as task_encode
 
-__all__ = ["LMPolicy", "check_prompts", "token_log_probs", "seq_log_probs", "score_contractions",
-           "generic_sample"]
-
 
 def check_prompts(prompts, vocab_size=None, pad=None):
     """Checked (N, P) prompts: integer ids in ``[0, vocab_size)``, or, when ``pad`` is given
@@ -78,7 +75,7 @@ def check_prompts(prompts, vocab_size=None, pad=None):
     return x
 
 
-def _tokens(prompts, responses, vocab_size=None, pad=None):
+def checked_tokens(prompts, responses, vocab_size=None, pad=None):
     """Checked (prompts (N, P), responses (N, R)): integer ids, rank 2, same N, ids in range
     (prompts may carry the left padding marker ``pad``, :func:`check_prompts`)."""
     prompts = check_prompts(prompts, vocab_size, pad)
@@ -113,7 +110,7 @@ def token_log_probs(apply_fn, params, prompts, responses, temperature=1.0, eos=E
     Returns:
         (N, R) per-token log-probabilities.
     """
-    prompts, responses = _tokens(prompts, responses)
+    prompts, responses = checked_tokens(prompts, responses)
     temperature = _temperature(temperature)
     prompts, responses = jnp.asarray(prompts), jnp.asarray(responses)
     p = prompts.shape[1]
@@ -222,7 +219,7 @@ def score_contractions(apply_fn, params, prompts, responses, weights, temperatur
         (``jax.config.update("jax_enable_x64", True)``), else in float32 (JAX's default; the
         scores themselves are computed in the model's dtype either way).
     """
-    prompts, responses = _tokens(prompts, responses)
+    prompts, responses = checked_tokens(prompts, responses)
     prompts, responses = np.asarray(prompts), np.asarray(responses)
     temperature = _temperature(temperature)
     chunk = V.positive_int("chunk", chunk)
@@ -366,13 +363,13 @@ class LMPolicy:
 
     def log_probs(self, prompts, responses):
         """``log pi(y|x)`` (N,) for (N, P) prompts and (N, R) responses (integer ids)."""
-        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         return _logp_jit(self.apply_fn, self.params, jnp.asarray(prompts),
                          jnp.asarray(responses), self.temperature, self.eos_ids)
 
     def score_contractions(self, prompts, responses, weights, chunk: int = 256):
         """:func:`score_contractions` for this policy (token ids checked against the vocabulary)."""
-        _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         return score_contractions(self.apply_fn, self.params, prompts, responses, weights,
                                   self.temperature, chunk, self.eos_ids)
 
@@ -382,11 +379,11 @@ class LMPolicy:
         Args:
             prompts: (N, P) ids; responses: (N, R) ids; weights: (N,) finite reals.
         """
-        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         w = V.real_array("weights", weights)
         if w.shape != (prompts.shape[0],):
             raise ValueError(f"weights must have shape ({prompts.shape[0]},), got {w.shape}")
-        return np.asarray(_weighted_grad(self.apply_fn, self.params, jnp.asarray(prompts),
+        return np.asarray(weighted_grad(self.apply_fn, self.params, jnp.asarray(prompts),
                                          jnp.asarray(responses), jnp.asarray(w),
                                          self.temperature, tuple(self.eos_ids)))
 
@@ -416,7 +413,7 @@ class LMPolicy:
             ValueError: no texts, a non-string, an empty text or a character outside the
                 vocabulary.
         """
-        return self.pad_prompts([task_encode(t) for t in _texts(texts)])
+        return self.pad_prompts([task_encode(t) for t in text_list(texts)])
 
     def question_prompts(self, questions, fmt: str = "answer",
                          chat_template: bool = True) -> tuple[np.ndarray, str]:
@@ -434,7 +431,7 @@ class LMPolicy:
         if fmt not in RESPONSE_LEN:
             raise ValueError(f"fmt must be one of {sorted(RESPONSE_LEN)}, got {fmt!r}")
         mark = "=" if fmt == "answer" else ":"
-        qs = [q if q.endswith(("=", ":")) else q + mark for q in _texts(questions)]
+        qs = [q if q.endswith(("=", ":")) else q + mark for q in text_list(questions)]
         return self.encode(qs), f"the package's character tokenizer ({fmt} format)"
 
     def decode(self, responses) -> list[str]:
@@ -505,7 +502,7 @@ def _logp_jit(apply_fn, params, prompts, responses, temperature, eos=(EOS,)):
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "eos"))
-def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, eos):
+def weighted_grad(apply_fn, params, prompts, responses, weights, temperature, eos):
     """``grad_theta sum_i w_i log pi(y_i | x_i)`` as a flat vector (one backward pass)."""
     flat, unravel = ravel_pytree(params)
 
@@ -516,7 +513,7 @@ def _weighted_grad(apply_fn, params, prompts, responses, weights, temperature, e
     return jax.grad(obj)(flat)
 
 
-def _texts(texts) -> list:
+def text_list(texts) -> list:
     """``texts`` as a non-empty list of strings (a string is one text), else a ValueError."""
     if isinstance(texts, str):
         return [texts]

@@ -26,20 +26,11 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
 
-__all__ = [
-    "TokenReward", "TextReward", "VOCAB", "PAD", "EOS", "VOCAB_SIZE", "CATEGORIES", "TaskConfig",
-    "Questions",
-    "encode", "decode", "response_mask", "parse_final_integer", "reward_text", "reward_answer_text",
-    "reward_tokens", "reward_exact_tokens", "reward",
-    "generate_questions", "eval_set", "train_pool", "encode_prompts", "target_responses",
-    "PROMPT_LEN", "ICL_PROMPT_LEN", "RESPONSE_LEN",
-]
 
 VOCAB = "_|0123456789+-*/()=:,;>"
 PAD, EOS = 0, 1
@@ -52,6 +43,7 @@ PROMPT_LEN = 12  # longest question, e.g. "99-99+99-99=" (12 chars)
 SHOT_LEN = 12  # longest easy solved example, e.g. "9-9-9-9=-18;" (in-context shots are easy)
 ICL_PROMPT_LEN = PROMPT_LEN + 2 * SHOT_LEN  # two shots
 RESPONSE_LEN = {"answer": 5, "trace": 16}  # incl. EOS; "-396|" and "-123,-45>-89|" fit
+"""The response length (tokens, EOS included) of each task format."""
 
 
 def encode(text: str) -> list[int]:

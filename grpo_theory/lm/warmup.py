@@ -37,18 +37,13 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from .._cache import artefact_key
-from .._cache import cache_dir as _cache_dir
+from .._cache import artefact_key, cache_dir as _cache_dir
 from .._validation import seed_key
 from .model import ModelConfig, init_params, make_apply, make_sampler
-from .policy import LMPolicy, response_mask
-from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, eval_set, reward,
+from .policy import LMPolicy
+from .task import (ICL_PROMPT_LEN, RESPONSE_LEN, TaskConfig, encode_prompts, response_mask, reward,
                    target_responses, train_pool)
 
-__all__ = ["CORRUPTION", "WarmupConfig", "corrupt_answers", "train_supervised",
-           "save_checkpoint", "load_checkpoint", "three_policies", "cached_policies", "accuracy",
-           "checkpoint_files",
-           "study_policies", "POLICIES", "QUICK_WARMUP"]
 
 POLICIES = ("base", "instruct", "icl")
 #: (easy, hard) answer-corruption probabilities of each corpus
@@ -89,13 +84,13 @@ class WarmupConfig:
         return f"icl_i{self.icl_steps}.npz"
 
 
-#: the tiny warm-up of the quick settings (``lm-mse``, ``lm-rank``, ``advise --warmup quick``): a
-#: 1-layer, 32-wide model on the two one-operation categories with single-digit operands, which
-#: learns something within seconds (its rewards are not all zero)
 QUICK_WARMUP = WarmupConfig(d_model=32, n_layers=1, n_heads=2, base_steps=150, instruct_steps=150,
                             icl_steps=200, batch_size=64, chunk=25, lr=1e-2,
                             task=TaskConfig(hard_fraction=0.0,
                                             category_probs=(0, 0, 0.5, 0.5, 0)))
+"""The tiny warm-up of the quick settings (``lm-mse``, ``lm-rank``, ``advise --warmup quick``): a
+1-layer, 32-wide model on the two one-operation categories with single-digit operands, which
+learns something within seconds (its rewards are not all zero)."""
 
 
 def corrupt_answers(answers, hard, rates, rng) -> np.ndarray:

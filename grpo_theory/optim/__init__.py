@@ -9,19 +9,25 @@ Rewards are those of the core (:class:`grpo_theory.core.RewardTable`: a problem'
 reward means); the Gaussian bandit of :mod:`.theory` draws Gaussian rewards around its means.
 """
 
-from .train import (SCHEDULES, TrainConfig, TrainResult, exact_objective, make_train,
-                    max_objective, maximise, schedule, step_sizes, train_batch, train_schedules)
+from .train_types import TrainConfig, TrainResult
+from .train import make_train, train_batch, train_schedules
+from .objective import max_objective
+from .schedules import SCHEDULES, schedule, step_sizes
 from .theory import (AsymptoticPrediction, Constants, GaussianBandit, asymptotic_prediction,
-                     chi2_weights, gaussian_bandit, gradient_covariance, gradient_mse,
-                     lemma6_constant_bound, lemma6_decreasing_bound, lemma6_recursion,
-                     limiting_covariance, lyapunov_covariance, mc_gradient_moments, mixture_cdf,
-                     mixture_quantile, problem_constants, sample_gradient, sample_mixture, sup_mse)
+                     gaussian_bandit, gradient_covariance, gradient_mse, lemma6_constant_bound,
+                     lemma6_decreasing_bound, lemma6_recursion, limiting_covariance,
+                     mc_gradient_moments, problem_constants, sample_gradient, sup_mse)
+from .chi2_mixture import (chi2_weights, lyapunov_covariance, mixture_cdf, mixture_quantile,
+                           sample_mixture)
 from .clipped import clipped_surrogate, multi_epoch_update
+
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .train import seed_keys
 
 __all__ = [
     # Algorithm 1 (one compiled loop)
     "TrainConfig", "TrainResult", "make_train", "train_batch", "train_schedules",
-    "exact_objective", "max_objective", "maximise", "step_sizes", "schedule", "SCHEDULES",
+    "max_objective", "step_sizes", "schedule", "SCHEDULES",
     # the optimisation theory on the Gaussian bandit (Lemma 6, Theorem 8)
     "GaussianBandit", "gaussian_bandit", "Constants", "problem_constants",
     "gradient_covariance", "gradient_mse", "limiting_covariance", "sup_mse", "sample_gradient",
@@ -32,3 +38,4 @@ __all__ = [
     # the clipped multi-epoch surrogate
     "clipped_surrogate", "multi_epoch_update",
 ]
+__all__ += ["seed_keys"]

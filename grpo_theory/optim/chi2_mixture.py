@@ -22,9 +22,6 @@ import scipy.stats
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["lyapunov_covariance", "chi2_weights", "mixture_cdf", "mixture_quantile",
-           "sample_mixture"]
-
 
 @float64
 def lyapunov_covariance(eigenvalues, gamma_q, beta: float, printed: bool = False) -> np.ndarray:

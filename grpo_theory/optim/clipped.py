@@ -19,8 +19,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["clipped_surrogate", "multi_epoch_update"]
-
 
 def clipped_surrogate(ratio, weight, clip_eps):
     r"""The per-element clipped surrogate ``min(r w, clip(r, 1 - eps, 1 + eps) w)`` (to sum).

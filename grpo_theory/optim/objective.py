@@ -11,10 +11,7 @@ from several starts (:func:`maximise`) for shared parameters, see
 from __future__ import annotations
 
 from .._precision import float64
-from ..core.objective import exact_objective, maximise
-from ..core.policy import EnumerablePolicy, GradientProblem
-
-__all__ = ["exact_objective", "maximise", "max_objective"]
+from ..core import EnumerablePolicy, GradientProblem
 
 
 @float64

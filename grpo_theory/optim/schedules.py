@@ -17,8 +17,6 @@ import optax
 from .. import _validation as V
 from .._precision import float64
 
-__all__ = ["SCHEDULES", "schedule", "ascent", "step_sizes"]
-
 
 def _constant(t, lr, offset):
     return lr + 0.0 * t
@@ -30,7 +28,7 @@ def _inverse(t, lr, offset):
 
 SCHEDULES: dict[str, Callable] = {"constant": _constant, "inverse": _inverse}
 """The one registry of step-size schedules ``eta_t = fn(t, lr, offset)`` (t = 1..n)."""
-_SCHEDULE_NAMES = tuple(SCHEDULES)
+SCHEDULE_NAMES = tuple(SCHEDULES)
 
 
 def schedule(name, lr, offset=0.0):
@@ -49,7 +47,7 @@ def schedule(name, lr, offset=0.0):
     if isinstance(name, str):
         fn = SCHEDULES[name]
         return lambda count: fn(count + 1, lr, offset)
-    fns = [SCHEDULES[n] for n in _SCHEDULE_NAMES]
+    fns = [SCHEDULES[n] for n in SCHEDULE_NAMES]
     return lambda count: jax.lax.switch(name, fns, count + 1, lr, offset)
 
 
@@ -74,24 +72,24 @@ def step_sizes(eta: float, n_steps: int, schedule: str = "constant", offset: flo
     Returns:
         A NumPy array (n_steps,).
     """
-    _check_schedule(schedule, eta, offset)
+    check_schedule(schedule, eta, offset)
     n = V.positive_int("n_steps", n_steps, 1)
     t = np.arange(1, n + 1, dtype=np.float64)
     return np.asarray(SCHEDULES[schedule](t, float(eta), float(offset)), dtype=np.float64)
 
 
-def _check_schedule(schedule, eta, offset, lr_name="eta"):
+def check_schedule(schedule, eta, offset, lr_name="eta"):
     if not (isinstance(schedule, str) and schedule in SCHEDULES):
-        raise ValueError(f"schedule must be one of {_SCHEDULE_NAMES} or an optax schedule "
+        raise ValueError(f"schedule must be one of {SCHEDULE_NAMES} or an optax schedule "
                          f"(a callable), got {schedule!r}")
-    _check_lr(eta, lr_name)
+    check_lr(eta, lr_name)
     if not (isinstance(offset, (int, float, np.integer, np.floating)) and np.isfinite(offset)
             and offset > -1):
         raise ValueError(f"offset must be a finite number > -1 (so eta_1 is finite), "
                          f"got {offset!r}")
 
 
-def _check_lr(lr, name):
+def check_lr(lr, name):
     if isinstance(lr, (bool, np.bool_)) or not isinstance(
             lr, (int, float, np.integer, np.floating)) or not (np.isfinite(lr) and lr >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {lr!r}")

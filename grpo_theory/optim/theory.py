@@ -40,23 +40,13 @@ import numpy as np
 import scipy.optimize
 
 from .. import _validation as V
-from ..core.closed_forms import closed_form_of
-from ..core.estimators import Estimator, PromptContext, get_estimator
-from ..core.policy import GradientProblem
-from .chi2_mixture import (chi2_weights, lyapunov_covariance, mixture_cdf, mixture_quantile,
-                           sample_mixture)
-from .train import SCHEDULES, TrainConfig, TrainResult, train_batch
+from ..core import Estimator, GradientProblem, PromptContext, closed_form_of, get_estimator
+from .chi2_mixture import chi2_weights, lyapunov_covariance
+from .schedules import SCHEDULES
+from .train import train_batch
+from .train_types import TrainConfig, TrainResult
 from .._precision import float64
 
-__all__ = [
-    "GaussianBandit", "gaussian_bandit",
-    "Constants", "problem_constants", "gradient_covariance",
-    "gradient_mse", "limiting_covariance", "sample_gradient", "mc_gradient_moments", "sup_mse",
-    "TrainResult", "train", "SCHEDULES", "lemma6_constant_bound", "lemma6_recursion",
-    "lemma6_decreasing_bound", "lyapunov_covariance", "AsymptoticPrediction",
-    "asymptotic_prediction", "chi2_weights", "mixture_cdf", "mixture_quantile",
-    "sample_mixture",
-]
 
 class _GaussianBanditFields(NamedTuple):
     prompt_probs: jnp.ndarray  # (P,) f(x)
@@ -433,7 +423,7 @@ def train(problem: GaussianBandit, estimator, group_size: int, batch_size: int, 
     ``key`` (a JAX key or an integer) replaces the integer ``seed`` when given.
 
     Returns:
-        A :class:`~grpo_theory.optim.train.TrainResult`: ``log_steps``, ``gaps`` (S, n_log),
+        A :class:`~grpo_theory.optim.train_types.TrainResult`: ``log_steps``, ``gaps`` (S, n_log),
         ``max_gap`` (S,) (the largest Delta over every step 0..n) and ``theta`` (S, d).
     """
     est = get_estimator(estimator)

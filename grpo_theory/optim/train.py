@@ -63,17 +63,12 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
-from ..core.estimators import PromptContext, get_estimator
-from ..core.policy import EnumerablePolicy, GradientProblem
-from ..core.sampling import sample_groups
+from ..core import (EnumerablePolicy, GradientProblem, PromptContext, exact_objective,
+                    get_estimator, sample_groups)
 from .clipped import clipped_surrogate, multi_epoch_update
-from .objective import exact_objective, max_objective, maximise
-from .schedules import SCHEDULES, _SCHEDULE_NAMES, _check_schedule, ascent, schedule, step_sizes
+from .objective import max_objective
+from .schedules import SCHEDULE_NAMES, ascent, check_schedule, schedule
 from .train_types import TrainConfig, TrainResult
-
-__all__ = ["TrainConfig", "TrainResult", "make_train", "train_batch", "train", "train_schedules",
-           "max_objective", "exact_objective", "maximise", "step_sizes", "SCHEDULES",
-           "schedule", "ascent"]
 
 
 _max_objective = max_objective  # train() has an argument of the same name
@@ -243,7 +238,7 @@ class _Prepared:
     def step_args(self, schedule=None, lr=None, offset=None):
         cfg = self.cfg
         schedule = cfg.schedule if schedule is None else schedule
-        idx = 0 if callable(schedule) else _SCHEDULE_NAMES.index(schedule)
+        idx = 0 if callable(schedule) else SCHEDULE_NAMES.index(schedule)
         return (cfg.lr if lr is None else float(lr), cfg.offset if offset is None
                 else float(offset), idx)
 
@@ -326,10 +321,10 @@ def train_batch(problem, estimator, config: TrainConfig, keys, *, params=None,
             raise ValueError(f"schedules must hold one (name, lr, offset) per key ({S}), got "
                              f"{len(schedules)}")
         for sch in schedules:
-            _check_schedule(*sch)
+            check_schedule(*sch)
         lrs = [float(e) for _, e, _ in schedules]
         offs = [float(o) for _, _, o in schedules]
-        idxs = [_SCHEDULE_NAMES.index(n) for n, _, _ in schedules]
+        idxs = [SCHEDULE_NAMES.index(n) for n, _, _ in schedules]
     out = _run_batch(keys, prep.initial(params), prep.problem, prep.sup,
                      jnp.asarray(lrs, jnp.float64), jnp.asarray(offs, jnp.float64),
                      jnp.asarray(idxs, jnp.int32), est=prep.est, cfg=config._static(),
@@ -338,7 +333,7 @@ def train_batch(problem, estimator, config: TrainConfig, keys, *, params=None,
                        config=config, **out)
 
 
-def _seed_keys(seeds):
+def seed_keys(seeds):
     """``(seeds, keys)``: one key per integer seed, each ``seed_key(seed)``."""
     if isinstance(seeds, (str, bytes)):
         raise ValueError(f"seeds must be a non-empty 1-d sequence of integers, got {seeds!r}")
@@ -411,11 +406,11 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
     for sch in schedules:
         if len(sch) != 3:
             raise ValueError(f"schedules entries must be (schedule, eta, offset), got {sch!r}")
-        _check_schedule(*sch)
+        check_schedule(*sch)
     est = get_estimator(estimator)
     cfg = TrainConfig(batch_size=batch_size, group_size=group_size, n_steps=n_steps,
                       log_every=log_every, log_params=log_params)
-    seeds, keys = _seed_keys(seeds)
+    seeds, keys = seed_keys(seeds)
     S, C = seeds.size, len(schedules)
     r = train_batch(policy, est, cfg, jnp.tile(keys, (C, 1)), params=params,
                     sup_objective=max_objective, schedules=[sch for sch in schedules

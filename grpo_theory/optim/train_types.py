@@ -3,7 +3,7 @@
 :class:`TrainConfig` is frozen and hashable (a static argument of ``jax.jit``), its fields
 validated when it is made; :class:`TrainResult` is a pytree of one run's or S runs' trajectories
 (the exact objective, the suboptimality gap and its running maximum at the logged steps).
-Both are re-exported by :mod:`grpo_theory.optim.train` and the subpackage's face.
+Both are on the subpackage's face (``from grpo_theory.optim import TrainConfig``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,7 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
-from .schedules import _check_lr, _check_schedule
-
-__all__ = ["TrainConfig", "TrainResult"]
+from .schedules import check_lr, check_schedule
 
 
 # --- configuration and result ------------------------------------------------------------------
@@ -76,9 +74,9 @@ class TrainConfig:
         n = V.integer("n_steps", self.n_steps, 1)
         set_("n_steps", n)
         if callable(self.schedule):
-            _check_lr(self.lr, "lr")
+            check_lr(self.lr, "lr")
         else:
-            _check_schedule(self.schedule, self.lr, self.offset, "lr")
+            check_schedule(self.schedule, self.lr, self.offset, "lr")
         set_("lr", float(self.lr))
         set_("offset", float(self.offset))
         if self.log_steps is not None:

@@ -46,8 +46,9 @@ from .estimate import (CompletionReward, estimate_from_torch_model,  # noqa: E40
 from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
 from .allocator import (FunctionSizes, PassRateSizes, RolloutAllocator,  # noqa: E402
                         SizeRule, UniformSizes)
-from .scheduler import (GroupSizeScheduler, ReChunkingSampler,  # noqa: E402
-                        allowed_group_sizes, propose_group_size)
+from .scheduler import GroupSizeScheduler, ReChunkingSampler  # noqa: E402
+# the scheduler's rule, pure and torch-free, lives with the advisor
+from grpo_theory.advisor import allowed_group_sizes, propose_group_size  # noqa: E402
 
 __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "CompletionReward",
            "score_statistics", "sequence_log_probs", "response_mask_from_eos",

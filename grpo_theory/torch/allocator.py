@@ -65,7 +65,6 @@ groups.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import numbers
@@ -77,30 +76,13 @@ from transformers import TrainerCallback
 from grpo_theory import _validation as V
 from grpo_theory.allocation import PassRateRule, pass_rate_allocation
 
+from . import _trl as TRL
 from ._checks import ALLOCATOR_MARK
 from .distributed import check_distributed, on_main
 
-__all__ = ["RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
-           "prompt_key"]
 
 #: the losses linear in the advantage with a known normaliser: row mean or token count
 ROW_LOSSES, TOKEN_LOSSES = ("grpo", "dr_grpo"), ("bnpo", "dapo")
-
-
-@contextlib.contextmanager
-def _ungathered():
-    """TRL 1.16.0's ``_calculate_rewards`` ends with ``gather(rewards_per_func)`` (its module's
-    name for ``accelerate.utils.gather``). Called on a process's real rows, whose number differs
-    between processes, that gather cannot run; the allocator scores them without it and gathers
-    the process's full block of rows (NaN for the masked ones) itself."""
-    import trl.trainer.grpo_trainer as grpo
-
-    saved = grpo.gather
-    grpo.gather = lambda tensor: tensor
-    try:
-        yield
-    finally:
-        grpo.gather = saved
 
 
 def _integral(g) -> bool:
@@ -284,8 +266,8 @@ class RolloutAllocator(TrainerCallback):
         from .callback import GroupSizeAdvisor
         from .scheduler import GroupSizeScheduler
 
-        for name in ("_generate_and_score_completions", "_generate_single_turn",
-                     "_calculate_rewards", "num_generations", "accelerator", "args", "use_vllm",
+        for name in (TRL.GENERATE_AND_SCORE, TRL.GENERATE_SINGLE_TURN,
+                     TRL.CALCULATE_REWARDS, "num_generations", "accelerator", "args", "use_vllm",
                      "loss_type", "scale_rewards", "beta", "callback_handler", "reward_funcs",
                      "eos_token_ids"):
             if not hasattr(trainer, name):
@@ -305,7 +287,7 @@ class RolloutAllocator(TrainerCallback):
                   (trainer.environment_factories is not None, "no environment_factory"),
                   (trainer.beta != 0.0, "beta=0 (the KL term is not proportional to the "
                                         "advantage)"),
-                  (trainer._entropy_bonus_enabled, "entropy_coef=0 (no entropy bonus)"),
+                  (TRL.entropy_bonus_enabled(trainer), "entropy_coef=0 (no entropy bonus)"),
                   (trainer.loss_type not in ROW_LOSSES + TOKEN_LOSSES,
                    f"loss_type in {ROW_LOSSES + TOKEN_LOSSES} (got {trainer.loss_type!r})")]
         for bad, fix in checks:
@@ -324,8 +306,8 @@ class RolloutAllocator(TrainerCallback):
                                  f"which assumes equal groups")
 
     def _wrap(self, tr):
-        gen, single, calc = (tr._generate_and_score_completions, tr._generate_single_turn,
-                             tr._calculate_rewards)
+        gen, single, calc = (TRL.generate_and_score(tr), TRL.generate_single_turn(tr),
+                             TRL.calculate_rewards(tr))
         eos = int(tr.eos_token_ids[0])
 
         def generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, *a,
@@ -355,8 +337,8 @@ class RolloutAllocator(TrainerCallback):
             device = tr.accelerator.device
             local = torch.full((len(prompts), len(tr.reward_funcs)), math.nan,
                                dtype=torch.float32, device=device)
-            if idx:  # this process's real rows, scored without TRL's gather (module docstring)
-                with _ungathered():
+            if idx:  # this process's real rows, scored without TRL's gather (_trl.ungathered)
+                with TRL.ungathered():
                     sub = calc([inputs[i] for i in idx], [prompts[i] for i in idx],
                                [completions[i] for i in idx],
                                [completion_ids_list[i] for i in idx])
@@ -379,9 +361,9 @@ class RolloutAllocator(TrainerCallback):
             self._finish(out, m, prompts, sizes)
             return out
 
-        tr._generate_single_turn = generate_single_turn
-        tr._calculate_rewards = calculate_rewards
-        tr._generate_and_score_completions = generate_and_score
+        TRL.set_generate_single_turn(tr, generate_single_turn)
+        TRL.set_calculate_rewards(tr, calculate_rewards)
+        TRL.set_generate_and_score(tr, generate_and_score)
 
     def _decide(self, inputs):
         """The generation batch's prompts (its rows gathered in process order) and their sizes,
@@ -455,7 +437,7 @@ class RolloutAllocator(TrainerCallback):
         step = int(tr.state.global_step) + 1
         self.history.append({"step": step, "sizes": list(sizes), "rollouts": N,
                              "prompt_mean_reward": prompt_mean})
-        metrics = tr._metrics["train"]
+        metrics = TRL.train_metrics(tr)
         metrics["allocation/rollouts"].append(float(N))
         metrics["allocation/prompt_mean_reward"].append(prompt_mean)
         metrics["allocation/mean_group_size"].append(N / self.prompts)

@@ -56,16 +56,16 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import MIN_PROMPTS, MIN_SAMPLES
-from grpo_theory.core.frameworks import preset as framework_preset
+from grpo_theory.advisor import MIN_PROMPTS, MIN_SAMPLES
+from grpo_theory.core import preset as framework_preset
 
+from . import _trl as TRL
 from ._checks import ALLOCATOR_MARK, check_causal
 from .distributed import check_distributed, gather_rollouts, on_main
 from .estimate import estimate_from_torch_rollouts
 from .layers import check_trainable_layers
 from .schedule import Schedule, pool_batches
 
-__all__ = ["GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED"]
 
 LOGGED = ("c1", "c2", "c3", "g_star", "g_star_low", "g_star_high", "recommended_G",
           "noise_scale", "noise_scale_low", "noise_scale_high",
@@ -139,7 +139,7 @@ class GroupSizeAdvisor(TrainerCallback):
                                                                       store_means)
         if not isinstance(weighting, str):
             raise ValueError(f"weighting must be 'auto', 'none' or 'length', got {weighting!r}")
-        for name in ("_generate_and_score_completions", "_calculate_rewards", "_metrics",
+        for name in (TRL.GENERATE_AND_SCORE, TRL.CALCULATE_REWARDS, TRL.METRICS,
                      "num_generations", "scale_rewards", "loss_type", "accelerator", "args",
                      "reward_weights", "temperature", "state", "model", "num_iterations",
                      "callback_handler"):
@@ -189,7 +189,7 @@ class GroupSizeAdvisor(TrainerCallback):
         self.last_rollouts = None
         self._rewards = None
         self._pending = []  # (output, rewards) of the generation batches of the current step
-        gen, calc = trainer._generate_and_score_completions, trainer._calculate_rewards
+        gen, calc = TRL.generate_and_score(trainer), TRL.calculate_rewards(trainer)
 
         def calculate_rewards(*a, **k):
             rpf = calc(*a, **k)
@@ -207,8 +207,8 @@ class GroupSizeAdvisor(TrainerCallback):
                 self._pending.append((out, self._rewards))
             return out
 
-        trainer._calculate_rewards = calculate_rewards
-        trainer._generate_and_score_completions = generate_and_score
+        TRL.set_calculate_rewards(trainer, calculate_rewards)
+        TRL.set_generate_and_score(trainer, generate_and_score)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         """Estimate from the generation batches this step trains on (pooled, and gathered
@@ -226,7 +226,7 @@ class GroupSizeAdvisor(TrainerCallback):
 
     def _log(self, rec):
         """Log one estimate on every process (the same values: TRL's main process reports)."""
-        metrics = self.trainer._metrics["train"]
+        metrics = TRL.train_metrics(self.trainer)
         for k, v in rec.items():  # one value per list: TRL's window mean is this estimate
             metrics[f"advisor/{k}"] = [float(v)]
         self.history.append(dict(step=int(self.trainer.state.global_step) + 1, **rec,

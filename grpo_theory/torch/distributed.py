@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["check_distributed", "gather_rollouts", "on_main", "SHARDED"]
 
 #: accelerate ``DistributedType`` names whose processes hold shards of the parameters
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")

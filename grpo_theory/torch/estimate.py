@@ -32,18 +32,14 @@ import numpy as np
 import torch
 
 from grpo_theory import _validation as V
-from grpo_theory.core.rollouts import RolloutStatistics
-from grpo_theory.advisor.estimate import (MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate,
-                                          estimate_from_rollouts)
+from grpo_theory.core import RolloutStatistics
+from grpo_theory.advisor import MIN_PROMPTS, MIN_SAMPLES, ScalingEstimate, estimate_from_rollouts
 
 from . import _checks as C
 from .ghost import batch_dots, batch_statistics, owned_ids
 from .layers import Recorder, check_trainable_layers
-from .sampling import POLICY_SAMPLING, sample_from_policy  # noqa: F401 (re-exported)
+from .sampling import sample_from_policy
 
-__all__ = ["response_mask_from_eos", "sequence_log_probs", "score_statistics",
-           "CompletionReward", "estimate_from_torch_rollouts", "estimate_from_torch_model",
-           "estimate_from_model", "estimate_scaling_constants"]
 
 #: keep the m per-prompt means ``ghat_a`` (m x D floats) instead of a second pass when they take
 #: at most this many bytes

@@ -37,12 +37,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .layers import _explicit, _Factored, _inner, _uses, layer_route
+from .layers import Factored, explicit_grad, inner_products, layer_route, parameter_uses
 
 #: form a parameter's m per-prompt means when they take at most this many bytes (else factored)
 FORM_BYTES = 256 * 2 ** 20
-
-__all__ = ["owned_ids", "BatchStatistics", "batch_statistics", "batch_dots", "dots_with_sum"]
 
 
 # --- one batch: per-sample norms, per-prompt norms, the sum, the dots -----------------------------
@@ -76,7 +74,7 @@ def _record_uses(rec, logp, rows, uncovered):
             raise ValueError(f"module {type(mod).__name__} does not keep the sample dimension "
                              f"first (input {tuple(a.shape)}, output {tuple(out.shape)}); the "
                              f"per-sample norms need (n, ...) activations")
-        for p, u in _uses(mod, (a,) + tuple(args[1:]), kwargs, b, rows,
+        for p, u in parameter_uses(mod, (a,) + tuple(args[1:]), kwargs, b, rows,
                           rec.owned[id(mod)]).items():
             uses.setdefault(id(p), []).append(u)
     return uses
@@ -86,31 +84,31 @@ def _sq(us):
     """(batch,) float64 squared norms of the sum of a parameter's uses (cross terms included)."""
     q = 0.0
     for i, u in enumerate(us):
-        q = q + _inner(u, u)
+        q = q + inner_products(u, u)
         for v in us[i + 1:]:
-            q = q + 2.0 * _inner(u, v)
+            q = q + 2.0 * inner_products(u, v)
     return q
 
 
 def _grouped(u, coef, m, n):
     """The per-prompt weighted sum ``sum_i c_ai u_ai`` of a per-sample use, as a use of m
     pseudo-samples (factored over the n T positions when the shared rule keeps it factored)."""
-    if isinstance(u, _Factored):
+    if isinstance(u, Factored):
         T = u.R.shape[1]
         R = (u.R * coef[:, None, None]) if u.ids else u.R
         L = u.L if u.ids else u.L * coef[:, None, None]
-        g = _Factored(L.reshape((m, n * T) + tuple(L.shape[2:])), R.reshape(m, n * T, -1),
+        g = Factored(L.reshape((m, n * T) + tuple(L.shape[2:])), R.reshape(m, n * T, -1),
                       u.rows)
         p = u.rows if u.ids else u.L.shape[2]
         route = layer_route(n * T, p, g.R.shape[2], one_hot=u.ids, dtype=g.R.dtype)
-        return g if route == "gram" else _explicit(g)
+        return g if route == "gram" else explicit_grad(g)
     shape = (m, n) + tuple(u.shape[1:])
     return (u * coef.reshape((-1,) + (1,) * (u.ndim - 1))).reshape(shape).sum(dim=1)
 
 
 def _total(u, shape, into=None):
     """The sum over the batch of a (grouped) use, formed in ``shape`` (added to ``into``)."""
-    if isinstance(u, _Factored):
+    if isinstance(u, Factored):
         R = u.R.reshape(-1, u.R.shape[2])
         if u.ids:
             out = R.new_zeros(u.rows, R.shape[1]) if into is None else into.view(u.rows, -1)
@@ -137,7 +135,7 @@ def dots_with_sum(u, S):
     Returns:
         (batch,) float64.
     """
-    if isinstance(u, _Factored):
+    if isinstance(u, Factored):
         r = u.R.shape[2]
         if u.ids:
             rows = S.reshape(u.rows, r).to(u.R.dtype)[u.L]           # (batch, P, r)
@@ -252,8 +250,8 @@ def batch_dots(rec, logp, coef, m, n, params, sums, uncovered=()):
 
 def _formed(g, m, shape):
     """A grouped use as the (m, *shape) per-prompt gradients."""
-    return (_explicit(g) if isinstance(g, _Factored) else g).reshape((m,) + tuple(shape))
+    return (explicit_grad(g) if isinstance(g, Factored) else g).reshape((m,) + tuple(shape))
 
 
 def _dtype(u):
-    return u.R.dtype if isinstance(u, _Factored) else u.dtype
+    return u.R.dtype if isinstance(u, Factored) else u.dtype

@@ -29,13 +29,11 @@ from dataclasses import dataclass
 import torch
 from torch.func import functional_call, grad, vmap
 
-from grpo_theory.lm.budget.ghost_rule import ghost_route
-
-__all__ = ["layer_route", "check_trainable_layers", "Recorder"]
+from grpo_theory.lm import ghost_route
 
 
 @dataclass
-class _Factored:
+class Factored:
     """Per-sample gradient ``sum_t L_t (x) R_t``: ``L`` (n, T, p) dense or (n, T) token ids of a
     one-hot row (``rows``: the number of rows), ``R`` (n, T, r)."""
 
@@ -48,7 +46,7 @@ class _Factored:
         return self.rows is not None
 
 
-def _gram_left(u: _Factored, v: _Factored):
+def _gram_left(u: Factored, v: Factored):
     if u.ids and v.ids:
         return (u.L[:, :, None] == v.L[:, None, :]).to(u.R.dtype)
     if u.ids:
@@ -58,7 +56,7 @@ def _gram_left(u: _Factored, v: _Factored):
     return torch.bmm(u.L, v.L.transpose(1, 2))
 
 
-def _explicit(f: _Factored):
+def explicit_grad(f: Factored):
     """The (n, p, r) per-sample gradients of a factored use."""
     if f.ids:
         out = f.R.new_zeros(f.R.shape[0], f.rows, f.R.shape[2])
@@ -66,14 +64,14 @@ def _explicit(f: _Factored):
     return torch.bmm(f.L.transpose(1, 2), f.R)
 
 
-def _inner(u, v):
+def inner_products(u, v):
     """(n,) float64 per-sample inner products of two uses of one parameter."""
-    if isinstance(u, _Factored) and isinstance(v, _Factored):
+    if isinstance(u, Factored) and isinstance(v, Factored):
         g = _gram_left(u, v) * torch.bmm(u.R, v.R.transpose(1, 2))
         return g.double().sum(dim=(1, 2))
-    if isinstance(u, _Factored):
+    if isinstance(u, Factored):
         u, v = v, u
-    if isinstance(v, _Factored):  # u explicit (n, p, r)
+    if isinstance(v, Factored):  # u explicit (n, p, r)
         if v.ids:
             rows = torch.gather(u, 1, v.L[:, :, None].expand(-1, -1, u.shape[2]))
         else:
@@ -96,9 +94,9 @@ def _linear_uses(mod, a, b, n):
     b = b.reshape(n, -1, b.shape[-1])
     out = {}
     if mod.weight.requires_grad:
-        f = _Factored(b, a)
+        f = Factored(b, a)
         route = layer_route(a.shape[1], a.shape[2], b.shape[2], dtype=b.dtype)
-        out[mod.weight] = _explicit(f) if route == "direct" else f
+        out[mod.weight] = explicit_grad(f) if route == "direct" else f
     if mod.bias is not None and mod.bias.requires_grad:
         out[mod.bias] = b.sum(dim=1)
     return out
@@ -109,10 +107,10 @@ def _embedding_uses(mod, ids, b, n):
     b = b.reshape(n, ids.shape[1], -1)
     if mod.padding_idx is not None:
         b = b * (ids != mod.padding_idx)[..., None].to(b.dtype)
-    f = _Factored(ids, b, rows=mod.num_embeddings)
+    f = Factored(ids, b, rows=mod.num_embeddings)
     route = layer_route(ids.shape[1], mod.num_embeddings, b.shape[2], one_hot=True,
                         dtype=b.dtype)
-    return {mod.weight: _explicit(f) if route == "direct" else f}
+    return {mod.weight: explicit_grad(f) if route == "direct" else f}
 
 
 def _per_sample(v, lead):
@@ -151,8 +149,8 @@ def _plain_embedding(mod):
             and mod.max_norm is None and not mod.scale_grad_by_freq)
 
 
-def _uses(mod, args, kwargs, b, n, params):
-    """{parameter: per-sample gradient (explicit (n, ...) or :class:`_Factored`)} of the
+def parameter_uses(mod, args, kwargs, b, n, params):
+    """{parameter: per-sample gradient (explicit (n, ...) or :class:`Factored`)} of the
     trainable ``params`` a module handles, from its recorded call and output gradient ``b``."""
     a = args[0]
     if _plain_linear(mod) and not kwargs and len(args) == 1:

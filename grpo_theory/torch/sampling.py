@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["POLICY_SAMPLING", "sample_from_policy"]
-
 
 #: ``model.generate`` settings that sample from the policy ``softmax(logits / temperature)``
 #: itself: transformers applies ``top_k = 50`` when neither the user nor the checkpoint's

@@ -31,8 +31,6 @@ import torch
 
 from grpo_theory import _validation as V
 
-__all__ = ["Schedule", "estimated_steps", "pool_batches"]
-
 
 class Schedule:
     """TRL's generation schedule (module docstring).

@@ -46,12 +46,10 @@ from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import MIN_SAMPLES
+from grpo_theory.advisor import MIN_SAMPLES, allowed_group_sizes, propose_group_size
 # the rule and the allowed sizes are pure: they live with the advisor, usable without torch
-from grpo_theory.advisor.schedule import allowed_group_sizes, propose_group_size
 
-__all__ = ["GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes",
-           "propose_group_size"]
+from . import _trl as TRL
 
 
 class ReChunkingSampler(Sampler):
@@ -194,8 +192,8 @@ class GroupSizeScheduler(TrainerCallback):
             len(trainer.train_dataset), rows, trainer.num_generations,
             repeat_count=sched.S * sched.I, batches_per_step=sched.batches_per_step,
             shuffle=trainer.shuffle_dataset, seed=args.seed)
-        trainer._get_train_sampler = lambda dataset=None: self.sampler
-        gen = trainer._generate_and_score_completions
+        TRL.set_train_sampler(trainer, self.sampler)
+        gen = TRL.generate_and_score(trainer)
 
         def generate_and_score(*a, **k):
             if trainer.model.training:  # the G of the batch being generated
@@ -204,10 +202,10 @@ class GroupSizeScheduler(TrainerCallback):
                                      "its sampler (was the train dataloader replaced?)")
                 G = self.sampler.emitted.popleft()
                 trainer.num_generations = advisor.group_size = G
-                trainer._metrics["train"]["scheduler/num_generations"] = [float(G)]
+                TRL.train_metrics(trainer)["scheduler/num_generations"] = [float(G)]
             return gen(*a, **k)
 
-        trainer._generate_and_score_completions = generate_and_score
+        TRL.set_generate_and_score(trainer, generate_and_score)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         """After the advisor's estimate of this step (if any), request the next G."""

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.stats import bootstrap_ci
+from grpo_theory.experiments import bootstrap_ci
 from grpo_theory.lm.training.allocation import accuracy_at_budgets
 
 #: bootstrap resamples of every interval

@@ -47,9 +47,8 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
-from grpo_theory.experiments import study_cli as C
-from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
-from grpo_theory.lm.training.allocation import lm_rule, train_with_rule
+from grpo_theory.experiments import atomic_write_csv, atomic_write_text, study_cli as C
+from grpo_theory.lm import lm_rule, train_with_rule
 
 from .analysis import figure, report, summarise
 
@@ -166,14 +165,14 @@ def _read_gstar(path, cfg_text: str, model: str) -> dict:
 
 
 def _warmup(cfg: StudyConfig):
-    from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig
+    from grpo_theory.lm import QUICK_WARMUP, WarmupConfig
 
     return QUICK_WARMUP if cfg.warmup == "quick" else WarmupConfig()
 
 
 def start_policy(cfg: StudyConfig):
     """The instruct warm-up policy of ``cfg.warmup`` (trained on first use, then cached)."""
-    from grpo_theory.lm.warmup import study_policies
+    from grpo_theory.lm import study_policies
 
     return study_policies(_warmup(cfg))["instruct"][0]
 
@@ -181,7 +180,7 @@ def start_policy(cfg: StudyConfig):
 def questions(cfg: StudyConfig):
     """``(pool, eval)``: the training pool and the held-out questions (disjoint seeds) of the
     warm-up's task distribution."""
-    from grpo_theory.lm.task import eval_set, train_pool
+    from grpo_theory.lm import eval_set, train_pool
 
     task = _warmup(cfg).task
     return train_pool(task, n=cfg.n_pool), eval_set(task).subset(np.arange(cfg.n_eval))
@@ -276,7 +275,7 @@ def run_study(cfg: StudyConfig, out, rules=RULES, policy=None, progress: bool = 
     from tqdm.auto import tqdm
 
     from grpo_theory._precision import float64
-    from grpo_theory.lm.training.grpo import predicted_group_size
+    from grpo_theory.lm import predicted_group_size
 
     bad = [r for r in rules if r not in RULES]
     if bad or "fixed" not in rules:

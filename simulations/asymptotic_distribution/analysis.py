@@ -16,10 +16,10 @@ import pandas as pd
 import scipy.stats
 import statsmodels.api as sm
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.optim import theory as opt
+from grpo_theory.experiments import Section, check
+from grpo_theory.optim import mixture_cdf
 
 __all__ = ["G_FIT_MIN", "Z_TOL", "KS_ACCEPT", "KS_REJECT", "SLOPE_TOL", "analyse", "slopes",
            "checks", "report", "plot"]
@@ -42,7 +42,7 @@ def _quantiles(weights: np.ndarray, probs: np.ndarray) -> np.ndarray:
     # sum_k w_k chi^2_1 <= w_max chi^2_K, so this grid covers every requested quantile
     x_max = float(weights.max() * scipy.stats.chi2.ppf(probs.max(), weights.size) * 1.05)
     grid = x_max * (np.arange(4001) / 4000.0) ** 2
-    cdf = np.maximum.accumulate(opt.mixture_cdf(grid, weights))
+    cdf = np.maximum.accumulate(mixture_cdf(grid, weights))
     return np.interp(probs, cdf, grid)
 
 
@@ -62,8 +62,8 @@ def analyse(sims: pd.DataFrame, pred: pd.DataFrame):
         x = d.n_gap.to_numpy()
         w, wp = _weights(pred, rid), _weights(pred, rid, "weight_printed")
         m, se = x.mean(), x.std(ddof=1) / np.sqrt(x.size)
-        ks = scipy.stats.kstest(x, lambda v: opt.mixture_cdf(v, w))
-        ksp = scipy.stats.kstest(x, lambda v: opt.mixture_cdf(v, wp))
+        ks = scipy.stats.kstest(x, lambda v: mixture_cdf(v, w))
+        ksp = scipy.stats.kstest(x, lambda v: mixture_cdf(v, wp))
         rows.append(dict(run=rid, n=int(n), n_seeds=x.size, mean=m, se=se, ci_low=m - Z95 * se,
                          ci_high=m + Z95 * se, pred_mean=w.sum(), pred_printed=wp.sum(),
                          z=(m - w.sum()) / se, z_printed=(m - wp.sum()) / se,
@@ -120,7 +120,7 @@ def checks(stats: pd.DataFrame, slope_tbl: pd.DataFrame, runs) -> list:
         runs: the runs that must all be present (``Settings.runs``: (run id, ...) tuples).
 
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     last = _last(stats)
     want = [r[0] for r in runs]

@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import problems
-from grpo_theory.experiments.runner import Cell, Experiment, float64
+from grpo_theory.experiments import Cell, Experiment
+from grpo_theory._precision import float64
 from grpo_theory.optim import theory as opt
 
 from . import analysis as _report

@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Check, Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Check, Section, check, markdown_table
 
 __all__ = ["summary", "checks", "report", "plot"]
 
@@ -62,7 +61,7 @@ def checks(s: pd.DataFrame) -> list[Check]:
     Args:
         s: :func:`summary` of the table.
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     h, f = s[s.problem == "a2_holds"], s[s.problem == "a2_fails"]
     # best_line_t is NaN by design when b* = V (a2_holds), so only a2_fails' values are used

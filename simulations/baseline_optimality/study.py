@@ -37,8 +37,8 @@ import jax
 import numpy as np
 
 import grpo_theory as gt
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.experiments.paired import mean_ci, paired_squared_errors
+from grpo_theory.experiments import Cell, Experiment, key_seed, mean_ci, paired_squared_errors
+from grpo_theory._precision import float64
 from .analysis import Z_TOL, checks, plot, report, summary
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "a2_holds_bandit",

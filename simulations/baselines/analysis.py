@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Check, Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Check, Section, check, markdown_table
 
 Z_TOL = 4.0
 #: the baselines that contain the response's own reward

@@ -41,7 +41,8 @@ from scipy.special import expit, logit
 
 import grpo_theory as gt
 from grpo_theory.core import PromptContext, batch_moments, enumerated_moments, get_estimator
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
 
 NAME = "baselines"

@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Section, check, markdown_table
 
 __all__ = ["checks", "report", "plot"]
 
@@ -38,7 +37,7 @@ def checks(tables) -> list:
         tables: ``{kind: DataFrame}`` with the five kinds of :data:`SCHEMA`.
 
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     idt, rk, tr = tables["identities"], tables["rank"], tables["training"]
     sp, bl = tables["sparsity"], tables["baseline"]

@@ -38,8 +38,10 @@ import numpy as np
 
 import grpo_theory as gt
 from grpo_theory import problems
-from grpo_theory.companions import credit as C
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from grpo_theory.companions import MLPSequencePolicy, credit as C
+from grpo_theory.companions.mlp_policy import scaled_policy
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
 from grpo_theory.problems import sequence_policy
 
 from .analysis import IDENTITY_TOL, Z_TOL, checks, plot, report
@@ -120,9 +122,9 @@ SCHEMA = {
 }
 
 
-def mlp_policy() -> C.MLPSequencePolicy:
+def mlp_policy() -> MLPSequencePolicy:
     """3 prompts, vocab 2 + EOS, horizon 4, 16 tanh units; correct iff first token = prompt % 2."""
-    return C.MLPSequencePolicy(lambda p, t, L: float(t[0] == (p % 2)), 3, 2, 4, hidden=16, seed=0)
+    return MLPSequencePolicy(lambda p, t, L: float(t[0] == (p % 2)), 3, 2, 4, hidden=16, seed=0)
 
 
 def control_policy() -> gt.SequencePolicy:
@@ -189,7 +191,7 @@ def _identity_rows(n_groups, group_sizes, key):
 
 def _rank_rows(pname, beta, group_sizes, n_groups, estimator, key):
     base = sequence_policy() if pname == "tabular" else mlp_policy()
-    pol = C.scaled_policy(base, beta)
+    pol = scaled_policy(base, beta)
     rows = []
     for G in group_sizes:  # one independent key per G, derived from the cell's key
         r = C.rank_study(pol, G, n_groups, key=jax.random.fold_in(key, G),

@@ -4,8 +4,8 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 (summaries, checks, report, figure); this face re-exports what its users need.
 """
 
-from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, cells, cell, summary, trade_view,
-                    report, plot, EXPERIMENT, EXACT_TOL, Z_TOL)
+from .study import CLAIM, EXPERIMENT, NAME, SCHEMA, SETTINGS, Settings, cell, cells, report
+from .analysis import EXACT_TOL, Z_TOL, plot, summary, trade_view
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "summary",
            "trade_view", "report", "plot", "EXPERIMENT", "EXACT_TOL", "Z_TOL"]

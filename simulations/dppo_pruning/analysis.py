@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.companions import dppo
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Section, check, markdown_table
 
 __all__ = ["summary", "trade_view", "report", "plot"]
 

@@ -36,7 +36,8 @@ import numpy as np
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import dppo
-from grpo_theory.experiments.runner import Cell, Experiment, float64
+from grpo_theory.experiments import Cell, Experiment
+from grpo_theory._precision import float64
 
 from . import analysis as _report
 from .analysis import BIAS_MIN, CONTROLS, EXACT_TOL, Z_TOL, plot, summary, trade_view

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from grpo_theory.core.stats import t_value, z_value
-from grpo_theory.experiments.runner import check
+from grpo_theory.core import t_value, z_value
+from grpo_theory.experiments import check
 from grpo_theory.optim import theory as opt
 
 __all__ = ["N_BATCHES", "N_RATE_MIN", "N_PLATEAU_MIN", "ALPHA", "SLOPE_TOL", "PLATEAU_TOL",

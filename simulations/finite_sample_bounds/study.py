@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import problems
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Cell, Experiment, Section, check, key_seed, markdown_table
+from grpo_theory._precision import float64
 from grpo_theory.optim import theory as opt
 
 from .rates import batch_slope, plateau, rate_checks, stationary_gap
@@ -205,7 +205,7 @@ def checks(df: pd.DataFrame) -> list:
         df: the table (rows of :func:`cell`).
 
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     core = df[df.estimator.isin(CORE)]
     n_div = core.groupby(["schedule", "estimator"]).diverged_seeds.max()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import t_value
+from grpo_theory.core import t_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Section, check, markdown_table
 
 __all__ = ["training_summary", "checks", "report", "plot"]
 
@@ -47,7 +46,7 @@ def checks(tables) -> dict:
     Args:
         tables: ``{"exact", "modes", "sweep", "mc", "training": DataFrame}`` of this experiment.
     Returns:
-        dict of :class:`grpo_theory.experiments.runner.Check` keyed by a short name.
+        dict of :class:`grpo_theory.experiments.checks.Check` keyed by a short name.
     """
     ex, md, sw, mc = tables["exact"], tables["modes"], tables["sweep"], tables["mc"]
     tr = training_summary(tables["training"])

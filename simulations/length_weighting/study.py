@@ -33,8 +33,9 @@ import numpy as np
 import grpo_theory as gt
 from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
-from grpo_theory.core.estimators import PromptContext
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
+from grpo_theory.core import PromptContext
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
 
 from . import analysis as _report
 from .analysis import EXACT_TOL, Z_TOL, checks, plot, training_summary

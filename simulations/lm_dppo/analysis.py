@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import bootstrap_ci, bootstrap_ratio_ci
+from grpo_theory.experiments import Section, bootstrap_ci, bootstrap_ratio_ci, check
 
 __all__ = ["Z_TOL", "N_BOOT", "CLOCKS", "run_summary", "rate_summary", "report", "plot"]
 

@@ -36,13 +36,12 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from grpo_theory.companions.dppo import KeepScheme
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.experiments.stats import bootstrap_ci
-from grpo_theory.lm.training.dppo import (gradient, layout, response_weights, sample_batch,
-                                          train_dppo)
-from grpo_theory.lm.task import eval_set, train_pool
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
+from grpo_theory.companions import KeepScheme
+from grpo_theory.experiments import Cell, Experiment, bootstrap_ci, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.lm.training.dppo import gradient, layout, response_weights, sample_batch
+from grpo_theory.lm import (QUICK_WARMUP, WarmupConfig, eval_set, study_policies, train_dppo,
+                            train_pool)
 
 from .analysis import CLOCKS, N_BOOT, Z_TOL, plot, rate_summary, report, run_summary
 
@@ -211,7 +210,7 @@ def _timed(fn, reps: int):
 
 
 def _grad_cell(config, key, pol, pool, load0):
-    from grpo_theory.lm.task import encode_prompts, target_responses
+    from grpo_theory.lm import encode_prompts, target_responses
 
     k_batch, k_dir, k_mask = jax.random.split(key, 3)
     px, pc = encode_prompts(pool, "answer"), target_responses(pool, "answer")

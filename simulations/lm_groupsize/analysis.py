@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import bootstrap_argmin
+from grpo_theory.experiments import Section, bootstrap_argmin, check
 
 __all__ = ["N_BOOT", "bootstrap_best_g", "summary", "prediction", "report", "plot"]
 

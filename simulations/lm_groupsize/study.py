@@ -40,13 +40,13 @@ from functools import lru_cache
 import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.experiments.lm_support.advised import advised_group_size
-from grpo_theory.lm.training.grpo import predicted_group_size, train_grpo
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.experiments.lm_support import advised_group_size
+from grpo_theory.lm import (QUICK_WARMUP, TaskConfig, WarmupConfig, eval_set, model_policy,
+                            predicted_group_size, study_policies, train_grpo, train_pool)
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.checkpoints.load import model_path, model_policy
-from grpo_theory.lm.task import TaskConfig, eval_set, train_pool
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
+from grpo_theory.lm.checkpoints import model_path
 
 from .analysis import N_BOOT, bootstrap_best_g, plot, prediction, report, summary
 

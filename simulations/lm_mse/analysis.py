@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.runner import Section, check
+from grpo_theory.experiments import Section, check
 from grpo_theory.lm.warmup import POLICIES
 from grpo_theory.plotting import plt, save_figure
 

@@ -45,16 +45,17 @@ import jax
 import numpy as np
 
 from grpo_theory.experiments.progress import phase_lines
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.experiments.lm_support.gradmse import gradient_mse_study
-from grpo_theory.lm.training.grpo import exact_accuracy, task_tokens
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.experiments.lm_support import gradient_mse_study
+from grpo_theory.lm import (QUICK_WARMUP, WarmupConfig, encode_prompts, eval_set, exact_accuracy,
+                            model_policy, reward_answer_text, study_policies as policies,
+                            target_responses)
+from grpo_theory.lm.training import task_tokens
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.budget.options import MODEL_DTYPES
-from grpo_theory.lm.checkpoints.load import (check_model_options, model_path, model_policy,
-                                             response_texts)
-from grpo_theory.lm.task import encode_prompts, eval_set, reward_answer_text, target_responses
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, accuracy
-from grpo_theory.lm.warmup import study_policies as policies
+from grpo_theory.lm.budget import MODEL_DTYPES
+from grpo_theory.lm.checkpoints import check_model_options, model_path, response_texts
+from grpo_theory.lm.warmup import accuracy
 
 from .analysis import (FORMATS, REL_TOL, Z_TOL, accuracy_order, checks, model_report, plot, report)
 
@@ -231,7 +232,7 @@ def model_cell(config: dict, key) -> list[dict]:
     Returns:
         One row per (G, estimator) of the ``model`` schema.
     """
-    from grpo_theory.advisor.estimate import estimate_scaling_constants
+    from grpo_theory.advisor import estimate_scaling_constants
 
     pol = model_policy(config["model"], config.get("dtype", "float32"), config.get("pad_id"))
     questions = eval_set(config["task"]).subset(np.arange(config["n_questions"]))

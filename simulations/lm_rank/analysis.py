@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
+from grpo_theory.experiments import Section, check
 from grpo_theory.lm.warmup import POLICIES
 
 __all__ = ["FORMATS", "Z_TOL", "IDENTITY_TOL", "RANK2", "report", "plot"]

@@ -47,18 +47,20 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from grpo_theory.companions.credit import RANK_FIELDS
-from grpo_theory.experiments.runner import Cell, Experiment, float64, key_seed
-from grpo_theory.advisor.estimate import resolve_chunk, score_memory
-from grpo_theory.lm.training.grpo import task_tokens, train_grpo
+from grpo_theory.companions import RANK_FIELDS
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.lm.budget import (format_bytes, out_of_memory_as_value_error, resolve_chunk,
+                                   score_memory)
+from grpo_theory.lm.training import task_tokens
+from grpo_theory.lm import (QUICK_WARMUP, RESPONSE_LEN, WarmupConfig, encode_prompts, eval_set,
+                            model_policy, reward, study_policies, target_responses, train_grpo,
+                            train_pool)
 from grpo_theory.experiments.model_settings import ModelSettings
-from grpo_theory.lm.checkpoints.load import model_path, model_policy
-from grpo_theory.lm.budget.memory import chunk_bytes, format_bytes, out_of_memory_as_value_error
-from grpo_theory.experiments.lm_support.rank import (group_rank_table, group_score_grams,
-                                                     zero_share_difference, zero_share_unbiased)
-from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
-                                 train_pool)
-from grpo_theory.lm.warmup import QUICK_WARMUP, WarmupConfig, study_policies
+from grpo_theory.lm.checkpoints import model_path
+from grpo_theory.lm.budget.memory import chunk_bytes
+from grpo_theory.experiments.lm_support import group_rank_table, zero_share_unbiased
+from grpo_theory.experiments.lm_support.rank import group_score_grams, zero_share_difference
 
 from . import analysis as _report
 from .analysis import FORMATS, IDENTITY_TOL, RANK2, Z_TOL, plot
@@ -204,7 +206,7 @@ def cells(s: Settings) -> list[Cell]:
 
 def _model_chunk(pol, config: dict, gmax: int, n_items: int) -> int:
     """A checkpoint's chunk: ``model_chunk``, else the largest that fits in
-    ``model_memory_budget`` (:func:`~grpo_theory.advisor.estimate.resolve_chunk`); the
+    ``model_memory_budget`` (:func:`~grpo_theory.lm.budget.options.resolve_chunk`); the
     group Gram matrices hold whole groups, so a ``ValueError`` naming ``--memory-budget`` when
     the budget does not fit one group of ``gmax`` scores."""
     if config.get("model_chunk") is not None:

@@ -18,8 +18,8 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory.plotting import integer_ticks, plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Cell, Experiment, Section, check, markdown_table
+from grpo_theory._precision import float64
 from grpo_theory.problems import default_bandit
 
 NAME = "mse-table"

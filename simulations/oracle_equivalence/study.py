@@ -37,11 +37,11 @@ import pandas as pd
 
 import grpo_theory as gt
 from grpo_theory import problems
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, key_seed, float64
-from grpo_theory.experiments.stats import markdown_table
-from grpo_theory.experiments.paired import mean_ci, paired_squared_errors
+from grpo_theory.experiments import (Cell, Experiment, Section, check, key_seed, markdown_table,
+                                     mean_ci, paired_squared_errors)
+from grpo_theory._precision import float64
 
 __all__ = ["NAME", "CLAIM", "ESTIMATORS", "Settings", "SETTINGS", "SCHEMA", "cells", "cell",
            "n_reps_for", "slope_fit", "summary", "report", "plot", "EXPERIMENT"]

@@ -4,8 +4,8 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 (summaries, checks, report, figure); this face re-exports what its users need.
 """
 
-from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, cells, cell, report, plot, EXPERIMENT,
-                    setup, summary)
+from .study import CLAIM, EXPERIMENT, NAME, SCHEMA, SETTINGS, Settings, cell, cells, setup
+from .analysis import plot, report, summary
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "cells", "cell", "report", "plot",
            "EXPERIMENT", "setup", "summary"]

@@ -10,8 +10,7 @@ import pandas as pd
 
 from grpo_theory.companions import practical as pr
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Section, check, markdown_table
 
 __all__ = ["FIT_FROM", "LIMIT_TOL", "RICHARDSON_TOL", "SLOPE_TOL", "Z_TOL", "plot", "report",
            "richardson", "summary"]

@@ -40,8 +40,9 @@ import jax
 import numpy as np
 
 from grpo_theory.companions import practical as pr
-from grpo_theory.core.policies import SequencePolicy, n_sequences
-from grpo_theory.experiments.runner import Cell, Experiment, float64
+from grpo_theory.core import SequencePolicy, n_sequences
+from grpo_theory.experiments import Cell, Experiment
+from grpo_theory._precision import float64
 
 from .analysis import FIT_FROM, SLOPE_TOL, Z_TOL, plot, report, summary
 

@@ -31,8 +31,8 @@ import pandas as pd
 
 from grpo_theory.companions import packing as pk
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Cell, Experiment, Section, check, markdown_table
+from grpo_theory._precision import float64
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "sample_lengths", "cells", "cell",
            "summary", "summary_table", "report", "plot", "EXPERIMENT"]

@@ -21,7 +21,8 @@ training cell has a CI over >= 16 seeds.
 
 from __future__ import annotations
 
-from grpo_theory.experiments.runner import Experiment, float64
+from grpo_theory.experiments import Experiment
+from grpo_theory._precision import float64
 
 from . import cells as _cells
 from .cells import SCHEMA, UNBIASED, cells, member_problem, member_rules

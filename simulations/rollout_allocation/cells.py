@@ -9,12 +9,12 @@ import numpy as np
 
 import grpo_theory as gt
 from grpo_theory import allocation as A
-from grpo_theory.allocation.optimal import (PromptConstants, greedy_allocation,
-                                            optimal_allocation, plug_in_mse, prompt_constants,
-                                            uniform_allocation)
-from grpo_theory.core.policies import SoftmaxBandit
-from grpo_theory.experiments.runner import Cell, float64, key_seed
-from grpo_theory.optim.train import max_objective
+from grpo_theory.allocation import (PromptConstants, greedy_allocation, optimal_allocation,
+                                    plug_in_mse, prompt_constants, uniform_allocation)
+from grpo_theory.core import SoftmaxBandit
+from grpo_theory.experiments import Cell, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.optim import max_objective
 from grpo_theory.problems import scaling_family_bandit
 
 from .settings import Settings

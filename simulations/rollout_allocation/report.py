@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.runner import Check, Section, check
-from grpo_theory.experiments.stats import bootstrap_ci, bootstrap_ratio_ci, markdown_table
+from grpo_theory.experiments import (Check, Section, bootstrap_ci, bootstrap_ratio_ci, check,
+                                     markdown_table)
 from grpo_theory.plotting import plt, save_figure
 
 from .cells import UNBIASED

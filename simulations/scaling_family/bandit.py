@@ -25,10 +25,9 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.core.scaling import grid_argmin
-from grpo_theory.experiments.runner import Cell, key_seed
-from grpo_theory.experiments.stats import bootstrap_argmin, interval_from_freq
-from grpo_theory.optim.train import exact_objective, train_schedules
+from grpo_theory.core import exact_objective, grid_argmin
+from grpo_theory.experiments import Cell, bootstrap_argmin, interval_from_freq, key_seed
+from grpo_theory.optim import train_schedules
 from grpo_theory.problems import scaling_family_bandit
 
 __all__ = ["ETA0", "MC_CHUNK", "bandit_cells", "constants_cell", "mse_cell",

@@ -27,14 +27,12 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from grpo_theory.advisor.estimate import estimate_scaling_constants
-from grpo_theory.experiments.runner import Cell, key_seed
+from grpo_theory.advisor import estimate_scaling_constants
+from grpo_theory.experiments import Cell, key_seed
 from grpo_theory.experiments.lm_support import mixture as mx
-from grpo_theory.lm.training.grpo import predicted_group_size, train_grpo
-from grpo_theory.lm.task import (RESPONSE_LEN, encode_prompts, eval_set, reward, target_responses,
-                                 train_pool)
+from grpo_theory.lm import (RESPONSE_LEN, encode_prompts, eval_set, predicted_group_size, reward,
+                            study_policies as policies, target_responses, train_grpo, train_pool)
 
-from grpo_theory.lm.warmup import study_policies as policies
 
 __all__ = ["LM_KNOBS", "FIXED_SEED", "LMPart", "lm_cells", "setup", "knob_cell", "train_cell"]
 

@@ -25,15 +25,11 @@ import jax
 import numpy as np
 import pandas as pd
 
-from grpo_theory.advisor.estimate import estimate_scaling_constants
-from grpo_theory.core.montecarlo import summarize_squared_errors
-from grpo_theory.core.scaling import ScalingConstants, grid_argmin
-from grpo_theory.core.stats import z_value
-from grpo_theory.experiments.runner import Cell
-from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
-from grpo_theory.experiments.lm_support import mixture as mx
-from grpo_theory.experiments.lm_support import mixture_mc as mm
-from grpo_theory.lm.task import RESPONSE_LEN, encode_prompts, target_responses
+from grpo_theory.advisor import estimate_scaling_constants
+from grpo_theory.core import ScalingConstants, grid_argmin, summarize_squared_errors, z_value
+from grpo_theory.experiments import Cell, bootstrap_argmin, markdown_table
+from grpo_theory.experiments.lm_support import mixture as mx, mixture_mc as mm
+from grpo_theory.lm import RESPONSE_LEN, encode_prompts, target_responses
 
 from .lm import setup
 

@@ -32,12 +32,10 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.scaling import ScalingConstants, grid_argmin
-from grpo_theory.experiments.runner import Cell, key_seed
-from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
+from grpo_theory.core import ScalingConstants, grid_argmin
+from grpo_theory.experiments import Cell, bootstrap_argmin, key_seed, markdown_table
 from grpo_theory.experiments.lm_support import mixture as mx
-from grpo_theory.lm.training.grpo import train_grpo
-from grpo_theory.lm.task import train_pool
+from grpo_theory.lm import train_grpo, train_pool
 
 from .lm import setup
 

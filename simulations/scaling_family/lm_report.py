@@ -18,9 +18,8 @@ import numpy as np
 import pandas as pd
 
 import grpo_theory as gt
-from grpo_theory.core.scaling import grid_argmin
-from grpo_theory.experiments.runner import check
-from grpo_theory.experiments.stats import bootstrap_argmin
+from grpo_theory.core import grid_argmin
+from grpo_theory.experiments import bootstrap_argmin, check
 
 __all__ = ["read_step", "steps_to_reach", "lm_checkpoint_table", "lm_reach", "lm_points",
            "lm_report"]

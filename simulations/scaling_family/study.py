@@ -53,16 +53,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.scaling import grid_argmin
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
-from grpo_theory.experiments.stats import markdown_table, spearman
-from grpo_theory.lm.warmup import WarmupConfig
+from grpo_theory.core import grid_argmin
+from grpo_theory.experiments import Cell, Experiment, Section, check, markdown_table, spearman
+from grpo_theory._precision import float64
+from grpo_theory.lm import WarmupConfig
 
 from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, law_z, mse_cell,
                      train_cell)
-from .lm import LMPart, knob_cell, lm_cells
+from .lm import LMPart, knob_cell, lm_cells, train_cell as lm_train_cell
 from .figure import plot_points
-from .lm import train_cell as lm_train_cell
 from .lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points, mc_report)
 from .lm_noise import (NOISE_SCHEMA, LMNoisePart, noise_cell, noise_cells, noise_report,
                        noise_rows)

@@ -4,8 +4,9 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 (summaries, checks, report, figure); this face re-exports what its users need.
 """
 
-from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, optimum, grid_argmin, cells, cell,
-                    summaries, checks, report, plot, EXPERIMENT)
+from .study import CLAIM, EXPERIMENT, NAME, SCHEMA, SETTINGS, Settings, cell, cells, optimum
+from grpo_theory.core import grid_argmin
+from .analysis import checks, plot, report, summaries
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "optimum", "grid_argmin", "cells",
            "cell", "summaries", "checks", "report", "plot", "EXPERIMENT"]

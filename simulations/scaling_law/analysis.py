@@ -9,10 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import integer_ticks, plt, save_figure
-from grpo_theory.experiments.runner import Check, Section, check
-from grpo_theory.experiments.stats import bootstrap_argmin, markdown_table
+from grpo_theory.experiments import Check, Section, bootstrap_argmin, check, markdown_table
 
 __all__ = ["summaries", "checks", "report", "plot"]
 
@@ -88,7 +87,7 @@ def checks(s: dict) -> list[Check]:
     Args:
         s: :func:`summaries` of the tables.
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     m, t = s["mse"], s["train"]
     by = m.groupby("policy")

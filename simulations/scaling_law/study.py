@@ -44,9 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 
 import grpo_theory as gt
-from grpo_theory.core.scaling import grid_argmin
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.optim.train import exact_objective, maximise, train_schedules
+from grpo_theory.core import exact_objective, grid_argmin, maximise
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.optim import train_schedules
 from grpo_theory.problems import scaling_bandit
 
 from .analysis import TRAIN_B_TOTAL, checks, plot, report, summaries

@@ -12,9 +12,9 @@ advisor's prediction: ``python -m grpo_theory.studies.smollm2.measured``), its s
 ``measured_stats`` and its tables ``measured_report``.
 """
 
-from .study import (CANDIDATES, StudyConfig, budget_table, candidate_questions, choose_task,
-                    figure, main, mse_table, report, run_study, sample_pass_rates,
-                    zero_variance_table)
+from .tasks import CANDIDATES, candidate_questions, choose_task, sample_pass_rates
+from .study import StudyConfig, main, run_study
+from .analysis import budget_table, figure, mse_table, report, zero_variance_table
 
 __all__ = ["CANDIDATES", "StudyConfig", "candidate_questions", "sample_pass_rates",
            "choose_task", "zero_variance_table", "mse_table", "budget_table", "run_study",

@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
-from grpo_theory.advisor.estimate import ScalingEstimate, t_quantile
-from grpo_theory.experiments.stats import markdown_table
-from grpo_theory.experiments.lm_support.rank import zero_share_unbiased
+from grpo_theory.advisor import ScalingEstimate, t_quantile
+from grpo_theory.experiments import markdown_table
+from grpo_theory.experiments.lm_support import zero_share_unbiased
 from grpo_theory.plotting import plt, save_figure
 
 __all__ = ["WINDOW", "MSE_GROUP_SIZES", "BUDGETS", "zero_variance_table", "mse_table",
@@ -31,7 +31,7 @@ MSE_GROUP_SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 BUDGETS = (16, 64, 256, 1024, 4096)
 
 
-def _mean_ci(x, alpha=0.05):
+def prompt_mean_ci(x, alpha=0.05):
     """Mean and t interval over prompts (the spread of per-prompt values)."""
     x = np.asarray(x, np.float64)
     m = x.shape[0]
@@ -82,9 +82,9 @@ def zero_variance_table(ref_rewards, rewards, group_sizes=None) -> pd.DataFrame:
         nb = n // G
         blocks = z[:, :nb * G].reshape(m, nb, G)
         obs = np.mean(np.all(blocks == blocks[:, :, :1], axis=2), axis=1)
-        mp, _, pl, ph = _mean_ci(pred)
-        mo, _, ol, oh = _mean_ci(obs)
-        _, sd, _, _ = _mean_ci(obs - pred)
+        mp, _, pl, ph = prompt_mean_ci(pred)
+        mo, _, ol, oh = prompt_mean_ci(obs)
+        _, sd, _, _ = prompt_mean_ci(obs - pred)
         rows.append(dict(G=G, groups_per_prompt=nb, predicted=mp, predicted_low=pl,
                          predicted_high=ph, predicted_plugin=float(np.mean(v**G + (1 - v)**G)),
                          observed=mo, observed_low=ol, observed_high=oh,

@@ -43,10 +43,10 @@ import pandas as pd
 import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.experiments import study_cli as C
-from grpo_theory.lm.checkpoints.load import response_texts
+from grpo_theory.lm.checkpoints import response_texts
 
 from .measured_report import analyse, population
-from .tasks import _prompts, _rewards
+from .tasks import chat_prompts, text_rewards
 
 __all__ = ["MeasuredConfig", "population", "run_measurement", "main"]
 
@@ -202,7 +202,7 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
     out, work = Path(out), Path(work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    x_all = np.asarray(_prompts(policy, pop["questions"], pop["prefills"]))
+    x_all = np.asarray(chat_prompts(policy, pop["questions"], pop["prefills"]))
     n_pop, R_len, m = x_all.shape[0], pop["response_len"], cfg.n_value
     key = cfg.key(_population_digest(pop))
     state = work / "state.json"
@@ -242,7 +242,8 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
         a = int(jax.random.randint(kp, (), 0, n_pop))
         x = np.repeat(x_all[a:a + 1], G + m, axis=0)
         y = np.asarray(policy.sample(ky, x, R_len))
-        r = _rewards(response_texts(policy, y), np.repeat(pop["answers"][a:a + 1], G + m), **kw)
+        r = text_rewards(response_texts(policy, y), np.repeat(pop["answers"][a:a + 1], G + m),
+                         **kw)
         rg = r[:G]
         s1 = _subset_score(policy, x, y, np.flatnonzero(rg == 1))
         s0 = _subset_score(policy, x, y, np.flatnonzero(rg == 0))

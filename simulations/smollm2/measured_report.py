@@ -14,14 +14,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
-from grpo_theory.experiments import study_cli as C
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.advisor import estimate_from_rollouts, t_quantile
+from grpo_theory.experiments import markdown_table, study_cli as C
 from grpo_theory.plotting import plt, save_figure
 
 from .measured_stats import (ESTIMATORS, bootstrap_argmin, budget_differences,
                              measured_group_variance, measured_mse_table, oracle_hat_extra)
-from .tasks import _family
+from .tasks import family_items
 
 __all__ = ["population", "prediction", "analyse"]
 
@@ -47,7 +46,7 @@ def population(study) -> dict:
                          "'response_len'") from None
     pr = C.read_csv(study / "prompts.csv", ("prompt", "question", "score_sq")
                     ).sort_values("prompt")
-    qs, pre, ans = _family(task)
+    qs, pre, ans = family_items(task)
     by_q = {q: (p, a) for q, p, a in zip(qs, pre, ans)}
     ref = C.read_csv(study / "passrates.csv", ("task", "prompt", "rewards"),
                      dtype={"rewards": str})

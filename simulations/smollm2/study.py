@@ -13,7 +13,7 @@ and scored by :func:`grpo_theory.lm.task.reward_answer_text`; the family with th
 whose pass rate lies in [0.2, 0.8] is the task (``passrates.csv``, ``passrates_summary.csv``).
 
 Phase 2 (the advisor): on the chosen family's same prompts, ``n_samples`` fresh responses each
-and their per-sample scores (:func:`grpo_theory.advisor.estimate.lm_rollout_statistics`, scores
+and their per-sample scores (:func:`grpo_theory.lm.budget.statistics.lm_rollout_statistics`, scores
 streamed in chunks) give the unbiased U-statistic estimates of c1, c2, c3, G* with jackknife and
 Fieller intervals (``constants.csv``); the predicted MSE of the vanilla, GRPO and oracle
 estimators against G (:meth:`ScalingEstimate.mse`, intervals :meth:`ScalingEstimate.mse_ci`;
@@ -47,16 +47,15 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
-from grpo_theory.advisor.advise import c1_warning
-from grpo_theory.advisor.estimate import estimate_from_rollouts, lm_rollout_statistics
+from grpo_theory.advisor import c1_warning, estimate_from_rollouts
+from grpo_theory.lm import lm_rollout_statistics, reward_answer_text
 from grpo_theory.experiments import study_cli as C
-from grpo_theory.lm.checkpoints.load import response_texts
-from grpo_theory.lm.task import reward_answer_text
+from grpo_theory.lm.checkpoints import response_texts
 
-from .analysis import (WINDOW, _mean_ci, budget_table, figure, mse_table, report,
+from .analysis import (WINDOW, budget_table, figure, mse_table, prompt_mean_ci, report,
                        zero_variance_table)
-from .tasks import (CANDIDATES, _family, _prompts, _rewards, candidate_questions, choose_task,
-                    family_size, sample_pass_rates)
+from .tasks import (CANDIDATES, candidate_questions, chat_prompts, choose_task, family_items,
+                    family_size, sample_pass_rates, text_rewards)
 
 __all__ = ["CANDIDATES", "StudyConfig", "candidate_questions", "sample_pass_rates",
            "choose_task", "zero_variance_table", "mse_table", "budget_table", "run_study",
@@ -252,12 +251,12 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     if st is None:
         from tqdm.auto import tqdm
 
-        x = _prompts(policy, qs, pre)
+        x = chat_prompts(policy, qs, pre)
         bar = tqdm(total=len(qs), desc="advisor: pass 2 (prompts)", disable=not progress,
                    file=sys.stderr)
 
         def tok_reward(rows, y):
-            return _rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
+            return text_rewards(response_texts(policy, y), ans[np.asarray(rows)], reward)
 
         t1 = time.time()
         _log("phase 2: sampling, then per-sample and per-prompt ghost norms (chunks of "
@@ -295,7 +294,7 @@ def run_study(policy, cfg: StudyConfig, out, progress: bool = True,
     meta["model_sha256"] = model_hash(cfg.model)
     meta["c1_warning"] = c1_warning(est)
     # phase 2 redraws the same prompts' responses: its pass rates must agree with phase 1's
-    diff = _mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
+    diff = prompt_mean_ci(np.asarray(st["rewards"]).mean(axis=1) - ref_z.mean(axis=1))
     meta["pass_rate"] = dict(phase1=float(ref_z.mean()), phase2=float(np.mean(st["rewards"])),
                              diff=diff[0], diff_low=diff[2], diff_high=diff[3],
                              z=diff[0] / diff[1] if diff[1] > 0 else float("nan"))
@@ -310,7 +309,7 @@ def check_config(cfg: StudyConfig) -> StudyConfig:
     if not Path(cfg.model).exists():
         raise ValueError(f"--model {cfg.model}: no such file")
     for t in cfg.tasks:
-        _family(t)
+        family_items(t)
     if cfg.task is not None and cfg.task not in cfg.tasks:
         raise ValueError(f"--task {cfg.task!r} must be one of --tasks {list(cfg.tasks)}")
     V.integer("--n-samples", cfg.n_samples, 3)

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from grpo_theory import _validation as V
-from grpo_theory.lm.checkpoints.load import response_texts
-from grpo_theory.lm.task import reward_answer_text
+from grpo_theory.lm.checkpoints import response_texts
+from grpo_theory.lm import reward_answer_text
 
 __all__ = ["NUMBER_ONLY", "CANDIDATES", "family_size", "candidate_questions", "sample_pass_rates",
            "choose_task"]
@@ -46,7 +46,7 @@ _FAMILIES = {
 CANDIDATES = tuple(_FAMILIES)
 
 
-def _family(name):
+def family_items(name):
     """(user questions, assistant prefills, answers) of a candidate family, in a fixed order."""
     if name not in _FAMILIES:
         raise ValueError(f"task must be one of {list(CANDIDATES)}, got {name!r}")
@@ -57,7 +57,7 @@ def _family(name):
 
 def family_size(name: str) -> int:
     """How many distinct questions family ``name`` has."""
-    return len(_family(name)[0])
+    return len(family_items(name)[0])
 
 
 def candidate_questions(name: str, n_prompts: int, seed: int):
@@ -71,13 +71,13 @@ def candidate_questions(name: str, n_prompts: int, seed: int):
     Returns:
         ``(questions list[str], prefills list[str], answers (n,) int)``.
     """
-    qs, pre, ans = _family(name)
+    qs, pre, ans = family_items(name)
     n = V.integer("n_prompts", n_prompts, 1, len(qs))
     rows = np.sort(np.random.default_rng(seed).choice(len(qs), n, replace=False))
     return [qs[i] for i in rows], [pre[i] for i in rows], np.asarray(ans)[rows]
 
 
-def _prompts(policy, questions, prefills):
+def chat_prompts(policy, questions, prefills):
     """Chat-template prompts (left-padded ids): the user turn, the assistant's turn opened and
     prefilled (plain ``question prefill`` text without a template)."""
     if getattr(policy, "chat_template", None):
@@ -87,7 +87,7 @@ def _prompts(policy, questions, prefills):
     return policy.encode(texts)
 
 
-def _rewards(texts, answers, reward=reward_answer_text):
+def text_rewards(texts, answers, reward=reward_answer_text):
     return np.asarray([float(reward(t, int(a))) for t, a in zip(texts, answers)], np.float64)
 
 
@@ -118,7 +118,7 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
     if len(questions) != answers.shape[0]:
         raise ValueError(f"questions and answers must have the same length, got "
                          f"{len(questions)} and {answers.shape[0]}")
-    x = np.repeat(_prompts(policy, questions, prefills), n, axis=0)
+    x = np.repeat(chat_prompts(policy, questions, prefills), n, axis=0)
     total = x.shape[0]
     block = min(block, total)
     pad = (-total) % block  # the last block filled up with copies of row 0 (one shape)
@@ -134,7 +134,7 @@ def sample_pass_rates(policy, questions, prefills, answers, n_samples: int, resp
             bar.update(min(block, total - b * block))
     y = np.concatenate(ys)[:total]
     texts = response_texts(policy, y)
-    z = _rewards(texts, np.repeat(answers, n), reward)
+    z = text_rewards(texts, np.repeat(answers, n), reward)
     return z.reshape(-1, n), [texts[i * n:(i + 1) * n] for i in range(len(questions))]
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from grpo_theory.core.stats import z_value
+from grpo_theory.core import z_value
 from grpo_theory.plotting import plt, save_figure
-from grpo_theory.experiments.runner import Check, Section, check
-from grpo_theory.experiments.stats import markdown_table
+from grpo_theory.experiments import Check, Section, check, markdown_table
 
 __all__ = ["summary", "checks", "report", "plot"]
 
@@ -65,7 +64,7 @@ def checks(tables) -> list[Check]:
     Args:
         tables: ``{"exact", "train"}`` DataFrames.
     Returns:
-        A list of :class:`~grpo_theory.experiments.runner.Check`.
+        A list of :class:`~grpo_theory.experiments.checks.Check`.
     """
     exact = tables["exact"]
     s = summary(tables)

@@ -48,8 +48,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import grpo_theory as gt
-from grpo_theory.experiments.runner import Cell, Experiment, key_seed, float64
-from grpo_theory.optim.train import exact_objective, maximise, train
+from grpo_theory.experiments import Cell, Experiment, key_seed
+from grpo_theory._precision import float64
+from grpo_theory.core import exact_objective, maximise
+from grpo_theory.optim.train import train
 from grpo_theory.problems import scaling_bandit
 
 from .analysis import Z_TOL, checks, plot, report, summary

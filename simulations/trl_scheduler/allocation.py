@@ -39,8 +39,7 @@ import pandas as pd
 
 import grpo_theory
 from grpo_theory import _validation as V
-from grpo_theory.experiments import study_cli as C
-from grpo_theory.experiments.store import atomic_write_csv, atomic_write_text
+from grpo_theory.experiments import atomic_write_csv, atomic_write_text, study_cli as C
 
 from . import tiny
 from .analysis import figure, page, per_seed, summarise_seeds

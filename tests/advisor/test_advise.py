@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from grpo_theory.advisor import advise as A
-from grpo_theory.advisor.estimate import estimate_from_rollouts, t_quantile
+from grpo_theory.advisor.estimate import estimate_from_rollouts
+from grpo_theory.advisor.pieces import t_quantile
 from grpo_theory.experiments.cli import main
 from grpo_theory.lm import task
 from grpo_theory.lm.model import ModelConfig, init_params

@@ -15,6 +15,7 @@ import grpo_theory as gt
 from jax.flatten_util import ravel_pytree
 from grpo_theory.advisor import estimate as E
 from grpo_theory.advisor import intervals as I
+from grpo_theory.advisor import prompt_pieces
 from grpo_theory.advisor.coverage import enumerated_expectation, group_outcomes, interval_coverage
 from grpo_theory.core.ustat import prompt_moments
 from grpo_theory.lm.policy import seq_log_probs
@@ -41,7 +42,7 @@ def test_linear_time_u_statistics_equal_the_sums_over_distinct_indices(n, d, see
     s = rng.normal(size=(n, d))
     z = rng.integers(0, 2, n).astype(float) if binary else rng.normal(size=n)
     ghat = (z[:, None] * s).mean(0)
-    p = E.prompt_pieces(jnp.asarray(z[None]), jnp.asarray(np.sum(s * s, 1)[None]),
+    p = prompt_pieces(jnp.asarray(z[None]), jnp.asarray(np.sum(s * s, 1)[None]),
                         jnp.asarray([ghat @ ghat]))
     t, r, w = _brute_pieces(z, s)
     np.testing.assert_allclose([p["grad_sq"][0], p["score_sq_sigma2"][0], p["score_sq_dev2"][0]],
@@ -85,7 +86,7 @@ def test_every_per_prompt_piece_is_unbiased_exactly():
     dp = _tiny_bandit().problem()
     x, pr, z, q, g = group_outcomes(dp, N_RESP)
     assert abs(pr.sum() - 1.0) < 1e-12
-    p = E.prompt_pieces(jnp.asarray(z), jnp.asarray(q), jnp.asarray(np.sum(g * g, 1)))
+    p = prompt_pieces(jnp.asarray(z), jnp.asarray(q), jnp.asarray(np.sum(g * g, 1)))
     mo = prompt_moments(dp)
     f = np.asarray(dp.prompt_probs)
     exact = dict(value=mo.value, sigma2=mo.sigma2, score_sq=mo.score_sq, grad_sq=mo.grad_sq,

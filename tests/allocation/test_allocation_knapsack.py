@@ -8,7 +8,7 @@ import pytest
 
 import grpo_theory.allocation as A
 from grpo_theory import SoftmaxBandit
-from grpo_theory.allocation.rules import knapsack_value
+from grpo_theory.allocation.greedy import knapsack_value
 
 
 def _brute(p, N, lo, hi):

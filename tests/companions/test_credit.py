@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import grpo_theory as gt
 from grpo_theory.companions import credit as C
+from grpo_theory.companions.mlp_policy import scaled_policy
 from grpo_theory.problems import default_bandit, sequence_policy
 from support.objectives import one_step_objective
 
@@ -161,9 +162,9 @@ def test_class_plane_energy_matches_projection(G, D, seed):
 def test_peaked_vs_uniform_rank(seq):
     """Measured, with a fixed seed: the per-response matrix of a peaked policy has effective
     rank below 2 at G = 16; a uniform policy's grows with G."""
-    peaked = C.rank_study(C.scaled_policy(seq, 10.0), 16, 600, seed=3)
-    flat4 = C.rank_study(C.scaled_policy(seq, 0.0), 4, 600, seed=3)
-    flat16 = C.rank_study(C.scaled_policy(seq, 0.0), 16, 600, seed=3)
+    peaked = C.rank_study(scaled_policy(seq, 10.0), 16, 600, seed=3)
+    flat4 = C.rank_study(scaled_policy(seq, 0.0), 4, 600, seed=3)
+    flat16 = C.rank_study(scaled_policy(seq, 0.0), 16, 600, seed=3)
     assert peaked["resp_erank"] + 4 * peaked["resp_erank_se"] < 2.0
     assert peaked["plane_energy"] > 0.9
     assert flat16["resp_erank"] - 4 * flat16["resp_erank_se"] > \
@@ -180,10 +181,10 @@ def test_mlp_policy_basics(mlp):
     assert mlp.block(mlp.params, "W1").shape == mlp.shapes["W1"]
     with pytest.raises(ValueError, match="name"):
         mlp.block(mlp.params, "W3")
-    flat = C.scaled_policy(mlp, 0.0).problem().probs
+    flat = scaled_policy(mlp, 0.0).problem().probs
     np.testing.assert_allclose(flat[:, 0], 1.0 / 3.0, atol=1e-12)  # bare EOS: 1/3 at beta = 0
     with pytest.raises(ValueError, match="beta"):
-        C.scaled_policy(mlp, -1.0)
+        scaled_policy(mlp, -1.0)
 
 
 # --- sparsity and the optimal baseline ----------------------------------------------------------

@@ -24,7 +24,8 @@ from grpo_theory.core import (EnumerablePolicy, GradientProblem, PolicyWrapper, 
                               as_problem, as_structure, exact_mse)
 from grpo_theory.optim import TrainConfig, make_train
 from grpo_theory.optim.theory import GaussianBandit
-from grpo_theory.optim.train import max_objective, train_schedules
+from grpo_theory.optim.objective import max_objective
+from grpo_theory.optim.train import train_schedules
 
 ROOT = pathlib.Path(grpo_theory.__file__).parent
 

@@ -28,9 +28,9 @@ import grpo_theory
 from grpo_theory import _validation as V
 from grpo_theory.advisor.advise import AdviceResult
 from grpo_theory.advisor.coverage import Coverage
-from grpo_theory.advisor.estimate import ScalingEstimate, estimate_from_rollouts
-from grpo_theory.companions import credit as C
-from grpo_theory.companions import length_weighting as LW
+from grpo_theory.advisor.result import ScalingEstimate
+from grpo_theory.advisor.estimate import estimate_from_rollouts
+from grpo_theory.companions import credit as C, length_weighting as LW
 from grpo_theory.core.montecarlo import MCResult
 from grpo_theory.core.stats import (Estimate, Result, ResultMixin, ScalarResultMixin, t_value,
                                     z_value)
@@ -185,9 +185,18 @@ def test_t_value_is_scipy_quantile():
         t_value(0.0, 5)
 
 
+def _public_names(mod):
+    """A face's ``__all__``; a module below the faces has no public list, so its public names
+    are those it defines without a leading underscore (imported names belong to their home)."""
+    if mod.__package__ == mod.__name__:  # a package: its __init__ is the face
+        return mod.__all__
+    return [n for n, obj in vars(mod).items()
+            if not n.startswith("_") and getattr(obj, "__module__", None) == mod.__name__]
+
+
 def _public_classes():
     for mod in _public_modules():
-        for name in getattr(mod, "__all__", ()):
+        for name in _public_names(mod):
             obj = getattr(mod, name, None)
             if inspect.isclass(obj) and obj.__module__.startswith("grpo_theory"):
                 yield obj
@@ -254,9 +263,14 @@ GROUP_ALLOW = {
     "grpo_theory.companions.credit.binary_scalar_from_estimator",  # c(k, G) read off a registry
     "grpo_theory.companions.dppo.enumerate_masks",  # all masks of a (B, G) batch
     "grpo_theory.experiments.lm_support.rank.zero_share_unbiased",  # C(k, G) / C(n, G)
+    # the trace route's per-estimator terms, written in G like the closed forms they evaluate
+    "grpo_theory.core.ustat.TraceRoute.leave_one_out",
+    "grpo_theory.core.ustat.TraceRoute.prompt_baseline",
 }
 #: ``seed`` without ``key``: randomness that is not a JAX key stream
 SEED_ALLOW = {
+    # the runner's one cell: its seed is the cell's key seed (hashed into the cache key)
+    "grpo_theory.experiments.runner.compute_cell",
     # named example problems: the seed names one fixed instance (cached by difficulty_problem)
     "grpo_theory.problems.default_bandit", "grpo_theory.problems.linear_bandit",
     "grpo_theory.problems.sequence_policy", "grpo_theory.problems.difficulty_policy",
@@ -296,10 +310,11 @@ def _public_modules():
 
 
 def _public_functions():
-    """``(qualified name, function)`` of every function and public method in an ``__all__``."""
+    """``(qualified name, function)`` of every public function and public method: a face's
+    ``__all__`` and what each module defines (:func:`_public_names`)."""
     seen = {}
     for mod in _public_modules():
-        for name in getattr(mod, "__all__", ()):
+        for name in _public_names(mod):
             obj = getattr(mod, name, None)
             if inspect.isfunction(obj) or (callable(obj) and hasattr(obj, "__wrapped__")
                                            and not inspect.isclass(obj)):

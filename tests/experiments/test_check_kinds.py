@@ -1,7 +1,7 @@
 """Every check of every study says what kind it is, with a literal the report can trust.
 
 The studies' sources are parsed (not run): each ``check(...)`` call must pass ``kind=`` as one of
-the literal strings of :data:`grpo_theory.experiments.runner.KINDS`, and a statistical one a
+the literal strings of :data:`grpo_theory.experiments.checks.KINDS`, and a statistical one a
 literal, non-empty ``excludes=``; a name never carries the alternative ("excludes ...") itself.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_theory.experiments.runner import KINDS
+from grpo_theory.experiments.checks import KINDS
 
 ROOT = Path(__file__).resolve().parents[2] / "simulations"
 FILES = sorted(ROOT.rglob("*.py"))

@@ -175,7 +175,7 @@ def test_study_model_options_reach_settings_and_cells(files):
     """--memory-budget / --chunk / --dtype / --pad-id of a study with --model: Settings fields
     and the model cells' configuration; bad Settings values are ValueErrors naming the field;
     lm-rank's chunk holds whole groups and refuses a budget below one group."""
-    from grpo_theory.advisor.estimate import score_memory
+    from grpo_theory.lm.budget.options import score_memory
     from grpo_theory.experiments.registry import experiments
     from grpo_theory.studies import lm_mse
     from grpo_theory.studies.lm_rank import study as lm_rank

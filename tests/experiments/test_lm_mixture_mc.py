@@ -10,7 +10,7 @@ import pytest
 
 from grpo_theory.core.montecarlo import summarize_squared_errors
 from grpo_theory.experiments.lm_support import mixture_mc as mm
-from grpo_theory.experiments.lm_support.gradmse import exact_answer_quantities
+from grpo_theory.lm.training.grpo import exact_answer_quantities
 from grpo_theory.lm.policy import LMPolicy
 from grpo_theory.lm.task import (EOS, VOCAB_SIZE, encode, encode_prompts, eval_set,
                                  target_responses)

@@ -19,9 +19,9 @@ import pytest
 
 from grpo_theory.experiments import cli, registry, runner, store
 from grpo_theory.experiments.progress import CellProgress
-from grpo_theory.experiments.runner import (Cell, Check, Section, cell_key, check, collect,
-                                            is_timing, kind_counts, report_section,
+from grpo_theory.experiments.runner import (Cell, cell_key, collect, is_timing, report_section,
                                             run_experiment)
+from grpo_theory.experiments.checks import Check, Section, check, kind_counts
 
 EXP = toy.EXPERIMENT
 N = toy.SETTINGS["quick"].n_cells

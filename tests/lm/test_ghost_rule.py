@@ -105,7 +105,7 @@ def _torch_route(t, di, do, one_hot, n=2):
         out = torch_layers._linear_uses(mod, torch.randn(n, t, di, generator=g),
                                           torch.randn(n, t, do, generator=g), n)
     use = out[mod.weight]
-    return "gram" if isinstance(use, torch_layers._Factored) else "direct"
+    return "gram" if isinstance(use, torch_layers.Factored) else "direct"
 
 
 @pytest.mark.parametrize("t,di,do,one_hot", GRID)

@@ -48,7 +48,7 @@ def test_fixed_rule_is_algorithm_1_step_for_step():
     moves the parameters differently."""
     pol = _eos_policy(0.3)
     px, pc = _eos_pool(16)
-    opt = grpo._optimizer(1e-2)
+    opt = grpo.cached_optimizer(1e-2)
     s0 = opt.init(pol.params)
     key = jax.random.PRNGKey(5)
     tail = dict(temperature=pol.temperature, eos=pol.eos_ids)

@@ -22,10 +22,10 @@ from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.lm.training import dppo as D
 from grpo_theory.lm.training.grpo import clipped_objective
-from grpo_theory.lm.model import ModelConfig, _positions, apply, init_params, make_apply
-from grpo_theory.lm.model import make_sampler
-from grpo_theory.lm.policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from grpo_theory.lm.task import EOS, PAD
+from grpo_theory.lm.model import (ModelConfig, _positions, apply, init_params, make_apply,
+                                  make_sampler)
+from grpo_theory.lm.policy import LMPolicy, seq_log_probs, token_log_probs
+from grpo_theory.lm.task import EOS, PAD, response_mask
 from grpo_theory.lm.warmup import WarmupConfig
 from grpo_theory.studies import lm_dppo
 

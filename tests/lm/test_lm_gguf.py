@@ -27,6 +27,7 @@ from grpo_theory import lm  # noqa: E402
 from grpo_theory.lm.checkpoints import gguf as lmgguf  # noqa: E402
 from grpo_theory.lm.checkpoints import hf  # noqa: E402
 from grpo_theory.lm.budget.memory import acc_dtype  # noqa: E402
+from grpo_theory.lm.families.qwen2 import permute_qk, unpermute_qk  # noqa: E402
 
 from support.gguf_checkpoint import (CHATML, EOS, G, config, converter_permute,  # noqa: E402
                                      gguf_name, write_folder, write_gguf)
@@ -66,10 +67,10 @@ def test_qk_permutation_round_trip():
         w = rng.standard_normal((n_head * hd, d)).astype(np.float32)
         p = converter_permute(w, n_head)
         assert not np.array_equal(p, w)
-        np.testing.assert_array_equal(lmgguf.permute_qk(w, n_head), p)
-        np.testing.assert_array_equal(lmgguf.unpermute_qk(p, n_head), w)
+        np.testing.assert_array_equal(permute_qk(w, n_head), p)
+        np.testing.assert_array_equal(unpermute_qk(p, n_head), w)
         b = rng.standard_normal(n_head * hd)  # 1-D (a bias) as well
-        np.testing.assert_array_equal(lmgguf.unpermute_qk(converter_permute(b, n_head), n_head), b)
+        np.testing.assert_array_equal(unpermute_qk(converter_permute(b, n_head), n_head), b)
     # within a head, rows (i, i + hd/2) of the HF layout become neighbours (2i, 2i + 1)
     w = np.arange(8.0)[:, None]
     np.testing.assert_array_equal(converter_permute(w, 1)[:, 0], [0, 4, 1, 5, 2, 6, 3, 7])

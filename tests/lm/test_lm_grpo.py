@@ -63,7 +63,7 @@ def test_one_epoch_clipped_step_equals_algorithm_1(setup):
     pc = jnp.zeros((len(x), task.RESPONSE_LEN["answer"]), jnp.int32).at[:, 0].set(task.EOS)
     # the optimiser, shapes and static arguments of train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3)
     # below, so the Algorithm 1 chunk compiles once for this file
-    opt = grpo._optimizer(1e-3)
+    opt = grpo.cached_optimizer(1e-3)
     s0 = opt.init(params)
     key = jax.random.PRNGKey(3)
     args = (pol.apply_fn, pol.sample_fn, opt, "grpo", params, s0, key, px, pc, 8, 8, 2)

@@ -1,6 +1,6 @@
 """grpo_theory.lm.budget.memory: the chunk a memory budget allows, memory sizes, the default budget,
 XLA's out-of-memory error as a ValueError; and the streamed statistics that use them
-(advisor.estimate.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
+(lm.budget.options.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 
 import gc
 import math
@@ -11,6 +11,7 @@ import pytest
 
 from grpo_theory.advisor import estimate as E
 from grpo_theory.lm.budget import memory as M
+from grpo_theory.lm.budget import resolve_chunk, score_memory
 from grpo_theory.lm.budget import options as O
 from grpo_theory.lm.budget import statistics as S
 from grpo_theory.lm.model import ModelConfig, init_params, make_apply
@@ -208,15 +209,15 @@ def test_streamed_pass_equals_one_call(policy):
 
 
 def test_resolve_chunk_from_budget(policy):
-    d, b = E.score_memory(policy)
+    d, b = score_memory(policy)
     assert d == policy.dim and b == np.dtype(policy.params["tok"].dtype).itemsize == 4
-    assert E.resolve_chunk(policy, 5, 100) == 5
+    assert resolve_chunk(policy, 5, 100) == 5
     budget = M.chunk_bytes(d, 3, dtype_bytes=b)
-    assert E.resolve_chunk(policy, None, 100, budget) == 3
+    assert resolve_chunk(policy, None, 100, budget) == 3
     with pytest.raises(ValueError, match="--memory-budget"):
-        E.resolve_chunk(policy, None, 100, 1000)
+        resolve_chunk(policy, None, 100, 1000)
     with pytest.raises(ValueError, match="chunk must be an integer >= 1"):
-        E.resolve_chunk(policy, 0, 100)
+        resolve_chunk(policy, 0, 100)
 
 
 def test_out_of_memory_in_the_statistics_names_the_options(policy, monkeypatch):
@@ -227,7 +228,7 @@ def test_out_of_memory_in_the_statistics_names_the_options(policy, monkeypatch):
     x = _rows(4)[0]
     with pytest.raises(ValueError, match=r"out of memory allocating 64\.66 GiB in the "
                                          r"per-sample scores \(chunk 2 .*--memory-budget"):
-        E.lm_rollout_statistics(policy, x, lambda r, y: np.zeros(len(r)), 3, 0, 3, chunk=2)
+        S.lm_rollout_statistics(policy, x, lambda r, y: np.zeros(len(r)), 3, 0, 3, chunk=2)
 
 
 def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
@@ -241,12 +242,12 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     cfg = config("llama", True, theta=1e5)
     pol = lm.from_pretrained(write_gguf(tmp_path / "t.gguf", cfg,
                                         hf_weights(dict(cfg), False, seed=4), "smollm"))
-    d, b = E.score_memory(pol)
+    d, b = score_memory(pol)
     a = pol.row_bytes(20, 4)
     assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
-    assert E.resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
-    assert E.resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
+    assert resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
+    assert resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
 
 
 @pytest.fixture
@@ -266,18 +267,18 @@ def _others(policy):
 def test_the_process_base_is_counted_first(policy, counted, monkeypatch):
     """resolve_chunk counts the process's memory beyond the parameters before the chunk:
     budget = B + M(c), B = (RSS_0 - L_0) + the live arrays beyond the parameters."""
-    d, b = E.score_memory(policy)
+    d, b = score_memory(policy)
     base = 50 * d * (b + 8)
     monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + base)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, base_bytes=base + _others(policy))
     assert budget == M.chunk_bytes(d, 3, dtype_bytes=b) + base + _others(policy)
-    assert E.resolve_chunk(policy, None, 100, budget) == 3
-    assert E.resolve_chunk(policy, None, 100, budget - 1) == 2
+    assert resolve_chunk(policy, None, 100, budget) == 3
+    assert resolve_chunk(policy, None, 100, budget - 1) == 2
     with pytest.raises(ValueError, match="already resident"):
-        E.resolve_chunk(policy, None, 100, base)
+        resolve_chunk(policy, None, 100, base)
     monkeypatch.setattr(M, "_outside_arrays", None)
     monkeypatch.setattr(M, "process_rss", lambda: 0)  # nothing readable: no base
-    assert E.resolve_chunk(policy, None, 100, budget) == 43  # + base / (1.25 D (b + 8)) = 40
+    assert resolve_chunk(policy, None, 100, budget) == 43  # + base / (1.25 D (b + 8)) = 40
     monkeypatch.undo()
     rss = M.process_rss()
     assert 10 * 2**20 < rss < M.available_memory() + rss  # this process: tens of MB at least
@@ -287,14 +288,14 @@ def test_resident_growth_between_calls_keeps_the_chunk(policy, counted, monkeypa
     """What the process keeps resident after a pass (outside live arrays) is not counted again:
     with the resident memory growing by 20 per-sample rows before each call, the rule reading
     the whole RSS at every call shrinks the chunk (10, then 1, then refused); this one keeps 10."""
-    d, b = E.score_memory(policy)
+    d, b = score_memory(policy)
     base, row = 50 * d * (b + 8), math.ceil(1.25 * d * (b + 8))
     grown = [0]
     monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + base + grown[0])
     budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=base + _others(policy))
     new, old = [], []
     for _ in range(3):
-        new.append(E.resolve_chunk(policy, None, 100, budget))
+        new.append(resolve_chunk(policy, None, 100, budget))
         try:  # the earlier rule: B = RSS now - D b
             old.append(M.chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget,
                                           n_items=100, base_bytes=M.process_rss() - d * b))
@@ -308,16 +309,16 @@ def test_resident_growth_between_calls_keeps_the_chunk(policy, counted, monkeypa
 def test_live_arrays_beyond_the_parameters_are_counted(policy, counted, monkeypatch):
     """Memory genuinely held by live JAX arrays is counted at every choice: an array of 4
     per-sample rows alive shrinks the chunk by 4; freed, the chunk is back."""
-    d, b = E.score_memory(policy)
+    d, b = score_memory(policy)
     row = math.ceil(1.25 * d * (b + 8))
     monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + 10**6)
     budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=10**6 + _others(policy))
-    assert E.resolve_chunk(policy, None, 100, budget) == 10
+    assert resolve_chunk(policy, None, 100, budget) == 10
     held = jax.numpy.zeros(4 * row // 4 + 1, jax.numpy.float32)
-    assert E.resolve_chunk(policy, None, 100, budget) == 5  # 4 rows and a byte: 10 - 5
+    assert resolve_chunk(policy, None, 100, budget) == 5  # 4 rows and a byte: 10 - 5
     del held
     gc.collect()
-    assert E.resolve_chunk(policy, None, 100, budget) == 10
+    assert resolve_chunk(policy, None, 100, budget) == 10
 
 
 def test_repeated_statistics_calls_keep_their_chunk(tmp_path, counted):
@@ -330,7 +331,7 @@ def test_repeated_statistics_calls_keep_their_chunk(tmp_path, counted):
 
     write_checkpoint(tmp_path / "ck", "llama", tied=True, bias=False, shards=1)
     pol = lm.from_pretrained(tmp_path / "ck")
-    d, b = E.score_memory(pol)
+    d, b = score_memory(pol)
     x = np.random.default_rng(0).integers(4, 40, size=(2, 6))
     a = pol.row_bytes(6 + 5, 5)
     budget = M.chunk_bytes(d, 2 * 4 + 2, dtype_bytes=b, row_bytes=a,

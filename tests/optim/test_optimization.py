@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from grpo_theory import problems
 import grpo_theory  # noqa: F401  (float64)
 from grpo_theory.optim import theory as opt
+from grpo_theory.optim import mixture_cdf, mixture_quantile, sample_mixture
 
 P = problems.default_gaussian_bandit()
 C = opt.problem_constants(P)
@@ -139,22 +140,22 @@ def test_scalar_case_reproduces_theory_note():
 @pytest.mark.parametrize("w", [[0.7], [0.13, 0.22], [1e-3, 2.0], [0.1, 0.5, 2.0],
                                [0.1, 0.2, 0.3, 0.4]])
 def test_mixture_cdf_matches_draws(w):
-    x = opt.sample_mixture(jax.random.PRNGKey(0), w, 400_000)
+    x = sample_mixture(jax.random.PRNGKey(0), w, 400_000)
     grid = np.quantile(x, np.linspace(0.001, 0.999, 60))
     emp = np.searchsorted(np.sort(x), grid, side="right") / x.size
     # DKW: P(sup |F_n - F| > 0.005) <= 2 exp(-2 n 0.005^2) = 4e-9
-    assert np.abs(opt.mixture_cdf(grid, w) - emp).max() < 0.005
-    q = opt.mixture_quantile([0.1, 0.5, 0.9], w)
-    np.testing.assert_allclose(opt.mixture_cdf(q, w), [0.1, 0.5, 0.9], atol=1e-9)
+    assert np.abs(mixture_cdf(grid, w) - emp).max() < 0.005
+    q = mixture_quantile([0.1, 0.5, 0.9], w)
+    np.testing.assert_allclose(mixture_cdf(q, w), [0.1, 0.5, 0.9], atol=1e-9)
 
 
 def test_mixture_cdf_exact_cases():
     xs = np.array([0.01, 0.5, 2.0, 9.0])
-    np.testing.assert_allclose(opt.mixture_cdf(xs, [0.7]), scipy.stats.chi2.cdf(xs / 0.7, 1))
+    np.testing.assert_allclose(mixture_cdf(xs, [0.7]), scipy.stats.chi2.cdf(xs / 0.7, 1))
     # equal weights: w (chi^2_1 + chi^2_1) = w chi^2_2 (an exponential)
-    np.testing.assert_allclose(opt.mixture_cdf(xs, [0.4, 0.4]),
+    np.testing.assert_allclose(mixture_cdf(xs, [0.4, 0.4]),
                                scipy.stats.chi2.cdf(xs / 0.4, 2), atol=1e-12)
-    np.testing.assert_allclose(opt.mixture_cdf(xs, [0.4, 0.4, 0.4]),
+    np.testing.assert_allclose(mixture_cdf(xs, [0.4, 0.4, 0.4]),
                                scipy.stats.chi2.cdf(xs / 0.4, 3), atol=1e-9)
 
 
@@ -241,6 +242,6 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="mu"):
         opt.lemma6_constant_bound(3, 1.0, 1.0, 2.0, 0.1, 1.0)
     with pytest.raises(ValueError, match="weights"):
-        opt.mixture_cdf(1.0, [0.5, -0.1])
+        mixture_cdf(1.0, [0.5, -0.1])
     with pytest.raises(ValueError, match="gap_max"):
         opt.sup_mse(P, "oracle", 2, 1, -1.0)

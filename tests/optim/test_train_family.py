@@ -17,6 +17,7 @@ from grpo_theory import problems
 from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core.policies import SequencePolicy
 from grpo_theory.optim import train as T
+from grpo_theory.optim import step_sizes
 
 from support import train_reference as R
 
@@ -94,7 +95,7 @@ def test_pinned_numbers_of_the_old_loop():
 def test_schedules_are_optax_schedules():
     count = jnp.arange(4)
     np.testing.assert_allclose(T.schedule("inverse", 3.0, 2.0)(count),
-                               T.step_sizes(3.0, 4, "inverse", 2.0), rtol=0, atol=0)
+                               step_sizes(3.0, 4, "inverse", 2.0), rtol=0, atol=0)
     np.testing.assert_allclose(T.schedule(jnp.int32(0), 0.5, 0.0)(count), 0.5)
     g = {"w": jnp.asarray([1.0, -2.0])}
     upd, _ = T.ascent(0.5).update(jax.tree.map(jnp.negative, g), T.ascent(0.5).init(g))

@@ -8,8 +8,11 @@ import pytest
 from grpo_theory import problems
 from grpo_theory._validation import seed_key
 from grpo_theory.core.sampling import sample_groups
-from grpo_theory.optim.train import (TrainConfig, exact_objective, make_train, max_objective,
-                                     maximise, step_sizes, train, train_schedules)
+from grpo_theory.optim.train_types import TrainConfig
+from grpo_theory.core.objective import exact_objective, maximise
+from grpo_theory.optim.train import make_train, train, train_schedules
+from grpo_theory.optim.objective import max_objective
+from grpo_theory.optim.schedules import step_sizes
 from grpo_theory.problems import scaling_bandit
 
 

@@ -26,8 +26,9 @@ pytest.importorskip("tokenizers")
 from support.hf_checkpoint import write_checkpoint  # noqa: E402
 
 from grpo_theory.experiments import cli  # noqa: E402
-from grpo_theory.experiments.runner import (Cell, Experiment, Section, check,  # noqa: E402
-                                            report_section, run_experiment, setting_name)
+from grpo_theory.experiments.runner import (Cell, Experiment, report_section, run_experiment,
+                                            setting_name)
+from grpo_theory.experiments.checks import Section, check
 from grpo_theory.experiments.store import cell_hash  # noqa: E402
 from grpo_theory.lm.training.grpo import task_tokens  # noqa: E402
 from grpo_theory.lm.task import TaskConfig, eval_set  # noqa: E402

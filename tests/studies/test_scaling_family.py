@@ -185,7 +185,7 @@ def test_mixture_c1_matches_the_duplicated_question_list():
     import jax
 
     from grpo_theory.lm import model, policy
-    from grpo_theory.experiments.lm_support.gradmse import exact_answer_quantities
+    from grpo_theory.lm.training.grpo import exact_answer_quantities
     from grpo_theory.experiments.lm_support.mixture import (concat_questions, mixture_constants,
                                                             mixture_parts, pick_fixed_question)
     from grpo_theory.lm.task import encode_prompts, eval_set, target_responses

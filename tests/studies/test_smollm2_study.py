@@ -189,7 +189,7 @@ def test_measured_mse_end_to_end_and_resume(run, tmp_path):
     with pytest.raises(ValueError, match="beyond --rows"):
         MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
     # zero-weight padding rows (a power-of-two bucket) leave the gradient unchanged
-    x = np.repeat(np.asarray(S._prompts(policy, ["What is 2 + 3?"], ["2 + 3 ="])), 4, axis=0)
+    x = np.repeat(np.asarray(S.chat_prompts(policy, ["What is 2 + 3?"], ["2 + 3 ="])), 4, axis=0)
     y = np.asarray(policy.sample(jax.random.PRNGKey(0), x, 3))
     rows = np.array([0, 2, 3])
     padded = MS._subset_score(policy, x, y, rows)

@@ -9,7 +9,7 @@ def one_step_objective(policy, estimator, baseline, weights=None, B=3, G=4, lr=1
 
     from grpo_theory._validation import seed_key
     from grpo_theory.core.sampling import sample_groups
-    from grpo_theory.optim.train import exact_objective
+    from grpo_theory.core.objective import exact_objective
 
     dp = policy.problem()
     x, y, z = sample_groups(jax.random.fold_in(seed_key(seed), 1), dp, B, G)

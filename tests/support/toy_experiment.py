@@ -23,7 +23,9 @@ import jax
 import numpy as np
 import pandas as pd
 
-from grpo_theory.experiments.runner import Cell, Experiment, Section, check, float64
+from grpo_theory.experiments.runner import Cell, Experiment
+from grpo_theory.experiments.checks import Section, check
+from grpo_theory._precision import float64
 
 __all__ = ["Settings", "SETTINGS", "SLOW_SETTINGS", "SCHEMA", "cells", "cell", "slow_cell",
            "report", "plot", "EXPERIMENT", "SLOW_EXPERIMENT"]

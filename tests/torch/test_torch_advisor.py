@@ -179,18 +179,18 @@ def test_factored_and_explicit_inner_products_agree():
     dense (linear layer) or token-id (embedding) factors, factored or formed explicitly."""
     g = torch.Generator().manual_seed(0)
     n, T, V_, d = 3, 5, 7, 4
-    dense = torch_layers._Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
+    dense = torch_layers.Factored(torch.randn(n, T, V_, generator=g, dtype=torch.float64),
                                      torch.randn(n, T, d, generator=g, dtype=torch.float64))
-    ids = torch_layers._Factored(torch.randint(0, V_, (n, T), generator=g),
+    ids = torch_layers.Factored(torch.randint(0, V_, (n, T), generator=g),
                                    torch.randn(n, T, d, generator=g, dtype=torch.float64), V_)
     for u in (dense, ids):
         for v in (dense, ids):
-            eu, ev = torch_layers._explicit(u), torch_layers._explicit(v)
+            eu, ev = torch_layers.explicit_grad(u), torch_layers.explicit_grad(v)
             want = (eu * ev).sum(dim=(1, 2))
             for a, b in ((u, v), (eu, v), (u, ev), (eu, ev)):
-                torch.testing.assert_close(torch_layers._inner(a, b), want)
+                torch.testing.assert_close(torch_layers.inner_products(a, b), want)
     one_hot = torch.nn.functional.one_hot(ids.L, V_).double()
-    torch.testing.assert_close(torch_layers._explicit(ids), one_hot.transpose(1, 2) @ ids.R)
+    torch.testing.assert_close(torch_layers.explicit_grad(ids), one_hot.transpose(1, 2) @ ids.R)
 
 
 # --- the same weights through the JAX route -----------------------------------------------------

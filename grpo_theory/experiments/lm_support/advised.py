@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...lm.training.grpo import best_integer_group_size, pass_rate_spread, pass_rates, task_tokens
-from ...lm.policy import LMPolicy
-from ...lm.task import reward_exact_tokens
-from ...advisor.estimate import estimate_scaling_constants
-
-__all__ = ["advised_group_size"]
+from ...lm.training import best_integer_group_size, pass_rate_spread, pass_rates, task_tokens
+from ...lm import LMPolicy, reward_exact_tokens
+from ...advisor import estimate_scaling_constants
 
 
 def advised_group_size(policy: LMPolicy, questions, n_samples: int, key,

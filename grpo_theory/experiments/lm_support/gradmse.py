@@ -39,14 +39,10 @@ import jax
 import numpy as np
 
 from ..._validation import random_key
-from ...core.estimators import compute_advantages
-from ...core.montecarlo import summarize_squared_errors
-from ...core.stats import z_value
-from ...lm.policy import LMPolicy
-from ...lm.task import RESPONSE_LEN, encode_prompts, reward, target_responses
-from ...lm.training.grpo import exact_answer_quantities
+from ...core import compute_advantages, summarize_squared_errors, z_value
+from ...lm import RESPONSE_LEN, LMPolicy, encode_prompts, reward, target_responses
+from ...lm.training import exact_answer_quantities
 
-__all__ = ["ESTIMATORS", "reference_quantities", "gradient_mse_study"]
 
 ESTIMATORS = ("vanilla", "grpo", "oracle")
 

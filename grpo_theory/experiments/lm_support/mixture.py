@@ -27,13 +27,9 @@ import jax
 import numpy as np
 
 from ... import _validation as V
-from ...core.scaling import ScalingConstants, budget_mse
-from ...lm.training.grpo import exact_answer_quantities
-from ...lm.policy import LMPolicy
-from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
-
-__all__ = ["concat_questions", "pass_rates", "pick_fixed_question", "pool_counts",
-           "concentrated_pool", "mixture_parts", "mixture_constants", "mixture_objective"]
+from ...core import ScalingConstants, budget_mse
+from ...lm.training import exact_answer_quantities
+from ...lm import RESPONSE_LEN, LMPolicy, Questions, encode_prompts, target_responses
 
 
 def concat_questions(*parts: Questions) -> Questions:

@@ -38,15 +38,11 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ... import _validation as V
-from ...core.estimators import PromptContext, get_estimator
-from ...core.scaling import ScalingConstants, budget_mse
-from ...lm.training.grpo import exact_answer_quantities
+from ...core import PromptContext, ScalingConstants, budget_mse, get_estimator
+from ...lm.training import exact_answer_quantities
 from .mixture import mixture_constants
-from ...lm.policy import LMPolicy, generic_sample, seq_log_probs
-from ...lm.task import RESPONSE_LEN, Questions, encode_prompts, target_responses
-
-__all__ = ["mixture_weights", "mixture_gradient", "grpo_mse_replicates", "second_moments",
-           "mixture_mse_prediction"]
+from ...lm import (RESPONSE_LEN, LMPolicy, Questions, encode_prompts, generic_sample,
+                   seq_log_probs, target_responses)
 
 
 def mixture_weights(p: float, n_fixed: int, n_rest: int) -> np.ndarray:

@@ -34,14 +34,9 @@ from jax.flatten_util import ravel_pytree
 from scipy.special import gammaln
 
 from ... import _validation as V
-from ...companions.credit import RANK_FIELDS, rank_measures_from_gram
-from ...core.estimators import compute_advantages
-from ...core.stats import Estimate, estimate_mean
-from ...lm.policy import LMPolicy, _tokens, seq_log_probs
-
-__all__ = ["group_score_grams", "dense_scores", "weighted_grams", "numerical_rank",
-           "distinct_responses", "binary_identity_residual", "zero_share_unbiased",
-           "zero_share_difference", "group_rank_table"]
+from ...companions import RANK_FIELDS, rank_measures_from_gram
+from ...core import Estimate, compute_advantages, estimate_mean
+from ...lm import LMPolicy, checked_tokens, seq_log_probs
 
 
 @partial(jax.jit, static_argnames=("apply_fn", "qchunk", "eos"))
@@ -87,7 +82,7 @@ def group_score_grams(policy: LMPolicy, prompts, responses, chunk: int = 256) ->
     if prompts.ndim != 2 or prompts.shape[0] != b:
         raise ValueError(f"prompts must have shape ({b}, P), got {prompts.shape}")
     chunk = V.positive_int("chunk", chunk)
-    _tokens(np.repeat(prompts, g, 0), responses.reshape(b * g, r), policy._vocab())
+    checked_tokens(np.repeat(prompts, g, 0), responses.reshape(b * g, r), policy._vocab())
     qc = int(max(1, min(b, chunk // g)))
     pad = (-b) % qc
     if pad:
@@ -107,7 +102,7 @@ def dense_scores(policy: LMPolicy, prompts, responses) -> np.ndarray:
     Returns:
         float64 (N, D) ``s(x_n, y_n)``.
     """
-    prompts, responses = _tokens(prompts, responses, policy._vocab())
+    prompts, responses = checked_tokens(prompts, responses, policy._vocab())
     flat, unravel = ravel_pytree(policy.params)
 
     def lp_one(theta, x, y):

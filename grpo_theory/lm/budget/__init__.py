@@ -22,9 +22,13 @@ from .statistics import (SCORE_CALLS, ghost_statistics, lm_rollout_statistics,
 from .ghost_rule import ROUTES, ghost_route
 from .ghost import PureForward, ghost_contractions, ghost_moments, score_dots
 
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .memory import HINT
+
 __all__ = ["chunk_for_budget", "default_memory_budget", "format_bytes", "ghost_row_bytes",
            "is_out_of_memory", "out_of_memory_as_value_error", "pad_to_chunk", "parse_memory",
            "MODEL_DTYPES", "PAD_EMBEDDINGS", "ModelOptions", "resolve_chunk", "score_memory",
            "SCORE_CALLS", "ghost_statistics", "lm_rollout_statistics", "per_sample_statistics",
            "ROUTES", "ghost_route", "PureForward", "ghost_contractions", "ghost_moments",
            "score_dots"]
+__all__ += ["HINT"]

@@ -51,13 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import families
-from ..families.qwen2 import positions_mask
 from .ghost_rule import ROUTES, ghost_route
 from ..task import response_mask
 from .memory import acc_dtype, pad_to_chunk
-
-__all__ = ["PureForward", "positions_mask", "forward", "ghost_contractions", "ghost_moments",
-           "score_dots", "ROUTES", "layer_route"]
 
 
 # ---------------------------------------------------------------------------------------------

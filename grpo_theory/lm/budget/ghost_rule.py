@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import numbers
 
-__all__ = ["ROUTES", "ghost_route", "route_costs"]
 
 #: how a layer's per-sample squared norm is formed: "auto" (:func:`ghost_route`), "gram"
 #: (``<a a^T, b b^T>``) or "direct" (``||a^T b||^2``)

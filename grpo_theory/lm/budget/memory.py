@@ -64,10 +64,6 @@ import numpy as np
 from ... import _validation as V
 from .. import families
 
-__all__ = ["chunk_for_budget", "chunk_bytes", "ghost_row_bytes", "parse_memory", "format_bytes",
-           "available_memory", "process_rss", "default_memory_budget", "out_of_memory_as_value_error",
-           "is_out_of_memory", "live_array_bytes", "resident_base", "DEFAULT_BUDGET_FRACTION",
-           "OVERHEAD_FACTOR", "pad_to_chunk", "acc_dtype"]
 
 #: share of the available memory the default budget allows
 DEFAULT_BUDGET_FRACTION = 0.5
@@ -75,6 +71,7 @@ DEFAULT_BUDGET_FRACTION = 0.5
 OVERHEAD_FACTOR = 1.25
 #: the advice appended to every memory error
 HINT = "lower --chunk or --memory-budget (or --n-samples), or use --dtype bfloat16"
+"""The command-line hint of an out-of-memory error."""
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,

@@ -22,8 +22,6 @@ import numpy as np
 from ... import _validation as V
 from .memory import chunk_for_budget, default_memory_budget, parse_memory, resident_base
 
-__all__ = ["ModelOptions", "MODEL_DTYPES", "PAD_EMBEDDINGS", "check_pad_embedding",
-           "score_memory", "resolve_chunk"]
 
 #: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
 MODEL_DTYPES = ("float32", "bfloat16")

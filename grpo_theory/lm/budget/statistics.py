@@ -27,11 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from ... import _validation as V
-from ...core.rollouts import RolloutStatistics
+from ...core import RolloutStatistics
 from .memory import out_of_memory_as_value_error
 from .options import ModelOptions, score_memory
 
-__all__ = ["SCORE_CALLS", "lm_rollout_statistics", "per_sample_statistics", "ghost_statistics"]
 
 #: pass 1 of the statistics runs in at most this many calls (progress steps)
 SCORE_CALLS = 16

@@ -19,7 +19,11 @@ from .load import (PACKAGE_MODELS, Checkpoint, check_model_options, checkpoint_f
                    from_pretrained, load_checkpoint, load_policy, model_path, model_policy,
                    response_texts)
 
+# the names the layers above use beside the ones listed first (one import path: this face)
+from .load import absolute_path, warmup_files
+
 __all__ = ["SUPPORTED_MODEL_TYPES", "read_config", "read_gguf", "read_gguf_config", "PROMPT_PAD",
            "HFPolicy", "PACKAGE_MODELS", "Checkpoint", "check_model_options",
            "checkpoint_format", "from_pretrained", "load_checkpoint", "load_policy",
            "model_path", "model_policy", "response_texts"]
+__all__ += ["absolute_path", "warmup_files"]

@@ -14,8 +14,6 @@ import importlib
 
 from ..families.spec import need_extra
 
-__all__ = ["renderer", "check_template", "render"]
-
 
 def _raise_exception(msg):
     raise ValueError(f"chat template: {msg}")

@@ -37,10 +37,6 @@ from ..families.spec import json_kind as _json_kind
 from ..families.spec import need_extra
 from .chat_template import check_template
 
-__all__ = ["read_json", "check_config", "shard_names", "tensor_shapes", "check_finite",
-           "check_shape", "header_shapes", "shard_source", "read_tensors", "read_tokenizer",
-           "SUPPORTED_MODEL_TYPES", "checkpoint_dir", "read_config", "hf_names", "shards",
-           "check_headers", "read_chat_template"]
 
 #: the ``model_type`` values of the registered families (:mod:`grpo_theory.lm.families`)
 SUPPORTED_MODEL_TYPES = families.model_types()

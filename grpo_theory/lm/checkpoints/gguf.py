@@ -40,14 +40,10 @@ import os
 import numpy as np
 
 from .. import families
-from .files import need_extra
-from ..families.qwen2 import permute_qk, unpermute_qk
+from ..families.spec import check_sizes, need_extra
 from .gguf_layout import check_layout
-from ..families.spec import check_sizes
 from ..._validation import eos_ids as _eos_ids
 
-__all__ = ["GGUF_ARCHITECTURES", "read_gguf", "read_gguf_config", "permute_qk", "unpermute_qk",
-           "hf_tensor_name"]
 
 #: ``general.architecture`` values read (the registered families' GGUF architectures)
 GGUF_ARCHITECTURES = families.gguf_architectures()

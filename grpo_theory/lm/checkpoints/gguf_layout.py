@@ -15,7 +15,6 @@ import mmap
 import os
 import struct
 
-__all__ = ["check_layout", "DEFAULT_ALIGNMENT"]
 
 #: the data alignment of a file without ``general.alignment``
 DEFAULT_ALIGNMENT = 32

@@ -64,16 +64,13 @@ import numpy as np
 from ... import _validation as V
 from ..budget.ghost import PureForward, ghost_contractions, ghost_moments, score_dots
 from ..budget.memory import ghost_row_bytes
-from ..budget.options import PAD_EMBEDDINGS
 from ..budget.statistics import ghost_statistics
 from ..families.qwen2 import positions_mask as _positions_mask
 from ..families.spec import quiet_tunix as _quiet
-from ..policy import LMPolicy, _texts, _tokens
+from ..policy import LMPolicy, checked_tokens, text_list
 from ..task import reward_answer_text
 from .chat_template import render as render_template
-from .files import SUPPORTED_MODEL_TYPES
 
-__all__ = ["SUPPORTED_MODEL_TYPES", "PROMPT_PAD", "PAD_EMBEDDINGS", "HFPolicy", "hf_policy"]
 
 #: the left-padding marker of prompt arrays (outside every vocabulary: never a token id)
 PROMPT_PAD = -1
@@ -247,7 +244,7 @@ class HFPolicy(LMPolicy):
             ValueError: the checkpoint has no chat template, the template fails to render (one
                 line naming the checkpoint), or ``jinja2`` is not installed.
         """
-        texts = _texts(texts)
+        texts = text_list(texts)
         if self.chat_template is None:
             raise ValueError(f"checkpoint {self.path!r} has no chat_template in "
                              f"tokenizer_config.json")
@@ -326,7 +323,7 @@ class HFPolicy(LMPolicy):
             raise ValueError(f"method must be 'ghost' or 'per_sample', got {method!r}")
         if method == "per_sample":
             return super().score_contractions(prompts, responses, weights, chunk)
-        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
         w = V.real_array("weights", weights)
         if w.ndim not in (1, 2) or np.atleast_2d(w).shape[1] != prompts.shape[0]:
@@ -349,7 +346,7 @@ class HFPolicy(LMPolicy):
             chunk: samples per block (>= 1).
             init: None or the ``S`` of an earlier call, added to in place (donated).
         """
-        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
         w = V.real_array("weights", weights)
         if w.shape != (prompts.shape[0],):
@@ -362,7 +359,7 @@ class HFPolicy(LMPolicy):
     def score_dots(self, prompts, responses, direction, chunk: int = 256):
         """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.budget.ghost.score_dots`);
         ``direction`` a pytree like ``params``."""
-        prompts, responses = _tokens(prompts, responses, self._vocab(), self.prompt_pad)
+        prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
         if (jax.tree_util.tree_structure(direction)
                 != jax.tree_util.tree_structure(self.params)):
@@ -413,7 +410,7 @@ class HFPolicy(LMPolicy):
         Raises:
             ValueError: no texts, a non-string, or a text with no tokens.
         """
-        texts = _texts(texts)
+        texts = text_list(texts)
         return self.pad_prompts([e.ids for e in self.tokenizer.encode_batch(texts)])
 
     def question_prompts(self, questions, fmt: str = "answer",

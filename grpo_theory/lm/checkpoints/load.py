@@ -52,11 +52,6 @@ from .chat_template import check_template
 from .gguf import read_gguf_config
 from .hf import HFPolicy, hf_policy
 
-__all__ = ["DTYPES", "Checkpoint", "checkpoint_format", "load_checkpoint", "tunix_model",
-           "params_from_arrays", "from_pretrained", "PACKAGE_MODELS", "load_policy", "warmup_files",
-           "check_model_options", "absolute_path", "model_path", "model_policy",
-           "response_texts"]
-
 
 def checkpoint_format(path) -> str | None:
     """What a local path holds: ``"gguf"`` (a file whose name ends in ``.gguf``, any case),

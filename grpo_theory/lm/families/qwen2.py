@@ -28,8 +28,6 @@ from ..._validation import eos_ids as _eos_ids
 from .spec import (SIZE_FIELDS, ModelSpec, TensorSpec, bool_field, check_sizes, int_field,
                    need_extra, quiet_tunix)
 
-__all__ = ["QWEN2", "LLAMA", "CONFIG_FIELDS", "check_config", "tensors", "positions_mask",
-           "forward", "frozen_lookup", "permute_qk", "unpermute_qk", "activation_bytes"]
 
 #: keys of the checked architecture (:func:`check_config`)
 CONFIG_FIELDS = ("model_type", "n_layers", "vocab_size", "d_model", "d_ff", "n_heads",

@@ -11,8 +11,6 @@ from __future__ import annotations
 from .qwen2 import LLAMA, QWEN2
 from .spec import ModelSpec
 
-__all__ = ["FAMILIES", "register", "family", "family_of_gguf", "family_of_arch",
-           "model_types", "gguf_architectures"]
 
 FAMILIES: dict = {}
 """Every registered model family: its name -> its

@@ -26,8 +26,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["TensorSpec", "ModelSpec", "need_extra", "quiet_tunix", "json_kind", "int_field",
-           "positive_real", "bool_field", "check_sizes", "SIZE_FIELDS"]
 
 _INSTALL = 'pip install -e ".[hf]"  (google-tunix, safetensors, tokenizers, gguf)'
 

@@ -49,15 +49,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ... import _validation as V
-from ... import allocation as A
-from ...allocation import Draw, Rule, Sampler, loo_weights
-from ...allocation.greedy import unique_answer_constants
-from .grpo import _optimizer, task_tokens
+from ... import _validation as V, allocation as A
+from ...allocation import Draw, Rule, Sampler, loo_weights, unique_answer_constants
+from .grpo import cached_optimizer, task_tokens
 from ..policy import LMPolicy, seq_log_probs
 from ..task import reward_exact_tokens
 
-__all__ = ["LM_RULES", "lm_rule", "LMSampler", "train_with_rule", "accuracy_at_budgets"]
 
 #: shorthands of :func:`lm_rule` (name -> the parameters its rule takes)
 LM_RULES = {"fixed": ("group_size",), "dynamic_sampling": ("group_size", "max_rounds"),
@@ -256,7 +253,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
     px, pc = task_tokens(policy, pool)
     ex, ec = task_tokens(policy, eval_questions)
     pool_x, pool_c, ex, ec = map(jnp.asarray, (px, pc, ex, ec))
-    opt = _optimizer(float(lr), "adam")
+    opt = cached_optimizer(float(lr), "adam")
     params, key = policy.params, V.random_key(seed, key)
     opt_state = opt.init(params)
     acc0 = float(jnp.mean(jnp.exp(seq_log_probs(policy.apply_fn, params, ex, ec,

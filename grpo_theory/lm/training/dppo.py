@@ -43,16 +43,13 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ... import _validation as V
-from ...companions.dppo import KeepScheme, masked_advantages
-from ...companions.packing import pack
-from ...core.estimators import PromptContext, get_estimator
-from ...optim.clipped import clipped_surrogate, multi_epoch_update
-from .grpo import _optimizer, exact_accuracy
-from ..policy import LMPolicy, response_mask
-from ..task import PAD, encode_prompts, reward_exact_tokens, target_responses
+from ...companions import KeepScheme, masked_advantages, pack
+from ...core import PromptContext, get_estimator
+from ...optim import clipped_surrogate, multi_epoch_update
+from .grpo import cached_optimizer, exact_accuracy
+from ..policy import LMPolicy
+from ..task import PAD, encode_prompts, response_mask, reward_exact_tokens, target_responses
 
-__all__ = ["METHODS", "bucket", "sample_batch", "response_weights", "layout", "update",
-           "gradient", "warm_up", "train_dppo"]
 
 #: weightings of the kept responses: the unbiased one and the two biased controls
 METHODS = ("dppo", "no_rescale", "recompute")
@@ -353,7 +350,7 @@ def train_dppo(policy: LMPolicy, pool, eval_questions, batch: int, group_size: i
     pool_c = jnp.asarray(target_responses(pool, "answer"))
     ex = encode_prompts(eval_questions, "answer")
     ec = target_responses(eval_questions, "answer")
-    opt = _optimizer(float(lr))
+    opt = cached_optimizer(float(lr))
     params, state = policy.params, opt.init(policy.params)
     key = V.key_or_seed(seed, "seed") if key is None else V.key_or_seed(key, "key")
     n = batch * group

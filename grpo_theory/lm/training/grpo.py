@@ -34,16 +34,13 @@ import numpy as np
 import optax
 
 from ... import _validation as V
-from ...core.estimators import PromptContext, get_estimator
-from ...core.scaling import ScalingConstants, budget_mse
-from ...optim.clipped import clipped_surrogate, multi_epoch_update
+from ...core import PromptContext, ScalingConstants, budget_mse, get_estimator
+from ...optim import clipped_surrogate, multi_epoch_update
 from ..checkpoints.hf import HFPolicy
-from ..policy import LMPolicy, response_mask, seq_log_probs, token_log_probs
-from ..task import EOS, RESPONSE_LEN, encode_prompts, reward_exact_tokens, target_responses
+from ..policy import LMPolicy, seq_log_probs, token_log_probs
+from ..task import (EOS, RESPONSE_LEN, encode_prompts, response_mask, reward_exact_tokens,
+                    target_responses)
 
-__all__ = ["CHAT_PROMPT", "PLAIN_PROMPT", "task_tokens", "exact_accuracy", "pass_rates",
-           "exact_answer_quantities", "pass_rate_spread", "best_integer_group_size",
-           "predicted_group_size", "train_grpo", "clipped_objective", "OPTIMIZERS"]
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
 #: question's text, e.g. ``12+5-3``)
@@ -194,7 +191,7 @@ OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd}
 
 
 @lru_cache(maxsize=None)
-def _optimizer(lr: float, name: str = "adam"):
+def cached_optimizer(lr: float, name: str = "adam"):
     """One optimiser object per (learning rate, name): it is a static argument of the jitted
     chunk, so a fresh object per run would recompile (and keep) a new executable for every
     run."""
@@ -277,7 +274,7 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     px, pc = task_tokens(policy, pool)
     pool_x, pool_c = jnp.asarray(px), jnp.asarray(pc)
     ex, ec = task_tokens(policy, eval_questions)
-    opt = _optimizer(float(lr), optimizer)
+    opt = cached_optimizer(float(lr), optimizer)
     params = policy.params
     opt_state = opt.init(params)
     key = V.random_key(seed, key)
