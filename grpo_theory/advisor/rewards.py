@@ -151,8 +151,9 @@ def _log_comb(n, k):
     return gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
 
 
-def informative_estimates(n, k, G: int) -> np.ndarray:
-    """Unbiased ``1 - p^G - (1 - p)^G`` per prompt from k of n (NaN where n < G)."""
+def informative_estimates(n, k, group_size: int) -> np.ndarray:
+    """Unbiased ``1 - p^G - (1 - p)^G`` per prompt from k of n (NaN where n < G = group_size)."""
+    G = int(group_size)
     n, k = np.asarray(n, np.float64), np.asarray(k, np.float64)
     ok = n >= G
     with np.errstate(invalid="ignore"):

@@ -284,7 +284,7 @@ def _oracle(z, ctx):
     return z - _require(ctx, "value", "oracle")
 
 
-def _constant_group(z):
+def constant_group(z):
     """True where every reward of the group is equal (the zero-variance rule applies)."""
     return jnp.all(z == z[..., :1], axis=-1, keepdims=True)
 
@@ -292,11 +292,12 @@ def _constant_group(z):
 def _loo(z, ctx):
     g = z.shape[-1]
     total = jnp.sum(z, axis=-1, keepdims=True)
-    return jnp.where(_constant_group(z), 0.0, z - (total - z) / (g - 1))
+    return jnp.where(constant_group(z), 0.0, z - (total - z) / (g - 1))
 
 
-def _mean(z, ctx):
-    return jnp.where(_constant_group(z), 0.0, z - jnp.mean(z, axis=-1, keepdims=True))
+def centred(z, ctx):
+    """``grpo_mean``'s advantage: ``Z - mean(Z)`` over the group (0 for a constant group)."""
+    return jnp.where(constant_group(z), 0.0, z - jnp.mean(z, axis=-1, keepdims=True))
 
 
 def _optimal(z, ctx):
@@ -306,7 +307,7 @@ def _optimal(z, ctx):
 register(Estimator("vanilla", _vanilla, closed_form=NoBaseline()))
 register(Estimator("oracle", _oracle, closed_form=OracleBaseline(), needs=("value",)))
 register(Estimator("grpo", _loo, min_group_size=2, closed_form=LeaveOneOut()), "rloo")
-register(Estimator("grpo_mean", _mean, min_group_size=2, closed_form=GroupMean()))
+register(Estimator("grpo_mean", centred, min_group_size=2, closed_form=GroupMean()))
 register(Estimator("optimal", _optimal, closed_form=OptimalBaseline(),
                    needs=("optimal_baseline",)))
 
@@ -327,14 +328,14 @@ STD_PRESETS: dict[str, dict] = {
 added to it, and the centring. ``drgrpo`` is Dr. GRPO's fix: no std division at all."""
 
 
-def _batch_axes(z) -> tuple[int, ...]:
+def batch_axes(z) -> tuple[int, ...]:
     """Axes of the batch ``(B, G)`` for a batch-coupled estimator (a 1-d ``z`` is one group)."""
     return (-2, -1) if z.ndim >= 2 else (-1,)
 
 
 def _constant_batch(z):
     """True where every reward of the whole batch (last two axes) is equal."""
-    ax = _batch_axes(z)
+    ax = batch_axes(z)
     first = z[..., :1, :1] if z.ndim >= 2 else z[..., :1]
     return jnp.all(z == first, axis=ax, keepdims=True)
 
@@ -371,7 +372,7 @@ def grpo_std(
         raise ValueError(f"centre must be 'mean' or 'loo', got {centre!r}")
     if over not in ("group", "batch"):
         raise ValueError(f"over must be 'group' or 'batch', got {over!r}")
-    centre_fn = _mean if centre == "mean" else _loo
+    centre_fn = centred if centre == "mean" else _loo
     batch = over == "batch" and scale
 
     def adv(z, ctx):
@@ -379,11 +380,11 @@ def grpo_std(
         if not scale:
             return num
         if batch:
-            std = jnp.std(z, axis=_batch_axes(z), ddof=ddof, keepdims=True)
+            std = jnp.std(z, axis=batch_axes(z), ddof=ddof, keepdims=True)
             zero_var = _constant_batch(z) | (std <= 0.0)
         else:
             std = jnp.std(z, axis=-1, ddof=ddof, keepdims=True)
-            zero_var = _constant_group(z) | (std <= 0.0)
+            zero_var = constant_group(z) | (std <= 0.0)
         safe = jnp.where(zero_var, 1.0, std + eps)
         return jnp.where(zero_var, 0.0, num / safe)
 
@@ -439,7 +440,7 @@ def grpo_vectorized(eps: float = 1e-6, float32: bool = True, name=None) -> Estim
         var = (s2 - s1 * s1 / g) / max(g - 1, 1)
         std = jnp.sqrt(jnp.maximum(var, jnp.asarray(eps, s.dtype)))
         a = ((s - mean) / (std + jnp.asarray(eps, s.dtype))).astype(z.dtype)
-        return jnp.where(_constant_group(z), 0.0, a)
+        return jnp.where(constant_group(z), 0.0, a)
 
     if name is None:
         name = f"grpo_vectorized(eps={eps:g}{',float32' if float32 else ''})"
@@ -484,8 +485,8 @@ def reinforce_baseline(framework: str = "verl", tokens_per_response: int = 1,
     L = tokens_per_response
 
     def adv(z, ctx):
-        c = _mean(z, ctx)
-        ax = _batch_axes(z)
+        c = centred(z, ctx)
+        ax = batch_axes(z)
         if framework == "openrlhf":
             c = c.astype(jnp.float32)
         T = L * int(np.prod([z.shape[a] for a in ax]))

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from .._precision import float64
-from .estimators import (Estimator, PromptContext, _batch_axes, _constant_group, _mean,
+from .estimators import (Estimator, PromptContext, batch_axes, constant_group, centred,
                          register)
 
 _OTB_EPS = 1e-8  # verl's epsilon of compute_optimal_token_baseline_advantage
@@ -80,7 +80,7 @@ def whiten_tokens(c, length):
     Returns:
         The whitened values, shape of ``c``.
     """
-    ax = _batch_axes(c)
+    ax = batch_axes(c)
     n = jnp.sum(length, axis=ax, keepdims=True)
     m = jnp.sum(length * c, axis=ax, keepdims=True) / (n + 1e-8)
     v = jnp.sum(length * (c - m) ** 2, axis=ax, keepdims=True) / (n + 1e-8) * (n / (n - 1))
@@ -89,7 +89,7 @@ def whiten_tokens(c, length):
 
 def _grpo_verl(z, scale=True):
     """verl's loop GRPO (``compute_grpo_outcome_advantage``): ``(Z - mean) / (std + 1e-6)``."""
-    num = _mean(z, None)
+    num = centred(z, None)
     if not scale:
         return num
     return num / (_group_std(z) + 1e-6)
@@ -145,7 +145,7 @@ def _opo(z, ctx):
     own reward: biased (unbiased only in the limit of many responses)."""
     length = _response_field(ctx, "length", "opo_verl", z)
     base = jnp.sum(length * z, axis=-1, keepdims=True) / jnp.sum(length, axis=-1, keepdims=True)
-    return jnp.where(_constant_group(z), 0.0, z - base)
+    return jnp.where(constant_group(z), 0.0, z - base)
 
 
 def _reinforce_plus_plus(z, ctx):
@@ -162,7 +162,7 @@ def _reinforce_plus_plus_baseline_tokens(z, ctx):
     (``compute_reinforce_plus_plus_baseline_outcome_advantage``) at any response lengths:
     group-mean centring, then :func:`whiten_tokens`. Biased (self-inclusive mean, batch std)."""
     length = _response_field(ctx, "length", "reinforce_plus_plus_baseline_verl_tokens", z)
-    return whiten_tokens(_mean(z, ctx), length)
+    return whiten_tokens(centred(z, ctx), length)
 
 
 def _remax(z, ctx):
@@ -183,12 +183,12 @@ def _gpg(z, ctx):
     r"""verl 0.9.1 ``gpg`` (``compute_gpg_outcome_advantage``, f_norm = 1): the group-mean
     advantage times ``alpha = BG / max(#{Z != 0}, 1)``, counted over the whole batch. Biased
     (self-inclusive mean; alpha reads the rewards)."""
-    ax = _batch_axes(z)
+    ax = batch_axes(z)
     n = 1
     for a in ax:
         n *= z.shape[a]
     nonzero = jnp.sum(z != 0.0, axis=ax, keepdims=True)
-    return n / jnp.maximum(nonzero, 1).astype(z.dtype) * _mean(z, ctx)
+    return n / jnp.maximum(nonzero, 1).astype(z.dtype) * centred(z, ctx)
 
 
 @float64

@@ -6,8 +6,8 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 """
 
 from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, ESTIMATORS, family_bandit,
-                    each_design_brute_force, cells, cell, summary, checks, report, plot,
-                    EXPERIMENT)
+                    each_design_brute_force, cells, cell, EXPERIMENT)
+from .analysis import summary, checks, report, plot
 
 __all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "ESTIMATORS", "family_bandit",
            "each_design_brute_force", "cells", "cell", "summary", "checks", "report", "plot",

@@ -280,6 +280,7 @@ SEED_ALLOW = {
     "grpo_theory.lm.task.train_pool", "grpo_theory.lm.task.target_responses",
     "grpo_theory.lm.warmup.train_supervised", "grpo_theory.core.objective.maximise",
     "grpo_theory.allocation.reference.monte_carlo",
+    "grpo_theory.advisor.rewards.summarize_rewards",  # the bootstrap over prompts
     "grpo_theory.allocation.optimal.estimated_constants",
     "grpo_theory.allocation.optimal.plug_in_mse",
     # the experiment runner's seed is part of a cell's identity (hashed into the cache key)
