@@ -135,3 +135,38 @@ def test_equal_prompt_weights_with_unequal_groups():
         compute_jspo_advantage(r, m, index=["a", "a", "b", "b", "b", "b"])
     with pytest.raises(ValueError, match="index"):
         compute_rloo_prompt_advantage(r, m, index=None)
+
+
+def test_verl_proxy_definitions_match_the_audit():
+    """verl's own ``compute_variance_proxy_metrics`` on one sampled batch of one-token responses
+    of a softmax over logits: its W is the squared score norm, its proxy2 the mean of A^2 W and
+    its proxy3 (proxy2 - ||ghat||^2)/(N - 1): the quantities whose expectations
+    ``verl_proxy_audit`` computes exactly."""
+    import jax
+
+    from verl import DataProto
+    from verl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    from grpo_theory.core import SoftmaxBandit, estimate_gradient, sample_groups
+
+    p = np.array([0.1, 0.3, 0.6, 0.9])
+    toy = SoftmaxBandit(np.log(np.stack([p, 1 - p], 1)), [[1.0, 0.0]] * 4)
+    pr = toy.problem()
+    x, y, z = sample_groups(jax.random.PRNGKey(3), pr, 4, 4)
+    est = get_estimator("grpo")
+    adv = np.asarray(est(z)).reshape(-1)
+    g = np.asarray(estimate_gradient(pr, est, x, y, z))
+    probs = np.asarray(pr.probs)
+    xs, ys = np.repeat(np.asarray(x), 4), np.asarray(y).reshape(-1)
+    old = np.log(probs[xs, ys])[:, None]
+    spi = np.sum(probs[xs] ** 2, axis=1)[:, None]
+    data = DataProto.from_dict(tensors={
+        "old_log_probs": torch.tensor(old), "sum_pi_squared": torch.tensor(spi),
+        "advantages": torch.tensor(adv[:, None]), "response_mask": torch.ones(16, 1,
+                                                                              dtype=torch.float64)})
+    m = compute_variance_proxy_metrics(data, gradient_norm=float(np.linalg.norm(g)))
+    sq = np.sum(np.asarray(pr.scores) ** 2, axis=-1)[xs, ys]
+    power = np.mean(adv**2 * sq)
+    assert m["variance_proxy/proxy2_total_power"] == pytest.approx(power, rel=1e-6)  # float32
+    assert m["variance_proxy/proxy3_pure_noise"] == pytest.approx(
+        max(0.0, (power - g @ g) / 15), rel=1e-5, abs=1e-9)
