@@ -1,12 +1,20 @@
-"""Figure helpers: every figure is drawn from a saved table and written as PNG and PDF."""
+"""Figure helpers: every figure is drawn from a saved table and written as PNG and PDF.
+
+The studies draw off screen (matplotlib's Agg backend), unless the user chose a backend
+(``MPLBACKEND``) or runs in a Jupyter kernel, whose inline backend is kept so that ``plt.show()``
+displays in a notebook.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
