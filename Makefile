@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the quick reproduction needs the core only (no torch, TRL, verl or docs tools); a venv that
+# `make test` filled already has it
+CORE_STAMP := $(VENV)/.installed-core
 
 .PHONY: venv reproduce reproduce-full test bench docs clean smollm2 smollm2-study smollm2-measured trl-scheduler-study \
 	trl-allocation-study allocation-lm-study
@@ -17,7 +20,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-reproduce: $(STAMP)
+$(CORE_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then :; else \
+		$(PY) -m pip install --quiet --upgrade pip && $(PY) -m pip install --quiet -e .; fi
+	touch $(CORE_STAMP)
+
+reproduce: $(CORE_STAMP)
 	$(VENV)/bin/grpo-theory reproduce --quick --out results
 
 test: $(STAMP)
