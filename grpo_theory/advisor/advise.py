@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _validation as V
+from .._records import jsonl_records
 from ..core import ResultMixin
 from ..lm import (ModelOptions, integer_answer as _integer, load_policy, reward_answer_text,
                   reward_text)
@@ -73,28 +74,16 @@ def read_prompts(path, integer_answers: bool = False) -> list[dict]:
     if not p.is_file():
         raise ValueError(f"prompts file {str(p)!r} does not exist")
     out = []
-    with open(p, "rb") as fh:
-        for no, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{p}:{no}: not UTF-8 (byte {raw[e.start]:#04x} at column "
-                                 f"{e.start + 1})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}:{no}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or "question" not in row or "answer" not in row:
-                raise ValueError(f"{p}:{no}: each line must be a JSON object with keys "
-                                 f"'question' and 'answer'")
-            if not isinstance(row["question"], str) or not row["question"]:
-                raise ValueError(f"{p}:{no}: 'question' must be a non-empty string")
-            answer = row["answer"]
-            if integer_answers:
-                answer = integer_answer(answer, f"{p}:{no}")
-            out.append({"question": row["question"], "answer": answer})
+    for no, row in jsonl_records(p):
+        if not isinstance(row, dict) or "question" not in row or "answer" not in row:
+            raise ValueError(f"{p}:{no}: each line must be a JSON object with keys "
+                             f"'question' and 'answer'")
+        if not isinstance(row["question"], str) or not row["question"]:
+            raise ValueError(f"{p}:{no}: 'question' must be a non-empty string")
+        answer = row["answer"]
+        if integer_answers:
+            answer = integer_answer(answer, f"{p}:{no}")
+        out.append({"question": row["question"], "answer": answer})
     if not out:
         raise ValueError(f"prompts file {str(p)!r} has no prompts")
     return out

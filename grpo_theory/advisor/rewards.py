@@ -24,7 +24,6 @@ gradients (``grpo-theory advise``).
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import pandas as pd
 from scipy.special import gammaln
 from scipy.stats import binom
 
+from .._records import jsonl_records
 from ..allocation import pass_rate_allocation
 
 #: the file formats :func:`read_reward_log` reads
@@ -79,18 +79,11 @@ def _outcome(value, threshold, where):
 def _rows(path: Path, fmt: str):
     """``(line number, dict)`` per record, streamed (nothing beyond one line is held)."""
     if fmt == "jsonl":
-        with open(path, encoding="utf-8") as fh:
-            for i, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{i}: not a JSON object ({e.msg})") from None
-                if not isinstance(rec, dict):
-                    raise ValueError(f"{path}:{i}: each line must be a JSON object, got "
-                                     f"{type(rec).__name__}")
-                yield i, rec
+        for i, rec in jsonl_records(path):
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{i}: each line must be a JSON object, got "
+                                 f"{type(rec).__name__}")
+            yield i, rec
     else:
         with open(path, encoding="utf-8", newline="") as fh:
             for i, rec in enumerate(csv.DictReader(fh), 2):

@@ -96,7 +96,7 @@ def test_csv_and_threshold(tmp_path):
     ('{"prompt": "a", "reward": 0.5}\n', r"not 0 or 1; pass --threshold"),
     ('{"prompt": "a", "reward": "x"}\n', r"log.jsonl:1: field 'reward': the reward must be a"),
     ("[1, 2]\n", r"log.jsonl:1: each line must be a JSON object"),
-    ("{oops\n", r"log.jsonl:1: not a JSON object"),
+    ("{oops\n", r"log.jsonl:1: not valid JSON"),
     ("\n", r"no records"),
 ])
 def test_bad_logs_name_the_line_and_field(tmp_path, text, match):
