@@ -69,6 +69,9 @@ class Settings:
         n_reps: Monte Carlo replicates per (cell, estimator).
         kept_rates: one-prompt pass rates at which the self-inclusive weighted baseline's kept
             share of the gradient is tabulated; kept_sizes: its group sizes.
+        train_problem, train_sizes, train_steps, train_seeds, train_eta: the training at equal
+            rollouts (family member, G, steps, seeds, step size).
+        estimators: the registry names compared (leave-one-out, ``grpo``, among them).
     """
 
     problems: tuple
@@ -81,6 +84,7 @@ class Settings:
     train_steps: int = 40
     train_seeds: int = 16
     train_eta: float = 0.5
+    estimators: tuple = ESTIMATORS
 
 
 SETTINGS = {
@@ -146,27 +150,30 @@ def each_design_brute_force(bandit, estimator, G: int):
 
 
 def cells(s: Settings) -> list[Cell]:
-    out = [Cell("brute", {}, kind="brute"),
+    names = list(s.estimators)
+    out = [Cell("brute", dict(estimators=names), kind="brute"),
            Cell("kept", dict(rates=list(s.kept_rates), sizes=list(s.kept_sizes)), kind="kept")]
     for G in s.train_sizes:
         m, sp = s.train_problem
         out.append(Cell(f"train_G{G}", dict(train=True, mean_rate=m, spread=sp, G=G,
                                             steps=s.train_steps, seeds=s.train_seeds,
-                                            eta=s.train_eta), kind="training"))
+                                            eta=s.train_eta, estimators=names),
+                        kind="training"))
     for prob in s.problems:
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         for G in s.group_sizes:
             out.append(Cell(f"{pid}_G{G}", dict(problem=pid, mean_rate=None if prob is None
                                                 else prob[0], spread=None if prob is None
-                                                else prob[1], G=G, n_reps=s.n_reps)))
+                                                else prob[1], G=G, n_reps=s.n_reps,
+                                                estimators=names)))
     return out
 
 
-def _brute_rows() -> list[dict]:
+def _brute_rows(names) -> list[dict]:
     """Count states against the two brute-force routes, on two prompts (G = 2, B = 2)."""
     bandit = _two_armed([0.2, 0.7])
     rows = []
-    for name in ESTIMATORS:
+    for name in names:
         for design in ("independent", "each"):
             if design == "independent":
                 mean, mse = enumerated_moments(bandit, name, 2, 2)
@@ -209,14 +216,15 @@ def _training_rows(config, key) -> list[dict]:
     G, T, n, eta = config["G"], config["steps"], config["seeds"], config["eta"]
     bandit = family_bandit(config["mean_rate"], config["spread"])
     seeds = list(range(n))
+    names = config["estimators"]
     finals, start = {}, None
-    for name in ESTIMATORS:
+    for name in names:
         r = gt.train(bandit, name, 4, G, T, eta=eta, seeds=seeds, log_every=T)
         obj = np.asarray(r.objective)
         finals[name], start = obj[:, -1], float(obj[0, 0])
     rng = np.random.default_rng(key_seed(key))
     rows = []
-    for name in ESTIMATORS:
+    for name in names:
         lo, hi = _bootstrap(finals[name], rng)
         dlo, dhi = _bootstrap(finals[name] - finals["grpo"], rng)
         rows.append(dict(problem=f"m{config['mean_rate']:g}_s{config['spread']:g}", G=G, B=4,
@@ -231,8 +239,8 @@ def _training_rows(config, key) -> list[dict]:
 def cell(config: dict, key) -> list[dict]:
     """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
     the brute-force and kept-share cells."""
-    if not config:
-        return _brute_rows()
+    if "mean_rate" not in config and "rates" not in config:
+        return _brute_rows(config["estimators"])
     if "rates" in config:
         return _kept_rows(config["rates"], config["sizes"])
     if config.get("train"):
@@ -240,12 +248,13 @@ def cell(config: dict, key) -> list[dict]:
     G, R = config["G"], config["n_reps"]
     bandit = family_bandit(config["mean_rate"], config["spread"])
     rates = " ".join(f"{v:.3f}" for v in np.asarray(bandit.problem().values()))
-    seeds = key_seed(key, len(ESTIMATORS))
+    names = config["estimators"]
+    seeds = key_seed(key, len(names))
     rows = []
     for design in ("each", "independent"):
-        exact = {n: batch_moments(bandit, n, G, 4, design=design) for n in ESTIMATORS}
+        exact = {n: batch_moments(bandit, n, G, 4, design=design) for n in names}
         loo = exact["grpo"].mse
-        for n, seed in zip(ESTIMATORS, seeds):
+        for n, seed in zip(names, seeds):
             bm = exact[n]
             row = dict(problem=config["problem"], mean_rate=config["mean_rate"],
                        spread=config["spread"], rates=rates, G=G, B=4, design=design,
