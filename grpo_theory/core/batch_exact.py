@@ -29,14 +29,13 @@ import itertools
 import math
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.special import gammaln
 from scipy.stats import binom
 
 from .. import _validation as V
-from .estimators import PromptContext, get_estimator
+from .estimators import PromptContext, compiled_advantage, get_estimator
 from .problem import as_problem
 from .._precision import float64
 
@@ -135,10 +134,6 @@ def _conditional_moments(problem):
     return np.sum(p * mu, axis=1), out[0], out[2], out[1], out[3]
 
 
-def _jit(est):
-    return jax.jit(est.advantage)
-
-
 def _chunks(S: int, per_state: int):
     step = max(1, _CHUNK_ENTRIES // max(per_state, 1))
     for lo in range(0, S, step):
@@ -171,7 +166,7 @@ def _counts_route(problem, est, G, B, design, max_states):
     prob = np.exp(logp)
     values = np.asarray(problem.values())
     opt = np.asarray(problem.optimal_baselines())
-    fn, state = _jit(est), est.initial_state(P)
+    fn, state = compiled_advantage(est), est.initial_state(P)
     Mvec = np.concatenate([m1, m0])  # (2P, D)
     M = Mvec @ Mvec.T
     Eu = np.zeros(2 * P)
@@ -208,7 +203,7 @@ def _classes_route(problem, est, G, B, design, max_states):
     sq = np.sum(S**2, axis=-1)
     values = np.asarray(problem.values())
     opt = np.asarray(problem.optimal_baselines())
-    fn, state = _jit(est), est.initial_state(P)
+    fn, state = compiled_advantage(est), est.initial_state(P)
     means, seconds, n_states = np.zeros((P, S.shape[-1])), np.zeros(P), 0
     powers = np.zeros(P)
     for x in range(P):

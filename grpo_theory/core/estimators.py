@@ -58,6 +58,7 @@ a constant group into O(1) advantages.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -216,6 +217,20 @@ def batch_context(est: Estimator, x, y, values, optimal_baselines, score_sq_tabl
     sq = score_sq_table()[x[..., None], y] if "score_sq" in est.needs else None
     return PromptContext(prompt=x, value=values[x], optimal_baseline=optimal_baselines[x],
                          score_sq=sq, state=est.initial_state(n_prompts))
+
+
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+def compiled_advantage(est: Estimator):
+    """``est.advantage`` compiled once per estimator (then once per table shape), shared by the
+    exact routes (:mod:`.exact`, :mod:`.batch_exact`): evaluated op by op, every group size
+    would compile each operation anew (the allocation audit asks for every G up to its
+    horizon; a study asks for every estimator at every cell)."""
+    fn = _COMPILED.get(est)
+    if fn is None:
+        fn = _COMPILED[est] = jax.jit(est.advantage)
+    return fn
 
 
 _REGISTRY: dict[str, Estimator] = {}

@@ -17,7 +17,6 @@ Three independent routes to the same numbers, so each checks the others:
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +24,7 @@ import numpy as np
 
 from .. import _validation as V
 from .closed_forms import closed_form_of
-from .estimators import PromptContext, batch_context, get_estimator
+from .estimators import PromptContext, batch_context, compiled_advantage, get_estimator
 from .gram import as_structure
 from .problem import as_problem
 from .ustat import minibatch_from_moments, exact_mse_closed_form, prompt_mean_and_variance
@@ -77,17 +76,6 @@ def _check_coupled(est):
         )
 
 
-_JITTED = weakref.WeakKeyDictionary()
-
-
-def _advantage_fn(est):
-    """``est.advantage`` compiled once per estimator (then once per table shape): evaluated
-    op by op, every group size G would compile each operation anew (the allocation audit asks
-    for every G up to its horizon)."""
-    fn = _JITTED.get(est)
-    if fn is None:
-        fn = _JITTED[est] = jax.jit(est.advantage)
-    return fn
 
 
 def binary_advantages(st, est, group_size: int):
@@ -109,7 +97,7 @@ def binary_advantages(st, est, group_size: int):
     adv = None
     if not est.needs:
         try:
-            adv = np.broadcast_to(np.asarray(_advantage_fn(est)(jnp.asarray(z1), PromptContext())),
+            adv = np.broadcast_to(np.asarray(compiled_advantage(est)(jnp.asarray(z1), PromptContext())),
                                   (P, G + 1, G))
         except Exception:  # an advantage that reads a prompt constant without declaring it
             adv = None
@@ -123,7 +111,7 @@ def binary_advantages(st, est, group_size: int):
             value=jnp.broadcast_to(st.values()[:, None], (P, G + 1)),
             optimal_baseline=jnp.broadcast_to(st.optimal_baselines()[:, None], (P, G + 1)),
         )
-        adv = np.asarray(_advantage_fn(est)(z, ctx))  # (P, G+1, G)
+        adv = np.asarray(compiled_advantage(est)(z, ctx))  # (P, G+1, G)
     a1 = np.where(k[None, :] > 0, adv[:, :, 0], 0.0)
     a0 = np.where(k[None, :] < G, adv[:, :, -1], 0.0)
     return a1, a0
