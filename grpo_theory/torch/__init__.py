@@ -16,6 +16,10 @@ This ``__init__`` is the face of :mod:`grpo_theory.torch`: ``__all__`` lists the
 * :class:`RolloutAllocator` (:mod:`.allocator`): a per-prompt group size G_i in TRL through its
   largest-G layout with masking, the sizes from a :class:`SizeRule` (:class:`PassRateSizes`,
   :class:`UniformSizes`, :class:`FunctionSizes`).
+* :func:`grouped_variance_metrics` (:mod:`.verl_metrics`): a verl batch's grouped, unbiased
+  gradient noise and signal in logit space, beside verl's ``variance_proxy/*`` metrics
+  (:func:`grouped_variance` on plain tensors). The verl plug-in is
+  :mod:`grpo_theory.torch.verl_plugin` (imported by verl, not here).
 
 **The reward of this layer** is TRL's reward-function convention,
 ``reward(prompts, completions) -> rewards`` on text (:class:`CompletionReward`);
@@ -47,6 +51,7 @@ from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F
 from .allocator import (FunctionSizes, PassRateSizes, RolloutAllocator,  # noqa: E402
                         SizeRule, UniformSizes)
 from .scheduler import GroupSizeScheduler, ReChunkingSampler  # noqa: E402
+from .verl_metrics import grouped_variance, grouped_variance_metrics  # noqa: E402
 # the scheduler's rule, pure and torch-free, lives with the advisor
 from grpo_theory.advisor import allowed_group_sizes, propose_group_size  # noqa: E402
 
@@ -54,4 +59,5 @@ __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "Complet
            "score_statistics", "sequence_log_probs", "response_mask_from_eos",
            "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED",
            "GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes", "propose_group_size",
-           "RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes"]
+           "RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
+           "grouped_variance", "grouped_variance_metrics"]
