@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .estimators import Estimator, register
+from .estimators import Estimator, PooledForm, register
 
 #: JSPO's epsilon in ``lam = v2 / (v2 + s2 + eps)`` (the code's default ``epsilon``)
 JSPO_EPS = 1e-6
@@ -103,10 +103,37 @@ def _norm_weighted_loo(z, ctx):
     return z - b
 
 
+def _jspo_statistic(z):
+    """``(m, m^2, v)`` of each group (..., 3): what JSPO's baselines read of the other groups."""
+    m, v = _group_stats(z)
+    return jnp.stack([m, m**2, v], axis=-1)
+
+
+def _shrunk(z, mu, v2, s2):
+    lam = v2 / (v2 + s2 + JSPO_EPS)
+    return z - ((1.0 - lam[..., None]) * _loo_mean(z) + (lam * mu)[..., None])
+
+
+def _jspo_from_others(z, others, n_others):
+    if n_others < 1:
+        raise ValueError("estimator 'jspo' needs a batch of at least 2 prompts (batch_size >= 2): "
+                         "its baseline for one prompt is built from the others")
+    mu, v2 = others[..., 0] / n_others, others[..., 2] / n_others
+    return _shrunk(z, mu, v2, others[..., 1] / n_others - mu**2)
+
+
+def _jspo_pooled_from_others(z, others, n_others):
+    own = _jspo_statistic(z)
+    tot = (own + others) / (n_others + 1)
+    return _shrunk(z, tot[..., 0], tot[..., 2], tot[..., 1] - tot[..., 0] ** 2)
+
+
 register(Estimator("jspo", _jspo, min_group_size=2, batch_coupled=True,
-                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=True)))
+                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=True),
+                   pooled=PooledForm(_jspo_statistic, _jspo_from_others)))
 register(Estimator("jspo_pooled", _jspo_pooled, min_group_size=2, batch_coupled=True,
-                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=False)),
+                   params=dict(source="JSPO-Official 6071c3bb", eps=JSPO_EPS, unbiased=False),
+                   pooled=PooledForm(_jspo_statistic, _jspo_pooled_from_others)),
          "jspo_plus_plus")
 register(Estimator("norm_weighted", _norm_weighted, min_group_size=1, needs=("score_sq",),
                    params=dict(unbiased=False)))

@@ -36,6 +36,7 @@ from scipy.stats import binom
 
 from .. import _validation as V
 from .estimators import PromptContext, compiled_advantage, get_estimator
+from .pooled_exact import conditional_moments, pooled_route
 from .problem import as_problem
 from .._precision import float64
 
@@ -43,7 +44,7 @@ DESIGNS = ("independent", "each")
 """The batch designs: B prompts drawn iid from the prompt law (``"independent"``, the package's
 default), or every prompt exactly once a batch (``"each"``, B = P)."""
 #: the routes of :func:`batch_moments`
-ROUTES = ("auto", "counts", "classes")
+ROUTES = ("auto", "counts", "classes", "pooled")
 #: bytes per entry of an evaluated advantage table, counting JAX temporaries
 _ADV_BYTES = 8 * 6
 #: entries of one evaluated chunk of states
@@ -119,21 +120,6 @@ def _multisets(n_types: int, size: int, max_states: int, what: str) -> np.ndarra
     return flat.reshape(S, size)
 
 
-def _conditional_moments(problem):
-    """Per prompt: V, the mean scores m1, m0 (P, D) and ``tr Cov(s | x, Z)`` c1, c0 (P,)."""
-    p = np.asarray(problem.probs, np.float64)
-    mu = np.asarray(problem.reward_means, np.float64)
-    S = np.asarray(problem.scores, np.float64)
-    sq = np.sum(S**2, axis=-1)
-    out = []
-    for w in (p * mu, p * (1 - mu)):
-        tot = w.sum(axis=1, keepdims=True)
-        w = np.divide(w, tot, out=np.zeros_like(w), where=tot > 0)
-        m = np.einsum("pk,pkd->pd", w, S)
-        out += [m, np.sum(w * sq, axis=1) - np.sum(m**2, axis=1)]
-    return np.sum(p * mu, axis=1), out[0], out[2], out[1], out[3]
-
-
 def _chunks(S: int, per_state: int):
     step = max(1, _CHUNK_ENTRIES // max(per_state, 1))
     for lo in range(0, S, step):
@@ -143,7 +129,7 @@ def _chunks(S: int, per_state: int):
 def _counts_route(problem, est, G, B, design, max_states):
     P = problem.n_prompts
     f = np.asarray(problem.prompt_probs, np.float64)
-    Vx, m1, m0, c1, c0 = _conditional_moments(problem)
+    Vx, m1, m0, c1, c0 = conditional_moments(problem)
     k = np.arange(G + 1)
     pk = binom.pmf(k[None, :], G, Vx[:, None])  # (P, G+1)
     if design == "independent":
@@ -263,7 +249,10 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
         design: ``"independent"`` (B prompts iid from f, the package's default everywhere) or
             ``"each"`` (every prompt once per batch: B = P and f uniform).
         route: ``"counts"`` (batch counts), ``"classes"`` (response classes; groups must not be
-            coupled) or ``"auto"`` (classes for per-response weights, counts otherwise).
+            coupled), ``"pooled"`` (an estimator with a ``PooledForm``, prompts iid:
+            :mod:`~grpo_theory.core.pooled_exact`, any B) or ``"auto"`` (classes for
+            per-response weights; counts otherwise, pooled where the counts route would
+            exceed ``max_states`` and the estimator has a pooled form).
         max_states: refuse (``ValueError``) a route with more count states.
 
     Returns:
@@ -302,6 +291,13 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
     weighted = "score_sq" in est.needs
     if route == "auto":
         route = "classes" if weighted or not est.batch_coupled else "counts"
+        if (route == "counts" and est.pooled is not None and design == "independent"
+                and math.comb(P * (G + 1) + B - 1, B) > max_states):
+            route = "pooled"
+    if route == "pooled" and (est.pooled is None or design != "independent"):
+        raise ValueError(f"route='pooled' needs an estimator with a pooled form and "
+                         f"design='independent'; {est.name!r} under design={design!r} has "
+                         f"{'a' if est.pooled is not None else 'no'} pooled form: use route='counts'")
     if route == "classes" and est.batch_coupled:
         raise ValueError(f"estimator {est.name!r} couples the prompts of a batch: use "
                          "route='counts' (or 'auto')")
@@ -310,7 +306,9 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
         raise ValueError(f"estimator {est.name!r} {what}: the batch counts route does not apply"
                          + ("; use route='classes'" if not est.batch_coupled else
                             "; use mc_mse for a Monte Carlo estimate"))
-    if route == "counts":
+    if route == "pooled":
+        prompt_means, second, power, n = pooled_route(problem, est, G, B, max_states)
+    elif route == "counts":
         prompt_means, second, power, n = _counts_route(problem, est, G, B, design, max_states)
     else:
         prompt_means, second, power, n = _classes_route(problem, est, G, B, design, max_states)

@@ -97,6 +97,23 @@ CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state", "l
 """The :class:`PromptContext` fields an estimator may declare in ``Estimator.needs``."""
 
 
+class PooledForm(NamedTuple):
+    r"""How a batch-coupled advantage sees the other groups: only through a sum of statistics.
+
+    ``A_x = advantage(z_x, sum_{y != x} statistic(z_y), B - 1)``, for every group x of a batch of
+    B groups. The exact pooled route conditions on the sum's distribution over the other groups
+    (a dynamic programme over its values), not on the batch's every outcome.
+
+    Attributes:
+        statistic: ``z (..., G) -> (..., d)``, one group's statistics.
+        advantage: ``(z (..., G), others (..., d), n_others) -> A (..., G)``; ``n_others`` is a
+            Python int (B - 1).
+    """
+
+    statistic: Callable
+    advantage: Callable
+
+
 @dataclass(frozen=True, eq=False)  # hashed by identity: a static argument of jit
 class Estimator:
     """A named estimator: an advantage rule and what it knows about itself.
@@ -123,6 +140,9 @@ class Estimator:
             (a history baseline), else ``None``.
         update_state: ``(state, x, z, ctx) -> state`` after a step with prompts ``x`` (B,) and
             rewards ``z`` (B, G); required with ``init_state``.
+        pooled: a batch-coupled estimator's :class:`PooledForm` (the batch enters a group's
+            advantages only through a sum of per-group statistics over the other groups), or
+            ``None``: the exact pooled route (:mod:`grpo_theory.core.pooled_exact`) needs it.
     """
 
     name: str
@@ -135,6 +155,7 @@ class Estimator:
     batch_coupled: bool = False  # advantages normalised over the batch: z is (..., B, G)
     init_state: Callable | None = None
     update_state: Callable | None = None
+    pooled: PooledForm | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -150,6 +171,10 @@ class Estimator:
                              f"{list(CONTEXT_FIELDS)}, got {unknown}")
         if (self.init_state is None) != (self.update_state is None):
             raise ValueError(f"estimator {self.name!r}: init_state and update_state go together")
+        if self.pooled is not None and not (isinstance(self.pooled, PooledForm)
+                                            and self.batch_coupled):
+            raise ValueError(f"estimator {self.name!r}: pooled must be a PooledForm of a "
+                             "batch-coupled estimator")
 
     @property
     def rewards_only(self) -> bool:
