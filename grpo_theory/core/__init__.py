@@ -16,7 +16,7 @@ from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, n_sequ
 from .sampling import sample_from_uniforms, sample_groups
 from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOneOut,
                            MissingClosedForm, NoBaseline, OptimalBaseline, OracleBaseline)
-from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PromptContext,
+from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PooledForm, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
                          grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
 from . import baselines as _baselines  # noqa: F401  (registers jspo, norm_weighted, ...)
@@ -54,7 +54,7 @@ __all__ = [
     # sampling
     "sample_groups", "sample_from_uniforms",
     # the estimator registry
-    "Estimator", "PromptContext", "register", "get_estimator", "available_estimators",
+    "Estimator", "PooledForm", "PromptContext", "register", "get_estimator", "available_estimators",
     "compute_advantages", "grpo_std", "prompt_baseline", "grpo_vectorized",
     "reinforce_baseline", "STD_PRESETS", "CONTEXT_FIELDS", "batch_context",
     # verl 0.9.1's own estimators (registered on import as <verl name>_verl)

@@ -23,6 +23,8 @@ the ``C(P(G+1) + B - 1, B)`` batch states of the counts route of
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,20 +63,36 @@ def _convolve(values, prob, stat, q):
     return new[first], p, inv.reshape(S, K)
 
 
+@functools.lru_cache(maxsize=64)
+def _compiled(form):
+    """One compiled ``advantage`` per pooled form (``n_others`` static)."""
+
+    def table(zc, values, n_others):
+        K, G = zc.shape
+        z = jnp.broadcast_to(zc[:, None, :], (K, values.shape[0], G))
+        adv = form.advantage(z, jnp.broadcast_to(values[None], (K,) + values.shape), n_others)
+        return adv[..., 0], adv[..., -1]
+
+    return jax.jit(table, static_argnums=2)
+
+
 def _advantage_tables(form, zc, values, n_others):
     """``a1, a0`` (K, S): the advantage of a correct / incorrect response of a group with k
-    correct (row k) when the others' statistics sum to ``values[s]``."""
+    correct (row k) when the others' statistics sum to ``values[s]``. Chunks are padded to a
+    power of two, so a sweep compiles a few shapes only."""
     K, G = zc.shape
-    fn = jax.jit(lambda z, t: form.advantage(z, t, n_others))
-    a1, a0 = np.zeros((K, len(values))), np.zeros((K, len(values)))
+    fn = _compiled(form)
+    S = len(values)
     step = max(1, _CHUNK // (K * G))
-    for lo in range(0, len(values), step):
-        t = jnp.asarray(values[lo:lo + step])
-        z = jnp.broadcast_to(jnp.asarray(zc)[:, None, :], (K, len(t), G))
-        tt = jnp.broadcast_to(t[None], (K,) + t.shape)
-        adv = np.asarray(fn(z, tt))
-        a1[:, lo:lo + step] = adv[..., 0]
-        a0[:, lo:lo + step] = adv[..., -1]
+    step = min(step, 1 << max(0, (S - 1).bit_length()))
+    a1, a0 = np.zeros((K, S)), np.zeros((K, S))
+    for lo in range(0, S, step):
+        part = values[lo:lo + step]
+        n = len(part)
+        pad = np.concatenate([part, np.repeat(part[-1:], step - n, axis=0)]) if n < step else part
+        r1, r0 = fn(jnp.asarray(zc), jnp.asarray(pad), n_others)
+        a1[:, lo:lo + n] = np.asarray(r1)[:, :n]
+        a0[:, lo:lo + n] = np.asarray(r0)[:, :n]
     k = np.arange(K)[:, None]
     return np.where(k > 0, a1, 0.0), np.where(k < G, a0, 0.0)
 

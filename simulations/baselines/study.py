@@ -20,12 +20,20 @@ exact (:func:`grpo_theory.core.batch_moments`, by count states) under two batch 
 each prompt per batch (``"each"``, B = 4) and B = 4 prompts drawn independently (the package's
 default), with Monte Carlo (:func:`grpo_theory.mc_mse`) beside the second.
 
+The scaling law under pooling: on the scaling family (:func:`grpo_theory.problems.scaling_family_bandit`,
+whose leave-one-out G* runs from 2.4 to about 70 as its reward gap delta falls), the exact MSE of
+JSPO and of leave-one-out at a fixed budget N = BG for every G of a grid (B = N/G prompts drawn
+independently; JSPO by the pooled route, a dynamic programme over the other groups' statistics),
+the best G of each, and Monte Carlo at both best G's.
+
 PASS when the count states equal brute-force enumeration for every estimator and both designs
 (1e-9; the rival, JSPO++'s route against JSPO's enumeration, is far off), Monte Carlo lies
 within 4 se of every exact MSE while the rival (leave-one-out's exact MSE in place of the
 estimator's) lies beyond it, the unbiased estimators have zero bias (1e-12) while the
-self-inclusive ones are biased in every cell, and JSPO's MSE is below leave-one-out's in every
-cell of both designs.
+self-inclusive ones are biased in every cell, JSPO's MSE is below leave-one-out's in every
+cell of both designs, the pooled route equals the counts route where both apply (1e-10; the
+rival, leave-one-out's MSE, is far off), and Monte Carlo lies within 4 se of the pooled law's
+MSE at every checked (B, G) while leave-one-out's law at the same (B, G) lies beyond.
 
     grpo-theory baselines [--full] [--workers N]
 """
@@ -40,7 +48,9 @@ import numpy as np
 from scipy.special import expit, logit
 
 import grpo_theory as gt
-from grpo_theory.core import PromptContext, batch_moments, enumerated_moments, get_estimator
+from grpo_theory.core import (PromptContext, batch_moments, enumerated_moments, get_estimator,
+                              scaling_constants)
+from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
@@ -85,6 +95,10 @@ class Settings:
     train_seeds: int = 16
     train_eta: float = 0.5
     estimators: tuple = ESTIMATORS
+    pooled_deltas: tuple = (0.5, 0.1, 0.02)
+    pooled_budget: int = 64
+    pooled_sizes: tuple = (2, 4, 8, 16, 32)
+    pooled_reps: int = 20_000
 
 
 SETTINGS = {
@@ -94,7 +108,9 @@ SETTINGS = {
                                               for s in (0.0, 0.5, 1.0, 2.0, 3.0)),
                      group_sizes=(2, 4, 8), n_reps=100_000, kept_rates=(0.05, 0.1, 0.3, 0.5),
                      kept_sizes=(2, 4, 8, 16), train_sizes=(2, 4, 8), train_steps=60,
-                     train_seeds=64),
+                     train_seeds=64, pooled_deltas=(0.5, 0.2, 0.1, 0.05, 0.02, 0.01),
+                     pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
+                     pooled_reps=100_000),
 }
 
 SCHEMA = {
@@ -108,6 +124,11 @@ SCHEMA = {
     "training": dict(problem="str", G="int", B="int", steps="int", n_seeds="int", eta="float",
                      estimator="str", start="float", final="float", final_lo="float",
                      final_hi="float", diff_loo="float", diff_lo="float", diff_hi="float"),
+    "pooled": dict(delta="float", N="int", G="int", B="int", estimator="str", exact_mse="float",
+                   ratio_loo="float", route="str", n_states="int", g_star_loo="float",
+                   mc="float?", mc_se="float?", z="float?", rival_z="float?"),
+    "pooled_route": dict(delta="float", G="int", B="int", rel_err="float",
+                         rival_rel_err="float"),
 }
 
 
@@ -159,6 +180,12 @@ def cells(s: Settings) -> list[Cell]:
                                             steps=s.train_steps, seeds=s.train_seeds,
                                             eta=s.train_eta, estimators=names),
                         kind="training"))
+    for d in s.pooled_deltas:
+        out.append(Cell(f"pooled_d{d:g}", dict(pooled=True, delta=d, N=s.pooled_budget,
+                                               sizes=list(s.pooled_sizes), n_reps=s.pooled_reps),
+                        kind="pooled"))
+        out.append(Cell(f"pooled_route_d{d:g}", dict(pooled_route=True, delta=d),
+                        kind="pooled_route"))
     for prob in s.problems:
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         for G in s.group_sizes:
@@ -235,10 +262,53 @@ def _training_rows(config, key) -> list[dict]:
     return rows
 
 
+def _pooled_route_rows(delta) -> list[dict]:
+    """The pooled route against the counts route where both apply (B = 3, G = 4)."""
+    bandit = scaling_family_bandit(delta)
+    a = batch_moments(bandit, "jspo", 4, 3, route="counts")
+    b = batch_moments(bandit, "jspo", 4, 3, route="pooled")
+    loo = batch_moments(bandit, "grpo", 4, 3)
+    return [dict(delta=float(delta), G=4, B=3, rel_err=abs(b.mse - a.mse) / a.mse,
+                 rival_rel_err=abs(loo.mse - a.mse) / a.mse)]
+
+
+def _pooled_rows(config, key) -> list[dict]:
+    """Exact MSE of leave-one-out and JSPO at a fixed budget N over the G grid (B = N/G), and
+    Monte Carlo of JSPO at its best G and at leave-one-out's."""
+    d, N = config["delta"], config["N"]
+    bandit = scaling_family_bandit(d)
+    c = scaling_constants(bandit)
+    g_star = float(1 + np.sqrt(c.c3 / c.c1))
+    rows = []
+    for G in config["sizes"]:
+        B = N // G
+        loo = batch_moments(bandit, "grpo", G, B)
+        js = batch_moments(bandit, "jspo", G, B, max_states=20_000_000)
+        for name, bm in (("grpo", loo), ("jspo", js)):
+            rows.append(dict(delta=float(d), N=N, G=int(G), B=int(B), estimator=name,
+                             exact_mse=bm.mse, ratio_loo=bm.mse / loo.mse, route=bm.route,
+                             n_states=bm.n_states, g_star_loo=g_star, mc=None, mc_se=None,
+                             z=None, rival_z=None))
+    best = {n: min((r for r in rows if r["estimator"] == n), key=lambda r: r["exact_mse"])["G"]
+            for n in ("grpo", "jspo")}
+    seeds = key_seed(key, 2)
+    for G, seed in zip(sorted(set(best.values())), seeds):
+        r = next(r for r in rows if r["estimator"] == "jspo" and r["G"] == G)
+        loo = next(q for q in rows if q["estimator"] == "grpo" and q["G"] == G)["exact_mse"]
+        mc = gt.mc_mse(bandit, "jspo", G, N // G, n_reps=config["n_reps"], seed=seed)
+        r.update(mc=mc.value, mc_se=mc.se, z=(mc.value - r["exact_mse"]) / mc.se,
+                 rival_z=(loo - mc.value) / mc.se)
+    return rows
+
+
 @float64
 def cell(config: dict, key) -> list[dict]:
     """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
     the brute-force and kept-share cells."""
+    if config.get("pooled"):
+        return _pooled_rows(config, key)
+    if config.get("pooled_route"):
+        return _pooled_route_rows(config["delta"])
     if "mean_rate" not in config and "rates" not in config:
         return _brute_rows(config["estimators"])
     if "rates" in config:

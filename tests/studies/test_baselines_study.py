@@ -18,7 +18,9 @@ def study(tmp_path_factory):
                                 group_sizes=(4,), n_reps=8000, kept_sizes=(2, 4, 8),
                                 train_steps=5, train_seeds=4,
                                 # one estimator a route: batch counts, classes, a state
-                                estimators=("grpo", "jspo", "norm_weighted", "spo"))
+                                estimators=("grpo", "jspo", "norm_weighted", "spo"),
+                                pooled_deltas=(0.05,), pooled_budget=16,
+                                pooled_sizes=(2, 4, 8), pooled_reps=4000)
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)
@@ -72,6 +74,24 @@ def test_checks_fail_on_the_rivals(study):
     df.loc[ind, "rival_z"] = [(loo[k] - v) / se for k, v, se, i in
                               zip(key, df.mc, df.mc_se, ind) if i]
     assert _fails(m, dict(t, table=df), "Monte Carlo within")
+    # the pooled law: Monte Carlo that matches leave-one-out's law instead of JSPO's
+    pl = t["pooled"].copy()
+    has = pl.mc.notna()
+    for i in pl.index[has]:
+        r = pl.loc[i]
+        loo_mse = t["pooled"][(t["pooled"].estimator == "grpo") & (t["pooled"].G == r.G)
+                              & (t["pooled"].delta == r.delta)].exact_mse.iloc[0]
+        pl.loc[i, "z"] = (loo_mse - r.exact_mse) / r.mc_se
+        pl.loc[i, "rival_z"] = 0.0
+    assert _fails(m, dict(t, pooled=pl), "the pooled law")
+    # a pooled route off from the counts route
+    pr = t["pooled_route"].copy()
+    pr.loc[0, "rel_err"] = 1e-6
+    assert _fails(m, dict(t, pooled_route=pr), "pooled route = counts route")
+    # G* not moved (JSPO's best G made leave-one-out's)
+    pl = t["pooled"].copy()
+    pl.loc[pl.estimator == "jspo", "exact_mse"] = pl[pl.estimator == "grpo"].exact_mse.values
+    assert _fails(m, dict(t, pooled=pl), "pooling moves G*")
     # a count route off from brute force
     br = t["brute"].copy()
     br.loc[0, "rel_err"] = 1e-6
