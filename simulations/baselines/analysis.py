@@ -72,10 +72,12 @@ def summary(tables) -> dict:
 def _best_sizes(pl: pd.DataFrame) -> pd.DataFrame:
     """Per member (delta): leave-one-out's G*, and the best G of the grid of each estimator."""
     if not len(pl):
-        return pd.DataFrame(columns=["delta", "N", "g_star_loo", "grpo", "jspo"])
+        return pd.DataFrame(columns=["delta", "N", "g_star_loo", "grpo", "jspo", "gain"])
     best = pl.loc[pl.groupby(["delta", "estimator"]).exact_mse.idxmin()]
     wide = best.pivot_table(index=["delta", "N", "g_star_loo"], columns="estimator",
                             values="G").reset_index()
+    low = best.pivot_table(index="delta", columns="estimator", values="exact_mse")
+    wide["gain"] = (low.jspo / low.grpo).reindex(wide.delta).to_numpy()
     return wide.sort_values("delta", ascending=False)
 
 
@@ -213,13 +215,17 @@ def report(tables, s) -> Section:
         w = w.sort_values("delta", ascending=False)
         w.columns = ["delta"] + [f"G = {c}" for c in w.columns[1:]]
         tab = best.rename(columns={"g_star_loo": "leave-one-out G* (law)",
-                                   "grpo": "best G, leave-one-out", "jspo": "best G, JSPO"})
+                                   "grpo": "best G, leave-one-out", "jspo": "best G, JSPO",
+                                   "gain": "JSPO's MSE at its best G ÷ leave-one-out's at its"})
         lines += [f"**The scaling law under pooling** (the scaling family, reward gap delta; a "
                   f"budget of N = {N} responses, B = N/G prompts drawn independently; exact MSE, "
                   "JSPO by the pooled route). JSPO's MSE ÷ leave-one-out's at each G:", "",
                   markdown_table(w, {c: ".3f" for c in w.columns[1:]}), "",
                   "Best G of the grid:", "",
-                  markdown_table(tab.drop(columns=["N"]), {"leave-one-out G* (law)": ".2f"}), "",
+                  markdown_table(tab.drop(columns=["N"]), {
+                      "leave-one-out G* (law)": ".2f", "best G, leave-one-out": ".0f",
+                      "best G, JSPO": ".0f",
+                      "JSPO's MSE at its best G ÷ leave-one-out's at its": ".3f"}), "",
                   "JSPO's gain is largest at small G (many prompts to borrow from, few responses "
                   "for the leave-one-out mean) and vanishes as G grows (B = N/G prompts, little "
                   "to borrow, and the leave-one-out mean is already good), so its best group "
@@ -254,12 +260,20 @@ def plot(tables, s, out_dir) -> None:
     axes[1].set(xscale="log", xlabel="G", ylabel="⟨E ĝ, ∇J⟩ / ‖∇J‖²",
                 title="Self-inclusive weights cancel a rare success")
     axes[1].legend(fontsize=7)
+    ks = sorted(set(kp.G))
+    axes[1].set_xticks(ks, [str(int(g)) for g in ks])
+    axes[1].minorticks_off()
     if len(pl):
-        for (d, name), g in pl.groupby(["delta", "estimator"]):
-            g = g.sort_values("G")
-            axes[2].plot(g.G, g.exact_mse * g.N, "-" if name == "grpo" else "--", marker="o",
-                         ms=3, label=f"delta {d:g}, {name}")
+        for i, (d, dd) in enumerate(pl.groupby("delta")):
+            for name, g in dd.groupby("estimator"):
+                g = g.sort_values("G")
+                axes[2].plot(g.G, g.exact_mse * g.N, "-" if name == "grpo" else "--",
+                             color=f"C{i}", marker="o", ms=3,
+                             label=f"delta {d:g}, {'leave-one-out' if name == 'grpo' else name}")
+        sizes = sorted(set(pl.G))
         axes[2].set(xscale="log", yscale="log", xlabel="G (B = N/G)", ylabel="N x MSE",
                     title=f"Fixed budget N = {int(pl.N.iloc[0])}: leave-one-out vs JSPO")
+        axes[2].set_xticks(sizes, [str(int(g)) for g in sizes])
+        axes[2].minorticks_off()
         axes[2].legend(fontsize=6)
     save_figure(fig, out_dir / "baselines")
