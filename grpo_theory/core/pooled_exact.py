@@ -97,11 +97,19 @@ def _advantage_tables(form, zc, values, n_others):
     return np.where(k > 0, a1, 0.0), np.where(k < G, a0, 0.0)
 
 
-def pooled_route(problem, est, G: int, B: int, max_states: int):
+def pooled_route(problem, est, group_size: int, batch_size: int, max_states: int):
     """``(prompt_means (P, D), E||ghat||^2, power, states)`` of a pooled estimator, prompts iid.
 
-    ``power`` is ``E[(1/BG) sum A^2 ||s||^2]`` (as in :func:`~grpo_theory.core.batch_moments`).
+    Args:
+        problem: a :class:`~grpo_theory.core.problem.DiscreteProblem` (binary rewards).
+        est: an :class:`~grpo_theory.core.estimators.Estimator` with a ``pooled`` form.
+        group_size, batch_size: G and B. max_states: refuse more states of the other groups.
+
+    Returns:
+        The tuple above; ``power`` is ``E[(1/BG) sum A^2 ||s||^2]`` (as in
+        :func:`~grpo_theory.core.batch_moments`), ``states`` the states summed over.
     """
+    G, B = int(group_size), int(batch_size)
     form = est.pooled
     f = np.asarray(problem.prompt_probs, np.float64)
     Vx, m1, m0, c1, c0 = conditional_moments(problem)

@@ -56,8 +56,9 @@ from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
 
 NAME = "baselines"
-CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased and JSPO beats "
-         "leave-one-out; self-inclusive weighted and pooled baselines are biased (exact)")
+CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased; JSPO beats "
+         "leave-one-out and lowers the best G at a fixed budget; self-inclusive weighted and "
+         "pooled baselines are biased (exact)")
 
 #: the estimators compared with leave-one-out (``grpo``)
 ESTIMATORS = ("grpo", "grpo_mean", "jspo", "jspo_pooled", "norm_weighted", "norm_weighted_loo",
