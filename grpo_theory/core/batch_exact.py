@@ -126,7 +126,7 @@ def _chunks(S: int, per_state: int):
         yield slice(lo, min(S, lo + step))
 
 
-def _counts_route(problem, est, G, B, design, max_states):
+def _counts_route(problem, est, G, B, design, max_states, state):
     P = problem.n_prompts
     f = np.asarray(problem.prompt_probs, np.float64)
     Vx, m1, m0, c1, c0 = conditional_moments(problem)
@@ -152,7 +152,7 @@ def _counts_route(problem, est, G, B, design, max_states):
     prob = np.exp(logp)
     values = np.asarray(problem.values())
     opt = np.asarray(problem.optimal_baselines())
-    fn, state = compiled_advantage(est), est.initial_state(P)
+    fn = compiled_advantage(est)
     Mvec = np.concatenate([m1, m0])  # (2P, D)
     M = Mvec @ Mvec.T
     Eu = np.zeros(2 * P)
@@ -180,7 +180,7 @@ def _counts_route(problem, est, G, B, design, max_states):
     return prompt_means, second, power, len(prob)
 
 
-def _classes_route(problem, est, G, B, design, max_states):
+def _classes_route(problem, est, G, B, design, max_states, state):
     P, K = problem.n_prompts, problem.n_responses
     f = np.asarray(problem.prompt_probs, np.float64)
     p = np.asarray(problem.probs, np.float64)
@@ -189,7 +189,7 @@ def _classes_route(problem, est, G, B, design, max_states):
     sq = np.sum(S**2, axis=-1)
     values = np.asarray(problem.values())
     opt = np.asarray(problem.optimal_baselines())
-    fn, state = compiled_advantage(est), est.initial_state(P)
+    fn = compiled_advantage(est)
     means, seconds, n_states = np.zeros((P, S.shape[-1])), np.zeros(P), 0
     powers = np.zeros(P)
     for x in range(P):
@@ -236,15 +236,15 @@ def _choice(name, value, allowed):
 @float64
 def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = None,
                   design: str = "independent", route: str = "auto",
-                  max_states: int = 2_000_000) -> BatchMoments:
+                  max_states: int = 2_000_000, state=None) -> BatchMoments:
     r"""Exact ``E[ghat]``, bias and MSE of any estimator of binary rewards, by count states.
 
     Args:
         bandit: an enumerable policy or a :class:`~grpo_theory.core.problem.DiscreteProblem`.
         estimator: a registry name or an :class:`~grpo_theory.core.estimators.Estimator`:
             batch-coupled ones (``jspo``, the whitening presets), per-response weighted ones
-            (``norm_weighted``) and every group-only one; a stateful estimator is taken at its
-            initial state (the moments are conditional on the state before the step).
+            (``norm_weighted``) and every group-only one; a stateful estimator is taken at
+            ``state`` (the moments are conditional on the state before the step).
         group_size: G. batch_size: B (default: P under ``"each"``, 1 otherwise).
         design: ``"independent"`` (B prompts iid from f, the package's default everywhere) or
             ``"each"`` (every prompt once per batch: B = P and f uniform).
@@ -254,6 +254,8 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
             per-response weights; counts otherwise, pooled where the counts route would
             exceed ``max_states`` and the estimator has a pooled form).
         max_states: refuse (``ValueError``) a route with more count states.
+        state: a stateful estimator's state before the step (default: its initial state);
+            ignored by a stateless one.
 
     Returns:
         A :class:`BatchMoments`.
@@ -306,12 +308,16 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
         raise ValueError(f"estimator {est.name!r} {what}: the batch counts route does not apply"
                          + ("; use route='classes'" if not est.batch_coupled else
                             "; use mc_mse for a Monte Carlo estimate"))
+    if state is None:
+        state = est.initial_state(P)
     if route == "pooled":
         prompt_means, second, power, n = pooled_route(problem, est, G, B, max_states)
     elif route == "counts":
-        prompt_means, second, power, n = _counts_route(problem, est, G, B, design, max_states)
+        prompt_means, second, power, n = _counts_route(problem, est, G, B, design, max_states,
+                                                       state)
     else:
-        prompt_means, second, power, n = _classes_route(problem, est, G, B, design, max_states)
+        prompt_means, second, power, n = _classes_route(problem, est, G, B, design, max_states,
+                                                        state)
     grad = np.asarray(problem.gradient(), np.float64)
     mean = prompt_means.sum(axis=0)
     mse = second - 2 * float(mean @ grad) + float(grad @ grad)

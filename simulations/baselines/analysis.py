@@ -46,7 +46,11 @@ def summary(tables) -> dict:
     pmc = pl[pl.mc.notna()] if len(pl) else pl
     prival = pmc[(pmc.ratio_loo - 1).abs() > RIVAL_GAP] if len(pmc) else pmc
     best = _best_sizes(pl)
+    sp = tables["spo_path"]
+    moved = sp[sp.step > 0] if len(sp) else sp
     return dict(
+        spo_route_err=_mx(sp.route_err), spo_rival_err=_mx(moved.rival_err, np.min),
+        n_spo=int(len(sp)), spo_path=sp,
         pooled_route_err=_mx(pr.rel_err), pooled_route_rival=_mx(pr.rival_rel_err, np.min),
         n_pooled_route=int(len(pr)),
         pooled_max_z=_mx(pmc.z.abs()) if len(pmc) else np.nan,
@@ -126,6 +130,13 @@ def checks(s: dict) -> list[Check]:
                      f"the rival lies {s['pooled_min_rival_z']:.1f} se away or more "
                      f"({s['n_pooled_rival']} points whose MSE differs by more than "
                      f"{RIVAL_GAP:.0%})"),
+        check("SPO given its tracker along a drifting policy: the closed form = batch_moments "
+              "at the tracker's state (1e-10); the tracker ignored is off",
+              s["spo_route_err"] <= 1e-10 and s["spo_rival_err"] > 1e-3, s["spo_route_err"],
+              s["spo_rival_err"], kind="exact",
+              detail=f"{s['n_spo']} steps, largest relative error {s['spo_route_err']:.1e}; "
+                     "the rival (the moments at the initial tracker) is off by "
+                     f"{s['spo_rival_err']:.2f} or more after the first step"),
         check("pooling moves G*: JSPO's best G at a fixed budget is at most leave-one-out's on "
               "every member and below it on one at least", s["pooled_moves"], kind="sanity",
               detail="best G (grid) by member: " + "; ".join(
@@ -230,6 +241,29 @@ def report(tables, s) -> Section:
                   "for the leave-one-out mean) and vanishes as G grows (B = N/G prompts, little "
                   "to borrow, and the leave-one-out mean is already good), so its best group "
                   "size is smaller than leave-one-out's.", ""]
+    sp = sm["spo_path"]
+    if len(sp):
+        r0 = sp.iloc[0]
+        t = pd.DataFrame({"step": sp.step, "J": sp.objective,
+                          "leave-one-out MSE": sp.loo_mse,
+                          "oracle baseline ÷ leave-one-out": sp.oracle_ratio,
+                          "SPO (raw) ÷ leave-one-out [95% CI]": [
+                              f"{r.spo_ratio:.3f} [{r.spo_lo:.3f}, {r.spo_hi:.3f}]"
+                              for r in sp.itertuples()]})
+        lines += [f"**SPO's tracker along a drifting policy** (problem `{r0.problem}`, B = "
+                  f"{int(r0.B)}, G = {int(r0.G)}, rho = {r0.rho:g}). Drift model: the policy "
+                  f"follows the expected path of unbiased training, theta += {r0.eta:g} grad J, "
+                  "and each step's drawn prompts update their trackers from their last "
+                  "response, as the recipe's code does. The exact MSE of SPO's raw step given "
+                  f"its tracker, averaged over {int(r0.n_seeds)} sampled tracker histories "
+                  "(95% bootstrap interval), against leave-one-out's and the oracle baseline "
+                  "V(x)'s:", "",
+                  markdown_table(t, {"J": ".3f", "leave-one-out MSE": ".4f",
+                                     "oracle baseline ÷ leave-one-out": ".3f"}), "",
+                  "A baseline fixed before the step is unbiased; the tracker's lag and noise "
+                  "only add MSE through `E[(b - V)^2 ||s||^2]`-type terms, and at G = 4 a "
+                  "baseline from the past can beat the leave-one-out mean of three responses.",
+                  ""]
     lines += ["![](baselines.png)"]
     return Section("Baselines beyond the prompt: cross-prompt and weighted baselines",
                    "\n".join(lines), checks(sm))

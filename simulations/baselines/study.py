@@ -26,6 +26,10 @@ JSPO and of leave-one-out at a fixed budget N = BG for every G of a grid (B = N/
 independently; JSPO by the pooled route, a dynamic programme over the other groups' statistics),
 the best G of each, and Monte Carlo at both best G's.
 
+SPO over a training path: the policy follows the expected path of unbiased training (the drift
+model), SPO's per-prompt trackers are updated from sampled rewards as the recipe's code does,
+and the exact MSE of its raw step given each sampled tracker is averaged over the histories.
+
 PASS when the count states equal brute-force enumeration for every estimator and both designs
 (1e-9; the rival, JSPO++'s route against JSPO's enumeration, is far off), Monte Carlo lies
 within 4 se of every exact MSE while the rival (leave-one-out's exact MSE in place of the
@@ -33,7 +37,9 @@ estimator's) lies beyond it, the unbiased estimators have zero bias (1e-12) whil
 self-inclusive ones are biased in every cell, JSPO's MSE is below leave-one-out's in every
 cell of both designs, the pooled route equals the counts route where both apply (1e-10; the
 rival, leave-one-out's MSE, is far off), and Monte Carlo lies within 4 se of the pooled law's
-MSE at every checked (B, G) while leave-one-out's law at the same (B, G) lies beyond.
+MSE at every checked (B, G) while leave-one-out's law at the same (B, G) lies beyond, and SPO's
+step given its tracker along a drifting policy has the same exact MSE by a closed form and by
+``batch_moments`` at the tracker's state (1e-10; the rival, the initial tracker, is off).
 
     grpo-theory baselines [--full] [--workers N]
 """
@@ -100,6 +106,8 @@ class Settings:
     pooled_budget: int = 64
     pooled_sizes: tuple = (2, 4, 8, 16, 32)
     pooled_reps: int = 20_000
+    spo_seeds: int = 64
+    spo_rho: float = 0.9
 
 
 SETTINGS = {
@@ -111,7 +119,7 @@ SETTINGS = {
                      kept_sizes=(2, 4, 8, 16), train_sizes=(2, 4, 8), train_steps=60,
                      train_seeds=64, pooled_deltas=(0.5, 0.2, 0.1, 0.05, 0.02, 0.01),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
-                     pooled_reps=100_000),
+                     pooled_reps=100_000, spo_seeds=256),
 }
 
 SCHEMA = {
@@ -130,6 +138,10 @@ SCHEMA = {
                    mc="float?", mc_se="float?", z="float?", rival_z="float?"),
     "pooled_route": dict(delta="float", G="int", B="int", rel_err="float",
                          rival_rel_err="float"),
+    "spo_path": dict(problem="str", G="int", B="int", eta="float", rho="float", step="int",
+                     n_seeds="int", objective="float", loo_mse="float", oracle_ratio="float",
+                     spo_ratio="float", spo_lo="float", spo_hi="float", route_err="float",
+                     rival_err="float"),
 }
 
 
@@ -181,6 +193,10 @@ def cells(s: Settings) -> list[Cell]:
                                             steps=s.train_steps, seeds=s.train_seeds,
                                             eta=s.train_eta, estimators=names),
                         kind="training"))
+    m, sp = s.train_problem
+    out.append(Cell("spo_path", dict(spo_path=True, mean_rate=m, spread=sp,
+                                     G=s.train_sizes[0], steps=s.train_steps, eta=s.train_eta,
+                                     seeds=s.spo_seeds, rho=s.spo_rho), kind="spo_path"))
     for d in s.pooled_deltas:
         out.append(Cell(f"pooled_d{d:g}", dict(pooled=True, delta=d, N=s.pooled_budget,
                                                sizes=list(s.pooled_sizes), n_reps=s.pooled_reps),
@@ -302,10 +318,70 @@ def _pooled_rows(config, key) -> list[dict]:
     return rows
 
 
+def _given_baseline_mse(problem, b, G: int, B: int) -> np.ndarray:
+    """Exact MSE of the step whose baseline for prompt x is ``b[..., x]``, fixed before the step
+    (B prompts iid, binary rewards): ``(E_x[E((r - b_x)^2 ||s||^2 | x)/G + (1 - 1/G)
+    ||g(x)||^2] - ||grad J||^2) / B``. Coded apart from ``batch_moments``."""
+    p, mu = np.asarray(problem.probs), np.asarray(problem.reward_means)
+    sq = np.sum(np.asarray(problem.scores) ** 2, axis=-1)  # (P, K)
+    f, gx = np.asarray(problem.prompt_probs), np.asarray(problem.prompt_gradients())
+    e1, e0 = np.sum(p * mu * sq, axis=1), np.sum(p * (1 - mu) * sq, axis=1)  # E[1{r=1,0} ||s||^2]
+    e = e1 * (1 - b) ** 2 + e0 * b**2  # (..., P)
+    g = f @ gx
+    return ((e / G + (1 - 1 / G) * np.sum(gx**2, axis=1)) @ f - g @ g) / B
+
+
+def _spo_path_rows(config, key) -> list[dict]:
+    """SPO's tracker along a drifting policy: the exact MSE of its raw step given the tracker,
+    averaged over sampled tracker histories, against leave-one-out's and the oracle's.
+
+    The drift model: the policy follows the expected path of unbiased training,
+    ``theta_{t+1} = theta_t + eta grad J(theta_t)``; each step B prompts are drawn, and the last
+    response of each drawn prompt updates its tracker, as the recipe's code does."""
+    G, B, T, eta, rho = config["G"], 4, config["steps"], config["eta"], config["rho"]
+    n = config["seeds"]
+    bandit = family_bandit(config["mean_rate"], config["spread"])
+    est = get_estimator("spo_raw") if rho == 0.9 else gt.core.baselines.spo(rho, whiten=False)
+    P = bandit.problem().n_prompts
+    rng = np.random.default_rng(key_seed(key))
+    alpha, beta = np.full((n, P), 0.5), np.full((n, P), 0.5)
+    theta = np.asarray(bandit.params, np.float64)
+    rows = []
+    for t in range(T + 1):
+        pol = bandit.with_params(theta)
+        pr = pol.problem()
+        V = np.asarray(pr.values())
+        loo = batch_moments(pol, "grpo", G, B).mse
+        spo_mse = _given_baseline_mse(pr, alpha / (alpha + beta), G, B)  # (n,)
+        if t % 5 == 0:
+            i = t // 5 % n
+            bm = batch_moments(pol, est, G, B, state=(jnp.asarray(alpha[i]),
+                                                      jnp.asarray(beta[i])))
+            start = batch_moments(pol, est, G, B)  # the rival: the tracker ignored
+            lo, hi = _bootstrap(spo_mse / loo, rng)
+            rows.append(dict(problem=f"m{config['mean_rate']:g}_s{config['spread']:g}", G=G,
+                             B=B, eta=eta, rho=rho, step=t, n_seeds=n,
+                             objective=float(pr.objective()), loo_mse=loo,
+                             oracle_ratio=float(_given_baseline_mse(pr, V, G, B)) / loo,
+                             spo_ratio=float(np.mean(spo_mse)) / loo, spo_lo=lo, spo_hi=hi,
+                             route_err=abs(bm.mse - spo_mse[i]) / spo_mse[i],
+                             rival_err=abs(start.mse - spo_mse[i]) / spo_mse[i]))
+        seen = np.zeros((n, P), bool)
+        x = rng.choice(P, size=(n, B), p=np.asarray(pr.prompt_probs))
+        seen[np.arange(n)[:, None], x] = True
+        r = (rng.random((n, P)) < V[None]).astype(np.float64)  # a drawn prompt's last reward
+        alpha = np.where(seen, rho * alpha + r, alpha)
+        beta = np.where(seen, rho * beta + 1 - r, beta)
+        theta = theta + eta * np.asarray(pol.gradient())
+    return rows
+
+
 @float64
 def cell(config: dict, key) -> list[dict]:
     """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
     the brute-force and kept-share cells."""
+    if config.get("spo_path"):
+        return _spo_path_rows(config, key)
     if config.get("pooled"):
         return _pooled_rows(config, key)
     if config.get("pooled_route"):

@@ -20,7 +20,7 @@ def study(tmp_path_factory):
                                 # one estimator a route: batch counts, classes, a state
                                 estimators=("grpo", "jspo", "norm_weighted", "spo"),
                                 pooled_deltas=(0.05,), pooled_budget=16,
-                                pooled_sizes=(2, 4, 8), pooled_reps=4000)
+                                pooled_sizes=(2, 4, 8), pooled_reps=4000, spo_seeds=8)
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)
@@ -92,6 +92,13 @@ def test_checks_fail_on_the_rivals(study):
     pl = t["pooled"].copy()
     pl.loc[pl.estimator == "jspo", "exact_mse"] = pl[pl.estimator == "grpo"].exact_mse.values
     assert _fails(m, dict(t, pooled=pl), "pooling moves G*")
+    # SPO's closed form off from batch_moments at the tracker's state
+    sp = t["spo_path"].copy()
+    sp.loc[sp.index[-1], "route_err"] = 1e-6
+    assert _fails(m, dict(t, spo_path=sp), "SPO given its tracker")
+    sp = t["spo_path"].copy()
+    sp["rival_err"] = 0.0  # the tracker makes no difference: the rival passes, so must the check fail
+    assert _fails(m, dict(t, spo_path=sp), "SPO given its tracker")
     # a count route off from brute force
     br = t["brute"].copy()
     br.loc[0, "rel_err"] = 1e-6
