@@ -1,31 +1,36 @@
-"""The advisor guide's two validation tables (``docs/advisor.md``), regenerated from commands.
+"""The advisor guide's validation tables (``docs/advisor.md``), regenerated from one command.
 
-1. ``small transformer``: the quick setting's instruct warm-up checkpoint (what
-   ``grpo-theory advise --model instruct --warmup quick`` loads: ``load_policy`` outside any
-   ``jax.enable_x64``, so the float32 entry of the warm-up cache, trained there on first use),
-   the first 100 evaluation questions of ``lm-groupsize --quick``
-   (``eval_set(QUICK_WARMUP.task).subset(range(100))``), reward = exact canonical answer
+1. ``transformer``: the quick setting's instruct warm-up checkpoint, the first 100 evaluation
+   questions of ``lm-groupsize --quick`` (``eval_set(QUICK_WARMUP.task).subset(range(100))``,
+   written as ``quick_eval.jsonl`` by ``write_prompts``), reward = exact canonical answer
    (``grpo_theory.advisor.advise:exact_answer_reward``, under which V(x) = pi(y*|x) exactly).
+   The warm-up cache (``<cache-dir>/lm``, as ``GRPO_THEORY_CACHE=<cache-dir>`` sets it) holds one
+   entry per precision, each trained in it: ``grpo-theory advise --model instruct --warmup
+   quick`` runs without x64 and loads the float32 entry; ``lm-groupsize`` (float64 cells) the
+   float64 one.
 
    * exact route: :func:`grpo_theory.lm.training.grpo.predicted_group_size` (what
      ``lm-groupsize`` uses: exact V(x) and g(x), ``--exact-samples`` responses per question for
-     E[||s||^2|x]) on the same checkpoint, in float64 (``jax.enable_x64``, as ``lm-groupsize``'s
-     float64 cells compute it);
+     E[||s||^2|x]), computed in float64 (``jax.enable_x64``) on each entry;
    * the advisor: :func:`grpo_theory.advisor.advise.advise` (the function behind
-     ``grpo-theory advise``) with m prompts drawn with replacement from the 100, n responses each,
-     one seed per row, in one process (the first call and the first of a new shape compile).
+     ``grpo-theory advise``) on the entry it loads, m prompts drawn with replacement from the
+     100, n responses each, one seed per row (:data:`RUNS`), all in one process (the first call
+     and the first of a new shape compile);
+   * the trace format (no exact route there): ``advise(..., fmt="trace")`` with the default
+     reward at :data:`TRACE_RUNS`.
 
-2. ``enumerable bandits``: ``gt.estimate_scaling_constants(policy, n_prompts=m, n_samples=8,
-   seed=0)`` against the exact ``gt.scaling_constants(policy)`` on ``SoftmaxBandit.random(3, 5,
-   4)`` and ``problems.scaling_bandit()``.
+2. ``bandits``: ``gt.estimate_scaling_constants(policy, n_prompts=m, n_samples=8, seed=0)``
+   against the exact ``gt.scaling_constants(policy)`` on ``SoftmaxBandit.random(3, 5, 4)`` and
+   ``problems.scaling_bandit()``.
 
-    python benchmarks/advisor_validation.py                 # both tables (a few minutes)
+    python benchmarks/advisor_validation.py                 # every table (about a minute,
+                                                            # plus the warm-ups' first training)
     python benchmarks/advisor_validation.py --tables bandits
 
-Writes ``benchmarks/results/advisor_validation.md`` (machine, date, command, times and both
-tables; ``tests/contracts/test_doc_tables.py`` checks that the guide's tables equal it) and the
-raw rows as ``advisor_validation.json``. The warm-up cache is ``--cache-dir`` (default
-``benchmarks/.cache``, ignored by git).
+Writes ``benchmarks/results/advisor_validation.md`` (machine, date, command, times, the tables
+and how many intervals hold the exact values; ``tests/contracts/test_doc_tables.py`` checks
+that the guide's tables equal it) and the raw rows as ``advisor_validation.json``. The cache
+is ``--cache-dir`` (default ``benchmarks/.cache``, ignored by git).
 """
 
 from __future__ import annotations
