@@ -39,9 +39,11 @@ class Progress:
     Args:
         enabled: False silences it.
         stream: where to write (default ``sys.stderr``); bars only if it is a terminal.
+        name: the bars' and lines' prefix (``"advise: sampling responses 3/8 (1.2s)"``).
     """
 
-    def __init__(self, enabled, stream=None):
+    def __init__(self, enabled, stream=None, name: str = "advise"):
+        self.name = name
         self.stream = stream if stream is not None else sys.stderr
         self.enabled, self.bar, self.last = enabled, None, -1
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -52,7 +54,7 @@ class Progress:
         a new phase closes the bar of the one before."""
         if not self.enabled or phase not in STAGES:
             return
-        desc = f"advise: {STAGES[phase]}"
+        desc = f"{self.name}: {STAGES[phase]}"
         if phase != self.current:
             if self.tty and self.phase_bar is not None and self.current is not None:
                 self.phase_bar.close()
@@ -76,7 +78,7 @@ class Progress:
             return
         if self.tty:
             if self.bar is None:
-                self.bar = tqdm(total=total, desc="advise: prompts", file=self.stream)
+                self.bar = tqdm(total=total, desc=f"{self.name}: prompts", file=self.stream)
             self.bar.update(done - self.bar.n)
             if done == total:
                 self.bar.close()
@@ -84,7 +86,7 @@ class Progress:
         step = max(1, total // 10)
         if done == total or done // step != self.last:
             self.last = done // step
-            print(f"advise: pass 2 {done}/{total} prompts", file=self.stream, flush=True)
+            print(f"{self.name}: pass 2 {done}/{total} prompts", file=self.stream, flush=True)
 
 
 def warmup_log(progress: Progress):

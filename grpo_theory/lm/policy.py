@@ -344,22 +344,32 @@ class LMPolicy:
         return generic_sample(self.apply_fn, self.params, key, jnp.asarray(prompts),
                               response_len, self.temperature, self.eos_ids, self.pad_id)
 
-    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
+    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7, *,
+                       progress=None):
         """:meth:`sample` in blocks of prompts so that ``rows x prompt_len^2 <= max_elems``
         (the prefill attention's memory); one block (then identical to :meth:`sample` with the
         same key) when the whole batch fits, else block ``i`` uses ``fold_in(key, i)``.
 
-        Args as :meth:`sample`, plus ``max_elems`` > 0; returns a NumPy (N, R) array."""
+        Args as :meth:`sample`, plus ``max_elems`` > 0 and ``progress``: an optional
+        ``progress(done, total)`` callback over the k blocks, called with ``(0, k)`` before the
+        first and ``(i, k)`` after block i (the samples do not depend on it). Returns a NumPy
+        (N, R) array."""
         key = V.key_or_seed(key)
         prompts = np.asarray(self.check_prompts(prompts))
         max_elems = V.real_scalar("max_elems", max_elems, positive=True)
         n, p = prompts.shape
-        k = int(np.ceil(n * p * p / max_elems))
-        if k <= 1:
-            return np.asarray(self.sample(key, prompts, response_len))
-        return np.concatenate([np.asarray(self.sample(jax.random.fold_in(key, i), blk,
-                                                      response_len))
-                               for i, blk in enumerate(np.array_split(prompts, k))])
+        k = max(1, int(np.ceil(n * p * p / max_elems)))
+        report = progress if progress is not None else (lambda done, total: None)
+        report(0, k)
+        if k == 1:
+            out = np.asarray(self.sample(key, prompts, response_len))
+            report(1, 1)
+            return out
+        out = []
+        for i, blk in enumerate(np.array_split(prompts, k)):
+            out.append(np.asarray(self.sample(jax.random.fold_in(key, i), blk, response_len)))
+            report(i + 1, k)
+        return np.concatenate(out)
 
     def log_probs(self, prompts, responses):
         """``log pi(y|x)`` (N,) for (N, P) prompts and (N, R) responses (integer ids)."""

@@ -350,7 +350,7 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
                               max_new_tokens: int = 64, temperature: float = 1.0,
                               chat_template: bool = True, seed: int = 0, alpha: float = 0.05,
                               generation_kwargs: dict | None = None,
-                              progress=None) -> ScalingEstimate:
+                              progress=None, stage=None) -> ScalingEstimate:
     """Sample ``n_samples`` responses per prompt with the torch model's ``model.generate``, score
     them with ``reward`` and estimate (:func:`estimate_from_torch_rollouts`).
 
@@ -376,6 +376,11 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
             transformers' defaults say, top-k 50 among them); a ``top_k`` or ``top_p`` given
             here samples from another distribution, and the estimate is then for that sampler.
         progress: as in :func:`score_statistics`.
+        stage: an optional ``stage(phase, done, total)`` callback for the sampling, phase
+            ``"sampling"`` over the ``max_new_tokens`` generation steps
+            (:class:`~grpo_theory.torch.sampling.GenerationSteps`); e.g.
+            ``grpo_theory.advisor.progress.Progress(True, name="torch").stage``, a tqdm bar on a
+            terminal and plain lines on stderr otherwise. None: silent.
 
     Returns:
         :class:`grpo_theory.advisor.ScalingEstimate`.
@@ -415,7 +420,7 @@ def estimate_from_torch_model(model, tokenizer, prompts, reward, n_samples: int 
     ids, mask = enc["input_ids"].to(dev), enc["attention_mask"].to(dev)
     torch.manual_seed(seed)
     resp = sample_from_policy(model, ids, mask, n, temperature, max_new, pad, eos,
-                              generation_kwargs)
+                              generation_kwargs, stage=stage)
     ym = response_mask_from_eos(resp, eos)
     completions = tokenizer.batch_decode(resp * ym + pad * (1 - ym), skip_special_tokens=True)
     r = C.real_rewards("the rewards returned by reward", reward(

@@ -57,6 +57,7 @@ from grpo_theory.lm import (QUICK_WARMUP, RESPONSE_LEN, WarmupConfig, encode_pro
                             model_policy, reward, study_policies, target_responses, train_grpo,
                             train_pool)
 from grpo_theory.experiments.model_settings import ModelSettings
+from grpo_theory.experiments.progress import phase_lines
 from grpo_theory.lm.checkpoints import model_path
 from grpo_theory.lm.budget.memory import chunk_bytes
 from grpo_theory.experiments.lm_support import group_rank_table, zero_share_unbiased
@@ -238,17 +239,25 @@ def _measure(pol, icl: bool, q, config: dict, key) -> tuple[list[dict], np.ndarr
         canon = target_responses(q, fmt) if fmt == "answer" else None
         rlen = RESPONSE_LEN[fmt]
     k_ref, k_smp = jax.random.split(key)
+    # a checkpoint's cell samples for minutes: its blocks as progress lines (the package's
+    # small model samples in well under a second, silently)
+    lines = phase_lines(f"{NAME} model") if "model" in config else None
+
+    def blocks(phase):
+        return None if lines is None else (lambda done, total: lines(phase, done, total))
+
     if fmt == "answer":  # exact V = pi(y*|x)
         V = np.exp(np.asarray(pol.log_probs(x, canon), np.float64))
         n_ref = None
     else:  # independent reference sample: unbiased V^G + (1-V)^G
         n_ref = config["n_ref"]
-        yr = pol.sample_blocked(k_ref, np.repeat(x, n_ref, 0), rlen)
+        yr = pol.sample_blocked(k_ref, np.repeat(x, n_ref, 0), rlen,
+                                progress=blocks("reference sampling"))
         kref = np.asarray(reward(fmt, yr, np.repeat(q.answer, n_ref)), np.float64)
         kref = kref.reshape(b, n_ref).sum(1)
         V = kref / n_ref
     xs = np.tile(x, (reps, 1))  # group (rep, question) -> row rep * b + question
-    y = pol.sample_blocked(k_smp, np.repeat(xs, gmax, 0), rlen)
+    y = pol.sample_blocked(k_smp, np.repeat(xs, gmax, 0), rlen, progress=blocks("sampling"))
     z = np.asarray(reward(fmt, y, np.repeat(np.tile(q.answer, reps), gmax),
                           None if canon is None else np.repeat(np.tile(canon, (reps, 1)),
                                                                gmax, 0)),

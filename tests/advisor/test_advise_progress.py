@@ -2,8 +2,10 @@
 how long, then shows the warm-up's training as named phases (a bar each on a terminal)."""
 
 import io
+import re
 
 import jax
+import numpy as np
 import pytest
 
 from grpo_theory.advisor import advise as A
@@ -82,3 +84,52 @@ def test_advise_announces_and_shows_the_training(tmp_path, monkeypatch, capsys):
     j = err.index("advise: training the warm-up's base model (1/3) 150/150")
     k = err.index("advise: sampling responses")
     assert i < j < k
+
+
+def _hf_policy(tmp_path):
+    pytest.importorskip("tunix")
+    pytest.importorskip("safetensors")
+    from support.hf_checkpoint import write_checkpoint
+
+    from grpo_theory.lm.checkpoints import from_pretrained
+
+    write_checkpoint(tmp_path / "qwen")
+    return tmp_path / "qwen", from_pretrained(tmp_path / "qwen")
+
+
+def test_sampling_a_checkpoint_reports_its_blocks(tmp_path):
+    """sample_blocked on a Hugging Face checkpoint reports (0, k), then (i, k) after each of
+    its k blocks, and samples the same responses as without the callback (rival: progress
+    that changes the key schedule or the blocks)."""
+    _, pol = _hf_policy(tmp_path)
+    x = pol.encode(["a b c", "d e", "f g h i", "j", "k l", "m n o"])
+    p = x.shape[1]
+    seen = []
+    y = pol.sample_blocked(3, x, 4, max_elems=2 * p * p, progress=lambda *a: seen.append(a))
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    np.testing.assert_array_equal(y, pol.sample_blocked(3, x, 4, max_elems=2 * p * p))
+    one = []
+    pol.sample_blocked(3, x, 4, progress=lambda *a: one.append(a))
+    assert one == [(0, 1), (1, 1)]
+
+
+@pytest.mark.filterwarnings("ignore:WARNING. c1 is not resolved")
+def test_advise_on_a_checkpoint_names_its_phases_in_plain_lines(tmp_path, capsys):
+    """advise on a Hugging Face checkpoint, stderr not a terminal: one start line and done/total
+    lines with seconds per phase (loading, sampling, scores, pass 2); progress=False: silent
+    (rival: a sampling phase that says nothing while it runs)."""
+    ckpt, _ = _hf_policy(tmp_path)
+    rows = [dict(question=q, answer=1) for q in ("a b c", "d e", "f g h i", "j", "k l")]
+    kw = dict(n_prompts=5, n_samples=4, budgets=(16,), group_sizes=(2, 4), response_len=4,
+              figure=False)
+    reward = lambda text, answer: float(text[:1].isdigit())
+    A.advise(rows, str(ckpt), reward, progress=True, **kw)
+    err = capsys.readouterr().err.splitlines()
+    for desc in ("loading the model", "sampling responses", "per-sample scores"):
+        assert f"advise: {desc} ..." in err, (desc, err)
+        done = [ln for ln in err if ln.startswith(f"advise: {desc} ") and "/" in ln]
+        assert done and re.fullmatch(rf"advise: {desc} (\d+)/\1 \(\d+\.\ds\)", done[-1]), err
+    assert any(ln.startswith("advise: pass 2 5/5 prompts") for ln in err), err
+    assert not any("\r" in ln for ln in err)  # plain lines, no bar
+    A.advise(rows, str(ckpt), reward, progress=False, **kw)
+    assert "advise" not in capsys.readouterr().err

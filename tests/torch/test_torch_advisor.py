@@ -10,6 +10,7 @@ conventions (scale_rewards -> preset, its advantages on the batch) against the p
 
 import copy
 import json
+import re
 import subprocess
 import sys
 
@@ -364,6 +365,33 @@ def test_estimate_scaling_constants_samples_itself():
     np.testing.assert_array_equal(a.theta, b.theta)
     assert calls[0][0] == ["a b"] * 3 + ["c"] * 3 + ["d e f"] * 3 and len(calls[0][1]) == 9
     assert a.n_prompts == 3 and a.n_samples == 3 and np.all(np.isfinite(a.theta))
+
+
+def test_sampling_reports_its_generation_steps():
+    """estimate_from_torch_model with a stage callback: the phase "sampling" over the
+    max_new_tokens steps, as plain lines through the advisor's Progress on a non-terminal, and
+    the same estimate as without it (rival: a progress hook that changes the samples)."""
+    import io
+
+    from grpo_theory.advisor.progress import Progress
+
+    model, tok = _model("llama", True, layers=1), _hf_tokenizer()
+    reward = lambda prompts, completions: [float(len(c) % 2) for c in completions]
+    kw = dict(n_samples=3, max_new_tokens=4, seed=7)
+    seen = []
+    a = estimate_from_torch_model(model, tok, ["a b", "c", "d e f"], reward,
+                                  stage=lambda *s: seen.append(s), **kw)
+    b = estimate_from_torch_model(model, tok, ["a b", "c", "d e f"], reward, **kw)
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert seen[0] == ("sampling", 0, 4) and seen[-1] == ("sampling", 4, 4)
+    assert all(p == "sampling" and t == 4 for p, _, t in seen)
+    assert [d for _, d, _ in seen] == sorted(d for _, d, _ in seen)
+    log = io.StringIO()
+    estimate_from_torch_model(model, tok, ["a b", "c", "d e f"], reward,
+                              stage=Progress(True, log, name="torch").stage, **kw)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "torch: sampling responses ..."
+    assert re.fullmatch(r"torch: sampling responses 4/4 \(\d+\.\ds\)", lines[-1]), lines
 
 
 # --- bad input ------------------------------------------------------------------------------------

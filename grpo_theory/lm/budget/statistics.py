@@ -225,7 +225,9 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
         progress: optional ``progress(done, total)`` callback (prompts of pass 2).
         memory_budget: bytes for ``chunk=None`` (None: half the available memory).
         stage: optional ``stage(phase, done, total)`` callback, ``phase`` one of
-            ``"sampling"`` (0/1 then 1/1), ``"scores"`` (the calls of pass 1) and
+            ``"sampling"`` (0/k, then i/k after each of the k blocks of
+            :meth:`~grpo_theory.lm.policy.LMPolicy.sample_blocked`), ``"scores"`` (the calls
+            of pass 1) and
             ``"dots"`` (forward-mode pass 2) or ``"gradients"`` (per-prompt pass 2).
         options: the :class:`~grpo_theory.lm.budget.options.ModelOptions` instead of ``chunk`` and
             ``memory_budget`` (then both must be left at their defaults).
@@ -249,12 +251,9 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
     R = V.positive_int("response_len", response_len)
     chunk = options.resolve_chunk(policy, m * n, seq_len=x.shape[1] + R, response_len=R)
     xs = np.repeat(x, n, axis=0)
-    if stage is not None:
-        stage("sampling", 0, 1)
+    blocks = None if stage is None else (lambda done, total: stage("sampling", done, total))
     with out_of_memory_as_value_error(f"sampling {m * n} responses"):
-        y = np.asarray(policy.sample_blocked(key, xs, R))
-    if stage is not None:
-        stage("sampling", 1, 1)
+        y = np.asarray(policy.sample_blocked(key, xs, R, progress=blocks))
     rows = np.repeat(np.arange(m), n)
     z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
     if z.shape[0] != m * n:

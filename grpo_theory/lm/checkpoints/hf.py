@@ -270,14 +270,17 @@ class HFPolicy(LMPolicy):
         return self.apply_fn.sample_with_log_probs(self.params, key, prompts, response_len,
                                                    self.temperature)
 
-    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7):
+    def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7, *,
+                       progress=None):
         """:meth:`LMPolicy.sample_blocked` in blocks that also keep the prefill's logits
         (rows x prompt_len x vocab) under 2**31 elements (8 GiB in float32; Qwen2.5's
-        vocabulary has 151936 ids); for a small vocabulary the blocks are the base class's."""
+        vocabulary has 151936 ids); for a small vocabulary the blocks are the base class's.
+        ``progress(done, total)``: as there, over these blocks."""
         p = max(1, int(np.shape(prompts)[1]))
         rows = max(1, int(2**31 // (p * self.vocab_size)))
         return super().sample_blocked(key, prompts, response_len,
-                                      min(float(max_elems), float(rows * p * p)))
+                                      min(float(max_elems), float(rows * p * p)),
+                                      progress=progress)
 
     def row_bytes(self, seq_len: int, response_len: int) -> int:
         """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them
