@@ -19,7 +19,7 @@ from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOn
 from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PooledForm, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
                          grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
-from . import baselines as _baselines  # noqa: F401  (registers jspo, norm_weighted, ...)
+from .baselines import pkpo, spo  # also registers jspo, norm_weighted, spo, pkpo, ...
 from .batch_exact import DESIGNS, BatchMoments, batch_moments, verl_proxy_audit
 from .verl_estimators import gdpo, grpo_passk, whiten_tokens
 from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
@@ -68,7 +68,7 @@ __all__ = [
     "exact_gradient", "exact_mse", "exact_prompt_mse", "exact_prompt_mean_and_variance",
     "enumerate_estimates", "enumerated_moments",
     # exact moments by count states: batch-coupled and per-response weighted estimators
-    "batch_moments", "BatchMoments", "DESIGNS", "verl_proxy_audit",
+    "batch_moments", "BatchMoments", "DESIGNS", "verl_proxy_audit", "pkpo", "spo",
     "MCResult", "mc_mse", "mc_estimates", "estimate_gradient",
     # score structures
     "ScoreStructure", "TabularScores", "ExplicitScores", "as_structure",

@@ -217,3 +217,59 @@ def spo(rho: float = 0.9, alpha0: float = 0.5, beta0: float = 0.5, whiten: bool 
 
 register(spo(name="spo"))
 register(spo(whiten=False, name="spo_raw"))
+
+
+# --- pass@k: PKPO's unbiased gradient of pass@k for binary rewards ------------------------------
+
+
+def _rho(n: int, c, k: int):
+    """``1 - C(n - c, k) / C(n, k)``: the share of k-subsets of n responses, c of them correct,
+    holding a correct one (an unbiased estimate of pass@k from n samples)."""
+    miss = 1.0
+    for j in range(k):
+        miss = miss * jnp.clip(n - c - j, 0, None) / (n - j)
+    return 1.0 - miss
+
+
+def pkpo(k: int = 2, name: str | None = None) -> Estimator:
+    r"""PKPO's unbiased gradient of pass@k for binary rewards (arXiv 2505.15201, Walder and
+    Karkhanis, the binary estimator without a baseline).
+
+    ``grad pass@k = k E[s_1 max(r_1, ..., r_k)]``; averaging ``max`` over every k-subset of a
+    group of G that holds response i gives its weight: 1 when i is correct, else
+    ``rho(G - 1, c, k - 1)`` (the share of (k - 1)-subsets of the other G - 1 responses, c of them
+    correct, holding a correct one). In the package's scale (``ghat = (1/BG) sum A s``)
+
+    .. math:: A_i = k\,[r_i = 1] + k\,[r_i = 0]\,\rho(G - 1, c, k - 1),
+
+    unbiased for ``grad pass@k`` (``pass_k = k``); k = 1 is plain REINFORCE (``vanilla``).
+
+    Args:
+        k: the pass@k objective's k (at most G). name: registry name (default ``pkpo(k=..)``).
+
+    Returns:
+        An :class:`Estimator` with ``pass_k = k`` (``min_group_size`` k).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> from grpo_theory.core import pkpo
+        >>> pkpo(2)(jnp.array([1.0, 0.0, 0.0])).tolist()  # the incorrect ones: 2 x 1/2
+        [2.0, 1.0, 1.0]
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+
+    def adv(z, ctx):
+        G = z.shape[-1]
+        if G < k:
+            raise ValueError(f"estimator pkpo(k={k}) needs groups of at least k = {k} responses, "
+                             f"got G = {G}")
+        c = jnp.sum(z, axis=-1, keepdims=True)
+        return k * jnp.where(z > 0.5, 1.0, _rho(G - 1, c, k - 1))
+
+    return Estimator(name or f"pkpo(k={k})", adv, min_group_size=k, pass_k=k,
+                     params=dict(k=k, source="arXiv 2505.15201 (binary, no baseline)",
+                                 unbiased=True))
+
+
+register(pkpo(2, name="pkpo"))

@@ -257,6 +257,9 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
         state: a stateful estimator's state before the step (default: its initial state);
             ignored by a stateless one.
 
+    The target is the gradient the estimator declares (``est.pass_k``): ``grad J`` for all but
+    the pass@k estimators, ``grad pass@k`` (``DiscreteProblem.pass_k_gradient``) for those.
+
     Returns:
         A :class:`BatchMoments`.
 
@@ -318,7 +321,7 @@ def batch_moments(bandit, estimator, group_size: int, batch_size: int | None = N
     else:
         prompt_means, second, power, n = _classes_route(problem, est, G, B, design, max_states,
                                                         state)
-    grad = np.asarray(problem.gradient(), np.float64)
+    grad = np.asarray(problem.pass_k_gradient(est.pass_k), np.float64)
     mean = prompt_means.sum(axis=0)
     mse = second - 2 * float(mean @ grad) + float(grad @ grad)
     return BatchMoments(mean=mean, gradient=grad, second=float(second), mse=float(max(mse, 0.0)),

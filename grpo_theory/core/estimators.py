@@ -140,6 +140,9 @@ class Estimator:
             (a history baseline), else ``None``.
         update_state: ``(state, x, z, ctx) -> state`` after a step with prompts ``x`` (B,) and
             rewards ``z`` (B, G); required with ``init_state``.
+        pass_k: the k of the objective whose gradient it estimates, ``pass@k = E_X[1 - (1 -
+            V(X))^k]`` for binary rewards (1: the mean reward J, every estimator but the pass@k
+            ones); the exact routes measure bias and MSE against that gradient.
         pooled: a batch-coupled estimator's :class:`PooledForm` (the batch enters a group's
             advantages only through a sum of per-group statistics over the other groups), or
             ``None``: the exact pooled route (:mod:`grpo_theory.core.pooled_exact`) needs it.
@@ -156,6 +159,7 @@ class Estimator:
     init_state: Callable | None = None
     update_state: Callable | None = None
     pooled: PooledForm | None = None
+    pass_k: int = 1
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -171,6 +175,9 @@ class Estimator:
                              f"{list(CONTEXT_FIELDS)}, got {unknown}")
         if (self.init_state is None) != (self.update_state is None):
             raise ValueError(f"estimator {self.name!r}: init_state and update_state go together")
+        if isinstance(self.pass_k, bool) or not isinstance(self.pass_k, int) or self.pass_k < 1:
+            raise ValueError(f"estimator {self.name!r}: pass_k must be an integer >= 1, got "
+                             f"{self.pass_k!r}")
         if self.pooled is not None and not (isinstance(self.pooled, PooledForm)
                                             and self.batch_coupled):
             raise ValueError(f"estimator {self.name!r}: pooled must be a PooledForm of a "

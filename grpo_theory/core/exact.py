@@ -217,7 +217,8 @@ def exact_mse(bandit, estimator, group_size: int, batch_size: int = 1, method: s
     if closed:
         return exact_mse_closed_form(st, est, G, B)
     mean, var = _binary_blocks(st, est, G)
-    return float(minibatch_from_moments(st, mean, var, B, st.prompt_gradients()))
+    targets = st.pass_k_prompt_gradients(est.pass_k)
+    return float(minibatch_from_moments(st, mean, var, B, targets))
 
 
 @float64
@@ -242,7 +243,7 @@ def exact_prompt_mse(bandit, estimator, group_size: int, method: str = "auto") -
         mean, var = prompt_mean_and_variance(st, est, G)
     else:
         mean, var = _binary_blocks(st, est, G)
-    d = mean - st.prompt_gradients()
+    d = mean - st.pass_k_prompt_gradients(est.pass_k)
     return var + jnp.sum(d**2, axis=1)
 
 
@@ -292,5 +293,6 @@ def enumerated_moments(bandit, estimator, group_size: int, batch_size: int = 1):
     problem = as_problem(bandit)
     prob, vals = enumerate_estimates(problem, estimator, group_size, batch_size)
     mean = prob @ vals
-    mse = prob @ jnp.sum((vals - problem.gradient()) ** 2, axis=1)
+    target = problem.pass_k_gradient(get_estimator(estimator).pass_k)
+    mse = prob @ jnp.sum((vals - target) ** 2, axis=1)
     return mean, float(mse)

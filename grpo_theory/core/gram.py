@@ -100,6 +100,13 @@ class ScoreStructure:
         return self.project(self.probs * self.reward_means)
 
     @float64
+    def pass_k_prompt_gradients(self, k: int = 1) -> jnp.ndarray:
+        """``k (1 - V(x))^(k-1) g(x)``: each prompt's gradient of pass@k (binary rewards), the
+        target of an estimator with ``pass_k = k``; ``g(x)`` itself for k = 1."""
+        g = self.prompt_gradients()
+        return g if k == 1 else (k * (1.0 - self.values()) ** (k - 1))[:, None] * g
+
+    @float64
     def mean_scores(self) -> jnp.ndarray:
         """E[s | x] as block vectors (P, D_b) (zero up to rounding for exact scores)."""
         return self.project(self.probs)

@@ -136,7 +136,7 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     Chunk ``i`` draws its uniforms with ``fold_in(key, i)``; replicates ``>= n_reps`` of the last
     chunk are masked out of the moments.
     """
-    target = problem.gradient()
+    target = problem.pass_k_gradient(estimator.pass_k)
     B, G = batch_size, group_size
     scores = problem.scores.reshape(-1, problem.dim)  # (P*K, D)
     pcdf, ccdf = safe_cdf(problem.prompt_probs), joint_cell_cdf(problem)
@@ -361,4 +361,4 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     mean = np.asarray(m_est.mean)
     trace_cov = float(jnp.sum(m_est.m2)) / (R - 1)
     return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean,
-                    mean - np.asarray(problem.gradient()), trace_cov)
+                    mean - np.asarray(problem.pass_k_gradient(est.pass_k)), trace_cov)

@@ -124,6 +124,18 @@ class DiscreteProblem:
         return self.prompt_probs @ self.prompt_gradients()
 
     @float64
+    def pass_k_prompt_gradients(self, k: int = 1) -> jnp.ndarray:
+        """``k (1 - V(x))^(k-1) g(x)``: each prompt's gradient of pass@k (binary rewards), the
+        target of an estimator with ``pass_k = k``; ``g(x)`` itself for k = 1."""
+        g = self.prompt_gradients()
+        return g if k == 1 else (k * (1.0 - self.values()) ** (k - 1))[:, None] * g
+
+    @float64
+    def pass_k_gradient(self, k: int = 1) -> jnp.ndarray:
+        """``grad pass@k = E_X[k (1 - V(X))^(k-1) g(X)]``, shape (D,); ``grad J`` for k = 1."""
+        return self.prompt_probs @ self.pass_k_prompt_gradients(k)
+
+    @float64
     def score_sq_norms(self) -> jnp.ndarray:
         """||s(x, y)||^2, shape (P, K)."""
         return jnp.sum(self.scores**2, axis=-1)

@@ -55,7 +55,7 @@ from scipy.special import expit, logit
 
 import grpo_theory as gt
 from grpo_theory.core import (PromptContext, batch_moments, enumerated_moments, get_estimator,
-                              scaling_constants)
+                              scaling_constants, spo)
 from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
@@ -341,7 +341,7 @@ def _spo_path_rows(config, key) -> list[dict]:
     G, B, T, eta, rho = config["G"], 4, config["steps"], config["eta"], config["rho"]
     n = config["seeds"]
     bandit = family_bandit(config["mean_rate"], config["spread"])
-    est = get_estimator("spo_raw") if rho == 0.9 else gt.core.baselines.spo(rho, whiten=False)
+    est = get_estimator("spo_raw") if rho == 0.9 else spo(rho, whiten=False)
     P = bandit.problem().n_prompts
     rng = np.random.default_rng(key_seed(key))
     alpha, beta = np.full((n, P), 0.5), np.full((n, P), 0.5)
