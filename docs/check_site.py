@@ -5,15 +5,15 @@ Chromium (driven by Playwright, with the system's Chromium: no browser download)
 a reader sees:
 
 * the home page loads with the site's title; clicking each link of the navigation lands on an
-  HTML page (the URL ends in ``.html``; never a folder listing) whose title is the link's and
-  whose body has a heading;
+  HTML page (the URL ends in ``.html``; never a folder listing) whose title is the link's,
+  whose body has a heading and whose images (the study pages' figures) load;
 * on an API reference page, a cross-reference made from a docstring role is a link, and
   clicking it reaches a page holding the target's anchor;
 * no raw ``:func:``/``:class:``/... role text is visible on the reference pages, and no page
   shows unrendered markup (a list left inside a paragraph, ``**`` or ``*`` around words, a
   ``.. math::`` directive);
-* PNG screenshots of a few pages (home, a guide, an API page, a study page) go to ``--out``
-  with a note of the command, the date and the Chromium version.
+* PNG screenshots of a few pages (home, a guide, an API page, a study page at its first
+  figure) go to ``--out`` with a note of the command, the date and the Chromium version.
 
 Each problem is printed on one line and the exit status is 1. ``make docs-check`` builds the
 site, installs Chromium (Debian's package) and Playwright where missing, and runs this::
@@ -65,6 +65,8 @@ PROSE = """() => [...document.querySelectorAll('article p, article li')].map(el 
   c.querySelectorAll('code, pre, kbd, script, style, .arithmatex, ul, ol').forEach(x => x.remove());
   return c.textContent;
 })"""
+BROKEN_IMAGES = """() => [...document.querySelectorAll('article img')]
+  .filter(img => !img.complete || img.naturalWidth === 0).map(img => img.getAttribute('src'))"""
 ROLE_LINKS = """() => [...document.querySelectorAll(
   '.doc-contents a.autorefs-internal')].filter(a => a.firstElementChild &&
   a.firstElementChild.tagName === 'CODE' && a.children.length === 1).map(a => a.getAttribute('href'))"""
@@ -132,7 +134,7 @@ def prose_problems(page: str, texts: list) -> list:
             m = rx.search(text)
             if m is not None:
                 snippet = " ".join(text[max(0, m.start() - 30):m.end() + 30].split())
-                out.append(f"{page}: {what}: ...{snippet}...")
+                out.append(f"{page}: {what}: {snippet!r}")
     return out
 
 
@@ -196,6 +198,8 @@ def check(site: Path, out: Path | None, chromium: str = CHROMIUM, title: str | N
             rel = Path(unquote(urlsplit(facts["url"]).path)).resolve().relative_to(site.resolve())
             visited[rel.as_posix()] = label
             problems += prose_problems(rel.as_posix(), page.evaluate(PROSE))
+            problems += [f"{rel.as_posix()}: image {src} did not load"
+                         for src in page.evaluate(BROKEN_IMAGES)]
             if rel.parts[0] == "reference":
                 problems += role_problems(rel.as_posix(), page.inner_text("article"))
         if labels and not any(p.startswith("reference/") for p in visited):
@@ -209,7 +213,9 @@ def check(site: Path, out: Path | None, chromium: str = CHROMIUM, title: str | N
                     problems.append(f"{rel}: no such page to photograph")
                     continue
                 page.goto(_uri(site, rel))
-                page.screenshot(path=str(out / name))
+                if rel.startswith("studies/") and page.locator("article img").count():
+                    page.locator("article img").first.scroll_into_view_if_needed()
+                _save_small(page.screenshot(), out / name)
         browser.close()
     return problems, version, len(visited)
 
@@ -233,6 +239,15 @@ def _cross_reference(page, site: Path, api_page: str) -> list:
     if not urlsplit(got["url"]).path.endswith(".html"):
         return [f"{api_page}: cross-reference {href!r} -> {got['url']}: not an .html page"]
     return []
+
+
+def _save_small(png: bytes, path: Path) -> None:
+    """A screenshot as a 128-colour PNG (about a third of the size; the text stays sharp)."""
+    import io
+
+    from PIL import Image
+
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(128).save(path, optimize=True)
 
 
 def write_note(out: Path, argv: list, version: str, n_pages: int, problems: list) -> None:
