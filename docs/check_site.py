@@ -69,7 +69,8 @@ BROKEN_IMAGES = """() => [...document.querySelectorAll('article img')]
   .filter(img => !img.complete || img.naturalWidth === 0).map(img => img.getAttribute('src'))"""
 ROLE_LINKS = """() => [...document.querySelectorAll(
   '.doc-contents a.autorefs-internal')].filter(a => a.firstElementChild &&
-  a.firstElementChild.tagName === 'CODE' && a.children.length === 1).map(a => a.getAttribute('href'))"""
+  a.firstElementChild.tagName === 'CODE' && a.children.length === 1)
+  .map(a => a.getAttribute('href'))"""
 ANCHOR = """() => ({url: location.href, found: location.hash.length > 1 &&
   !!document.getElementById(decodeURIComponent(location.hash.slice(1)))})"""
 
@@ -251,17 +252,23 @@ def _save_small(png: bytes, path: Path) -> None:
 
 
 def write_note(out: Path, argv: list, version: str, n_pages: int, problems: list) -> None:
-    """``out/check_site.md``: the command, the date, Chromium's version and the outcome."""
+    """``out/check_site.md``: the command, the date, the browser's version and the outcome."""
+    from importlib.metadata import version as package_version
+
     shots = ", ".join(f"`{n}` ({p})" for n, p in SCREENSHOTS.items())
     result = "passed" if not problems else f"{len(problems)} problem(s):\n\n" + "\n".join(
         f"* {p}" for p in problems)
     out.joinpath("check_site.md").write_text(
         "# The documentation site in headless Chromium\n\n"
-        f"Command: `python docs/check_site.py {' '.join(argv)}` (`make docs-check`)\n\n"
-        f"Date: {datetime.date.today().isoformat()}; Chromium {version} (headless, driven by "
-        f"Playwright), pages opened from disk with file:// URLs, viewport "
-        f"{VIEWPORT['width']}x{VIEWPORT['height']}.\n\n"
-        f"Navigation links followed: {n_pages}; screenshots: {shots}.\n\n"
+        f"Command: `python docs/check_site.py {' '.join(argv)}` (`make docs-check`).\n\n"
+        f"Date: {datetime.date.today().isoformat()}. Chromium {version} (headless), driven by "
+        f"Playwright {package_version('playwright')}; pages opened from disk with file:// "
+        f"URLs, viewport {VIEWPORT['width']}x{VIEWPORT['height']}.\n\n"
+        f"Checked: {n_pages} navigation links followed from the home page (each an .html page "
+        f"with its title, a heading and loaded images); a docstring cross-reference on "
+        f"`{API_PAGE}` clicked to its anchor; no raw roles on the reference pages; no "
+        f"unrendered lists, emphasis or reST directives.\n\n"
+        f"Screenshots: {shots}.\n\n"
         f"Result: {result}\n")
 
 
