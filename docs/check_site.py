@@ -57,7 +57,7 @@ PAGE_FACTS = """() => {
   const body = document.body ? document.body.innerText : '';
   return {url: location.href, title: document.title, h1: h1 ? h1.textContent.trim() : '',
           listing: body.trimStart().startsWith('Index of ') || !!document.querySelector(
-            'table#tbody, #parentDirLinkBox')};
+            '#parentDirLinkBox, tbody#tbody')};
 }"""
 # the text a reader sees as prose: paragraphs and list items, without code
 PROSE = """() => [...document.querySelectorAll('article p, article li')].map(el => {
@@ -153,6 +153,10 @@ def role_problems(page: str, text: str) -> list:
             for m in ROLE_TEXT.finditer(text)]
 
 
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _uri(site: Path, page: str) -> str:
     return (site / page).resolve().as_uri()
 
@@ -171,7 +175,7 @@ def check(site: Path, out: Path | None, chromium: str = CHROMIUM, title: str | N
     Returns:
         ``(problems, version, n_pages)``: one-line messages, Chromium's version, pages checked.
     """
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Error, sync_playwright
 
     title = title or site_title(ROOT / "mkdocs.yml")
     problems: list = []
@@ -189,8 +193,12 @@ def check(site: Path, out: Path | None, chromium: str = CHROMIUM, title: str | N
         for i, label in enumerate(labels):
             page.goto(home)
             page.evaluate(NAV_LINKS)  # numbers the links again (data-check-nav)
-            page.locator(f"[data-check-nav='{i}']").click()
-            page.wait_for_load_state()
+            try:
+                page.locator(f"[data-check-nav='{i}']").click(timeout=10_000)
+                page.wait_for_load_state()
+            except Error as e:
+                problems.append(f"navigation link {label!r}: {_first_line(e)}")
+                continue
             facts = page.evaluate(PAGE_FACTS)
             bad = page_problem(label, facts, title)
             if bad:
@@ -203,9 +211,12 @@ def check(site: Path, out: Path | None, chromium: str = CHROMIUM, title: str | N
                          for src in page.evaluate(BROKEN_IMAGES)]
             if rel.parts[0] == "reference":
                 problems += role_problems(rel.as_posix(), page.inner_text("article"))
-        if labels and not any(p.startswith("reference/") for p in visited):
+        if labels and not any(v.startswith("reference/") for v in visited):
             problems.append("no API reference page reached from the navigation")
-        problems += _cross_reference(page, site, api_page)
+        try:
+            problems += _cross_reference(page, site, api_page)
+        except Error as e:
+            problems.append(f"{api_page}: cross-reference: {_first_line(e)}")
         version = browser.version
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
@@ -231,7 +242,7 @@ def _cross_reference(page, site: Path, api_page: str) -> list:
         return [f"{api_page}: no cross-reference link from a docstring role"]
     # prefer one to another page: it tests the relative path as well as the anchor
     href = next((h for h in hrefs if not h.startswith("#")), hrefs[0])
-    page.locator(f".doc-contents a.autorefs-internal[href='{href}']").first.click()
+    page.locator(f".doc-contents a.autorefs-internal[href='{href}']").first.click(timeout=10_000)
     page.wait_for_load_state()
     got = page.evaluate(ANCHOR)
     if not got["found"]:
