@@ -6,8 +6,11 @@ the object's module and its packages; a bare name is looked up from the object o
 Sphinx does). mkdocstrings renders Markdown, where a role would show as raw text: each is
 replaced by an optional autorefs cross-reference to the object's canonical path, which becomes
 a link when the site renders that object and plain code otherwise (never a broken link). A
-target that names no object is shown as code. Loaded by ``mkdocs.yml`` (the Python handler's
-``extensions``); :func:`convert` is the pure text transformation, tested on its own.
+target that names no object is shown as code. A ``.. math::`` or ``.. code-block::`` directive
+would show as raw text too: each becomes a fenced code block (a formula is shown as its source:
+the site has no math renderer that works offline). Loaded by ``mkdocs.yml`` (the Python
+handler's ``extensions``); :func:`convert` and :func:`directive_blocks` are the pure text
+transformations, tested on their own.
 """
 
 from __future__ import annotations
@@ -58,6 +61,60 @@ def convert(text: str, scopes: list, lookup) -> str:
     return ROLE.sub(sub, text)
 
 
+DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)\.\. (?P<name>math|code-block|code|sourcecode)::"
+                       r"[ \t]*(?P<arg>.*)$")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def directive_blocks(text: str) -> str:
+    """``text`` with every ``.. math::`` and ``.. code-block::`` directive a fenced code block.
+
+    Args:
+        text: a docstring.
+
+    Returns:
+        The text where each directive (its line and the following lines indented deeper than
+        it, blank lines between them included) is a fenced block at the directive's
+        indentation, with a blank line either side: a formula's lines (its continuations
+        dedented to the formula's first column), or the code under a ``code-block:: LANG``
+        (dedented, fenced as ``LANG``).
+    """
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        m = DIRECTIVE.match(lines[i])
+        if m is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent, math = m.group("indent"), m.group("name") == "math"
+        j = i + 1
+        while j < len(lines) and (_indent(lines[j]) > len(indent) if lines[j].strip() else any(
+                nxt.strip() and _indent(nxt) > len(indent) for nxt in lines[j + 1:j + 2])):
+            j += 1
+        body = lines[i + 1:j]
+        cut = min([_indent(b) for b in body if b.strip()] or [0])
+        if math:  # continuations keep their indentation beyond the formula's first column
+            cut = min(cut, m.start("arg"))
+            block = ([m.group("arg")] if m.group("arg").strip() else []) + [b[cut:] for b in body]
+            fence = "```"
+        else:
+            block, fence = [b[cut:] for b in body], "```" + m.group("arg").strip()
+        while block and not block[0].strip():
+            block.pop(0)
+        while block and not block[-1].strip():
+            block.pop()
+        if out and out[-1].strip():
+            out.append("")
+        out += [indent + fence] + [(indent + b).rstrip() for b in block] + [indent + "```"]
+        if j < len(lines) and lines[j].strip():
+            out.append("")
+        i = j
+    return "\n".join(out)
+
+
 def _scopes(obj) -> list:
     out, o = [], obj
     while o is not None:
@@ -67,7 +124,7 @@ def _scopes(obj) -> list:
 
 
 class RoleLinks(griffe.Extension):
-    """Rewrites every loaded object's docstring with :func:`convert`."""
+    """Rewrites every loaded object's docstring: :func:`convert`, then :func:`directive_blocks`."""
 
     def on_package(self, *, pkg, loader, **kwargs) -> None:
         coll = loader.modules_collection
@@ -81,7 +138,8 @@ class RoleLinks(griffe.Extension):
 
         def walk(obj):
             if obj.docstring is not None and ":" in obj.docstring.value:
-                obj.docstring.value = convert(obj.docstring.value, _scopes(obj), lookup)
+                obj.docstring.value = directive_blocks(convert(obj.docstring.value,
+                                                               _scopes(obj), lookup))
             for member in obj.members.values():
                 if not member.is_alias:
                     walk(member)
