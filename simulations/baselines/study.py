@@ -117,7 +117,9 @@ SETTINGS = {
                                               for s in (0.0, 0.5, 1.0, 2.0, 3.0)),
                      group_sizes=(2, 4, 8), n_reps=100_000, kept_rates=(0.05, 0.1, 0.3, 0.5),
                      kept_sizes=(2, 4, 8, 16), train_sizes=(2, 4, 8), train_steps=60,
-                     train_seeds=64, pooled_deltas=(0.5, 0.2, 0.1, 0.05, 0.02, 0.01),
+                     train_seeds=64,
+                     # the scaling family's full members: leave-one-out's G* from 2 to 128
+                     pooled_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
                      pooled_reps=100_000, spo_seeds=256),
 }
