@@ -36,21 +36,38 @@ def _validate_kind(kind, excludes) -> None:
                          "alternative the test excludes")
 
 
+#: the distance (in standard errors) a statistical check's rival must lie beyond for the check to
+#: have power, unless the check states its own bound
+Z_POWER = 4.0
+
+
 @dataclass(frozen=True)
 class Check:
     """One verdict: ``passed`` is True/False, or None when the number it needs is missing.
 
     ``kind`` is one of :data:`KINDS`; ``excludes`` names the alternative a statistical check
-    rules out (required for ``kind="statistical"``)."""
+    rules out (required for ``kind="statistical"``); ``rival_se`` is how far that rival lies from
+    the measured value, in standard errors (the smallest over the rows the check covers), and
+    ``z_tol`` the distance beyond which the test rejects: the check has power when
+    ``rival_se > z_tol``."""
 
     name: str
     passed: bool | None
     detail: str = ""
     kind: str = "sanity"
     excludes: str = ""
+    rival_se: float | None = None
+    z_tol: float = Z_POWER
 
     def __post_init__(self):
         _validate_kind(self.kind, self.excludes)
+
+    @property
+    def has_power(self) -> bool:
+        """A statistical check whose named rival lies beyond its rejection bound (False for the
+        other kinds, and for a statistical check that states no distance)."""
+        return (self.kind == "statistical" and self.rival_se is not None
+                and bool(np.isfinite(self.rival_se)) and abs(self.rival_se) > self.z_tol)
 
     @property
     def verdict(self) -> str:
@@ -58,7 +75,7 @@ class Check:
 
 
 def check(name: str, ok, *values, kind: str | None = None, excludes: str = "",
-          detail: str = "") -> Check:
+          detail: str = "", rival_se: float | None = None, z_tol: float = Z_POWER) -> Check:
     """A :class:`Check` that is INCOMPLETE (not PASS) when any of ``values`` is missing/non-finite.
 
     Args:
@@ -69,17 +86,22 @@ def check(name: str, ok, *values, kind: str | None = None, excludes: str = "",
         excludes: the alternative the check rules out; required and non-empty for
             ``kind="statistical"``.
         detail: the measured numbers, for the report.
+        rival_se: for a statistical check, the distance of the rival named in ``excludes``
+            from the measurement, in standard errors (the smallest over the check's rows).
+        z_tol: the distance beyond which the check's test rejects (default :data:`Z_POWER`).
 
     Raises:
         ValueError: ``kind`` is missing or not one of :data:`KINDS`, or a statistical check has
             no ``excludes``.
     """
     _validate_kind(kind, excludes)
+    r = None if rival_se is None else float(rival_se)
     for v in values:
         arr = np.asarray(v if v is not None else np.nan, dtype=float)
         if arr.size == 0 or not np.all(np.isfinite(arr)):
-            return Check(name, None, detail or "missing or non-finite number", kind, excludes)
-    return Check(name, bool(np.all(ok)), detail, kind, excludes)
+            return Check(name, None, detail or "missing or non-finite number", kind, excludes,
+                         r, z_tol)
+    return Check(name, bool(np.all(ok)), detail, kind, excludes, r, z_tol)
 
 
 def md_cell(text) -> str:
@@ -129,9 +151,20 @@ def kind_counts(checks) -> dict:
 
 
 def kind_counts_line(checks) -> str:
-    """``"Checks by kind: N exact, M statistical, K sanity"``."""
+    """``"Checks by kind: N exact, M statistical (P with power), K sanity"``: P counts the
+    statistical checks whose rival lies beyond their bound (:attr:`Check.has_power`)."""
     n = kind_counts(checks)
-    return "Checks by kind: " + ", ".join(f"{n[k]} {k}" for k in KINDS)
+    power = sum(c.has_power for c in checks)
+    parts = [f"{n[k]} {k}" + (f" ({power} with power)" if k == "statistical" else "")
+             for k in KINDS]
+    return "Checks by kind: " + ", ".join(parts)
+
+
+def rival_cell(c: Check) -> str:
+    """The rival's distance of a statistical check for the report (``"9.1 se"``), else ``""``."""
+    if c.kind != "statistical" or c.rival_se is None:
+        return ""
+    return f"{abs(c.rival_se):.1f} se" if np.isfinite(c.rival_se) else "n/a"
 
 
 @dataclass
@@ -156,7 +189,8 @@ class Section:
         if not self.checks:
             return ""
         lines = [kind_counts_line(self.checks), "",
-                 "| check | kind | result | excludes | detail |", "|---|---|---|---|---|"]
+                 "| check | kind | result | excludes | rival at | detail |",
+                 "|---|---|---|---|---|---|"]
         lines += [f"| {md_cell(c.name)} | {c.kind} | {c.verdict} | {md_cell(c.excludes)} | "
-                  f"{md_cell(c.detail)} |" for c in self.checks]
+                  f"{rival_cell(c)} | {md_cell(c.detail)} |" for c in self.checks]
         return "\n".join(lines)

@@ -73,8 +73,9 @@ def write_report(out: Path, sections: dict, timings: dict | None = None,
              "one failed, INCOMPLETE that cells or numbers are missing.", "",
              kind_counts_line([c for _, sec, _ in sections.values() for c in sec.checks])
              + " (all sections; exact: an identity between separately coded routes; "
-             "statistical: a test that excludes the named alternative; sanity: holds by "
-             "construction, a bound, or a run that finished).", "",
+             "statistical: a test that excludes the named alternative, with power when that "
+             "rival lies beyond the test's bound, its distance in the column 'rival at'; "
+             "sanity: holds by construction, a bound, or a run that finished).", "",
              "| experiment | claim | setting | seed | result |", "|---|---|---|---|---|"]
     body = []
     for name, (exp, sec, m) in sections.items():

@@ -104,6 +104,7 @@ def checks(s: dict) -> list[Check]:
               f"place beyond {Z_TOL:g} se", s["max_abs_z"] <= Z_TOL and s["min_rival_z"] > Z_TOL,
               s["max_abs_z"], s["min_rival_z"], kind="statistical",
               excludes="the estimator having leave-one-out's MSE (the rival exact value)",
+              rival_se=s["min_rival_z"], z_tol=Z_TOL,
               detail=f"largest abs z {s['max_abs_z']:.2f} over {s['n_mc']} rows; the rival lies "
                      f"{s['min_rival_z']:.1f} se away or more ({s['n_rival']} rows whose MSE "
                      f"differs from leave-one-out's by more than {RIVAL_GAP:.0%})"),
@@ -125,7 +126,8 @@ def checks(s: dict) -> list[Check]:
               s["pooled_max_z"] <= Z_TOL and s["pooled_min_rival_z"] > Z_TOL
               and s["n_pooled_rival"] > 0, s["pooled_max_z"], s["pooled_min_rival_z"],
               kind="statistical", excludes="pooling leaving the MSE at leave-one-out's law "
-              "(its exact MSE at the same B and G)",
+              "(its exact MSE at the same B and G)", rival_se=s["pooled_min_rival_z"],
+              z_tol=Z_TOL,
               detail=f"largest abs z {s['pooled_max_z']:.2f} over {s['n_pooled_mc']} points; "
                      f"the rival lies {s['pooled_min_rival_z']:.1f} se away or more "
                      f"({s['n_pooled_rival']} points whose MSE differs by more than "

@@ -365,38 +365,48 @@ def test_section_verdict_rules():
     assert Section("t", "", [ok, fail]).verdict == "FAIL"
     assert Section("t", "", [ok, none]).verdict == "INCOMPLETE"
     assert Section("t", "", [fail, none]).verdict == "FAIL"  # a failed check is definite
-    assert "| b | sanity | FAIL |  |  |" in Section("t", "", [ok, fail]).checks_markdown()
+    assert "| b | sanity | FAIL |  |  |  |" in Section("t", "", [ok, fail]).checks_markdown()
 
 
 def test_check_table_has_kind_and_excludes_columns_and_escapes_pipes():
     checks = [check("abs |z| <= 4", True, 1.0, kind="statistical",
-                    excludes="a rival | law", detail="largest |z| 1.0"),
+                    excludes="a rival | law", detail="largest |z| 1.0", rival_se=-9.14),
               check("identity", True, 0.0, kind="exact", detail="0.0e+00"),
               check("ran", False, 1.0, kind="sanity")]
     md = Section("t", "", checks).checks_markdown().splitlines()
-    assert md[0] == "Checks by kind: 1 exact, 1 statistical, 1 sanity"
-    assert md[2] == "| check | kind | result | excludes | detail |"
-    assert md[3] == "|---|---|---|---|---|"
-    assert md[4] == ("| abs \\|z\\| <= 4 | statistical | PASS | a rival \\| law | "
+    assert md[0] == "Checks by kind: 1 exact, 1 statistical (1 with power), 1 sanity"
+    assert md[2] == "| check | kind | result | excludes | rival at | detail |"
+    assert md[3] == "|---|---|---|---|---|---|"
+    assert md[4] == ("| abs \\|z\\| <= 4 | statistical | PASS | a rival \\| law | 9.1 se | "
                      "largest \\|z\\| 1.0 |")
-    assert md[5] == "| identity | exact | PASS |  | 0.0e+00 |"
-    assert md[6] == "| ran | sanity | FAIL |  |  |"
-    for row in md[4:]:  # five cells once the escaped pipes are set aside
-        assert len(row.replace("\\|", "").split("|")) == 7
+    assert md[5] == "| identity | exact | PASS |  |  | 0.0e+00 |"
+    assert md[6] == "| ran | sanity | FAIL |  |  |  |"
+    for row in md[4:]:  # six cells once the escaped pipes are set aside
+        assert len(row.replace("\\|", "").split("|")) == 8
     assert kind_counts(checks) == {"exact": 1, "statistical": 1, "sanity": 1}
 
 
 def test_report_counts_checks_by_kind_per_study_and_in_total(tmp_path):
     a = Section("A", "body", [check("x", True, 1.0, kind="exact"),
-                              check("y", True, 1.0, kind="statistical", excludes="r")])
+                              check("y", True, 1.0, kind="statistical", excludes="r",
+                                    rival_se=2.0)])
     b = Section("B", "body", [check("z", True, 1.0, kind="sanity"),
                               check("w", True, 1.0, kind="exact")])
     text = cli.write_report(tmp_path, {"a": (EXP, a, {}), "b": (EXP, b, {})}).read_text()
     head = text.split("| experiment |")[0]
-    assert "Checks by kind: 2 exact, 1 statistical, 1 sanity" in head
-    assert text.count("Checks by kind: 1 exact, 1 statistical, 0 sanity") == 1
-    assert text.count("Checks by kind: 1 exact, 0 statistical, 1 sanity") == 1
-    assert text.count("| check | kind | result | excludes | detail |") == 2
+    # the statistical check's rival lies 2 se away, inside the bound of 4: no power
+    assert "Checks by kind: 2 exact, 1 statistical (0 with power), 1 sanity" in head
+    assert text.count("Checks by kind: 1 exact, 1 statistical (0 with power), 0 sanity") == 1
+    assert text.count("Checks by kind: 1 exact, 0 statistical (0 with power), 1 sanity") == 1
+    assert text.count("| check | kind | result | excludes | rival at | detail |") == 2
+
+
+def test_power_needs_a_rival_beyond_the_bound():
+    far = check("t", True, 1.0, kind="statistical", excludes="r", rival_se=5.0)
+    near = check("t", True, 1.0, kind="statistical", excludes="r", rival_se=3.0)
+    own = check("t", True, 1.0, kind="statistical", excludes="r", rival_se=3.0, z_tol=2.0)
+    assert far.has_power and not near.has_power and own.has_power
+    assert not check("t", True, 1.0, kind="exact").has_power
 
 
 def test_report_that_raises_on_partial_table_is_incomplete(tmp_path):
