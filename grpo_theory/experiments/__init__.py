@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # the face as static tools (griffe, the docs, type checkers) 
                          collect, is_timing, key_seed, last_run, report_section, run_experiment,
                          run_experiments)
     from .stats import (ArgminBootstrap, SpearmanResult, bootstrap_argmin, bootstrap_ci,
-                        bootstrap_ratio_ci, interval_from_freq, markdown_table, ratio_ci,
-                        spearman)
+                        bootstrap_ratio_ci, interval_from_freq, markdown_table,
+                        minimum_detectable_effect, ratio_ci, spearman)
     from .store import (CellSchemaError, CellStore, atomic_write_csv, atomic_write_text,
                         check_out_dir)
 
@@ -43,7 +43,7 @@ _ATTRS = {
     **dict.fromkeys(("mean_ci", "paired_squared_errors"), "paired"),
     **dict.fromkeys(("ArgminBootstrap", "SpearmanResult", "bootstrap_argmin", "bootstrap_ci",
                      "bootstrap_ratio_ci", "interval_from_freq", "markdown_table", "ratio_ci",
-                     "spearman"), "stats"),
+                     "spearman", "minimum_detectable_effect"), "stats"),
 }
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     # the reports' statistics and tables
     "ArgminBootstrap", "bootstrap_argmin", "interval_from_freq", "bootstrap_ci",
     "bootstrap_ratio_ci", "ratio_ci", "SpearmanResult", "spearman", "markdown_table",
+    "minimum_detectable_effect",
     # paired Monte Carlo of several estimators on the same groups (the studies' shared code)
     "paired_squared_errors", "mean_ci",
 ]

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from grpo_theory.experiments import minimum_detectable_effect
+
 #: paired comparisons (a, b): a - b per seed
 PAIRS = (("scheduled-8", "fixed-8"), ("scheduled-3", "fixed-3"), ("fixed-3", "fixed-8"),
          ("scheduled-3", "fixed-8"))
@@ -45,13 +47,15 @@ def _t_interval(x: np.ndarray, level: float = 0.95):
 def summarise_seeds(ps: pd.DataFrame, metrics, pairs, paired_metrics, version) -> pd.DataFrame:
     """Tidy summary of per-(arm, seed) metrics ``ps``: ``kind`` (arm or difference), ``name``,
     ``metric``, ``mean``, ``ci_low``, ``ci_high``, ``seeds``; differences ``a - b`` of ``pairs``
-    paired by seed (the same initial model and prompts), for ``paired_metrics``."""
+    paired by seed (the same initial model and prompts), for ``paired_metrics``, with ``mde``:
+    the smallest true difference the paired t test (5%, two-sided) detects with 80% power at
+    these seeds (NaN for the arms' rows)."""
     rows = []
     for arm, d in ps.groupby("arm"):
         for m in metrics:
             mean, lo, hi = _t_interval(d[m])
             rows.append(dict(kind="arm", name=arm, metric=m, mean=mean, ci_low=lo, ci_high=hi,
-                             seeds=len(d)))
+                             seeds=len(d), mde=np.nan))
     wide = ps.set_index(["seed", "arm"]).unstack("arm")
     for a, b in pairs:
         if a not in ps["arm"].values or b not in ps["arm"].values:
@@ -59,8 +63,11 @@ def summarise_seeds(ps: pd.DataFrame, metrics, pairs, paired_metrics, version) -
         for m in paired_metrics:
             diff = (wide[m][a] - wide[m][b]).dropna()
             mean, lo, hi = _t_interval(diff)
+            n = len(diff)
+            se = float(np.std(diff, ddof=1) / np.sqrt(n)) if n >= 2 else np.nan
             rows.append(dict(kind="difference", name=f"{a} - {b}", metric=m, mean=mean,
-                             ci_low=lo, ci_high=hi, seeds=len(diff)))
+                             ci_low=lo, ci_high=hi, seeds=n,
+                             mde=minimum_detectable_effect(se, df=n - 1)))
     out = pd.DataFrame(rows)
     out["version"] = version
     return out
@@ -115,11 +122,14 @@ def tables(summary: pd.DataFrame) -> list[str]:
     for r in summary[summary.kind == "arm"].itertuples():
         lines.append(f"| {r.name} | {r.metric} | {r.mean:.4g} | [{r.ci_low:.4g}, "
                      f"{r.ci_high:.4g}] |")
-    lines += ["", "Paired differences (per seed, then t over seeds):", "",
-              "| difference | metric | mean | 95% CI | verdict |", "|---|---|---|---|---|"]
+    lines += ["", "Paired differences (per seed, then t over seeds); detectable: the smallest "
+              "true difference the paired t test (5%, two-sided) finds with 80% power at these "
+              "seeds:", "",
+              "| difference | metric | mean | 95% CI | detectable | verdict |",
+              "|---|---|---|---|---|---|"]
     for r in summary[summary.kind == "difference"].itertuples():
         lines.append(f"| {r.name} | {r.metric} | {r.mean:+.4f} | [{r.ci_low:+.4f}, "
-                     f"{r.ci_high:+.4f}] | {_verdict(r)} |")
+                     f"{r.ci_high:+.4f}] | ±{r.mde:.4f} | {_verdict(r)} |")
     return lines
 
 
