@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import _validation as V
-from .problem import DiscreteProblem, ProblemSource
+from .problem import DiscreteProblem, ProblemSource, pass_k_targets
 from .._precision import float64
 
 
@@ -101,10 +101,8 @@ class ScoreStructure:
 
     @float64
     def pass_k_prompt_gradients(self, k: int = 1) -> jnp.ndarray:
-        """``k (1 - V(x))^(k-1) g(x)``: each prompt's gradient of pass@k (binary rewards), the
-        target of an estimator with ``pass_k = k``; ``g(x)`` itself for k = 1."""
-        g = self.prompt_gradients()
-        return g if k == 1 else (k * (1.0 - self.values()) ** (k - 1))[:, None] * g
+        """Each prompt's gradient of pass@k (:func:`pass_k_targets`)."""
+        return pass_k_targets(self.values(), self.prompt_gradients(), k)
 
     @float64
     def mean_scores(self) -> jnp.ndarray:

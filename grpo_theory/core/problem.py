@@ -25,6 +25,14 @@ from .. import _validation as V
 from .._precision import float64
 
 
+def pass_k_targets(values, prompt_gradients, k: int = 1):
+    """``k (1 - V(x))^(k-1) g(x)`` (P, D): each prompt's gradient of ``pass@k = 1 - (1 - V)^k``
+    for binary rewards, the target of an estimator with ``pass_k = k``; ``g(x)`` for k = 1."""
+    if k == 1:
+        return prompt_gradients
+    return (k * (1.0 - values) ** (k - 1))[:, None] * prompt_gradients
+
+
 @runtime_checkable
 class RewardTable(Protocol):
     """The reward contract of the core: an enumerable problem's Bernoulli reward means.
@@ -125,10 +133,8 @@ class DiscreteProblem:
 
     @float64
     def pass_k_prompt_gradients(self, k: int = 1) -> jnp.ndarray:
-        """``k (1 - V(x))^(k-1) g(x)``: each prompt's gradient of pass@k (binary rewards), the
-        target of an estimator with ``pass_k = k``; ``g(x)`` itself for k = 1."""
-        g = self.prompt_gradients()
-        return g if k == 1 else (k * (1.0 - self.values()) ** (k - 1))[:, None] * g
+        """Each prompt's gradient of pass@k (:func:`pass_k_targets`)."""
+        return pass_k_targets(self.values(), self.prompt_gradients(), k)
 
     @float64
     def pass_k_gradient(self, k: int = 1) -> jnp.ndarray:
