@@ -65,12 +65,17 @@ def _se_distance(rival, value, se):
 def _min_rival_z(mc: pd.DataFrame) -> float:
     """The Monte Carlo check's rival, every rule with the fixed-G* rule's exact MSE and expected
     rollouts: its distance from each other rule's Monte Carlo (the larger of the two, in se),
-    the smallest over those rules; NaN without a fixed rule or another rule."""
+    the smallest over the rules whose exact MSE or rollouts differ from the fixed rule's
+    (relative 1e-9; a rule of the same sizes is the rival itself); NaN without a fixed rule or
+    such a rule."""
     fixed = mc[mc.rule.str.startswith("fixed")]
-    rest = mc[~mc.rule.str.startswith("fixed")]
-    if len(fixed) != 1 or not len(rest):
+    if len(fixed) != 1:
         return float("nan")
     f = fixed.iloc[0]
+    rest = mc[(np.abs(mc.exact_mse / f.exact_mse - 1) > 1e-9)
+              | (np.abs(mc.exact_rollouts / f.exact_rollouts - 1) > 1e-9)]
+    if not len(rest):
+        return float("nan")
     z = np.maximum(_se_distance(f.exact_mse, rest.mc_mse, rest.mc_se),
                    _se_distance(f.exact_rollouts, rest.mc_rollouts, rest.rollouts_se))
     return float(np.min(z))
