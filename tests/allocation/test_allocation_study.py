@@ -73,6 +73,26 @@ def test_an_audit_off_its_monte_carlo_fails(small_run):
     assert bad[0].passed is False
 
 
+def test_monte_carlo_drawn_around_the_fixed_rule_fails(small_run):
+    """The Monte Carlo check's named rival (every rule with the fixed-G* rule's exact MSE and
+    rollouts) lies beyond the bound in the small run; fed that rival (each differing rule's Monte
+    Carlo moved onto the fixed rule's exact values, z recomputed), the check fails and the rival
+    lies 0 se away. A rule of the fixed rule's sizes is the rival itself and is not counted."""
+    t = dict(small_run.tables)
+    mc = t["mc"].copy()
+    good = [c for c in ra.checks(ra.summaries(t, 200)) if c.name.startswith("exact MSE")][0]
+    assert good.passed and good.has_power and good.z_tol == 4.0 and good.rival_se > 4.0
+    f = mc[mc.rule.str.startswith("fixed")].iloc[0]
+    mc["mc_mse"] = f.exact_mse + (mc.mc_mse - mc.exact_mse)
+    mc["mc_rollouts"] = f.exact_rollouts + (mc.mc_rollouts - mc.exact_rollouts)
+    mc["z_mse"] = (mc.mc_mse - mc.exact_mse) / mc.mc_se
+    se = mc.rollouts_se.where(mc.rollouts_se > 0)
+    mc["z_rollouts"] = ((mc.mc_rollouts - mc.exact_rollouts) / se).fillna(0.0)
+    bad = [c for c in ra.checks(ra.summaries(dict(t, mc=mc), 200))
+           if c.name.startswith("exact MSE")][0]
+    assert bad.passed is False and bad.rival_se < 1 and not bad.has_power
+
+
 def test_training_rules_spend_as_the_audit_says():
     """The JAX conformal-stopping sampler spends what the exact audit says at theta0."""
     b = scaling_family_bandit(0.1, at_optimum=False)

@@ -11,7 +11,7 @@ import grpo_theory as gt
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.studies import scaling_family as sf
-from grpo_theory.studies.scaling_family.study import Z_TOL
+from grpo_theory.studies.scaling_family.study import Z_TOL, argmin_rival_z
 
 # mc_reps as in quick: with fewer the rival law is not beyond 4 se at G = 2 for delta = 0.5
 SMALL = dataclasses.replace(sf.SETTINGS["quick"], deltas=(0.5, 0.1), grid=(2, 8), budgets=(16,),
@@ -85,6 +85,18 @@ def test_tampered_table_fails(small_run):
     t2 = dict(res.tables, mse=m2)
     checks = {c.name: c.passed for c in sf.checks(sf.summaries(t2, n_boot=SMALL.n_boot))}
     assert checks[next(k for k in checks if k.startswith("Monte Carlo"))] is False
+
+
+def test_argmin_rival_distance():
+    """The Monte Carlo argmin check's rival is the grid neighbour of the prediction nearer in
+    Monte Carlo MSE: its distance is (mc[G'] - mc[pred]) / hypot(se), the smallest over (member,
+    N), and 0 where the data favour the neighbour (then the check has no power)."""
+    mse = pd.DataFrame(dict(delta=0.5, N=16, G=[2, 4, 8], mc=[1.3, 1.0, 2.0],
+                            mc_se=[0.1, 0.1, 0.1 * np.sqrt(7)]))
+    pts = pd.DataFrame(dict(delta=[0.5], N=[16], G_grid=[4]))
+    assert argmin_rival_z(mse, pts) == pytest.approx(0.3 / np.hypot(0.1, 0.1))
+    assert argmin_rival_z(mse.assign(mc=[0.9, 1.0, 2.0]), pts) == 0.0
+    assert np.isnan(argmin_rival_z(mse, pts.assign(G_grid=[5])))
 
 
 def test_mse_law_checks_pass_and_refuse_monte_carlo_drawn_around_the_rival(small_run):
