@@ -29,7 +29,8 @@ from grpo_theory.experiments import check
 from grpo_theory.optim import theory as opt
 
 __all__ = ["N_BATCHES", "N_RATE_MIN", "N_PLATEAU_MIN", "ALPHA", "SLOPE_TOL", "PLATEAU_TOL",
-           "batch_slope", "plateau", "stationary_gap", "rate_checks"]
+           "RIVAL_SLOPE", "batch_slope", "plateau", "stationary_gap", "lemma6_limit",
+           "rate_checks"]
 
 N_BATCHES = 20
 N_RATE_MIN = 32  # the beta/i run is in its 1/n regime from here (beta / i < 1 / (2 mu))
@@ -37,6 +38,7 @@ N_PLATEAU_MIN = 128  # (1 - beta mu)^128 < 1e-7: the start is forgotten
 ALPHA = 0.05
 SLOPE_TOL = 0.25
 PLATEAU_TOL = 0.25
+RIVAL_SLOPE = -0.5  # the rate check's rival: a 1/sqrt(n) decay
 Z95 = z_value(0.05)
 
 
@@ -89,12 +91,21 @@ def stationary_gap(problem, estimator, group_size: int, batch_size: int, beta: f
     return float(0.5 * np.trace(a @ sigma))
 
 
+def lemma6_limit(L: float, mu: float, beta: float, M: float) -> float:
+    """Lemma 6's constant-step limit ``L beta^2 M / (4 mu beta - 2 L mu beta^2)`` (the bound as
+    ``n -> inf``): the rival of the plateau check."""
+    return float(L * beta**2 * M / (4 * mu * beta - 2 * L * mu * beta**2))
+
+
 def rate_checks(df) -> list:
-    """The rate and plateau checks, one per run with finite M (see the module doc).
+    """The rate and plateau checks, one per run with finite M (see the module doc); each
+    states its rival's distance (the slope -1/2 in standard errors of the batch-mean slope;
+    Lemma 6's constant-step limit in standard errors of the plateau).
 
     Args:
         df: the study's table (columns ``slope``, ``slope_low``, ``slope_high``, ``plateau``,
-            ``plateau_se`` and ``stationary_gap``, one value per cell).
+            ``plateau_se``, ``stationary_gap``, ``L``, ``mu``, ``beta`` and ``M``, one value per
+            cell).
     """
     out = []
     for (sch, est), d in df.groupby(["schedule", "estimator"], sort=False):
@@ -102,23 +113,34 @@ def rate_checks(df) -> list:
             continue
         r = d.iloc[0]
         if sch == "inverse":
+            # the rival slope -1/2 in standard errors of the batch mean (the interval's
+            # half-width is t se), and the t-quantile beyond which the interval excludes a value
+            t_q = t_value(ALPHA, N_BATCHES - 1)
+            se = (r.slope_high - r.slope_low) / (2 * t_q)
+            rival_z = abs(RIVAL_SLOPE - r.slope) / se if se > 0 else np.nan
             out.append(check(
                 f"{sch}/{est}: slope of log E[Delta_n] on log n within -1 ± {SLOPE_TOL:g} "
                 f"(n >= {N_RATE_MIN}, {1 - ALPHA:.0%} interval)",
                 (r.slope_low >= -1 - SLOPE_TOL) and (r.slope_high <= -1 + SLOPE_TOL),
-                r.slope, r.slope_low, r.slope_high, kind="statistical",
-                excludes="a decay slower or faster than 1/n (slope -1/2, or a plateau)",
+                r.slope, r.slope_low, r.slope_high, rival_z, kind="statistical",
+                excludes="a 1/sqrt(n) decay (slope -1/2)", rival_se=rival_z, z_tol=t_q,
                 detail=f"slope {r.slope:.3f} [{r.slope_low:.3f}, {r.slope_high:.3f}] over "
-                       f"{N_BATCHES} batches of seeds"))
+                       f"{N_BATCHES} batches of seeds; slope -1/2 lies {rival_z:.1f} se away"))
         elif sch == "constant":
             lo, hi = r.plateau - Z95 * r.plateau_se, r.plateau + Z95 * r.plateau_se
             s = r.stationary_gap
+            # the rival plateau, Lemma 6's constant-step limit, in standard errors of the plateau,
+            # and the check's band (PLATEAU_TOL of 1/2 tr(A Sigma)) in the same units
+            limit = lemma6_limit(r.L, r.mu, r.beta, r.M)
+            rival_z = abs(limit - r.plateau) / r.plateau_se if r.plateau_se > 0 else np.nan
+            band_z = PLATEAU_TOL * s / r.plateau_se if r.plateau_se > 0 else np.nan
             out.append(check(
                 f"{sch}/{est}: plateau within {PLATEAU_TOL:.0%} of 1/2 tr(A Sigma) "
                 "(discrete Lyapunov)", abs(r.plateau / s - 1) <= PLATEAU_TOL,
-                r.plateau, r.plateau_se, s, kind="statistical",
-                excludes="a plateau off 1/2 tr(A Sigma) by more than 25% (e.g. Lemma 6's "
-                         "constant-step limit, or a gap that keeps falling)",
+                r.plateau, r.plateau_se, s, rival_z, kind="statistical",
+                excludes="Lemma 6's constant-step limit L beta^2 M / (4 mu beta - 2 L mu "
+                         "beta^2) as the plateau", rival_se=rival_z, z_tol=band_z,
                 detail=f"plateau {r.plateau:.4g} (95% CI [{lo:.4g}, {hi:.4g}]) vs "
-                       f"{s:.4g}: ratio {r.plateau / s:.3f}"))
+                       f"{s:.4g}: ratio {r.plateau / s:.3f}; Lemma 6's limit {limit:.4g} lies "
+                       f"{rival_z:.1f} se away (the 25% band is {band_z:.1f} se)"))
     return out

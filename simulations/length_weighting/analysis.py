@@ -19,6 +19,9 @@ EXACT_TOL = 1e-12
 Z_TOL = 4.5
 #: two-sided level of the t test that alpha = 1 leaves E[L | incorrect] where it started
 DRIFT_ALPHA = 1e-3
+#: a Monte Carlo row counts for the check's power only where the rival's exact mean (alpha = 1's)
+#: differs from the row's by this share (relative norm)
+RIVAL_GAP = 0.05
 
 
 def training_summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -38,6 +41,36 @@ def training_summary(df: pd.DataFrame) -> pd.DataFrame:
 
 def _finite_all(mask) -> bool:
     return bool(len(mask) > 0 and np.all(mask))
+
+
+def mc_rival_z(mc: pd.DataFrame) -> tuple[float, int]:
+    """The Monte Carlo check's rival in standard errors: the unweighted (alpha = 1) estimator's
+    exact mean, the smallest ``rival_z`` (largest abs z over coordinates were the rival the
+    truth) over the rows whose exact mean differs from it by more than :data:`RIVAL_GAP`.
+
+    Args:
+        mc: the ``mc`` table (``rival_z``, ``rival_gap``; NaN when absent).
+    Returns:
+        ``(distance, number of rows)``.
+    """
+    if "rival_z" not in mc or "rival_gap" not in mc:
+        return float("nan"), 0
+    moved = mc[mc.rival_gap > RIVAL_GAP]
+    return (float(moved.rival_z.min()) if len(moved) else float("nan")), int(len(moved))
+
+
+def drift_rival_z(tr: pd.DataFrame) -> float:
+    """The alpha = 1 drift check's rival in standard errors: alpha = 1 drifting as alpha = 0
+    does, the smallest ``abs(drift_0 - drift_1) / se_1`` over the estimators.
+
+    Args:
+        tr: :func:`training_summary`.
+    """
+    a0 = tr[tr.alpha == 0.0].set_index("estimator")
+    a1 = tr[tr.alpha == 1.0].set_index("estimator")
+    z = ((a0.drift_incorrect.reindex(a1.index) - a1.drift_incorrect)
+         / a1.drift_incorrect_se).abs().to_numpy(dtype=float)
+    return float(z.min()) if z.size and np.isfinite(z).all() else float("nan")
 
 
 def checks(tables) -> dict:
@@ -66,6 +99,9 @@ def checks(tables) -> dict:
     a1d = a1.set_index("estimator").drift_incorrect
     gap = 0.25 * a0d.reindex(a1d.index) - a1d.abs()  # > 0: alpha=1 drifts < 1/4 of alpha=0
     t1 = np.array([t_value(DRIFT_ALPHA, n - 1) for n in a1.n_seeds], dtype=float)
+    mc_rz, n_mc_rival = mc_rival_z(mc)
+    z0 = ((a0.drift_incorrect / a0.drift_incorrect_se).abs().min() if len(a0) else np.nan)
+    z1 = drift_rival_z(tr)
     c = {
         "exact_enumeration": check(
             f"conditioning formula = enumeration of all G-tuples (<= {EXACT_TOL:g})",
@@ -106,30 +142,37 @@ def checks(tables) -> dict:
         "mc_agrees": check(
             f"Monte Carlo mean = exact (abs z <= {Z_TOL}, zero-variance coordinates exact)",
             _finite_all(mc.max_abs_z <= Z_TOL) and _finite_all(mc.max_err_zero_var < 1e-12),
-            mc.max_abs_z, mc.max_err_zero_var,
+            mc.max_abs_z, mc.max_err_zero_var, mc_rz,
             kind="statistical",
-            excludes="an exact formula that misdescribes the sampled estimator (beyond 4.5 se)",
-            detail=f"largest abs z {mc.max_abs_z.max():.2f}"),
+            excludes="the unweighted (α = 1) estimator's exact mean", rival_se=mc_rz,
+            z_tol=Z_TOL,
+            detail=f"largest abs z {mc.max_abs_z.max():.2f}; the rival lies {mc_rz:.1f} se "
+                   f"away or more ({n_mc_rival} rows whose exact mean differs from it by more "
+                   f"than {RIVAL_GAP:.0%})"),
         "alpha0_lengthens_incorrect": check(
             "α = 0 lengthens incorrect answers (sampled drift > 4 se, flow drift > 0.1)",
             _finite_all(a0.drift_incorrect > 4 * a0.drift_incorrect_se)
             and _finite_all(a0.flow_drift_incorrect > 0.1),
-            a0.drift_incorrect, a0.drift_incorrect_se, a0.flow_drift_incorrect,
-            kind="statistical", excludes="alpha = 0 leaving incorrect answers' length unchanged",
+            a0.drift_incorrect, a0.drift_incorrect_se, a0.flow_drift_incorrect, z0,
+            kind="statistical", excludes="alpha = 0 leaving incorrect answers' length unchanged "
+            "(a zero drift)", rival_se=z0, z_tol=4.0,
             detail=f"drift {a0.drift_incorrect.min():+.3f}, "
-                   f"flow {a0.flow_drift_incorrect.min():+.3f}"
-            if len(a0) else ""),
+                   f"flow {a0.flow_drift_incorrect.min():+.3f}; zero lies {z0:.1f} se away or "
+                   "more" if len(a0) else ""),
         "alpha1_does_not": check(
             f"α = 1 does not (abs flow drift < 0.01, abs drift < t(n_seeds - 1) se at level "
             f"{DRIFT_ALPHA:g}, and < α = 0's / 4)",
             _finite_all(a1.flow_drift_incorrect.abs() < 0.01)
             and _finite_all(a1.drift_incorrect.abs() < t1 * a1.drift_incorrect_se)
             and _finite_all(gap > 0),
-            a1.drift_incorrect, a1.drift_incorrect_se, a1.flow_drift_incorrect, gap, t1,
-            kind="statistical", excludes="alpha = 1 lengthening (or shortening) incorrect answers",
+            a1.drift_incorrect, a1.drift_incorrect_se, a1.flow_drift_incorrect, gap, t1, z1,
+            kind="statistical", excludes="alpha = 1 lengthening incorrect answers as alpha = 0 "
+            "does (α = 0's drift)", rival_se=z1,
+            z_tol=float(t1.max()) if t1.size else 4.0,
             detail=(f"largest abs drift {a1.drift_incorrect.abs().max():.3f} vs "
                     f"{(t1 * a1.drift_incorrect_se).min():.3f} (t = {t1.min():.2f}, "
-                    f"{int(a1.n_seeds.min())} seeds)") if len(a1) else ""),
+                    f"{int(a1.n_seeds.min())} seeds); α = 0's drift lies {z1:.1f} se away or "
+                    "more") if len(a1) else ""),
     }
     return c
 

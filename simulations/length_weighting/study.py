@@ -207,10 +207,19 @@ def _mc_row(est_name, a, G, n_reps, key):
     se = est_vals.std(axis=0, ddof=1) / np.sqrt(n_reps)
     ok = se > 0
     zsc = np.where(ok, (mean - np.asarray(exact)) / np.where(ok, se, 1.0), 0.0)
+    # the rival: the unweighted (alpha = 1) estimator's exact mean; its largest abs z is what
+    # the check's statistic would read were the rival the truth (not in SCHEMA: cells written
+    # before it was added stay valid, and the check reads them as INCOMPLETE)
+    rival, _ = LW.exact_expected_gradient(pol, 1.0, est, G)
+    rival = np.asarray(rival)
+    rz = np.where(ok, (mean - rival) / np.where(ok, se, 1.0), 0.0)
     return dict(estimator=est_name, alpha=a, G=G, n_reps=n_reps,
                 max_abs_z=float(np.max(np.abs(zsc))),
                 max_err_zero_var=float(np.max(np.abs(mean - exact)[~ok])) if (~ok).any() else 0.0,
-                rel_err=float(np.linalg.norm(mean - exact) / np.linalg.norm(exact)))
+                rel_err=float(np.linalg.norm(mean - exact) / np.linalg.norm(exact)),
+                rival_z=float(np.max(np.abs(rz))),
+                rival_gap=float(np.linalg.norm(rival - np.asarray(exact))
+                                / np.linalg.norm(exact)))
 
 
 def _per_group(prob, x, y, w, chunk=5000):

@@ -266,6 +266,11 @@ def test_driver_quick_claims(driver_run):
               if c.passed is not True]
     assert not failed, failed
     assert len(res.section.checks) == 12 and res.verdict == "PASS"
+    # the rivals' distances: the training fraction frozen at its start lies beyond 4 se; the
+    # sparsity rival (p^G alone) is stated (it needs the quick setting's replicates for power)
+    by = {c.name.split(":")[0]: c for c in res.section.checks}
+    assert by["training_zero_fraction_exact"].has_power
+    assert np.isfinite(by["sparsity_mc_exact"].rival_se)
     assert "| tabular | 10 |" in res.section.markdown
     assert (out / "credit_rank.png").exists()
     for kind in drv.SCHEMA:

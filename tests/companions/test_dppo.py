@@ -225,6 +225,9 @@ def test_driver_small_setting_passes(tmp_path):
     assert c["var_mc_z"] <= drv.Z_TOL and c["trade_z"] <= drv.Z_TOL
     assert c["zero_group_added"] == 0.0
     assert res.verdict == "PASS", res.section.checks_markdown()
+    # the statistical checks' rival (no added variance) lies beyond 4 se
+    stat = [c for c in res.section.checks if c.kind == "statistical"]
+    assert len(stat) == 2 and all(c.has_power for c in stat), [c.rival_se for c in stat]
     d = drv.trade_view(res.tables["tradeoff"])
     adv = d[d.family == "advantage-aware"]
     # at equal expected kept tokens, advantage-aware pruning beats uniform pruning (exact)

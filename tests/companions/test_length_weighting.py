@@ -187,6 +187,10 @@ def test_driver_quick_claims(driver_out):
     assert set(res.tables) == {"exact", "modes", "sweep", "mc", "training"}
     failed = [k for k, c in drv.checks(res.tables).items() if c.verdict != "PASS"]
     assert not failed, failed
+    # every statistical check's named rival lies beyond its bound
+    stat = {k: c for k, c in drv.checks(res.tables).items() if c.kind == "statistical"}
+    assert len(stat) == 3 and all(c.has_power for c in stat.values()), \
+        {k: c.rival_se for k, c in stat.items()}
     assert res.verdict == "PASS"
     assert (out / drv.NAME / "length_weighting.png").exists()
     sweep = pd.read_csv(out / drv.NAME / "sweep.csv")

@@ -141,6 +141,9 @@ def test_quick_setting_as_make_reproduce_runs_it(tmp_path):
     res = run_experiment(lm_rank.EXPERIMENT, tmp_path, "quick", seed=0, figures=True,
                          progress=False, verbose=False)
     assert res.verdict == "PASS", res.section.markdown
+    # check (iii) states its rival's distance (the share at the mean pass rate)
+    (iii,) = [c for c in res.section.checks if c.kind == "statistical"]
+    assert np.isfinite(iii.rival_se), iii.detail
     df = res.tables["table"]
     assert len(df) == 6 * len(s.group_sizes) and set(df.fmt) == {"answer", "trace"}
     assert (df.zero_z.abs() <= lm_rank.Z_TOL).all() and (df.zero_se > 0).all()

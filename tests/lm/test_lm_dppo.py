@@ -244,6 +244,9 @@ def test_driver_tiny(tmp_path):
     pruned = train[(train.r_q == 0.5) & (train.variant == "alg1")]
     assert pruned.step.max() == 4  # min(max_factor = 2, 1/q = 4) x 2 steps
     assert res.verdict in ("PASS", "FAIL")  # every check has its numbers
+    # every statistical check states its rival's distance (a finite number of se)
+    stat = [c for c in res.section.checks if c.kind == "statistical"]
+    assert len(stat) == 3 and all(np.isfinite(c.rival_se) for c in stat)
     assert "speed-up" in res.section.markdown
     # the power statement: the no-1/q control's bias (1 - q) along g_full, divided by its own z,
     # is the control's se; DPPO's detectable bias is 4 of its se relative to ||g_full||

@@ -84,6 +84,8 @@ def test_finite_sample_bounds_rate_and_plateau_checks_refuse_their_rivals(bounds
     assert {"inverse/oracle:slope", "inverse/grpo:slope", "constant/oracle:plateau",
             "constant/grpo:plateau"} <= set(got)
     assert all(c.passed and c.kind == "statistical" for c in got.values())
+    # each states its rival's distance (slope -1/2; Lemma 6's limit), beyond its bound here
+    assert all(c.has_power for c in got.values()), [(k, c.rival_se) for k, c in got.items()]
     # the rival rate 1/sqrt(n): seeds whose gaps decay as n^(-1/2) give a failing slope
     rng = np.random.default_rng(0)
     steps = np.array([0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
@@ -134,6 +136,9 @@ def test_asymptotic_distribution_small_setting_passes(asym_run):
     assert len(last) == len(asym.RUNS)
     assert (last.z.abs() <= asym.Z_TOL).all() and (last.ks_p >= asym.KS_ACCEPT).all()
     assert (last.z_printed.abs() > asym.Z_TOL).all()
+    # the statistical checks' rival (the printed mixture) lies beyond their bounds
+    stat = [c for c in res.section.checks if c.kind == "statistical"]
+    assert len(stat) == 3 and all(c.has_power for c in stat), [c.rival_se for c in stat]
     scalar = last[last.run == "scalar_oracle"].iloc[0]
     assert scalar.pred_mean == pytest.approx(1.125) and scalar.pred_printed == pytest.approx(0.5)
     assert (out / asym.NAME / "qq_plot.png").exists()

@@ -19,6 +19,8 @@ def test_mse_table_small_setting(tmp_path):
     for col in ("seed", "version", "config", "cell_hash", "estimator", "G", "exact_mse", "mc_mse"):
         assert col in df.columns
     assert res.verdict == "PASS" and "| 8 |" in res.section.markdown
+    # the rival (GRPO with the oracle's exact MSE) lies beyond 4 se
+    assert res.section.checks[0].has_power, res.section.checks[0].rival_se
     # resume: a rerun computes nothing and leaves the cell files byte-identical
     cells = sorted((tmp_path / "mse-table" / "cells").rglob("*.csv"))
     before = {p: p.read_bytes() for p in cells}

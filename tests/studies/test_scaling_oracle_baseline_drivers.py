@@ -141,6 +141,9 @@ def test_baseline_optimality_quick(baseline_run):
     s = m.summary(res.tables["table"])
     ch = m.checks(s)
     assert all(c.passed for c in ch), [(c.name, c.verdict, c.detail) for c in ch]
+    # every statistical check's named rival lies beyond its bound
+    assert all(c.has_power for c in ch if c.kind == "statistical"), \
+        [(c.name, c.rival_se) for c in ch]
     fails = s[s.problem == "a2_fails"].iloc[0]
     assert fails.opt_minus_oracle_hi < 0 < fails.max_abs_cross
     assert res.verdict == "PASS"
