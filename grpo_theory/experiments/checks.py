@@ -26,7 +26,7 @@ tolerance), ``statistical`` (a test with a stated alternative, which it names in
 ``sanity`` (holds by construction, a bound, a run that finished; decides no rival)."""
 
 
-def _validate_kind(kind, excludes) -> None:
+def _validate_kind(kind, excludes, rival_se=None) -> None:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}; got {kind!r}")
     if not isinstance(excludes, str):
@@ -34,6 +34,10 @@ def _validate_kind(kind, excludes) -> None:
     if kind == "statistical" and not excludes.strip():
         raise ValueError("excludes is required (non-empty) for kind='statistical': name the "
                          "alternative the test excludes")
+    if kind == "statistical" and rival_se is None:
+        raise ValueError("rival_se is required for kind='statistical': state how far the rival "
+                         "named in excludes lies from the measurement, in standard errors (NaN "
+                         "when a number is missing)")
 
 
 #: the distance (in standard errors) a statistical check's rival must lie beyond for the check to
@@ -60,7 +64,7 @@ class Check:
     z_tol: float = Z_POWER
 
     def __post_init__(self):
-        _validate_kind(self.kind, self.excludes)
+        _validate_kind(self.kind, self.excludes, self.rival_se)
 
     @property
     def has_power(self) -> bool:
@@ -92,9 +96,9 @@ def check(name: str, ok, *values, kind: str | None = None, excludes: str = "",
 
     Raises:
         ValueError: ``kind`` is missing or not one of :data:`KINDS`, or a statistical check has
-            no ``excludes``.
+            no ``excludes`` or no ``rival_se``.
     """
-    _validate_kind(kind, excludes)
+    _validate_kind(kind, excludes, rival_se)
     r = None if rival_se is None else float(rival_se)
     for v in values:
         arr = np.asarray(v if v is not None else np.nan, dtype=float)

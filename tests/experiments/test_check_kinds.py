@@ -2,7 +2,8 @@
 
 The studies' sources are parsed (not run): each ``check(...)`` call must pass ``kind=`` as one of
 the literal strings of :data:`grpo_theory.experiments.checks.KINDS`, and a statistical one a
-literal, non-empty ``excludes=``; a name never carries the alternative ("excludes ...") itself.
+literal, non-empty ``excludes=`` and the rival's distance ``rival_se=``; a name never carries the
+alternative ("excludes ...") itself.
 """
 
 from __future__ import annotations
@@ -59,5 +60,7 @@ def test_every_check_call_passes_a_literal_kind_and_excludes_when_statistical(pa
     if kind == "statistical":
         exc = _literal(kw.get("excludes"))
         assert exc and exc.strip(), f"{where}: a statistical check needs a literal excludes="
+        assert "rival_se" in kw, (f"{where}: a statistical check states how far its rival "
+                                  "lies: rival_se= (in standard errors)")
     assert "excludes" not in _name_text(call.args[0]).lower(), \
         f"{where}: put the alternative in excludes=, not in the name"

@@ -339,16 +339,21 @@ def test_check_is_incomplete_without_finite_numbers():
     for bad in (np.nan, np.inf, None, [1.0, np.nan], []):
         assert check("a", True, 1.0, bad, kind="sanity").verdict == "INCOMPLETE"
     assert check("a", True, float("nan"), kind="sanity", detail="d").detail == "d"
-    c = check("a", True, 1.0, kind="statistical", excludes="the rival", detail="d")
+    c = check("a", True, 1.0, kind="statistical", excludes="the rival", detail="d",
+              rival_se=5.0)
     assert (c.kind, c.excludes, c.verdict) == ("statistical", "the rival", "PASS")
-    assert check("a", True, np.nan, kind="statistical", excludes="r").kind == "statistical"
+    assert check("a", True, np.nan, kind="statistical", excludes="r",
+                 rival_se=np.nan).kind == "statistical"
 
 
 @pytest.mark.parametrize("kwargs, word", [
     (dict(), "kind"), (dict(kind="exactly"), "kind"), (dict(kind=None), "kind"),
     (dict(kind="statistical"), "excludes"), (dict(kind="statistical", excludes="  "), "excludes"),
-    (dict(kind="sanity", excludes=None), "excludes")])
+    (dict(kind="sanity", excludes=None), "excludes"),
+    (dict(kind="statistical", excludes="the rival law"), "rival_se")])
 def test_check_refuses_a_bad_kind_or_a_statistical_check_without_excludes(kwargs, word):
+    """A statistical row must name its rival and say how far it lies (rival: a row labelled
+    statistical that states neither)."""
     with pytest.raises(ValueError, match=word):
         check("a", True, 1.0, **kwargs)
     with pytest.raises(ValueError, match=word):  # a missing number does not skip the rule
