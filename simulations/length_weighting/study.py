@@ -102,7 +102,7 @@ SCHEMA = {
                   token_slope="float?", grad_slope="float?", cos_prompt0="float?",
                   cos_prompt1="float?", cos_prompt2="float?"),
     "mc": dict(estimator="str", alpha="float", G="int", n_reps="int", max_abs_z="float",
-               max_err_zero_var="float", rel_err="float"),
+               max_err_zero_var="float", rel_err="float", rival_z="float", rival_gap="float"),
     "training": dict(estimator="str", alpha="float", step="int", n_seeds="int", lr="float",
                      G="int", B="int", **_TRAIN_COLS, drift_incorrect="float?",
                      drift_incorrect_se="float?", drift_correct="float?",
@@ -208,8 +208,8 @@ def _mc_row(est_name, a, G, n_reps, key):
     ok = se > 0
     zsc = np.where(ok, (mean - np.asarray(exact)) / np.where(ok, se, 1.0), 0.0)
     # the rival: the unweighted (alpha = 1) estimator's exact mean; its largest abs z is what
-    # the check's statistic would read were the rival the truth (not in SCHEMA: cells written
-    # before it was added stay valid, and the check reads them as INCOMPLETE)
+    # the check's statistic would read were the rival the truth (in SCHEMA: a cell written
+    # before it was added fails validation and is recomputed)
     rival, _ = LW.exact_expected_gradient(pol, 1.0, est, G)
     rival = np.asarray(rival)
     rz = np.where(ok, (mean - rival) / np.where(ok, se, 1.0), 0.0)
