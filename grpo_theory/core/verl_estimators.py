@@ -265,7 +265,11 @@ def _optimal_token_baseline(z, ctx):
 
 register(grpo_passk(True, name="grpo_passk_verl"))
 register(grpo_passk(False, name="grpo_passk_verl_noscale"))
-register(Estimator("opo_verl", _opo, min_group_size=2, binary_exact=False, needs=("length",)))
+# the papers' names for the same advantages: OPO (arXiv 2505.23585) is verl's ``opo``, the
+# Optimal Token Baseline (arXiv 2602.07078) its ``optimal_token_baseline``, GDPO (arXiv
+# 2601.05242) its ``gdpo``
+register(Estimator("opo_verl", _opo, min_group_size=2, binary_exact=False, needs=("length",)),
+         "opo")
 register(Estimator("reinforce_plus_plus_verl", _reinforce_plus_plus, binary_exact=False,
                    batch_coupled=True, needs=("length",)))
 register(Estimator("reinforce_plus_plus_baseline_verl_tokens",
@@ -273,6 +277,6 @@ register(Estimator("reinforce_plus_plus_baseline_verl_tokens",
                    batch_coupled=True, needs=("length",)))
 register(Estimator("remax_verl", _remax, binary_exact=False, needs=("greedy_reward",)))
 register(Estimator("gpg_verl", _gpg, min_group_size=2, batch_coupled=True))
-register(gdpo(None, name="gdpo_verl"))
+register(gdpo(None, name="gdpo_verl"), "gdpo")
 register(Estimator("optimal_token_baseline_verl", _optimal_token_baseline, min_group_size=2,
-                   needs=("score_sq",)))
+                   needs=("score_sq",)), "otb")

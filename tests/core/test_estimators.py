@@ -146,7 +146,7 @@ def test_batch_coupled_flags():
                        "jspo_plus_plus",
                        # verl 0.9.1 (core/verl_estimators.py)
                        "reinforce_plus_plus_verl", "reinforce_plus_plus_baseline_verl_tokens",
-                       "gpg_verl", "gdpo_verl",
+                       "gpg_verl", "gdpo_verl", "gdpo",
                        # history baselines (core/baselines.py): SPO whitened over the batch
                        "spo"}
     for n in coupled:
