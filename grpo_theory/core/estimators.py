@@ -100,9 +100,8 @@ CONTEXT_FIELDS = ("prompt", "value", "optimal_baseline", "score_sq", "state", "l
 class PooledForm(NamedTuple):
     r"""How a batch-coupled advantage sees the other groups: only through a sum of statistics.
 
-    ``A_x = advantage(z_x, sum_{y != x} statistic(z_y), B - 1)``, for every group x of a batch of
-    B groups. The exact pooled route conditions on the sum's distribution over the other groups
-    (a dynamic programme over its values), not on the batch's every outcome.
+    ``A_x = advantage(z_x, sum_{y != x} statistic(z_y), B - 1)`` for every group x of a batch of
+    B groups; the exact pooled route conditions on that sum's law (a dynamic programme).
 
     Attributes:
         statistic: ``z (..., G) -> (..., d)``, one group's statistics.
