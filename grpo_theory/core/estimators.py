@@ -139,9 +139,8 @@ class Estimator:
             (a history baseline), else ``None``.
         update_state: ``(state, x, z, ctx) -> state`` after a step with prompts ``x`` (B,) and
             rewards ``z`` (B, G); required with ``init_state``.
-        pass_k: the k of the objective whose gradient it estimates, ``pass@k = E_X[1 - (1 -
-            V(X))^k]`` for binary rewards (1: the mean reward J, every estimator but the pass@k
-            ones); the exact routes measure bias and MSE against that gradient.
+        pass_k: the exact routes' target is ``grad pass@k``, ``pass@k = E_X[1 - (1 - V(X))^k]``
+            (binary rewards); 1, the mean reward J, for all but the pass@k estimators.
         pooled: a batch-coupled estimator's :class:`PooledForm` (the batch enters a group's
             advantages only through a sum of per-group statistics over the other groups), or
             ``None``: the exact pooled route (:mod:`grpo_theory.core.pooled_exact`) needs it.
