@@ -231,21 +231,35 @@ def _rho(n: int, c, k: int):
     return 1.0 - miss
 
 
-def pkpo(k: int = 2, name: str | None = None) -> Estimator:
+#: PKPO's forms: ``"none"`` (the paper's ``s``) and ``"loo-1"`` (its ``s^(loo-1)``)
+PKPO_BASELINES = ("none", "loo-1")
+
+
+def pkpo(k: int = 2, name: str | None = None, *, baseline: str = "none") -> Estimator:
     r"""PKPO's unbiased gradient of pass@k for binary rewards (arXiv 2505.15201, Walder and
-    Karkhanis, the binary estimator without a baseline).
+    Karkhanis): the estimator without a baseline (``s``) or with the (k - 1)-subset baseline
+    (``s^(loo-1)``).
 
     ``grad pass@k = k E[s_1 max(r_1, ..., r_k)]``; averaging ``max`` over every k-subset of a
     group of G that holds response i gives its weight: 1 when i is correct, else
     ``rho(G - 1, c, k - 1)`` (the share of (k - 1)-subsets of the other G - 1 responses, c of them
-    correct, holding a correct one). In the package's scale (``ghat = (1/BG) sum A s``)
+    correct, holding a correct one). ``s^(loo-1)`` averages ``max_I r - max_{I \ i} r`` instead,
+    whose baseline ``max_{I \ i} r`` does not depend on response i; for binary rewards it is 1
+    exactly when i is correct and the other k - 1 members of I are not. In the package's scale
+    (``ghat = (1/BG) sum A s``), with c the group's number of correct responses,
 
-    .. math:: A_i = k\,[r_i = 1] + k\,[r_i = 0]\,\rho(G - 1, c, k - 1),
+    .. math:: A_i = k\,[r_i = 1] + k\,[r_i = 0]\,\rho(G - 1, c, k - 1) \quad \text{(none)},
+              \qquad A_i = k\,[r_i = 1]\,\bigl(1 - \rho(G - 1, c - 1, k - 1)\bigr)
+              \quad \text{(loo-1)}.
 
-    unbiased for ``grad pass@k`` (``pass_k = k``); k = 1 is plain REINFORCE (``vanilla``).
+    Both are unbiased for ``grad pass@k`` (``pass_k = k``): the baseline of ``loo-1`` is a
+    function of the other responses only. k = 1 without a baseline is plain REINFORCE
+    (``vanilla``); ``loo-1`` needs k >= 2.
 
     Args:
-        k: the pass@k objective's k (at most G). name: registry name (default ``pkpo(k=..)``).
+        k: the pass@k objective's k (at most G). name: registry name (default ``pkpo(k=..)``,
+            ``pkpo_loo1(k=..)``).
+        baseline: one of :data:`PKPO_BASELINES`.
 
     Returns:
         An :class:`Estimator` with ``pass_k = k`` (``min_group_size`` k).
@@ -255,21 +269,33 @@ def pkpo(k: int = 2, name: str | None = None) -> Estimator:
         >>> from grpo_theory.core import pkpo
         >>> pkpo(2)(jnp.array([1.0, 0.0, 0.0])).tolist()  # the incorrect ones: 2 x 1/2
         [2.0, 1.0, 1.0]
+        >>> pkpo(2, baseline="loo-1")(jnp.array([1.0, 1.0, 0.0])).tolist()  # 2 x 1/2
+        [1.0, 1.0, 0.0]
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    if not isinstance(baseline, str) or baseline not in PKPO_BASELINES:
+        raise ValueError(f"baseline must be one of {list(PKPO_BASELINES)}, got {baseline!r}")
+    loo = baseline == "loo-1"
+    if loo and k < 2:
+        raise ValueError(f"baseline 'loo-1' needs k >= 2 (a (k - 1)-subset baseline), got k = {k}")
+    label = f"pkpo_loo1(k={k})" if loo else f"pkpo(k={k})"
 
     def adv(z, ctx):
         G = z.shape[-1]
         if G < k:
-            raise ValueError(f"estimator pkpo(k={k}) needs groups of at least k = {k} responses, "
+            raise ValueError(f"estimator {label} needs groups of at least k = {k} responses, "
                              f"got G = {G}")
         c = jnp.sum(z, axis=-1, keepdims=True)
+        if loo:
+            return k * jnp.where(z > 0.5, 1.0 - _rho(G - 1, c - 1, k - 1), 0.0)
         return k * jnp.where(z > 0.5, 1.0, _rho(G - 1, c, k - 1))
 
-    return Estimator(name or f"pkpo(k={k})", adv, min_group_size=k, pass_k=k,
-                     params=dict(k=k, source="arXiv 2505.15201 (binary, no baseline)",
-                                 unbiased=True))
+    form = "(k - 1)-subset baseline s^(loo-1)" if loo else "no baseline"
+    return Estimator(name or label, adv, min_group_size=k, pass_k=k,
+                     params=dict(k=k, baseline=baseline, unbiased=True,
+                                 source=f"arXiv 2505.15201 (binary, {form})"))
 
 
 register(pkpo(2, name="pkpo"))
+register(pkpo(2, name="pkpo_loo1", baseline="loo-1"))

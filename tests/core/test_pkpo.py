@@ -72,3 +72,60 @@ def test_bad_k_and_small_groups_are_named():
         pkpo(3)(jnp.array([1.0, 0.0]))
     with pytest.raises(ValueError, match="pass_k must be an integer"):
         dataclasses.replace(pkpo(2), pass_k=0)
+
+
+# --- the (k - 1)-subset baseline s^(loo-1) ----------------------------------------------------
+
+def _loo1_by_subsets(z, k):
+    """The definition: (n / C(n, k)) sum over k-subsets I holding i of max_I z - max_{I \\ i} z
+    (the package's scale: n times the paper's weight)."""
+    from itertools import combinations
+    from math import comb
+
+    n = len(z)
+    out = np.zeros(n)
+    for I in combinations(range(n), k):
+        for i in I:
+            out[i] += max(z[j] for j in I) - max(z[j] for j in I if j != i)
+    return out * n / comb(n, k)
+
+
+@pytest.mark.parametrize("k,G", [(2, 2), (2, 5), (3, 4), (4, 6)])
+def test_loo1_equals_its_subset_definition(k, G):
+    rng = np.random.default_rng(k * 10 + G)
+    for _ in range(6):
+        z = (rng.random(G) < 0.4).astype(float)
+        np.testing.assert_allclose(pkpo(k, baseline="loo-1")(jnp.asarray(z)),
+                                   _loo1_by_subsets(z, k), atol=1e-12)
+    # the rival, the estimator without a baseline, differs from the definition
+    z = np.array([1.0] + [0.0] * (G - 1))
+    assert not np.allclose(pkpo(k)(jnp.asarray(z)), _loo1_by_subsets(z, k))
+
+
+@pytest.mark.parametrize("k,G", [(2, 2), (2, 4), (3, 4)])
+def test_loo1_is_unbiased_for_pass_k_and_cuts_the_mse_on_the_toy(k, G):
+    est = get_estimator("pkpo_loo1") if k == 2 else pkpo(k, baseline="loo-1")
+    bm = batch_moments(_toy(), est, G, 2)
+    assert bm.relative_bias < 1e-12
+    rival = batch_moments(_toy(), dataclasses.replace(est, pass_k=1, name="rival"), G, 2)
+    assert rival.relative_bias > 0.05
+    _, brute = enumerated_moments(_toy(), est, G, 1)
+    assert batch_moments(_toy(), est, G, 1).mse == pytest.approx(brute, rel=1e-10)
+    assert bm.mse < batch_moments(_toy(), pkpo(k), G, 2).mse
+
+
+def test_loo1_monte_carlo_covers_the_exact_mse():
+    est = get_estimator("pkpo_loo1")
+    exact = batch_moments(_toy(), est, 4, 2).mse
+    r = mc_mse(_toy(), est, 4, 2, n_reps=20_000, seed=5)
+    lo, hi = r.interval()
+    assert lo <= exact <= hi
+    rival = batch_moments(_toy(), pkpo(2), 4, 2).mse  # the estimator without a baseline
+    assert not lo <= rival <= hi
+
+
+def test_loo1_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        pkpo(2, baseline="loo")
+    with pytest.raises(ValueError, match="needs k >= 2"):
+        pkpo(1, baseline="loo-1")
