@@ -31,7 +31,7 @@ from grpo_theory.optim import train_schedules
 from grpo_theory.problems import scaling_family_bandit
 
 __all__ = ["ETA0", "MC_CHUNK", "bandit_cells", "constants_cell", "mse_cell",
-           "train_cell", "bandit_points"]
+           "train_cell", "bandit_points", "rival_grid_argmin", "split_rows"]
 
 ETA0 = 0.05  # constant step eta = ETA0 / delta (0.5 at delta = 0.1, as in scaling-law)
 MC_CHUNK = 500  # replicates per mc_estimates call (one compiled shape per (B, G))
@@ -45,6 +45,11 @@ def bandit_cells(s) -> list[Cell]:
                                         grid=tuple(G for G in s.grid if G <= N),
                                         n_reps=s.mc_reps, n_boot=s.n_boot), kind="mse")
             for d in s.deltas for N in s.budgets]
+    for d, N, grid, reps in s.split:  # members whose law and rival law argmins differ
+        out += [Cell(f"constants_d{d}", dict(part="constants", delta=d, grid=grid),
+                     kind="constants"),
+                Cell(f"mse_d{d}_N{N}", dict(part="mse", delta=d, N=N, grid=grid, n_reps=reps,
+                                            n_boot=s.n_boot), kind="mse")]
     runs = [("per_step", s.train_N, G, s.train_N // G, s.train_steps)
             for G in s.grid if G <= s.train_N]
     if s.train_B_total:
@@ -162,3 +167,32 @@ def law_z(tables):
         rows.append(dict(delta=float(d), max_abs_z=float(np.max(np.abs(e.mc - law) / se)),
                          rival_z=float(np.max(np.abs(e.mc - rival) / se)), n_cells=len(e)))
     return pd.DataFrame(rows, columns=["delta", "max_abs_z", "rival_z", "n_cells"])
+
+
+def rival_grid_argmin(c, grid) -> int:
+    """The grid argmin of the rival leading-order law ``c1 G + c2 + c3/G`` (continuous argmin
+    ``sqrt(c3/c1)``), the smallest G on a tie."""
+    vals = [c.c1 * G + c.c2 + c.c3 / G for G in grid]
+    return int(grid[int(np.argmin(vals))])
+
+
+def split_rows(tables, split) -> pd.DataFrame:
+    """Per member of ``split`` ((delta, N, grid, n_reps): the law's and the rival law's grid
+    argmins differ): both argmins and how far the Monte Carlo MSE at the rival's argmin lies
+    above the law's, ``z = (mc[G_rival] - mc[G_law]) / sqrt(se_rival^2 + se_law^2)``
+    (independent cells; the rival law predicts z < 0).
+
+    Returns:
+        DataFrame (delta, N, G_law, G_rival, mc_law, mc_rival, z).
+    """
+    const = tables["constants"].set_index("delta")
+    rows = []
+    for d, N, grid, _ in split:
+        c = gt.ScalingConstants(*(float(const.loc[d, k]) for k in ("c1", "c2", "c3")))
+        e = tables["mse"][(tables["mse"].delta == d) & (tables["mse"].N == N)].set_index("G")
+        gl, gr = grid_argmin(c, list(grid)), rival_grid_argmin(c, list(grid))
+        z = (e.mc[gr] - e.mc[gl]) / np.hypot(e.mc_se[gr], e.mc_se[gl])
+        rows.append(dict(delta=float(d), N=int(N), G_law=int(gl), G_rival=int(gr),
+                         mc_law=float(e.mc[gl]), mc_rival=float(e.mc[gr]), z=float(z)))
+    return pd.DataFrame(rows, columns=["delta", "N", "G_law", "G_rival", "mc_law", "mc_rival",
+                                       "z"])

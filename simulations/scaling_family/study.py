@@ -34,7 +34,9 @@ PASS (what Theorem 7 guarantees): for every member, the exact integer argmin equ
 form's prediction; for every member and budget, the exact argmin over the grid equals the
 grid argmin of the law, and the Monte Carlo argmin's bootstrap 95% CI contains it; every cell's
 Monte Carlo MSE lies within 4 se of the law ``(c1 G + c2 + c3/(G-1))/N`` and, in every member,
-some cell lies beyond 4 se of the rival leading-order ``(c1 G + c2 + c3/G)/N``. With the LM
+some cell lies beyond 4 se of the rival leading-order ``(c1 G + c2 + c3/G)/N``; where the law's
+and the rival's grid argmins differ (``Settings.split``), the Monte Carlo MSE at the rival's
+argmin lies beyond 4 se above the law's. With the LM
 part: c1 > 0 at every trained concentration, their predicted G* span a factor >= 4, and every
 J_p is a probability. Training agreement (and Spearman's rank correlation between predicted and
 best G) is reported, not gated.
@@ -59,7 +61,7 @@ from grpo_theory._precision import float64
 from grpo_theory.lm import WarmupConfig
 
 from .bandit import (ETA0, bandit_cells, bandit_points, constants_cell, law_z, mse_cell,
-                     train_cell)
+                     split_rows, train_cell)
 from .lm import LMPart, knob_cell, lm_cells, train_cell as lm_train_cell
 from .figure import plot_points
 from .lm_mc import (MC_SCHEMA, LMMCPart, mc_cell, mc_cells, mc_groups, mc_points, mc_report)
@@ -110,6 +112,8 @@ class Settings:
         lm: the language-model part (:class:`LMPart`; None: no LM cells).
         lm_mc: the transformer's measured MSE argmin (``LMMCPart``; None: no cells).
         lm_noise: noise-limited transformer training (``LMNoisePart``; None: no cells).
+        split: members where the law's and the rival law's grid argmins differ, each
+            ``(delta, N, grid, n_reps)`` (:func:`~.bandit.split_rows`).
     """
 
     deltas: tuple
@@ -126,12 +130,16 @@ class Settings:
     lm: LMPart | None = None
     lm_mc: LMMCPart | None = None
     lm_noise: LMNoisePart | None = None
+    split: tuple = ()
 
 
 SETTINGS = {
     "quick": Settings(deltas=(0.5, 0.1, 0.0226), grid=(2, 8, 32), budgets=(64,), mc_reps=2000,
                       train_N=64, train_steps=100, train_B_total=0, total_steps_at_Gmax=0,
-                      n_seeds=32, n_boot=1000, train_deltas=(0.1,)),
+                      n_seeds=32, n_boot=1000, train_deltas=(0.1,),
+                      # law: 1 + sqrt(c3/c1) = 3.01, rival: sqrt(c3/c1) = 2.01; N MSE differs
+                      # by 9% between G = 2 and 3
+                      split=((0.35, 12, (2, 3), 20_000),)),
     "full": Settings(deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      grid=(2, 4, 8, 16, 32, 64, 128, 256), budgets=(256, 1024), mc_reps=20_000,
                      train_N=256, train_steps=400, train_B_total=2, total_steps_at_Gmax=200,
@@ -195,16 +203,18 @@ def cell(config: dict, key):
     return PARTS[part](config, key)
 
 
-def summaries(tables, n_boot: int = 2000) -> dict:
+def summaries(tables, n_boot: int = 2000, split: tuple = ()) -> dict:
     """One row per (member, source[, N]): predicted and empirical best G with its CI.
 
     Args:
         tables: the experiment's tables (``constants``, ``mse``, ``train``, optional ``lm``,
             ``lm_knob``, ``lm_train``, ``lm_mc``, ``lm_noise``).
         n_boot: bootstrap resamples for the training CIs.
+        split: the settings' ``split`` members (:func:`~.bandit.split_rows`).
     Returns:
         ``{"constants": ..., "points": DataFrame(delta, source, label, N, G_pred, G_grid,
-        best_G, ci_low, ci_high, in_ci)}`` (sources: exact, mc, train_<mode>, lm:<source>).
+        best_G, ci_low, ci_high, in_ci), "law", "argmin_rival_z", "split"}`` (sources: exact,
+        mc, train_<mode>, lm:<source>).
     """
     rows = bandit_points(tables, n_boot)
     lm = tables.get("lm")
@@ -224,7 +234,8 @@ def summaries(tables, n_boot: int = 2000) -> dict:
     target = np.where(pts.G_grid > 0, pts.G_grid, pts.G_pred)
     pts["in_ci"] = (pts.ci_low <= target) & (target <= pts.ci_high)
     return {"constants": tables["constants"], "points": pts, "law": law_z(tables),
-            "argmin_rival_z": argmin_rival_z(tables["mse"], pts[pts.source == "mc"])}
+            "argmin_rival_z": argmin_rival_z(tables["mse"], pts[pts.source == "mc"]),
+            "split": split_rows(tables, split)}
 
 
 def argmin_rival_z(mse: pd.DataFrame, mc_points: pd.DataFrame) -> float:
@@ -259,6 +270,19 @@ def checks(sm: dict) -> list:
     # beyond Z_TOL), the smallest over members
     rz = float(lz.rival_z.min()) if len(lz) else float("nan")
     az = sm["argmin_rival_z"]
+    sp = sm.get("split", pd.DataFrame())
+    out = []
+    if len(sp):
+        sz = float(sp.z.min())
+        out = [check(f"where the law's and its rival's argmins differ, Monte Carlo MSE at the "
+                     f"rival's argmin beyond {Z_TOL:g} se above the law's (every such member)",
+                     bool((sp.G_law != sp.G_rival).all() and (sp.z > Z_TOL).all()), sp.z,
+                     kind="statistical",
+                     excludes="the rival leading-order law's argmin sqrt(c3/c1), the best G "
+                     "there", rival_se=sz, z_tol=Z_TOL,
+                     detail=", ".join(f"δ={r.delta} N={r.N}: law's G {r.G_law}, rival's "
+                                      f"{r.G_rival}: MSE {r.mc_law:.4g} vs {r.mc_rival:.4g}, "
+                                      f"{r.z:.1f} se" for r in sp.itertuples()))]
     return [
         check(f"every cell's Monte Carlo MSE within {Z_TOL:g} se of (c1 G + c2 + c3/(G-1))/N",
               len(lz) > 0 and bool((lz.max_abs_z <= Z_TOL).all()), lz.max_abs_z, rz,
@@ -291,7 +315,7 @@ def checks(sm: dict) -> list:
               detail=", ".join(f"δ={r.delta} N={r.N}: [{r.ci_low}, {r.ci_high}] ∋ {r.G_grid}?"
                                for r in mc.itertuples())
               + f"; the nearer neighbour lies {az:.1f} se away or more"),
-    ]
+    ] + out
 
 
 def _rho(x, y) -> str:
@@ -316,7 +340,7 @@ def _agreement(p: pd.DataFrame) -> pd.DataFrame:
 
 
 def report(tables, s: Settings) -> Section:
-    sm = summaries(tables, n_boot=s.n_boot)
+    sm = summaries(tables, n_boot=s.n_boot, split=s.split)
     c, p = sm["constants"], sm["points"]
     const = pd.DataFrame({"δ": c.delta.map(str), "c1": c.c1, "c2": c.c2, "c3": c.c3,
                           "√(c3/c1)": c.G_paper, "1+√(c3/c1)": c.G_continuous,

@@ -16,7 +16,7 @@ from grpo_theory.studies.scaling_family.study import Z_TOL, argmin_rival_z
 # mc_reps as in quick: with fewer the rival law is not beyond 4 se at G = 2 for delta = 0.5
 SMALL = dataclasses.replace(sf.SETTINGS["quick"], deltas=(0.5, 0.1), grid=(2, 8), budgets=(16,),
                             mc_reps=2000, train_N=16, train_steps=20, n_seeds=8, n_boot=300,
-                            train_deltas=(0.1,))
+                            train_deltas=(0.1,), split=())
 
 
 @pytest.fixture(scope="module")
@@ -304,3 +304,38 @@ def test_lm_runs_enter_points_and_report(small_run):
     assert "bandit members + LM settings" in sec.markdown
     assert "Reading the LM rows" in sec.markdown and "| 0.9 | **2** |" in sec.markdown
     assert len(sf.cells(s)) == len(sf.cells(SMALL)) + 1 + 2 * 3 * 3  # concentration knob + runs
+
+
+def _split_tables(reps, key=0):
+    import jax
+
+    d, N, grid = 0.35, 12, (2, 3)
+    const = pd.DataFrame([sf.cell(dict(part="constants", delta=d, grid=grid), None)])
+    mse = pd.DataFrame(sf.cell(dict(part="mse", delta=d, N=N, grid=grid, n_reps=reps,
+                                    n_boot=200), jax.random.PRNGKey(key)))
+    return dict(constants=const, mse=mse), ((d, N, grid, reps),)
+
+
+def test_split_member_separates_the_two_laws_argmins_and_refuses_the_rival():
+    """Where 1 + sqrt(c3/c1) = 3.01 and sqrt(c3/c1) = 2.01 the law's grid argmin is 3 and the
+    rival's 2; the Monte Carlo MSE at G = 2 lies above G = 3's. Rival: Monte Carlo drawn around
+    the rival law (its MSE lower at G = 2) fails the check."""
+    t, split = _split_tables(6000)
+    rows = sf.summaries(dict(t, train=pd.DataFrame(columns=list(sf.SCHEMA["train"]))),
+                        n_boot=200, split=split)["split"]
+    r = rows.iloc[0]
+    assert (r.G_law, r.G_rival) == (3, 2)
+    assert r.z > 2.0  # about 3.5 expected at 6000 replicates (7 at the quick setting's 20,000)
+
+    def verdict(tables):
+        sm = sf.summaries(dict(tables, train=pd.DataFrame(columns=list(sf.SCHEMA["train"]))),
+                          n_boot=200, split=split)
+        return next(c for c in sf.checks(sm) if c.name.startswith("where the law's")).verdict
+
+    m = t["mse"]
+    strong = dict(t, mse=m.assign(mc_se=m.mc_se / 3))  # as if 9x the replicates
+    assert verdict(strong) == "PASS"
+    c = t["constants"].iloc[0]
+    rival = (c.c1 * m.G + c.c2 + c.c3 / m.G) / m.N
+    assert verdict(dict(strong, mse=strong["mse"].assign(mc=(rival + m.mc - m.exact).values))) \
+        == "FAIL"
