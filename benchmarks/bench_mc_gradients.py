@@ -82,7 +82,9 @@ def _jax_draws(R, B, G, chunk, rng, dtype, per_group):
     def draw(key):
         def body(c, i):
             k = jax.random.fold_in(key, i)
-            if dtype == jnp.uint32:
+            if rng == "splitmix":
+                u = mc.splitmix_uniforms(k, shape, dtype).astype(jnp.float64)
+            elif dtype == jnp.uint32:
                 u = jax.random.bits(k, shape, jnp.uint32).astype(jnp.float64) * 2.0**-32
             else:
                 u = jax.random.uniform(k, shape, dtype=dtype).astype(jnp.float64)
@@ -112,6 +114,7 @@ ROUTES = {  # name -> mc_mse keyword arguments (the default: rbg bits, float64, 
     "float32": dict(uniforms="float32"),
     "separate": dict(sampler="separate"),
     "unsafe_rbg": dict(rng="unsafe_rbg"),
+    "splitmix": dict(rng="splitmix"),
 }
 
 
@@ -119,7 +122,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--routes", default="default,threefry,float32,separate")
+    ap.add_argument("--routes", default="default,splitmix,threefry,float32,separate")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args(argv)
     problem = default_bandit().problem()

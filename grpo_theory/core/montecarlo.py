@@ -28,6 +28,12 @@ its uniforms with ``fold_in(key, i)``; the key comes from ``_validation.seed_key
 * ``rng="unsafe_rbg"``: as ``rbg`` but keys are also derived by RngBitGenerator, whose
   split/fold-in streams have no tested independence (JAX's documentation: use where that does
   not matter); offered for measurement only.
+* ``rng="splitmix"``: each chunk's key (threefry, as above) gives one 64-bit seed, and the
+  chunk's uniforms are that seed's SplitMix64 sequence (Steele, Lea and Flood 2014; the
+  generator that seeds xoshiro, BigCrush-clean), ``z_i = mix64(seed + i * 0x9E3779B97F4A7C15)``,
+  i = 1, 2, ... (:func:`splitmix_uniforms`): a few integer operations per number, vectorised by
+  XLA, where RngBitGenerator's Philox is the engine's bottleneck on CPU. The same stream on every
+  backend and version (the seed comes from threefry).
 * ``uniforms="float32"``: 23-bit uniforms compared with a float64 CDF, so every cell probability
   is rounded to a multiple of about 2**-23 (1.2e-7); accumulation stays float64.
 * ``uniforms="uint32"``: one 32-bit word per uniform, ``u = k / 2**32`` (exact in float64), so
@@ -63,7 +69,7 @@ from .._precision import float64
 
 
 #: PRNG implementations accepted by :func:`mc_mse` (see the module docstring)
-RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
+RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg", "splitmix")
 #: uniform dtypes accepted by :func:`mc_mse`
 UNIFORM_DTYPES = ("float64", "float32", "uint32")
 #: samplers: ``joint`` (one uniform per response, the default) or ``separate`` (the draws of
@@ -74,6 +80,45 @@ DEFAULT_RNG = "rbg"
 DEFAULT_UNIFORMS = "float64"
 #: bytes a default chunk aims at
 _CHUNK_BYTES = 2**24
+
+
+_GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+
+def splitmix_bits(seed, n: int) -> jnp.ndarray:
+    """The first ``n`` outputs of SplitMix64 started at ``seed`` (uint64), as uint64.
+
+    ``z_i = mix64(seed + i * gamma)`` for i = 1..n with gamma = 0x9E3779B97F4A7C15 and
+    ``mix64(x)``: ``x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27;
+    x *= 0x94D049BB133111EB; x ^= x >> 31`` (arithmetic mod 2**64).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from grpo_theory.core.montecarlo import splitmix_bits
+        >>> with jax.enable_x64(True):
+        ...     hex(int(splitmix_bits(jnp.uint64(0), 1)[0]))  # the reference's first output
+        '0xe220a8397b1dcdaf'
+    """
+    u64 = jnp.uint64
+    x = jnp.asarray(seed, u64) + jnp.arange(1, n + 1, dtype=u64) * u64(_GAMMA)
+    x = (x ^ (x >> u64(30))) * u64(_MIX1)
+    x = (x ^ (x >> u64(27))) * u64(_MIX2)
+    return x ^ (x >> u64(31))
+
+
+def splitmix_uniforms(key, shape, dtype=jnp.float64) -> jnp.ndarray:
+    """Uniforms in [0, 1) from one JAX key: its 64-bit seed's SplitMix64 sequence
+    (:func:`splitmix_bits`), ``(z >> 11) / 2**53`` (float64), ``(z >> 40) / 2**24`` (float32)
+    or ``(z >> 32) / 2**32`` in float64 (``uint32``)."""
+    n = int(np.prod(shape))
+    z = splitmix_bits(jax.random.bits(key, (), jnp.uint64), n)
+    if dtype == jnp.float32:
+        u = (z >> jnp.uint64(40)).astype(jnp.float32) * jnp.float32(2.0**-24)
+    elif dtype == jnp.uint32:
+        u = (z >> jnp.uint64(32)).astype(jnp.float64) * 2.0**-32
+    else:
+        u = (z >> jnp.uint64(11)).astype(jnp.float64) * 2.0**-53
+    return u.reshape(shape)
 
 
 def _context(problem: DiscreteProblem, est: Estimator, x, y) -> PromptContext:
@@ -128,9 +173,9 @@ def _weights(problem, adv, x, y, onehot):
 
 
 @partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "n_chunks",
-                                   "sampler", "dtype", "onehot"))
+                                   "sampler", "dtype", "onehot", "splitmix"))
 def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk, n_chunks,
-                  sampler, dtype, onehot):
+                  sampler, dtype, onehot, splitmix=False):
     """Scan over chunks of replicates; returns streaming moments of err2 and of the estimates.
 
     Chunk ``i`` draws its uniforms with ``fold_in(key, i)``; replicates ``>= n_reps`` of the last
@@ -144,6 +189,8 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
     sq_table = jnp.sum(problem.scores**2, axis=-1) if "score_sq" in estimator.needs else None
 
     def unif(k, shape):
+        if splitmix:
+            return splitmix_uniforms(k, shape, dtype)
         if dtype == jnp.uint32:  # k / 2**32, exact in float64
             return jax.random.bits(k, shape, jnp.uint32).astype(jnp.float64) * 2.0**-32
         return jax.random.uniform(k, shape, dtype=dtype)
@@ -188,7 +235,7 @@ def _choice(name, value, allowed):
 def _rng_key(seed, key, rng):
     """The engine's key: ``seed_key(seed, key)`` re-wrapped for ``rng`` (threefry: unchanged)."""
     k = V.seed_key(seed, key)
-    if rng == "threefry":
+    if rng in ("threefry", "splitmix"):  # splitmix: a threefry key per chunk seeds it
         return k
     if jnp.issubdtype(k.dtype, jax.dtypes.prng_key):
         if str(jax.random.key_impl(k)) == rng:
@@ -316,7 +363,8 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
         seed: any Python/NumPy integer, reduced by :func:`grpo_theory._validation.seed_key`.
         key: optional JAX key (overrides ``seed``).
         chunk: replicates per vmapped block (integer >= 1); default about 16 MB per chunk.
-        rng: ``"rbg"`` (default), ``"threefry"`` or ``"unsafe_rbg"`` (module docstring).
+        rng: ``"rbg"`` (default), ``"threefry"``, ``"unsafe_rbg"`` or ``"splitmix"`` (module
+            docstring).
         uniforms: ``"float64"`` (default), ``"float32"`` or ``"uint32"`` (32-bit words).
         sampler: ``"joint"`` (one uniform per response, default) or ``"separate"``.
 
@@ -355,7 +403,7 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     n_chunks = -(-R // chunk)
     k = _rng_key(seed, key, rng)
     m_err, m_est = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
-                                 jnp.dtype(uniforms), onehot)
+                                 jnp.dtype(uniforms), onehot, rng == "splitmix")
     e = moments_estimate(m_err)
     lo, hi = e.interval()
     mean = np.asarray(m_est.mean)
