@@ -58,9 +58,11 @@ are unbiased (1e-12) while both self-inclusive rivals are biased.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit, logit
@@ -106,7 +108,7 @@ class Settings:
         estimators: the registry names compared (leave-one-out, ``grpo``, among them).
         history_problems, history_size, history_steps, history_reps: the ``history`` table's
             family members, G, steps of the sampled history that sets the state, and Monte
-            Carlo replicates.
+            Carlo replicates; history_mc: how many of its members (the first) get Monte Carlo.
     """
 
     problems: tuple
@@ -130,6 +132,7 @@ class Settings:
     history_size: int = 4
     history_steps: int = 8
     history_reps: int = 20_000
+    history_mc: int = 1
 
 
 SETTINGS = {
@@ -143,7 +146,7 @@ SETTINGS = {
                      # the scaling family's full members: leave-one-out's G* from 2 to 128
                      pooled_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
-                     pooled_reps=100_000, spo_seeds=256),
+                     pooled_reps=100_000, spo_seeds=256, history_mc=3),
 }
 
 SCHEMA = {
@@ -228,13 +231,14 @@ def cells(s: Settings) -> list[Cell]:
                                      G=s.train_sizes[0], steps=s.train_steps, eta=s.train_eta,
                                      seeds=s.spo_seeds, rho=s.spo_rho), kind="spo_path"))
     out.append(Cell("history_brute", dict(history_brute=True), kind="history_brute"))
-    for prob in s.history_problems:
+    for j, prob in enumerate(s.history_problems):
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         out.append(Cell(f"history_{pid}", dict(history=True, problem=pid,
                                                mean_rate=None if prob is None else prob[0],
                                                spread=None if prob is None else prob[1],
                                                G=s.history_size, steps=s.history_steps,
-                                               n_reps=s.history_reps), kind="history"))
+                                               n_reps=s.history_reps if j < s.history_mc
+                                               else None), kind="history"))
     for d in s.pooled_deltas:
         out.append(Cell(f"pooled_d{d:g}", dict(pooled=True, delta=d, N=s.pooled_budget,
                                                sizes=list(s.pooled_sizes), n_reps=s.pooled_reps),
@@ -419,11 +423,18 @@ def _sampled_state(est, problem, G: int, B: int, steps: int, rng):
     rewards each, the state updated after each step as training does."""
     V, f = np.asarray(problem.values()), np.asarray(problem.prompt_probs)
     state = est.initial_state(problem.n_prompts)
+    update = jax.jit(est.update_state)  # one compilation, not one per operation
     for _ in range(steps):
         x = rng.choice(problem.n_prompts, size=B, p=f)
         z = (rng.random((B, G)) < V[x][:, None]).astype(np.float64)
-        state = est.next_state(state, jnp.asarray(x), jnp.asarray(z))
+        state = update(state, jnp.asarray(x), jnp.asarray(z), PromptContext())
     return state
+
+
+def _enumerable(est, state):
+    """``est`` at ``state`` (stateful ones) with its compiled advantage, for enumeration."""
+    out = at_state(est, state) if est.stateful else est
+    return dataclasses.replace(out, advantage=jax.jit(est.advantage))
 
 
 def _history_states(bandit, G: int, B: int, steps: int, rng) -> dict:
@@ -442,7 +453,7 @@ def _history_brute_rows() -> list[dict]:
     rows = []
     for name in HISTORY + HISTORY_RIVALS:
         est, st = get_estimator(name), states[name]
-        mean, mse = enumerated_moments(bandit, at_state(est, st) if est.stateful else est, 3, 2)
+        mean, mse = enumerated_moments(bandit, _enumerable(est, st), 3, 2)
         bm = batch_moments(bandit, est, 3, 2, state=st)
         if est.stateful:
             rival = batch_moments(bandit, est, 3, 2).mse
@@ -476,7 +487,7 @@ def _history_rows(config, key) -> list[dict]:
                    rival_z=None)
         if est.stateful:  # how far the state moves the MSE (the rival: the state ignored)
             row["state_err"] = abs(batch_moments(bandit, est, G, B).mse - bm.mse) / bm.mse
-        if name in HISTORY:
+        if name in HISTORY and R:
             mc = gt.mc_mse(bandit, at_state(est, st) if est.stateful else est, G, B,
                            n_reps=R, seed=seeds[i])
             row.update(mc=mc.value, mc_se=mc.se, z=(mc.value - bm.mse) / mc.se,
