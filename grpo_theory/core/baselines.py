@@ -25,6 +25,10 @@ and MSE of every estimator here.
 * ``norm_weighted_loo``: its leave-one-out form, ``b_xi = sum_{j != i} ||s_j||^2 r_j /
   sum_{j != i} ||s_j||^2`` (the leave-one-out mean where the other weights are all zero).
   Unbiased.
+* ``basis``: BASIS's cross-prompt baseline (arXiv 2605.27293), the mean of the other prompts'
+  group means (any G, one response a prompt allowed): unbiased; ``basis_self_inclusive``, the
+  mean over all prompts: biased. History baselines (EBPO, DBB, KAE) are in
+  :mod:`grpo_theory.core.history_baselines`.
 """
 
 from __future__ import annotations
