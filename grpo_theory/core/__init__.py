@@ -19,7 +19,8 @@ from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOn
 from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PooledForm, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
                          grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
-from .baselines import pkpo, spo  # also registers jspo, norm_weighted, spo, pkpo, ...
+from .baselines import basis, pkpo, spo  # also registers jspo, norm_weighted, spo, pkpo, ...
+from .history_baselines import at_state, dbb, ebpo, kae  # registers ebpo, dbb, kae
 from .batch_exact import DESIGNS, BatchMoments, batch_moments, verl_proxy_audit
 from .verl_estimators import gdpo, grpo_passk, whiten_tokens
 from .frameworks import FRAMEWORK_OPTIONS, advantage_options, framework_table, preset
@@ -69,6 +70,8 @@ __all__ = [
     "enumerate_estimates", "enumerated_moments",
     # exact moments by count states: batch-coupled and per-response weighted estimators
     "batch_moments", "BatchMoments", "DESIGNS", "verl_proxy_audit", "pkpo", "spo",
+    # the field's history and cross-prompt baselines (core/history_baselines.py, baselines.py)
+    "basis", "ebpo", "dbb", "kae", "at_state",
     "MCResult", "mc_mse", "mc_estimates", "estimate_gradient",
     # score structures
     "ScoreStructure", "TabularScores", "ExplicitScores", "as_structure",

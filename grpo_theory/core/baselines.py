@@ -25,6 +25,10 @@ and MSE of every estimator here.
 * ``norm_weighted_loo``: its leave-one-out form, ``b_xi = sum_{j != i} ||s_j||^2 r_j /
   sum_{j != i} ||s_j||^2`` (the leave-one-out mean where the other weights are all zero).
   Unbiased.
+* ``basis``: BASIS's cross-prompt baseline (arXiv 2605.27293), the mean of the other prompts'
+  group means (any G, one response a prompt allowed): unbiased; ``basis_self_inclusive``, the
+  mean over all prompts: biased. History baselines (EBPO, DBB, KAE) are in
+  :mod:`grpo_theory.core.history_baselines`.
 """
 
 from __future__ import annotations
@@ -139,6 +143,71 @@ register(Estimator("norm_weighted", _norm_weighted, min_group_size=1, needs=("sc
                    params=dict(unbiased=False)))
 register(Estimator("norm_weighted_loo", _norm_weighted_loo, min_group_size=2, needs=("score_sq",),
                    params=dict(unbiased=True)))
+
+
+# --- BASIS: one response a prompt, the other prompts' rewards as its baseline ------------------
+
+
+def _basis_statistic(z):
+    """The group mean (..., 1): all that BASIS's baseline reads of another prompt."""
+    return jnp.mean(z, axis=-1, keepdims=True)
+
+
+def basis(self_inclusive: bool = False, name: str | None = None) -> Estimator:
+    r"""A BASIS-style cross-prompt baseline (arXiv 2605.27293), from the paper's description.
+
+    Any G >= 1 (one response a prompt allowed); the baseline of prompt x is the mean of the
+    *other* prompts' group means in the batch,
+
+    .. math:: b_x = \frac{1}{B - 1} \sum_{y \ne x} \bar r_y, \qquad A_{xi} = r_{xi} - b_x.
+
+    The paper weights the other prompts by per-prompt variance estimates that need values from
+    outside the batch; with none here the weights are equal (this module's choice). Unbiased
+    (the own prompt is excluded); needs B >= 2. ``self_inclusive=True`` is the rival: the mean
+    of all B group means, own included: biased. Batch-coupled, with a
+    :class:`~grpo_theory.core.estimators.PooledForm` (the sum of the others' group means), so
+    the exact pooled route covers any B.
+
+    Args:
+        self_inclusive: the rival form above. name: registry name.
+
+    Returns:
+        A batch-coupled :class:`~grpo_theory.core.estimators.Estimator` (``min_group_size`` 1).
+
+    Examples:
+        Three prompts with one response each:
+
+        >>> import jax.numpy as jnp
+        >>> from grpo_theory.core import get_estimator
+        >>> get_estimator("basis")(jnp.array([[1.0], [0.0], [0.0]])).tolist()
+        [[1.0], [-0.5], [-0.5]]
+    """
+    if not isinstance(self_inclusive, bool):
+        raise ValueError(f"self_inclusive must be a bool, got {self_inclusive!r}")
+    label = name or ("basis_self_inclusive" if self_inclusive else "basis")
+
+    def from_others(z, others, n_others):
+        if self_inclusive:
+            return z - (others + _basis_statistic(z)) / (n_others + 1)
+        if n_others < 1:
+            raise ValueError(f"estimator {label!r} needs a batch of at least 2 prompts "
+                             "(batch_size >= 2): its baseline for one prompt is the others' mean")
+        return z - others / n_others
+
+    def adv(z, ctx):
+        if z.ndim < 2:  # one group: B = 1
+            return adv(z[None, :], ctx)[0]
+        t = _basis_statistic(z)  # (..., B, 1)
+        return from_others(z, jnp.sum(t, axis=-2, keepdims=True) - t, z.shape[-2] - 1)
+
+    return Estimator(label, adv, min_group_size=1, batch_coupled=True,
+                     params=dict(source="arXiv 2605.27293 (equal weights)",
+                                 self_inclusive=self_inclusive, unbiased=not self_inclusive),
+                     pooled=PooledForm(_basis_statistic, from_others))
+
+
+register(basis())
+register(basis(self_inclusive=True))
 
 
 # --- a history baseline: SPO's per-prompt Beta tracker -------------------------------------------

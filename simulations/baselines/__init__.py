@@ -5,10 +5,12 @@ The study's modules: ``study`` (settings, sweep, cell function, the ``EXPERIMENT
 (summaries, checks, report, figure); this face re-exports what its users need.
 """
 
-from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, ESTIMATORS, family_bandit,
+from .study import (NAME, CLAIM, Settings, SETTINGS, SCHEMA, ESTIMATORS, HISTORY,
+                    HISTORY_RIVALS, family_bandit,
                     each_design_brute_force, cells, cell, EXPERIMENT)
 from .analysis import summary, checks, report, plot
 
-__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "ESTIMATORS", "family_bandit",
+__all__ = ["NAME", "CLAIM", "Settings", "SETTINGS", "SCHEMA", "ESTIMATORS", "HISTORY",
+           "HISTORY_RIVALS", "family_bandit",
            "each_design_brute_force", "cells", "cell", "summary", "checks", "report", "plot",
            "EXPERIMENT"]

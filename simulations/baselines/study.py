@@ -11,7 +11,14 @@ independent of ``(r_xi, s_xi)`` given the prompt. The estimators (registry names
   ``norm_weighted_loo``: its leave-one-out form: unbiased;
 * ``reinforce_plus_plus_baseline_verl``: group mean, then whitening over the batch;
 * ``spo_raw`` and ``spo``: SPO's per-prompt Beta tracker (at its initial state, alpha = beta =
-  1/2), before and after the recipe's batch whitening: exact conditional on the tracker.
+  1/2), before and after the recipe's batch whitening: exact conditional on the tracker;
+* in a table of their own, the history baselines ``ebpo`` (an empirical-Bayes prior over
+  prompts' means, Welford-updated after the step), ``dbb`` (a discounted Beta-Bernoulli tracker
+  per prompt) and ``kae`` (kernel smoothing of a prompt's past batch means, mixed with the
+  leave-one-out mean), each exact conditional on a state reached by a sampled history, and
+  ``basis`` (the other prompts' mean as the baseline, any G, by the pooled route), beside their
+  self-inclusive rivals ``ebpo_self_inclusive`` (the prior updated with the current batch before
+  the advantage) and ``basis_self_inclusive`` (the mean over all prompts).
 
 A family of problems: four prompts, each a two-armed softmax whose first arm is correct, with
 pass rates ``p_x = sigmoid(logit(m) + spread * q_x)``, ``q = (-1.5, -0.5, 0.5, 1.5)`` (the
@@ -40,23 +47,29 @@ pooled route equals the counts route where both apply (1e-10; the
 rival, leave-one-out's MSE, is far off), and Monte Carlo lies within 4 se of the pooled law's
 MSE at every checked (B, G) while leave-one-out's law at the same (B, G) lies beyond, and SPO's
 step given its tracker along a drifting policy has the same exact MSE by a closed form and by
-``batch_moments`` at the tracker's state (1e-10; the rival, the initial tracker, is off).
+``batch_moments`` at the tracker's state (1e-10; the rival, the initial tracker, is off), and
+for EBPO, DBB, KAE and BASIS: the count states equal brute-force enumeration at a sampled state
+(1e-9; the rival, the state ignored, or for BASIS its self-inclusive form, is off), Monte Carlo
+at that state lies within 4 se of the exact MSE while leave-one-out's lies beyond, and the four
+are unbiased (1e-12) while both self-inclusive rivals are biased.
 
     grpo-theory baselines [--full] [--workers N]
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.special import expit, logit
 
 import grpo_theory as gt
-from grpo_theory.core import (PromptContext, batch_moments, enumerated_moments, get_estimator,
-                              scaling_constants, spo)
+from grpo_theory.core import (PromptContext, at_state, batch_moments, enumerated_moments,
+                              get_estimator, scaling_constants, spo)
 from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
@@ -75,6 +88,9 @@ UNBIASED = ("grpo", "jspo", "norm_weighted_loo", "spo_raw")
 #: the quantiles of the pass rates' spread
 QUANTILES = (-1.5, -0.5, 0.5, 1.5)
 TOY = (0.1, 0.3, 0.6, 0.9)
+#: the history and cross-prompt baselines of the ``history`` table, then their rivals
+HISTORY = ("ebpo", "dbb", "kae", "basis")
+HISTORY_RIVALS = ("ebpo_self_inclusive", "basis_self_inclusive")
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,9 @@ class Settings:
         train_problem, train_sizes, train_steps, train_seeds, train_eta: the training at equal
             rollouts (family member, G, steps, seeds, step size).
         estimators: the registry names compared (leave-one-out, ``grpo``, among them).
+        history_problems, history_size, history_steps, history_reps: the ``history`` table's
+            family members, G, steps of the sampled history that sets the state, and Monte
+            Carlo replicates; history_mc: how many of its members (the first) get Monte Carlo.
     """
 
     problems: tuple
@@ -109,6 +128,11 @@ class Settings:
     pooled_reps: int = 20_000
     spo_seeds: int = 64
     spo_rho: float = 0.9
+    history_problems: tuple = (None, (0.5, 1.0), (0.2, 1.0))
+    history_size: int = 4
+    history_steps: int = 8
+    history_reps: int = 20_000
+    history_mc: int = 1
 
 
 SETTINGS = {
@@ -122,7 +146,7 @@ SETTINGS = {
                      # the scaling family's full members: leave-one-out's G* from 2 to 128
                      pooled_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
-                     pooled_reps=100_000, spo_seeds=256),
+                     pooled_reps=100_000, spo_seeds=256, history_mc=3),
 }
 
 SCHEMA = {
@@ -141,6 +165,12 @@ SCHEMA = {
                    mc="float?", mc_se="float?", z="float?", rival_z="float?"),
     "pooled_route": dict(delta="float", G="int", B="int", rel_err="float",
                          rival_rel_err="float"),
+    "history": dict(problem="str", rates="str", G="int", B="int", steps="int",
+                    estimator="str", exact_mse="float", relative_bias="float", kept="float",
+                    ratio_loo="float", state_err="float?", mc="float?", mc_se="float?",
+                    z="float?", rival_z="float?"),
+    "history_brute": dict(estimator="str", G="int", B="int", rel_err="float",
+                          rival_rel_err="float"),
     "spo_path": dict(problem="str", G="int", B="int", eta="float", rho="float", step="int",
                      n_seeds="int", objective="float", loo_mse="float", oracle_ratio="float",
                      spo_ratio="float", spo_lo="float", spo_hi="float", route_err="float",
@@ -200,6 +230,15 @@ def cells(s: Settings) -> list[Cell]:
     out.append(Cell("spo_path", dict(spo_path=True, mean_rate=m, spread=sp,
                                      G=s.train_sizes[0], steps=s.train_steps, eta=s.train_eta,
                                      seeds=s.spo_seeds, rho=s.spo_rho), kind="spo_path"))
+    out.append(Cell("history_brute", dict(history_brute=True), kind="history_brute"))
+    for j, prob in enumerate(s.history_problems):
+        pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
+        out.append(Cell(f"history_{pid}", dict(history=True, problem=pid,
+                                               mean_rate=None if prob is None else prob[0],
+                                               spread=None if prob is None else prob[1],
+                                               G=s.history_size, steps=s.history_steps,
+                                               n_reps=s.history_reps if j < s.history_mc
+                                               else None), kind="history"))
     for d in s.pooled_deltas:
         out.append(Cell(f"pooled_d{d:g}", dict(pooled=True, delta=d, N=s.pooled_budget,
                                                sizes=list(s.pooled_sizes), n_reps=s.pooled_reps),
@@ -379,12 +418,94 @@ def _spo_path_rows(config, key) -> list[dict]:
     return rows
 
 
+def _sampled_state(est, problem, G: int, B: int, steps: int, rng):
+    """``est``'s state after ``steps`` steps at a fixed policy: B prompts drawn iid, G binary
+    rewards each, the state updated after each step as training does."""
+    V, f = np.asarray(problem.values()), np.asarray(problem.prompt_probs)
+    state = est.initial_state(problem.n_prompts)
+    update = jax.jit(est.update_state)  # one compilation, not one per operation
+    for _ in range(steps):
+        x = rng.choice(problem.n_prompts, size=B, p=f)
+        z = (rng.random((B, G)) < V[x][:, None]).astype(np.float64)
+        state = update(state, jnp.asarray(x), jnp.asarray(z), PromptContext())
+    return state
+
+
+def _enumerable(est, state):
+    """``est`` at ``state`` (stateful ones) with its compiled advantage, for enumeration."""
+    out = at_state(est, state) if est.stateful else est
+    return dataclasses.replace(out, advantage=jax.jit(est.advantage))
+
+
+def _history_states(bandit, G: int, B: int, steps: int, rng) -> dict:
+    """A sampled state of every history baseline (the rivals share their estimator's)."""
+    pr = bandit.problem()
+    st = {n: _sampled_state(get_estimator(n), pr, G, B, steps, rng)
+          for n in ("ebpo", "dbb", "kae")}
+    return dict(st, ebpo_self_inclusive=st["ebpo"], basis=None, basis_self_inclusive=None)
+
+
+def _history_brute_rows() -> list[dict]:
+    """Count states at a sampled state against brute-force enumeration (two prompts, G = 3,
+    B = 2); the rival: the moments with the state ignored (BASIS: its self-inclusive form's)."""
+    bandit = _two_armed([0.3, 0.5])  # alike rates: EBPO's prior moves its baseline
+    states = _history_states(bandit, 3, 2, 6, np.random.default_rng(0))
+    rows = []
+    for name in HISTORY:  # the rivals' routes are the same code (tests/core checks them)
+        est, st = get_estimator(name), states[name]
+        mean, mse = enumerated_moments(bandit, _enumerable(est, st), 3, 2)
+        bm = batch_moments(bandit, est, 3, 2, state=st)
+        if est.stateful:
+            rival = batch_moments(bandit, est, 3, 2).mse
+        else:
+            rival = batch_moments(bandit, "basis_self_inclusive" if name == "basis" else "basis",
+                                  3, 2).mse
+        err = max(abs(bm.mse - mse) / mse,
+                  float(np.max(np.abs(bm.mean - np.asarray(mean)))) / np.sqrt(mse))
+        rows.append(dict(estimator=name, G=3, B=2, rel_err=err,
+                         rival_rel_err=abs(rival - mse) / mse))
+    return rows
+
+
+def _history_rows(config, key) -> list[dict]:
+    """Exact moments of EBPO, DBB, KAE (given a state from a sampled history) and BASIS, with
+    their rivals, B = 4 prompts drawn independently; Monte Carlo at the state beside the four."""
+    G, B, T, R = config["G"], 4, config["steps"], config["n_reps"]
+    bandit = family_bandit(config["mean_rate"], config["spread"])
+    rates = " ".join(f"{v:.3f}" for v in np.asarray(bandit.problem().values()))
+    rng = np.random.default_rng(key_seed(key))
+    states = _history_states(bandit, G, B, T, rng)
+    loo = batch_moments(bandit, "grpo", G, B).mse
+    seeds = key_seed(key, len(HISTORY))
+    rows = []
+    for i, name in enumerate(HISTORY + HISTORY_RIVALS):
+        est, st = get_estimator(name), states[name]
+        bm = batch_moments(bandit, est, G, B, state=st)
+        row = dict(problem=config["problem"], rates=rates, G=G, B=B, steps=T, estimator=name,
+                   exact_mse=bm.mse, relative_bias=bm.relative_bias, kept=bm.kept,
+                   ratio_loo=bm.mse / loo, state_err=None, mc=None, mc_se=None, z=None,
+                   rival_z=None)
+        if est.stateful:  # how far the state moves the MSE (the rival: the state ignored)
+            row["state_err"] = abs(batch_moments(bandit, est, G, B).mse - bm.mse) / bm.mse
+        if name in HISTORY and R:
+            mc = gt.mc_mse(bandit, at_state(est, st) if est.stateful else est, G, B,
+                           n_reps=R, seed=seeds[i])
+            row.update(mc=mc.value, mc_se=mc.se, z=(mc.value - bm.mse) / mc.se,
+                       rival_z=(loo - mc.value) / mc.se)
+        rows.append(row)
+    return rows
+
+
 @float64
 def cell(config: dict, key) -> list[dict]:
     """Exact moments of every estimator under both designs (and Monte Carlo) at one (problem, G);
     the brute-force and kept-share cells."""
     if config.get("spo_path"):
         return _spo_path_rows(config, key)
+    if config.get("history"):
+        return _history_rows(config, key)
+    if config.get("history_brute"):
+        return _history_brute_rows()
     if config.get("pooled"):
         return _pooled_rows(config, key)
     if config.get("pooled_route"):

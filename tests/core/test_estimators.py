@@ -148,7 +148,10 @@ def test_batch_coupled_flags():
                        "reinforce_plus_plus_verl", "reinforce_plus_plus_baseline_verl_tokens",
                        "gpg_verl", "gdpo_verl", "gdpo",
                        # history baselines (core/baselines.py): SPO whitened over the batch
-                       "spo"}
+                       "spo",
+                       # BASIS and EBPO's self-inclusive rival (core/baselines.py,
+                       # core/history_baselines.py)
+                       "basis", "basis_self_inclusive", "ebpo_self_inclusive"}
     for n in coupled:
         est = gt.get_estimator(n)
         # exact by batch counts (core.batch_exact), never by the per-group routes; those that

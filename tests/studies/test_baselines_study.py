@@ -20,7 +20,8 @@ def study(tmp_path_factory):
                                 # one estimator a route: batch counts, classes, a state
                                 estimators=("grpo", "jspo", "norm_weighted", "spo"),
                                 pooled_deltas=(0.05,), pooled_budget=16,
-                                pooled_sizes=(2, 4, 8), pooled_reps=4000, spo_seeds=8)
+                                pooled_sizes=(2, 4, 8), pooled_reps=4000, spo_seeds=8,
+                                history_problems=(None, (0.5, 1.0)), history_reps=8000)
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)
@@ -109,3 +110,36 @@ def test_checks_fail_on_the_rivals(study):
     ch = [c for c in m.checks(m.summary(dict(t, table=df))) if "JSPO's MSE" in c.name][0]
     assert ch.passed is None
     assert isinstance(t["table"], pd.DataFrame)
+
+
+def test_history_table_and_its_checks_fail_on_the_rivals(study):
+    """EBPO, DBB, KAE and BASIS: the exact checks fail when fed the state ignored, Monte Carlo
+    matching leave-one-out's MSE, or a rival's bias; the toy's numbers from the table."""
+    m, res = study
+    t = res.tables
+    hs, hb = t["history"], t["history_brute"]
+    assert set(hs.estimator) == set(m.HISTORY + m.HISTORY_RIVALS)
+    assert hs[hs.problem == "m0.5_s1"].mc.isna().all()  # Monte Carlo on the first member only
+    toy = hs[hs.problem == "toy"].set_index("estimator")
+    assert toy.ratio_loo["basis"] < toy.ratio_loo["dbb"] < toy.ratio_loo["kae"] < 1
+    assert (toy.state_err[["ebpo", "dbb", "kae"]] > 1e-3).all()
+    # a count route off from brute force; the state making no difference
+    for col, val in (("rel_err", 1e-6), ("rival_rel_err", 0.0)):
+        br = hb.copy()
+        br.loc[0, col] = val
+        assert _fails(m, dict(t, history_brute=br), "at a sampled state")
+    # Monte Carlo that matches leave-one-out's MSE instead of the estimator's
+    h = hs.copy()
+    has = h.mc.notna()
+    loo = h.exact_mse / h.ratio_loo
+    h.loc[has, "z"] = (loo - h.exact_mse)[has] / h.mc_se[has]
+    h.loc[has, "rival_z"] = 0.0
+    assert _fails(m, dict(t, history=h), "history baselines: Monte Carlo")
+    # "unbiased" fed the self-inclusive rival's bias, and the rival fed zero bias
+    h = hs.copy()
+    h.loc[h.estimator == "basis", "relative_bias"] = h[
+        h.estimator == "basis_self_inclusive"].relative_bias.values
+    assert _fails(m, dict(t, history=h), "BASIS are unbiased")
+    h = hs.copy()
+    h.loc[h.estimator == "ebpo_self_inclusive", "relative_bias"] = 0.0
+    assert _fails(m, dict(t, history=h), "BASIS are unbiased")
