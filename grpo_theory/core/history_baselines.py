@@ -80,16 +80,24 @@ def _welford_merge(state, m):
     return tot, mean + d * nb / tot, m2 + m2b + d**2 * n * nb / tot
 
 
-def _ebpo_shrunk(z, n, mu, m2):
-    """``z - b`` with ``b = (1 - lam) rbar_{-i} + lam mu``, ``lam = w_i / (w_i + between)``."""
+def _ebpo_merge(state, z):
+    """The prior's state after groups ``z`` (..., B, G): Welford over their means, and the
+    running mean of their within-group variances (ddof 1)."""
+    n, mu, m2, within = state
+    nn, mu, m2 = _welford_merge((n, mu, m2), jnp.mean(z, axis=-1))
+    v = jnp.var(z, axis=-1, ddof=1)
+    within = within + (jnp.sum(v, axis=-1) - v.shape[-1] * within) / nn
+    return nn, mu, m2, within
+
+
+def _ebpo_shrunk(z, n, mu, m2, within):
+    """``z - b`` with ``b = (1 - lam) rbar_{-i} + lam mu``, ``lam = w / (w + tau^2)``."""
     G = z.shape[-1]
-    s1 = jnp.sum(z, axis=-1, keepdims=True) - z
-    s2 = jnp.sum(z**2, axis=-1, keepdims=True) - z**2
-    loo = s1 / (G - 1)
-    within = jnp.maximum(s2 / (G - 1) - loo**2, 0.0) / (G - 1)
-    between = m2 / jnp.maximum(n - 1, 1)
-    tot = within + between
-    lam = jnp.where((n >= 2) & (tot > 0), within / jnp.where(tot > 0, tot, 1.0), 0.0)
+    loo = (jnp.sum(z, axis=-1, keepdims=True) - z) / (G - 1)
+    w = within / (G - 1)
+    tau2 = jnp.maximum(m2 / jnp.maximum(n - 1, 1) - within / G, 0.0)
+    tot = w + tau2
+    lam = jnp.where((n >= 2) & (tot > 0), w / jnp.where(tot > 0, tot, 1.0), 0.0)
     return z - ((1 - lam) * loo + lam * mu)
 
 
@@ -97,65 +105,67 @@ def ebpo(self_inclusive: bool = False, name: str | None = None) -> Estimator:
     r"""EBPO's empirical-Bayes shrinkage baseline (arXiv 2602.05165), from the paper's
     description (no public code).
 
-    A global prior over prompts' mean rewards, its mean ``mu`` and variance ``between``, is kept
-    by Welford's online accumulators ``(n, mean, M2)`` over past batches' group means (one value
-    per group); a response's baseline shrinks its group's leave-one-out mean toward it:
+    A global prior over prompts' mean rewards is kept online from past batches: Welford's
+    accumulators ``(n, mu, M2)`` over their group means and the running mean ``sigma_w^2`` of
+    their within-group reward variances (ddof 1). A response's baseline shrinks its group's
+    leave-one-out mean toward the prior mean by the empirical-Bayes factor:
 
-    .. math:: b_i = (1 - \lambda_i)\,\bar r_{-i} + \lambda_i \mu, \qquad
-              \lambda_i = \frac{w_i}{w_i + \tau^2}, \quad w_i = \frac{\hat\sigma^2_{-i}}{G - 1},
-              \quad \tau^2 = \frac{M_2}{n - 1},
+    .. math:: b_i = (1 - \lambda)\,ar r_{-i} + \lambda \mu, \qquad
+              \lambda = rac{\sigma_w^2 / (G - 1)}{\sigma_w^2 / (G - 1) + 	au^2}, \qquad
+              	au^2 = \max\Bigl(rac{M_2}{n - 1} - rac{\sigma_w^2}{G}, 0\Bigr),
 
-    ``sigma^2_{-i}`` the plug-in (ddof 0) variance of the other G - 1 rewards (the sampling
-    variance of their mean); ``lam = 0`` (plain leave-one-out) until the prior has two values.
-    The accumulators are updated with the batch's group means *after* the step. Choices made
-    here (the paper's description leaves them open): the leave-one-out group part and
-    within-variance (so ``lam_i`` never reads ``r_i``), the ddof-0 variance, one prior value per
-    group, and ``tau^2`` the raw variance of past group means (sampling noise not removed). A
-    consequence of the per-group within-variance: where the other responses agree (a constant
-    group among them), ``lam_i = 0`` and the baseline is their mean.
+    the sampling variance of the other G - 1 responses' mean against the prior's spread of
+    prompts' true means (the spread of group means less their sampling noise); ``lam = 0``
+    (plain leave-one-out) until the prior has two group means. A group whose responses all
+    agree still gets the signal ``lam (r - mu)``: the paper's motivation (saturated groups learn
+    from the prior). The state is updated with the batch *after* the step. Choices made here
+    (the paper's description leaves them open): the leave-one-out group part (so the baseline
+    never reads ``r_i``), one prior value per group, the pooled within-variance, ``tau^2`` floored
+    at 0 (then ``lam = 1``).
 
-    Unbiased conditional on the state (the prior is a constant, the rest reads the other
-    responses only). ``self_inclusive=True`` is the rival: the prior is updated with the
+    Unbiased conditional on the state (``lam`` and ``mu`` are constants, the rest reads the
+    other responses only). ``self_inclusive=True`` is the rival: the prior is updated with the
     current batch *before* the advantage (batch-coupled, own rewards in ``mu``): biased.
 
     Args:
         self_inclusive: the rival form above. name: registry name.
 
     Returns:
-        A stateful :class:`~grpo_theory.core.estimators.Estimator`; state ``(n, mean, M2)``
-        (scalars), initially zeros.
+        A stateful :class:`~grpo_theory.core.estimators.Estimator`; state
+        ``(n, mu, M2, sigma_w^2)`` (scalars), initially zeros.
 
     Examples:
-        A prior of mean 0.2 and variance 0.1 (five past group means), a group with G = 3: the
-        first response's others agree (``lam = 0``), the others' shrink halfway and more:
+        A prior from five past group means (mean 0.2, M2 0.4: spread 0.1) and within-group
+        variance 0.12, groups of G = 3: ``w = 0.06``, ``tau^2 = 0.1 - 0.04 = 0.06``, ``lam = 1/2``;
+        a constant group still learns from the prior:
 
         >>> import jax.numpy as jnp
         >>> from grpo_theory.core import PromptContext, get_estimator
         >>> est = get_estimator("ebpo")
-        >>> st = (jnp.array(5.0), jnp.array(0.2), jnp.array(0.4))
-        >>> a = est(jnp.array([1.0, 0.0, 0.0]), PromptContext(state=st))
-        >>> [round(v, 4) for v in a.tolist()]
-        [1.0, -0.3333, -0.3333]
+        >>> st = (jnp.array(5.0), jnp.array(0.2), jnp.array(0.4), jnp.array(0.12))
+        >>> [round(v, 4) for v in est(jnp.array([1.0, 0.0, 0.0]), PromptContext(state=st)).tolist()]
+        [0.9, -0.35, -0.35]
+        >>> [round(v, 4) for v in est(jnp.array([1.0, 1.0, 1.0]), PromptContext(state=st)).tolist()]
+        [0.4, 0.4, 0.4]
     """
     if not isinstance(self_inclusive, bool):
         raise ValueError(f"self_inclusive must be a bool, got {self_inclusive!r}")
     label = "ebpo_self_inclusive" if self_inclusive else "ebpo"
 
     def init(n_prompts):
-        return (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+        return (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
 
     def adv(z, ctx):
         _need(ctx, label, ("state",))
-        n, mu, m2 = ctx.state
         if not self_inclusive:
-            return _ebpo_shrunk(z, n, mu, m2)
+            return _ebpo_shrunk(z, *ctx.state)
         zb = z if z.ndim >= 2 else z[None, :]
-        merged = _welford_merge((n, mu, m2), jnp.mean(zb, axis=-1))  # (...,) each
+        merged = _ebpo_merge(ctx.state, zb)  # (...,) each
         out = _ebpo_shrunk(zb, *(a[..., None, None] for a in merged))
         return out if z.ndim >= 2 else out[0]
 
     def update(state, x, z, ctx):
-        return _welford_merge(state, jnp.mean(z, axis=-1))
+        return _ebpo_merge(state, z)
 
     return Estimator(name or label, adv, min_group_size=2, batch_coupled=self_inclusive,
                      needs=("state",), init_state=init, update_state=update,

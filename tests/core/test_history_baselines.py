@@ -28,7 +28,8 @@ def _mixed():
     return SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]], [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
 
 
-EBPO_STATE = (jnp.asarray(6.0), jnp.asarray(0.25), jnp.asarray(0.3))  # tau^2 = 0.06
+# six past group means (spread 0.06), within-group variance 0.09
+EBPO_STATE = (jnp.asarray(6.0), jnp.asarray(0.25), jnp.asarray(0.3), jnp.asarray(0.09))
 DBB_STATE = (jnp.asarray([2.0, 0.5]), jnp.asarray([1.0, 3.0]))
 KAE_STATE = (jnp.asarray([[0.1, 0.3, 0.2], [0.0, 0.9, 0.6]]),
              jnp.asarray([[0.0, 1.0, 2.0], [-1.0, 1.0, 2.0]]), jnp.asarray(3.0))
@@ -65,29 +66,35 @@ def test_ebpo_self_inclusive_prior_is_biased():
 
 
 def test_ebpo_shrinkage_and_welford_update_by_hand():
-    """The advantage against a loop over responses; the state after two steps against NumPy's
-    mean and variance of every past group mean (not of the rewards: that rival differs)."""
+    """The advantage against a loop over responses (the empirical-Bayes factor from the pooled
+    within-variance, the same for every response: a constant group still gets lam (r - mu));
+    the state after two steps against NumPy's mean and variance of every past group mean (not
+    of the rewards: that rival differs) and the mean of their within-group variances."""
     est = ebpo()
     rng = np.random.default_rng(0)
     z = rng.normal(size=(4, 5))
-    n, mu, m2 = (float(a) for a in EBPO_STATE)
+    n, mu, m2, sw = (float(a) for a in EBPO_STATE)
+    w, tau2 = sw / 4, m2 / (n - 1) - sw / 5
+    lam = w / (w + tau2)
     want = np.empty_like(z)
     for b in range(4):
         for i in range(5):
-            o = np.delete(z[b], i)
-            lam = (o.var() / 4) / (o.var() / 4 + m2 / (n - 1))
-            want[b, i] = z[b, i] - ((1 - lam) * o.mean() + lam * mu)
+            want[b, i] = z[b, i] - ((1 - lam) * np.delete(z[b], i).mean() + lam * mu)
     got = np.asarray(est(z, PromptContext(state=EBPO_STATE)))
     np.testing.assert_allclose(got, want, rtol=1e-12)
+    const = np.asarray(est(jnp.ones(5), PromptContext(state=EBPO_STATE)))
+    np.testing.assert_allclose(const, lam * (1 - mu), rtol=1e-12)  # leave-one-out: 0
     st = est.initial_state(3)
-    seen = []
+    seen, var = [], []
     for step in range(2):
         zz = rng.normal(size=(3, 4))
         seen += list(zz.mean(axis=1))
+        var += list(zz.var(axis=1, ddof=1))
         st = est.next_state(st, jnp.arange(3), jnp.asarray(zz))
     assert float(st[0]) == 6 and float(st[1]) == pytest.approx(np.mean(seen), rel=1e-12)
     assert float(st[2]) / 5 == pytest.approx(np.var(seen, ddof=1), rel=1e-12)
     assert abs(float(st[2]) / 5 - np.var(np.r_[zz], ddof=1)) > 1e-3
+    assert float(st[3]) == pytest.approx(np.mean(var), rel=1e-12)
     # before two past values the prior is unused: plain leave-one-out
     np.testing.assert_allclose(np.asarray(est(z, PromptContext(state=est.initial_state(1)))),
                                np.asarray(get_estimator("grpo")(z)), atol=1e-12)
