@@ -91,9 +91,9 @@ def audit(problem, rule, estimator="grpo", batch_size: int = 1,
         kappa = float(np.dot(w, pm.kept / acc))
         m, s = m / kappa, s / kappa**2
     mean = np.asarray(st.combine(w, m))
-    grad = np.asarray(st.gradient())
+    g_x = np.asarray(st.pass_k_prompt_gradients(est.pass_k))  # the estimator's target per prompt
+    grad = np.asarray(st.combine(f, g_x))
     mse = (float(w @ s) - float(mean @ mean)) / B + float(np.sum((mean - grad) ** 2))
-    g_x = np.asarray(st.prompt_gradients())
     gn = np.sum(g_x**2, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         weights = np.where(gn > 0, w * np.sum(m * g_x, axis=1) / np.where(gn > 0, gn, 1.0),
@@ -127,7 +127,7 @@ def _batch_audit(problem, r, est, B, normaliser, design) -> AllocationAudit:
     f = np.asarray(st.prompt_probs, np.float64)
     shape = st.param_shape
     reshape = (lambda a: a.reshape(shape)) if shape is not None else (lambda a: a)
-    g_x = np.asarray(as_problem(problem).prompt_gradients())  # (P, D), like prompt_means
+    g_x = np.asarray(as_problem(problem).pass_k_prompt_gradients(est.pass_k))  # (P, D)
     gn = np.sum(g_x**2, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         weights = np.where(gn > 0, np.sum(bm.prompt_means * g_x, axis=1) / np.where(gn > 0, gn, 1),

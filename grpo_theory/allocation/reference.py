@@ -84,7 +84,7 @@ def enumerate_rule(problem, rule, estimator="grpo", normaliser: str = "group",
     H = int(r.horizon())
     pi = np.asarray(pb.probs)
     mu = np.asarray(pb.reward_means)
-    grad = np.asarray(pb.gradient())
+    grad = np.asarray(pb.pass_k_gradient(est.pass_k))  # grad J, or grad pass@k (pass_k = k)
     acc, kept, rolls = np.zeros(P), np.zeros(P), np.zeros(P)
     mean_acc = np.zeros((P, pb.dim))
     sq_acc = np.zeros(P)
@@ -212,7 +212,7 @@ def monte_carlo(problem, rule, estimator="grpo", n_batches: int = 20_000, batch_
         batch = g.sum(axis=1) / den
     else:
         batch = g.mean(axis=1)
-    grad = np.asarray(pb.gradient())
+    grad = np.asarray(pb.pass_k_gradient(est.pass_k))  # grad J, or grad pass@k (pass_k = k)
     err = np.sum((batch - grad) ** 2, axis=1)
     mean = batch.mean(axis=0)
     se = batch.std(axis=0, ddof=1) / np.sqrt(R)

@@ -24,7 +24,8 @@ class AllocationAudit(ResultMixin):
         rule: the rule's name; estimator: the estimator's name; normaliser: ``"group"`` or
             ``"token"``; batch_size: B.
         mean: ``E[ghat]``, shaped like the gradient.
-        gradient: ``grad J``, same shape.
+        gradient: the estimator's target, ``grad J`` (``grad pass@k`` for an estimator with
+            ``pass_k = k``, :attr:`grpo_theory.core.Estimator.pass_k`), same shape.
         mse: ``E||ghat - grad J||^2`` for a batch of B prompts.
         expected_rollouts: expected responses sampled per prompt of the training batch.
         batch_rollouts: expected responses sampled per training batch.
