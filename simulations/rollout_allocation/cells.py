@@ -38,6 +38,8 @@ SCHEMA = {
     "mc": dict(member="str", rule="str", exact_mse="float", mc_mse="float", mc_se="float",
                exact_rollouts="float", mc_rollouts="float", rollouts_se="float", z_mse="float",
                z_rollouts="float"),
+    "mc_mean": dict(member="str", rule="str", relative_bias="float", n_batches="int",
+                    z_mean="float", z_rival="float"),
     "plugin": dict(member="str", n_previous="int", model="str", m="float", ratio="float",
                    ratio_se="float", uniform_ratio="float"),
     "train": dict(rule="str", run_seed="int", budget="float", fraction="float", gap="float?",
@@ -45,9 +47,13 @@ SCHEMA = {
 }
 
 
+#: the two-prompt difficulty mix (pass rates 0.1 and 0.9): the rules' bias is large there
+MIX = "mix(p=0.1,0.9)"
+
+
 def _members(s: Settings) -> list[str]:
     out = [f"family(delta={d},{p})" for d in s.deltas for p in s.policies]
-    return out + (["mix(p=0.1,0.9)"] if s.mix else [])
+    return out + ([MIX] if s.mix else [])
 
 
 def member_problem(member: str):
@@ -92,6 +98,9 @@ def cells(s: Settings) -> list[Cell]:
                                      draws=s.plugin_draws), kind="plugin"))
     out.append(Cell("mc", dict(part="mc", member=_members(s)[0], grid=s.grid,
                                n_batches=s.mc_batches), kind="mc"))
+    # the mean gradient on the member where the data-dependent rules' bias is large
+    out.append(Cell("mc_mean", dict(part="mc_mean", member=MIX, grid=s.grid,
+                                    n_batches=s.mc_batches), kind="mc_mean"))
     for r in TRAIN_RULES:
         out.append(Cell(f"train_{r}", dict(part="train", rule=r, delta=s.train_delta,
                                           grid=s.grid, B=s.train_batch, n_steps=s.train_steps,
@@ -175,6 +184,24 @@ def _mc(config, key):
     return rows
 
 
+def _mc_mean(config, key):
+    """Per rule: the Monte Carlo mean gradient against the audit's exact ``E[ghat]`` and against
+    its rival ``grad J`` (the audit with its bias term dropped), as the largest ``|z|`` over the
+    coordinates whose Monte Carlo se is positive."""
+    pb = member_problem(config["member"])
+    rows = []
+    for i, (fam, rule) in enumerate(member_rules(pb, config["grid"])):
+        ex = A.audit(pb, rule)
+        mc = A.monte_carlo(pb, rule, n_batches=config["n_batches"], seed=key_seed(key) + i)
+        m, se = np.ravel(mc.mean), np.ravel(mc.mean_se)
+        ok = se > 0
+        rows.append(dict(member=config["member"], rule=ex.rule,
+                         relative_bias=float(ex.relative_bias), n_batches=config["n_batches"],
+                         z_mean=float(np.max(np.abs(m - np.ravel(ex.mean))[ok] / se[ok])),
+                         z_rival=float(np.max(np.abs(m - np.ravel(ex.gradient))[ok] / se[ok]))))
+    return rows
+
+
 def _plugin(config, key):
     pb = member_problem(config["member"])
     G = _g_star(pb)
@@ -223,8 +250,10 @@ def cell(config: dict, key):
         return _audit(config)
     if part == "mc":
         return _mc(config, key)
+    if part == "mc_mean":
+        return _mc_mean(config, key)
     if part == "plugin":
         return _plugin(config, key)
     if part == "train":
         return _train(config, key)
-    raise ValueError(f"part must be optimal, audit, mc, plugin or train, got {part!r}")
+    raise ValueError(f"part must be optimal, audit, mc, mc_mean, plugin or train, got {part!r}")

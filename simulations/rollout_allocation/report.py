@@ -17,6 +17,8 @@ __all__ = ["summaries", "checks", "report", "plot", "Z_MAX"]
 
 #: |z| above which a Monte Carlo mean disagrees with the exact one (about 16 comparisons)
 Z_MAX = 4.0
+#: a rule biased by more than this share of ||grad J|| must have grad J rejected by Monte Carlo
+BIASED = 0.05
 
 
 def summaries(tables, n_boot: int = 1000, unbiased=UNBIASED) -> dict:
@@ -27,7 +29,7 @@ def summaries(tables, n_boot: int = 1000, unbiased=UNBIASED) -> dict:
         n_boot: bootstrap resamples of the training CIs.
         unbiased: the rule families expected unbiased (the check compares the audit to it).
     Returns:
-        ``{"optimal", "audit", "mc", "plugin", "train"}``.
+        ``{"optimal", "audit", "mc", "plugin", "train", "min_rival_z", "mc_mean"}``.
     """
     au = tables["audit"].copy()
     au["expected_unbiased"] = au.family.isin(unbiased)
@@ -51,7 +53,8 @@ def summaries(tables, n_boot: int = 1000, unbiased=UNBIASED) -> dict:
                          ratio_low=rlo, ratio_high=rhi,
                          rollouts_per_prompt=float(d.rollouts_per_prompt.mean())))
     return dict(optimal=tables["optimal"], audit=au, mc=tables["mc"], plugin=tables["plugin"],
-                train=pd.DataFrame(rows), min_rival_z=_min_rival_z(tables["mc"]))
+                train=pd.DataFrame(rows), min_rival_z=_min_rival_z(tables["mc"]),
+                mc_mean=tables["mc_mean"])
 
 
 def _se_distance(rival, value, se):
@@ -88,6 +91,9 @@ def checks(s: dict) -> list[Check]:
     bia = au[~au.expected_unbiased]
     unb_rule = unb[unb.family != "optimal"]
     opt_rows = au[au.family == "optimal"]
+    mm = s["mc_mean"]
+    mb = mm[mm.relative_bias > BIASED]
+    rz = float(mb.z_rival.min()) if len(mb) else float("nan")
     return [
         check("greedy marginal allocation = brute force over all allocations (1e-12)",
               len(o) > 0 and (o.brute_err < 1e-12).all(),
@@ -131,6 +137,17 @@ def checks(s: dict) -> list[Check]:
               rival_se=s["min_rival_z"], z_tol=Z_MAX,
               detail=f"largest |z| {max(mc.z_mse.abs().max(), mc.z_rollouts.abs().max()):.2f}; "
               f"the rival lies {s['min_rival_z']:.1f} se away or more"),
+        check(f"Monte Carlo mean gradient = the audit's exact E[ghat] (|z| < {Z_MAX} in every "
+              f"coordinate) for every rule on the member of large bias; grad J beyond {Z_MAX} "
+              f"se for every rule biased by more than {BIASED:.0%}",
+              len(mm) > 0 and (mm.z_mean < Z_MAX).all() and len(mb) > 0
+              and (mb.z_rival > Z_MAX).all(), mm.z_mean, mb.z_rival,
+              kind="statistical",
+              excludes="an audit without its bias term (E[ghat] = grad J, the rules only "
+              "reweighting noise)", rival_se=rz, z_tol=Z_MAX,
+              detail=(f"{mm.member.iloc[0]}, {int(mm.n_batches.iloc[0])} batches per rule: "
+                      f"largest |z| {mm.z_mean.max():.2f}; grad J lies {rz:.1f} se away or more "
+                      f"({len(mb)} rules biased by more than {BIASED:.0%})") if len(mm) else ""),
         check("every training rule x budget has a bootstrap CI over >= 16 seeds",
               len(tr) > 0 and (tr.n_runs >= 16).all(), tr.ci_low, tr.ci_high, kind="sanity"),
     ]
@@ -161,6 +178,12 @@ def report(tables, s) -> Section:
         markdown_table(au[au.B == au.B.max()][["member", "family", "rollouts", "bias_share",
                                                "ratio"]],
                        {"rollouts": ".2f", "bias_share": ".3f", "ratio": ".3f"}), "",
+        "**Monte Carlo mean gradient against the exact audit** on the member of large bias "
+        "(largest |z| over coordinates: against the audit's E[ĝ], and against ∇J, the audit "
+        "with its bias term dropped):", "",
+        markdown_table(sm["mc_mean"][["member", "rule", "relative_bias", "n_batches", "z_mean",
+                                      "z_rival"]],
+                       {"relative_bias": ".3f", "z_mean": ".2f", "z_rival": ".1f"}), "",
         "**Plug-in** (sizes chosen from an independent previous sample; exact MSE given the "
         "sizes, averaged over draws; ratio to the oracle optimum, ± 1.96 se; uniform's ratio "
         "for reference):", "",

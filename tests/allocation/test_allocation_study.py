@@ -121,3 +121,27 @@ def test_optimal_training_rule_spends_exactly_its_budget():
 def test_bad_arguments_name_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_monte_carlo_mean_gradient_gates_the_bias_term(small_run):
+    """On the difficulty mix the biased rules' Monte Carlo mean gradient matches the audit's
+    E[ghat] and lies far from grad J; fed the rival (Monte Carlo drawn around grad J, the audit
+    with its bias term dropped: z against the audit and against grad J swapped) the check fails,
+    as it does for an audit off its Monte Carlo."""
+    t = dict(small_run.tables)
+    mm = t["mc_mean"]
+    assert set(mm.member) == {"mix(p=0.1,0.9)"} and (mm.relative_bias > 0.05).sum() >= 4
+
+    def gate(tables):
+        return [c for c in ra.checks(ra.summaries(tables, 200))
+                if c.name.startswith("Monte Carlo mean gradient")][0]
+
+    good = gate(t)
+    assert good.passed and good.has_power and good.rival_se > 4.0
+    biased = mm.relative_bias > 0.05
+    rival = mm.assign(z_mean=np.where(biased, mm.z_rival, mm.z_mean),
+                      z_rival=np.where(biased, mm.z_mean, mm.z_rival))
+    assert gate(dict(t, mc_mean=rival)).passed is False
+    off = mm.copy()
+    off.loc[off.index[0], "z_mean"] = 6.0
+    assert gate(dict(t, mc_mean=off)).passed is False
