@@ -122,7 +122,7 @@ SETTINGS = {
     "quick": Settings(warmup=QUICK_WARMUP, batch=16, group=8, steps=6, every=3,
                       max_factor=2.0, lr=1e-3, n_eval=24, n_pool=2000,
                       rates=((0.0, 0.0), (0.5, 0.5)), practical_rates=((0.0, 0.0),), seeds=1,
-                      capacity=51, n_masks=24, n_buckets=4, practical_seeds=1),
+                      capacity=51, n_masks=64, n_buckets=4, practical_seeds=1),
     # full: 2040 s of cell time on the shared 2-core machine (load 3-10)
     "full": Settings(warmup=WarmupConfig(), batch=64, group=8, steps=40, every=10,
                      max_factor=3.0, lr=1e-3, n_eval=500, n_pool=20000,
