@@ -85,10 +85,10 @@ _CHUNK_BYTES = 2**24
 _GAMMA, _MIX1, _MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
-def splitmix_bits(seed, n: int) -> jnp.ndarray:
-    """The first ``n`` outputs of SplitMix64 started at ``seed`` (uint64), as uint64.
+def splitmix_bits(start, n: int) -> jnp.ndarray:
+    """The first ``n`` outputs of SplitMix64 from the state ``start`` (uint64), as uint64.
 
-    ``z_i = mix64(seed + i * gamma)`` for i = 1..n with gamma = 0x9E3779B97F4A7C15 and
+    ``z_i = mix64(start + i * gamma)`` for i = 1..n with gamma = 0x9E3779B97F4A7C15 and
     ``mix64(x)``: ``x ^= x >> 30; x *= 0xBF58476D1CE4E5B9; x ^= x >> 27;
     x *= 0x94D049BB133111EB; x ^= x >> 31`` (arithmetic mod 2**64).
 
@@ -100,7 +100,7 @@ def splitmix_bits(seed, n: int) -> jnp.ndarray:
         '0xe220a8397b1dcdaf'
     """
     u64 = jnp.uint64
-    x = jnp.asarray(seed, u64) + jnp.arange(1, n + 1, dtype=u64) * u64(_GAMMA)
+    x = jnp.asarray(start, u64) + jnp.arange(1, n + 1, dtype=u64) * u64(_GAMMA)
     x = (x ^ (x >> u64(30))) * u64(_MIX1)
     x = (x ^ (x >> u64(27))) * u64(_MIX2)
     return x ^ (x >> u64(31))
