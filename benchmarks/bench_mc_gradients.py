@@ -124,7 +124,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--routes", default="default,splitmix,threefry,float32,separate")
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--md", default=None, help="write the table, machine, load and command here")
     args = ap.parse_args(argv)
+    load0 = os.getloadavg()
     problem = default_bandit().problem()
     R = args.reps
     rows = []
@@ -168,7 +170,36 @@ def main(argv=None):
         print(df.to_string(index=False))
     if args.csv:
         df.to_csv(args.csv, index=False)
+    if args.md:
+        _write_md(args, df, load0, os.getloadavg())
     return df
+
+
+def _write_md(args, df, load0, load1):
+    """The table as markdown with the machine, its load and the command (``--md``)."""
+    import sys
+
+    cmd = "python benchmarks/bench_mc_gradients.py " + " ".join(sys.argv[1:])
+    rows = ["| B | G | route | engine s | NumPy s | NumPy / engine | engine / its own draws | "
+            "JAX draws s | NumPy draws s |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        rows.append(f"| {r.B} | {r.G} | {r.route} | {r.engine_s:.3f} | {r.numpy_s:.3f} | "
+                    f"**{r.ratio:.1f}x** | {r.engine_over_own_draws:.2f} | {r.jax_draw_s:.3f} | "
+                    f"{r.numpy_draw_s:.3f} |")
+    text = "\n".join([
+        "# Monte Carlo gradient MSE: the engine against a strong NumPy program", "",
+        f"`{cmd}`: default bandit (P = 4, K = 6, D = 24), GRPO (leave-one-out), R = {args.reps:,} "
+        f"replicates, best of {args.repeat} interleaved runs per side.", "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, jax {jax.__version__} on {jax.devices()[0]}, numpy "
+        f"{np.__version__}, grpo-theory {gt.__version__}. Load average at start "
+        f"{load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}, at the end {load1[0]:.2f} "
+        "(1/5/15 min; 2 cores: above 2 the cores are shared with other jobs).", "",
+        "`engine / its own draws`: the engine's time over the time to draw its random numbers "
+        "alone (the same count, dtype, key implementation and chunks): the fraction of the "
+        "random-number limit is its inverse.", "", *rows, ""])
+    with open(args.md, "w") as fh:
+        fh.write(text)
 
 
 if __name__ == "__main__":
