@@ -472,7 +472,8 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
 
     # before any sampling: a budget too small for chunk 1 fails now (a checkpoint on the
     # ghost-norm route is budgeted by its activations per sequence)
-    chunk = options.resolve_chunk(policy, m * n, seq_len=pool.shape[1] + R, response_len=R)
+    chunk = options.resolve_chunk(policy, m * n, seq_len=pool.shape[1] + R, response_len=R,
+                                  group_size=n)
 
     def tok_reward(rws, y):
         out = np.empty(len(rws))

@@ -253,10 +253,25 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
 @pytest.fixture
 def counted(monkeypatch):
     """resident_base as the package reads it (the conftest leaves it out), its once-per-process
-    reading of the memory outside JAX arrays reset."""
+    reading of the memory outside JAX arrays reset; no compile reserve (its own test)."""
     gc.collect()
     monkeypatch.setattr(O, "resident_base", M.resident_base)
     monkeypatch.setattr(M, "_outside_arrays", None)
+    monkeypatch.setattr(M, "COMPILE_RESERVE", 0)
+
+
+def test_the_compile_reserve_is_counted_once(policy, counted, monkeypatch):
+    """B holds COMPILE_RESERVE once per process, with the memory outside arrays: the chunk of
+    a budget sized without it is smaller by the reserve's rows, and stays so on later calls
+    (the rival, no reserve, keeps the larger chunk)."""
+    d, b = score_memory(policy)
+    row = math.ceil(1.25 * d * (b + 8))
+    monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + 10**6)
+    budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=10**6 + _others(policy))
+    assert resolve_chunk(policy, None, 100, budget) == 10  # the rival: no reserve
+    monkeypatch.setattr(M, "_outside_arrays", None)
+    monkeypatch.setattr(M, "COMPILE_RESERVE", 4 * row)
+    assert [resolve_chunk(policy, None, 100, budget) for _ in range(2)] == [6, 6]
 
 
 def _others(policy):
