@@ -56,6 +56,26 @@ def _vmrss(pid: int) -> int:
     return 0
 
 
+def _shown(command: str, tmp: str, model: str) -> str:
+    """The command as the results show it: ``$TMP`` for the temporary folder, ``~`` for the
+    home folder, ``$MODEL_DIR`` for a model's folder elsewhere."""
+    command = command.replace(tmp, "$TMP").replace(str(Path.home()), "~")
+    parent = str(Path(model).resolve().parent)
+    return command if parent.startswith(str(Path.home())) else command.replace(parent,
+                                                                               "$MODEL_DIR")
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
 def run_child(cmd: list[str], poll_s: float = 0.02) -> dict:
     """Run ``cmd``; its peak resident bytes (``ru_maxrss`` of ``os.wait4``), the highest
     ``VmRSS`` polled in each phase (by its last progress line on stderr), its stdout and the
@@ -112,8 +132,7 @@ def main(argv=None) -> int:
             load = os.getloadavg()[0]
             r = run_child(cmd)
             r.update(budget=budget, budget_bytes=_parse_bytes(budget), load_before=load,
-                     command=" ".join(["grpo-theory"] + cmd[1:]).replace(tmp, "$TMP")
-                     .replace(str(Path.home()), "~"))
+                     command=_shown(" ".join(["grpo-theory"] + cmd[1:]), tmp, a.model))
             r["peak_over_budget"] = round(r["peak_bytes"] / r["budget_bytes"], 3)
             print(f"{budget}: rc {r['rc']}, chunk {r['chunk']}, peak "
                   f"{r['peak_bytes'] / MIB:.0f} MiB ({r['peak_over_budget']}x), phases "
@@ -127,7 +146,9 @@ def main(argv=None) -> int:
 
 
 def write(a, rows) -> None:
-    machine = dict(machine=platform.machine(), cpus=os.cpu_count(),
+    machine = dict(machine=platform.machine(), cpu=_cpu(), cpus=os.cpu_count(),
+                   memory_gib=round(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+                                    / 2**30, 1),
                    python=platform.python_version(), model=Path(a.model).name)
     res = ROOT / "results"
     res.mkdir(exist_ok=True)
@@ -138,10 +159,12 @@ def write(a, rows) -> None:
     for r in rows:
         phases += [k for k in r["phase_peak_bytes"] if k not in phases]
     lines = [f"# The peak memory of `advise` under `--memory-budget`", "",
-             f"Machine: {machine['machine']}, {machine['cpus']} CPUs (shared), Python "
+             f"Machine: {machine['machine']} {machine['cpu']}, {machine['cpus']} CPUs "
+             f"(shared), {machine['memory_gib']} GiB, Python "
              f"{machine['python']}; model `{machine['model']}`; "
              f"`python benchmarks/bench_memory_budget.py "
-             f"{' '.join(sys.argv[1:])}`".rstrip() + ". Each budget is one child process; "
+             f"{_shown(' '.join(sys.argv[1:]), '$TMP', a.model)}`".replace(" `", "`")
+             + ". Each budget is one child process; "
              "peak = its `ru_maxrss`; per phase the highest `VmRSS` polled every 20 ms while "
              "that phase's progress line was the last one. Memory in MiB (budgets in the "
              "command's units: GB = 10^9 bytes).", "",

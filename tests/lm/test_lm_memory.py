@@ -3,6 +3,7 @@ XLA's out-of-memory error as a ValueError; and the streamed statistics that use 
 (lm.budget.options.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 
 import gc
+import re
 import math
 
 import jax
@@ -358,3 +359,41 @@ def test_repeated_statistics_calls_keep_their_chunk(tmp_path, counted):
     assert chunks == [8, 8, 8]
     # the rival rule would have refused: the first call left more than the spare rows resident
     assert M.process_rss() - rss0 > 2 * math.ceil(1.25 * a)
+
+
+def test_chunk_for_groups_budgets_the_route_that_runs():
+    """A checkpoint's blocks hold whole groups of n; below one group it scores per sample
+    (D (b + 8) bytes a sequence). SmolLM2-135M at 6 x 4 under 4 GB with 1.22 GiB resident:
+    the rival (the ghost rule alone) gave chunk 3, which the policy ran as per-sample scores
+    needing 6.8 GiB; the route-aware rule gives a multiple of 4, or refuses naming the
+    smallest budget that fits."""
+    d, n, outside = 134_515_008, 4, int(1.22 * 2**30)
+    a = M.ghost_row_bytes(SMOLLM2, 78, 32)
+    # the rival: B + D (2 b + 8) + c 1.25 a <= budget, no reserve, whatever c
+    rival = (4 * 10**9 - outside - d * 16) // math.ceil(1.25 * a)
+    assert 0 < rival < n  # below one group: the per-sample route, which the rule did not count
+    assert M.chunk_bytes(d, rival, dtype_bytes=4, base_bytes=outside) > 1.5 * 4 * 10**9
+    base = outside + M.COMPILE_RESERVE
+    kw = dict(dtype_bytes=4, n_items=24, base_bytes=base)
+    need = M.chunk_bytes(d, n, dtype_bytes=4, row_bytes=a, base_bytes=base)
+    for budget, want in [(need, 4), (need - 1, None), (need + 4 * 2 * a, 8), (10**12, 24)]:
+        if want is None:
+            with pytest.raises(ValueError, match=r"--memory-budget .* one group of 4 responses"
+                                                 r".* at least ([0-9.]+)GiB"):
+                M.chunk_for_groups(d, memory_budget_bytes=budget, group_size=n, row_bytes=a,
+                                   **kw)
+        else:
+            c = M.chunk_for_groups(d, memory_budget_bytes=budget, group_size=n, row_bytes=a,
+                                   **kw)
+            assert c == want and c % n == 0
+            assert M.chunk_bytes(d, c, dtype_bytes=4, row_bytes=a, base_bytes=base) <= budget
+    # the smallest budget named is one that fits: at it, chunk n
+    with pytest.raises(ValueError) as e:
+        M.chunk_for_groups(d, memory_budget_bytes=need - 1, group_size=n, row_bytes=a, **kw)
+    gib = float(re.search(r"at least ([0-9.]+)GiB", str(e.value)).group(1))
+    assert M.chunk_for_groups(d, memory_budget_bytes=int(gib * 2**30), group_size=n,
+                              row_bytes=a, **kw) == n
+    # a tiny model whose per-sample scores fit below one group: the per-sample chunk, < n
+    small = dict(dtype_bytes=4, n_items=24, base_bytes=0, row_bytes=10**6, group_size=4)
+    budget = M.chunk_bytes(1000, 2, dtype_bytes=4)
+    assert M.chunk_for_groups(1000, memory_budget_bytes=budget, **small) == 2
