@@ -20,24 +20,30 @@ checkpoint, :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`) f
 score: a chunk of c sequences costs its activations instead, ``a`` bytes per sequence
 (:func:`ghost_row_bytes`), so
 
-.. math:: M_\text{ghost}(c) = D\,(2 b + 8 K) + c \cdot f\,a,
+.. math:: M_\text{ghost}(c) = D\,(b + 8 K) + c \cdot f\,a,
 
+the parameters once (no flattened copy) and ``f`` = :data:`GHOST_OVERHEAD_FACTOR` (measured),
 with ``a`` about 100 MB for SmolLM2-135M at 64 positions against 1.6 GB for one per-sample
 score: the chunk is no longer what limits the model size (``row_bytes`` of
-:func:`chunk_for_budget`).
+:func:`chunk_for_budget`). Its blocks hold whole groups of n responses, and a chunk below n
+is scored per sample, so the chunk is chosen for the route that runs
+(:func:`chunk_for_groups`): a multiple of n by ``M_ghost``, else below n by ``M``, else an
+error naming the smallest budget that fits.
 
 The budget is for the whole process, so what the process already holds beyond the
 parameters, ``B`` (``base_bytes``, :func:`resident_base`), is added: the chunk is the largest c
 with ``B + M(c) <= budget``. Only what is held when the chunk is chosen counts, not what an
 earlier pass left for reuse:
 
-.. math:: B = \max(0,\ \mathrm{RSS}_0 - L_0) + L_\text{now} - P,
+.. math:: B = \max(0,\ \mathrm{RSS}_0 - L_0) + C + L_\text{now} - P,
 
 with RSS_0 and L_0 the resident bytes (:func:`process_rss`) and the bytes of all live JAX
-arrays (:func:`live_array_bytes`) at the first chunk choice of the process, L_now the live
-JAX arrays' bytes now and P the parameters' share of them (P is in ``M(c)``). The first term
-is the memory outside JAX arrays (the Python interpreter, JAX's runtime, the tokenizer),
-taken once; the second what arrays beyond the parameters hold now. What a pass leaves
+arrays (:func:`live_array_bytes`) at the first chunk choice of the process, C =
+:data:`COMPILE_RESERVE`, L_now the live JAX arrays' bytes now and P the parameters' share of
+them (P is in ``M(c)``). The first term is the memory outside JAX arrays (the Python
+interpreter, JAX's runtime, the tokenizer), taken once; C what compiling the sampler and the
+passes adds after the choice (XLA's executables, its allocator's pools), taken once; the last
+what arrays beyond the parameters hold now. What a pass leaves
 resident outside live arrays (freed buffers the allocator keeps, XLA's compiled executables
 and caches) is not counted again: a second pass at the same chunk reuses it. Measured on a
 3.4M-parameter checkpoint (``benchmarks/results/memory_repeat.md``): the first pass leaves
@@ -77,6 +83,8 @@ GHOST_OVERHEAD_FACTOR = 1.5
 #: allocator keeps after them: a tiny checkpoint's ``advise`` peaked 240 MiB above its
 #: resident memory at the chunk choice (``benchmarks/results/memory_budget_tiny.md``)
 COMPILE_RESERVE = 256 * 2**20
+#: margin on the sampler's bytes per row (:func:`sampler_row_bytes`; measured 1.23)
+SAMPLER_OVERHEAD_FACTOR = 1.5
 #: the advice appended to every memory error
 HINT = "lower --chunk or --memory-budget (or --n-samples), or use --dtype bfloat16"
 """The command-line hint of an out-of-memory error."""
@@ -252,6 +260,58 @@ def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: in
     except (KeyError, TypeError, ValueError):
         raise ValueError("arch must be an architecture dict with n_layers, d_model, d_ff, "
                          f"n_heads and vocab_size, got {arch!r}") from None
+
+
+def sampler_row_bytes(arch: dict, prompt_len: int, response_len: int,
+                      dtype_bytes: int = 4) -> int:
+    r"""Bytes one row adds to the KV-cached sampler: its key/value cache over the P + R
+    positions and its prefill's float32 logits,
+
+    .. math:: s = 2 L\,H_{kv}\,h\,(P + R)\,b + 4 P V.
+
+    Measured (``benchmarks/results/memory_budget.md``): SmolLM2-135M at P = 46, R = 32 gives
+    s = 12.6 MiB; 96 rows held 15.5 MiB each above 24 rows (:data:`SAMPLER_OVERHEAD_FACTOR`).
+
+    Args:
+        arch: the architecture (``n_layers``, ``n_kv_heads``, ``head_dim``, ``vocab_size``).
+        prompt_len: P >= 1; response_len: R >= 1.
+        dtype_bytes: b, bytes per cached value.
+
+    Returns:
+        Bytes (int).
+    """
+    p = V.positive_int("prompt_len", prompt_len)
+    r = V.positive_int("response_len", response_len)
+    b = V.positive_int("dtype_bytes", dtype_bytes)
+    try:
+        L, kv, hd, v = (int(arch[k]) for k in ("n_layers", "n_kv_heads", "head_dim",
+                                                "vocab_size"))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("arch must be an architecture dict with n_layers, n_kv_heads, "
+                         f"head_dim and vocab_size, got {arch!r}") from None
+    return 2 * L * kv * hd * (p + r) * b + 4 * p * v
+
+
+def sample_rows_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
+                           row_bytes: int, base_bytes: int = 0) -> int:
+    r"""Rows the sampler may hold at once: the largest r with ``B + D b + r f s <= budget``
+    (the parameters and the process's other memory ``B``; s = ``row_bytes``,
+    :func:`sampler_row_bytes`; f = :data:`SAMPLER_OVERHEAD_FACTOR`).
+
+    Raises:
+        ValueError: naming ``--memory-budget`` and the smallest budget that fits, when one
+            row does not fit.
+    """
+    s = math.ceil(SAMPLER_OVERHEAD_FACTOR * V.integer("row_bytes", row_bytes, 1))
+    fixed = V.integer("base_bytes", base_bytes, 0) + int(n_params) * int(dtype_bytes)
+    budget = V.integer("memory_budget_bytes", memory_budget_bytes, 1)
+    if fixed + s > budget:
+        raise ValueError(f"--memory-budget {format_bytes(budget)} is too small to sample from a "
+                         f"{int(n_params):,}-parameter model: one row needs about "
+                         f"{format_bytes(fixed + s)} ({format_bytes(base_bytes)} already "
+                         f"resident); give --memory-budget of at least "
+                         f"{_need_gib(fixed + s)} or use --dtype bfloat16")
+    return int((budget - fixed) // s)
 
 
 def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,

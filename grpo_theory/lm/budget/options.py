@@ -24,7 +24,7 @@ import numpy as np
 
 from ... import _validation as V
 from .memory import (chunk_for_budget, chunk_for_groups, default_memory_budget, parse_memory,
-                     resident_base)
+                     resident_base, sample_rows_for_budget)
 
 
 #: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
@@ -143,6 +143,23 @@ class ModelOptions:
         if row is None:
             return chunk_for_budget(d, **kw)
         return chunk_for_groups(d, row_bytes=row, group_size=group_size, **kw)
+
+
+    def sample_rows(self, policy, prompt_len: int, response_len: int) -> int | None:
+        """Rows per block of the sampler that fit in the budget (the given one, else the
+        default), or None when the policy does not say what a row costs
+        (:meth:`~grpo_theory.lm.policy.LMPolicy.sample_row_bytes`; no limit).
+
+        Raises:
+            ValueError: naming ``--memory-budget`` when one row does not fit.
+        """
+        row = policy.sample_row_bytes(prompt_len, response_len)
+        if row is None:
+            return None
+        d, b = score_memory(policy)
+        budget = default_memory_budget() if self.memory_budget is None else self.memory_budget
+        return sample_rows_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget,
+                                      row_bytes=row, base_bytes=resident_base(policy.params))
 
 
 def score_memory(policy) -> tuple[int, int]:
