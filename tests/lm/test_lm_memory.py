@@ -246,6 +246,7 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     d, b = score_memory(pol)
     a = pol.row_bytes(20, 4)
     assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)
+    assert pol.sample_row_bytes(16, 4) == M.sampler_row_bytes(pol.config, 16, 4, b)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
     assert resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
     assert resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
@@ -397,3 +398,33 @@ def test_chunk_for_groups_budgets_the_route_that_runs():
     small = dict(dtype_bytes=4, n_items=24, base_bytes=0, row_bytes=10**6, group_size=4)
     budget = M.chunk_bytes(1000, 2, dtype_bytes=4)
     assert M.chunk_for_groups(1000, memory_budget_bytes=budget, **small) == 2
+
+
+def test_the_sampler_rows_fit_in_the_budget(policy):
+    """The sampler's rows per block: B + D b + r 1.5 s <= budget, s the KV cache and the
+    prefill's logits of a row. SmolLM2-135M's default advise (64 x 16 responses, P = 46,
+    R = 32) sampled in blocks of up to 512 rows by the prefill rule alone (the rival), about
+    9.4 GiB at 1.5 s a row; under 4 GB with 1.22 GiB resident, about 100 rows a block."""
+    s = M.sampler_row_bytes(dict(SMOLLM2, n_kv_heads=3, head_dim=64), 46, 32)
+    assert s == 2 * 30 * 3 * 64 * 78 * 4 + 4 * 46 * 49152
+    d, base = 134_515_008, int(1.22 * 2**30) + M.COMPILE_RESERVE
+    rows = M.sample_rows_for_budget(d, dtype_bytes=4, memory_budget_bytes=4 * 10**9,
+                                    row_bytes=s, base_bytes=base)
+    assert base + 4 * d + rows * math.ceil(1.5 * s) <= 4 * 10**9
+    assert base + 4 * d + (rows + 1) * math.ceil(1.5 * s) > 4 * 10**9
+    assert 80 < rows < 120 and 512 * 1.5 * s > 9 * 2**30
+    with pytest.raises(ValueError, match=r"--memory-budget .* too small to sample .* at least"):
+        M.sample_rows_for_budget(d, dtype_bytes=4, memory_budget_bytes=base + 4 * d,
+                                 row_bytes=s, base_bytes=base)
+    with pytest.raises(ValueError, match="arch must be"):
+        M.sampler_row_bytes({"n_layers": 2}, 4, 4)
+    # max_rows splits the sampler's prompts into blocks; at or above the rows, the same samples
+    x = np.random.default_rng(1).integers(3, 10, size=(6, 4))
+    one = policy.sample_blocked(0, x, 3)
+    assert np.array_equal(policy.sample_blocked(0, x, 3, max_rows=6), one)
+    calls = []
+    policy.sample_blocked(0, x, 3, max_rows=2, progress=lambda i, k: calls.append((i, k)))
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    with pytest.raises(ValueError, match="max_rows"):
+        policy.sample_blocked(0, x, 3, max_rows=0)
+    assert policy.sample_row_bytes(4, 3) is None  # the package's model: no limit
