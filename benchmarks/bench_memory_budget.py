@@ -119,6 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n-prompts", type=int, default=6)
     ap.add_argument("--n-samples", type=int, default=4)
     ap.add_argument("--out", default="memory_budget")
+    ap.add_argument("--note", default="", help="a sentence added to the results (which code)")
     a = ap.parse_args(argv)
     exe = shutil.which("grpo-theory", path=str(Path(sys.executable).parent)) or "grpo-theory"
     rows = []
@@ -153,7 +154,7 @@ def write(a, rows) -> None:
     res = ROOT / "results"
     res.mkdir(exist_ok=True)
     (res / f"{a.out}.json").write_text(json.dumps(
-        dict(machine, rows=[{k: v for k, v in r.items() if k != "stdout"} for r in rows]),
+        dict(machine, note=a.note, rows=[{k: v for k, v in r.items() if k != "stdout"} for r in rows]),
         indent=1) + "\n")
     phases = []
     for r in rows:
@@ -167,7 +168,7 @@ def write(a, rows) -> None:
              + ". Each budget is one child process; "
              "peak = its `ru_maxrss`; per phase the highest `VmRSS` polled every 20 ms while "
              "that phase's progress line was the last one. Memory in MiB (budgets in the "
-             "command's units: GB = 10^9 bytes).", "",
+             "command's units: GB = 10^9 bytes)." + (f" {a.note}" if a.note else ""), "",
              "| budget | chunk | peak | peak / budget | " + " | ".join(phases)
              + " | seconds | load before | exit |",
              "|---|---|---|---|" + "---|" * len(phases) + "---|---|---|"]
