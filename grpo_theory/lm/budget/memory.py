@@ -75,13 +75,14 @@ from .. import families
 DEFAULT_BUDGET_FRACTION = 0.5
 #: margin on the per-sample bytes for activations and XLA temporaries
 OVERHEAD_FACTOR = 1.25
-#: margin on the ghost route's activations per sequence: SmolLM2-135M's pass held 0.95 a
-#: per sequence at chunk 4 and 1.48 a at chunk 16 above the parameters and the accumulator
+#: margin on the ghost route's activations per sequence: SmolLM2-135M's pass held about
+#: 0.95 a per sequence at chunk 4 and 1.48 a at chunk 16 above the parameters and the
+#: accumulator; with it ``advise --memory-budget 6GB`` ran chunk 16 at 0.99 of the budget
 #: (``benchmarks/results/memory_budget.md``)
 GHOST_OVERHEAD_FACTOR = 1.5
 #: bytes XLA's compilation of the sampler and of the passes adds to the process, and what its
-#: allocator keeps after them: a tiny checkpoint's ``advise`` peaked 240 MiB above its
-#: resident memory at the chunk choice (``benchmarks/results/memory_budget_tiny.md``)
+#: allocator keeps after them: a tiny checkpoint's ``advise`` peaked 216 MiB above its
+#: loaded model (``benchmarks/results/memory_budget_tiny.md``: 974 against 758 MiB)
 COMPILE_RESERVE = 256 * 2**20
 #: margin on the sampler's bytes per row (:func:`sampler_row_bytes`; measured 1.23)
 SAMPLER_OVERHEAD_FACTOR = 1.5
@@ -269,8 +270,8 @@ def sampler_row_bytes(arch: dict, prompt_len: int, response_len: int,
 
     .. math:: s = 2 L\,H_{kv}\,h\,(P + R)\,b + 4 P V.
 
-    Measured (``benchmarks/results/memory_budget.md``): SmolLM2-135M at P = 46, R = 32 gives
-    s = 12.6 MiB; 96 rows held 15.5 MiB each above 24 rows (:data:`SAMPLER_OVERHEAD_FACTOR`).
+    SmolLM2-135M at P = 46, R = 32 gives s = 12.6 MiB; sampling 96 rows held about 15.5 MiB
+    each above 24 rows (:data:`SAMPLER_OVERHEAD_FACTOR`).
 
     Args:
         arch: the architecture (``n_layers``, ``n_kv_heads``, ``head_dim``, ``vocab_size``).
@@ -322,7 +323,7 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
 
     The largest ``c`` in ``[1, n_items]`` with ``chunk_bytes(n_params, c) <=
     memory_budget_bytes``: ``floor((budget - D (2 b + 8 K)) / (f D (b + 8)))`` (per-sample
-    scores) or ``floor((budget - D (2 b + 8 K)) / (f a))`` (the ghost route, ``row_bytes`` = a)
+    scores) or ``floor((budget - D (b + 8 K)) / (f a))`` (the ghost route, ``row_bytes`` = a)
     clipped to ``n_items``.
 
     Args:
