@@ -140,7 +140,7 @@ def run_case(ckpt: str, case: str, n_prompts: int, n_samples: int, prompt_len: i
     budget = default_memory_budget() if memory_budget is None else memory_budget
     base = max(0, process_rss() - d * b)  # what resolve_chunk counts first
     chunk = resolve_chunk(pol, None, n, budget, seq_len=prompt_len + response_len,
-                          response_len=response_len)
+                          response_len=response_len, group_size=n_samples)
     row_bytes = pol.row_bytes(prompt_len + response_len, response_len)
     marks = {}
 

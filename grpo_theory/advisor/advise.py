@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -472,7 +472,8 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
 
     # before any sampling: a budget too small for chunk 1 fails now (a checkpoint on the
     # ghost-norm route is budgeted by its activations per sequence)
-    chunk = options.resolve_chunk(policy, m * n, seq_len=pool.shape[1] + R, response_len=R)
+    chunk = options.resolve_chunk(policy, m * n, seq_len=pool.shape[1] + R, response_len=R,
+                                  group_size=n)
 
     def tok_reward(rws, y):
         out = np.empty(len(rws))
@@ -492,9 +493,10 @@ def advise(prompts, model="instruct", reward=None, *, n_prompts: int = 64, n_sam
     if progress:
         print(f"advise: {m} x {n} responses of {R} tokens, {chunk} responses per block of the "
               f"score pass; prompts: {prompt_format}", file=sys.stderr, flush=True)
+    # the chunk fixed, the budget kept (the sampler's blocks are sized by it)
     est = estimate_scaling_constants(policy, m, n, seed, prompts=pool, reward=tok_reward,
-                                     response_len=R, chunk=chunk, progress=bar,
-                                     stage=bar.stage)
+                                     response_len=R, progress=bar, stage=bar.stage,
+                                     options=replace(options, chunk=chunk))
     warning = c1_warning(est)
     if warning:
         warnings.warn(warning, stacklevel=2)

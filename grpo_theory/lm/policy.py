@@ -272,16 +272,21 @@ class LMPolicy:
     * :meth:`default_reward`: ``reward(text, answer) -> float`` (default: the integer-answer
       reward :func:`grpo_theory.lm.task.reward_text`);
     * :meth:`sample_blocked`: sampling in blocks that bound the prefill's memory;
+    * :meth:`sample_row_bytes`: bytes one row adds to the sampler (default: None, not known;
+      the memory budget then leaves the sampler's blocks alone);
     * :meth:`row_bytes`: bytes one sequence adds to the score pass (default: None, the
-      per-sample scores' ``D (b + 8)``, :func:`grpo_theory.lm.budget.memory.chunk_for_budget`);
+      per-sample scores' ``D (b + 8)``, :func:`grpo_theory.lm.budget.memory.chunk_for_budget`;
+      a policy that gives one runs blocks of whole groups and per-sample scores below one
+      group, :func:`grpo_theory.lm.budget.memory.chunk_for_groups`);
     * :meth:`score_statistics`: the advisor's statistics of given rollouts (default: the
       per-sample route, :func:`grpo_theory.lm.budget.statistics.per_sample_statistics`).
 
     :class:`grpo_theory.lm.checkpoints.hf.HFPolicy` (a Hugging Face checkpoint) overrides:
     ``prompt_pad``, ``pad_prompts``, ``encode``, ``question_prompts``, ``decode``,
     ``response_texts``, ``default_response_len``, ``default_reward``, ``sample_blocked``,
-    ``row_bytes``, ``score_contractions``, ``score_statistics`` (the tokenizer and chat
-    template, the ghost-norm route and its activation bytes).
+    ``sample_row_bytes``, ``row_bytes``, ``score_contractions``, ``score_statistics`` (the
+    tokenizer and chat template, the KV cache's bytes, the ghost-norm route and its activation
+    bytes).
     """
 
     prompt_pad: ClassVar[int | None] = None
@@ -345,20 +350,24 @@ class LMPolicy:
                               response_len, self.temperature, self.eos_ids, self.pad_id)
 
     def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7, *,
-                       progress=None):
+                       progress=None, max_rows: int | None = None):
         """:meth:`sample` in blocks of prompts so that ``rows x prompt_len^2 <= max_elems``
         (the prefill attention's memory); one block (then identical to :meth:`sample` with the
         same key) when the whole batch fits, else block ``i`` uses ``fold_in(key, i)``.
 
         Args as :meth:`sample`, plus ``max_elems`` > 0 and ``progress``: an optional
         ``progress(done, total)`` callback over the k blocks, called with ``(0, k)`` before the
-        first and ``(i, k)`` after block i (the samples do not depend on it). Returns a NumPy
+        first and ``(i, k)`` after block i (the samples do not depend on it), and ``max_rows``:
+        None or at most that many rows a block (the memory budget's,
+        :meth:`~grpo_theory.lm.budget.options.ModelOptions.sample_rows`). Returns a NumPy
         (N, R) array."""
         key = V.key_or_seed(key)
         prompts = np.asarray(self.check_prompts(prompts))
         max_elems = V.real_scalar("max_elems", max_elems, positive=True)
         n, p = prompts.shape
         k = max(1, int(np.ceil(n * p * p / max_elems)))
+        if max_rows is not None:
+            k = max(k, -(-n // V.positive_int("max_rows", max_rows)))
         report = progress if progress is not None else (lambda done, total: None)
         report(0, k)
         if k == 1:
@@ -464,6 +473,13 @@ class LMPolicy:
         """The reward ``reward(text, answer) -> float`` used when none is given: 1 iff the text
         ends with the integer answer (:func:`grpo_theory.lm.task.reward_text`)."""
         return reward_text
+
+    def sample_row_bytes(self, prompt_len: int, response_len: int) -> int | None:
+        """Bytes one row adds to :meth:`sample_blocked`; None (the default): not known, the
+        sampler's blocks are not limited by the memory budget."""
+        V.positive_int("prompt_len", prompt_len)
+        V.positive_int("response_len", response_len)
+        return None
 
     def row_bytes(self, seq_len: int, response_len: int) -> int | None:
         """Bytes one sequence of ``seq_len`` positions (``response_len`` of them a response)

@@ -3,6 +3,7 @@ XLA's out-of-memory error as a ValueError; and the streamed statistics that use 
 (lm.budget.options.resolve_chunk, the pass-1 calls of lm_rollout_statistics)."""
 
 import gc
+import re
 import math
 
 import jax
@@ -245,6 +246,7 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
     d, b = score_memory(pol)
     a = pol.row_bytes(20, 4)
     assert a == M.ghost_row_bytes(pol.config, 20, 4, b) and a < d * (b + 8)
+    assert pol.sample_row_bytes(16, 4) == M.sampler_row_bytes(pol.config, 16, 4, b)
     budget = M.chunk_bytes(d, 3, dtype_bytes=b, row_bytes=a)
     assert resolve_chunk(pol, None, 100, budget, seq_len=20, response_len=4) == 3
     assert resolve_chunk(pol, None, 100, M.chunk_bytes(d, 2, dtype_bytes=b)) == 2
@@ -253,10 +255,25 @@ def test_resolve_chunk_budgets_a_checkpoint_by_its_activations(tmp_path):
 @pytest.fixture
 def counted(monkeypatch):
     """resident_base as the package reads it (the conftest leaves it out), its once-per-process
-    reading of the memory outside JAX arrays reset."""
+    reading of the memory outside JAX arrays reset; no compile reserve (its own test)."""
     gc.collect()
     monkeypatch.setattr(O, "resident_base", M.resident_base)
     monkeypatch.setattr(M, "_outside_arrays", None)
+    monkeypatch.setattr(M, "COMPILE_RESERVE", 0)
+
+
+def test_the_compile_reserve_is_counted_once(policy, counted, monkeypatch):
+    """B holds COMPILE_RESERVE once per process, with the memory outside arrays: the chunk of
+    a budget sized without it is smaller by the reserve's rows, and stays so on later calls
+    (the rival, no reserve, keeps the larger chunk)."""
+    d, b = score_memory(policy)
+    row = math.ceil(1.25 * d * (b + 8))
+    monkeypatch.setattr(M, "process_rss", lambda: M.live_array_bytes() + 10**6)
+    budget = M.chunk_bytes(d, 10, dtype_bytes=b, base_bytes=10**6 + _others(policy))
+    assert resolve_chunk(policy, None, 100, budget) == 10  # the rival: no reserve
+    monkeypatch.setattr(M, "_outside_arrays", None)
+    monkeypatch.setattr(M, "COMPILE_RESERVE", 4 * row)
+    assert [resolve_chunk(policy, None, 100, budget) for _ in range(2)] == [6, 6]
 
 
 def _others(policy):
@@ -343,3 +360,71 @@ def test_repeated_statistics_calls_keep_their_chunk(tmp_path, counted):
     assert chunks == [8, 8, 8]
     # the rival rule would have refused: the first call left more than the spare rows resident
     assert M.process_rss() - rss0 > 2 * math.ceil(1.25 * a)
+
+
+def test_chunk_for_groups_budgets_the_route_that_runs():
+    """A checkpoint's blocks hold whole groups of n; below one group it scores per sample
+    (D (b + 8) bytes a sequence). SmolLM2-135M at 6 x 4 under 4 GB with 1.22 GiB resident:
+    the rival (the ghost rule alone) gave chunk 3, which the policy ran as per-sample scores
+    needing 6.8 GiB; the route-aware rule gives a multiple of 4, or refuses naming the
+    smallest budget that fits."""
+    d, n, outside = 134_515_008, 4, int(1.22 * 2**30)
+    a = M.ghost_row_bytes(SMOLLM2, 78, 32)
+    # the rival: B + D (2 b + 8) + c 1.25 a <= budget, no reserve, whatever c
+    rival = (4 * 10**9 - outside - d * 16) // math.ceil(1.25 * a)
+    assert 0 < rival < n  # below one group: the per-sample route, which the rule did not count
+    assert M.chunk_bytes(d, rival, dtype_bytes=4, base_bytes=outside) > 1.5 * 4 * 10**9
+    base = outside + M.COMPILE_RESERVE
+    kw = dict(dtype_bytes=4, n_items=24, base_bytes=base)
+    need = M.chunk_bytes(d, n, dtype_bytes=4, row_bytes=a, base_bytes=base)
+    for budget, want in [(need, 4), (need - 1, None), (need + 4 * 2 * a, 8), (10**12, 24)]:
+        if want is None:
+            with pytest.raises(ValueError, match=r"--memory-budget .* one group of 4 responses"
+                                                 r".* at least ([0-9.]+)GiB"):
+                M.chunk_for_groups(d, memory_budget_bytes=budget, group_size=n, row_bytes=a,
+                                   **kw)
+        else:
+            c = M.chunk_for_groups(d, memory_budget_bytes=budget, group_size=n, row_bytes=a,
+                                   **kw)
+            assert c == want and c % n == 0
+            assert M.chunk_bytes(d, c, dtype_bytes=4, row_bytes=a, base_bytes=base) <= budget
+    # the smallest budget named is one that fits: at it, chunk n
+    with pytest.raises(ValueError) as e:
+        M.chunk_for_groups(d, memory_budget_bytes=need - 1, group_size=n, row_bytes=a, **kw)
+    gib = float(re.search(r"at least ([0-9.]+)GiB", str(e.value)).group(1))
+    assert M.chunk_for_groups(d, memory_budget_bytes=int(gib * 2**30), group_size=n,
+                              row_bytes=a, **kw) == n
+    # a tiny model whose per-sample scores fit below one group: the per-sample chunk, < n
+    small = dict(dtype_bytes=4, n_items=24, base_bytes=0, row_bytes=10**6, group_size=4)
+    budget = M.chunk_bytes(1000, 2, dtype_bytes=4)
+    assert M.chunk_for_groups(1000, memory_budget_bytes=budget, **small) == 2
+
+
+def test_the_sampler_rows_fit_in_the_budget(policy):
+    """The sampler's rows per block: B + D b + r 1.5 s <= budget, s the KV cache and the
+    prefill's logits of a row. SmolLM2-135M's default advise (64 x 16 responses, P = 46,
+    R = 32) sampled in blocks of up to 512 rows by the prefill rule alone (the rival), about
+    9.4 GiB at 1.5 s a row; under 4 GB with 1.22 GiB resident, about 100 rows a block."""
+    s = M.sampler_row_bytes(dict(SMOLLM2, n_kv_heads=3, head_dim=64), 46, 32)
+    assert s == 2 * 30 * 3 * 64 * 78 * 4 + 4 * 46 * 49152
+    d, base = 134_515_008, int(1.22 * 2**30) + M.COMPILE_RESERVE
+    rows = M.sample_rows_for_budget(d, dtype_bytes=4, memory_budget_bytes=4 * 10**9,
+                                    row_bytes=s, base_bytes=base)
+    assert base + 4 * d + rows * math.ceil(1.5 * s) <= 4 * 10**9
+    assert base + 4 * d + (rows + 1) * math.ceil(1.5 * s) > 4 * 10**9
+    assert 80 < rows < 120 and 512 * 1.5 * s > 9 * 2**30
+    with pytest.raises(ValueError, match=r"--memory-budget .* too small to sample .* at least"):
+        M.sample_rows_for_budget(d, dtype_bytes=4, memory_budget_bytes=base + 4 * d,
+                                 row_bytes=s, base_bytes=base)
+    with pytest.raises(ValueError, match="arch must be"):
+        M.sampler_row_bytes({"n_layers": 2}, 4, 4)
+    # max_rows splits the sampler's prompts into blocks; at or above the rows, the same samples
+    x = np.random.default_rng(1).integers(3, 10, size=(6, 4))
+    one = policy.sample_blocked(0, x, 3)
+    assert np.array_equal(policy.sample_blocked(0, x, 3, max_rows=6), one)
+    calls = []
+    policy.sample_blocked(0, x, 3, max_rows=2, progress=lambda i, k: calls.append((i, k)))
+    assert calls == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    with pytest.raises(ValueError, match="max_rows"):
+        policy.sample_blocked(0, x, 3, max_rows=0)
+    assert policy.sample_row_bytes(4, 3) is None  # the package's model: no limit

@@ -14,7 +14,8 @@ This ``__init__`` is the face of :mod:`grpo_theory.lm.budget`: ``__all__`` lists
 names.
 """
 
-from .memory import (chunk_for_budget, default_memory_budget, format_bytes, ghost_row_bytes,
+from .memory import (chunk_for_budget, chunk_for_groups, default_memory_budget, format_bytes,
+                     ghost_row_bytes,
                      is_out_of_memory, out_of_memory_as_value_error, pad_to_chunk, parse_memory)
 from .options import MODEL_DTYPES, PAD_EMBEDDINGS, ModelOptions, resolve_chunk, score_memory
 from .statistics import (SCORE_CALLS, ghost_statistics, lm_rollout_statistics,
@@ -25,7 +26,7 @@ from .ghost import PureForward, ghost_contractions, ghost_moments, score_dots
 # the names the layers above use beside the ones listed first (one import path: this face)
 from .memory import HINT
 
-__all__ = ["chunk_for_budget", "default_memory_budget", "format_bytes", "ghost_row_bytes",
+__all__ = ["chunk_for_budget", "chunk_for_groups", "default_memory_budget", "format_bytes", "ghost_row_bytes",
            "is_out_of_memory", "out_of_memory_as_value_error", "pad_to_chunk", "parse_memory",
            "MODEL_DTYPES", "PAD_EMBEDDINGS", "ModelOptions", "resolve_chunk", "score_memory",
            "SCORE_CALLS", "ghost_statistics", "lm_rollout_statistics", "per_sample_statistics",

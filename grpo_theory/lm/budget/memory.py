@@ -20,24 +20,30 @@ checkpoint, :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_contractions`) f
 score: a chunk of c sequences costs its activations instead, ``a`` bytes per sequence
 (:func:`ghost_row_bytes`), so
 
-.. math:: M_\text{ghost}(c) = D\,(2 b + 8 K) + c \cdot f\,a,
+.. math:: M_\text{ghost}(c) = D\,(b + 8 K) + c \cdot f\,a,
 
+the parameters once (no flattened copy) and ``f`` = :data:`GHOST_OVERHEAD_FACTOR` (measured),
 with ``a`` about 100 MB for SmolLM2-135M at 64 positions against 1.6 GB for one per-sample
 score: the chunk is no longer what limits the model size (``row_bytes`` of
-:func:`chunk_for_budget`).
+:func:`chunk_for_budget`). Its blocks hold whole groups of n responses, and a chunk below n
+is scored per sample, so the chunk is chosen for the route that runs
+(:func:`chunk_for_groups`): a multiple of n by ``M_ghost``, else below n by ``M``, else an
+error naming the smallest budget that fits.
 
 The budget is for the whole process, so what the process already holds beyond the
 parameters, ``B`` (``base_bytes``, :func:`resident_base`), is added: the chunk is the largest c
 with ``B + M(c) <= budget``. Only what is held when the chunk is chosen counts, not what an
 earlier pass left for reuse:
 
-.. math:: B = \max(0,\ \mathrm{RSS}_0 - L_0) + L_\text{now} - P,
+.. math:: B = \max(0,\ \mathrm{RSS}_0 - L_0) + C + L_\text{now} - P,
 
 with RSS_0 and L_0 the resident bytes (:func:`process_rss`) and the bytes of all live JAX
-arrays (:func:`live_array_bytes`) at the first chunk choice of the process, L_now the live
-JAX arrays' bytes now and P the parameters' share of them (P is in ``M(c)``). The first term
-is the memory outside JAX arrays (the Python interpreter, JAX's runtime, the tokenizer),
-taken once; the second what arrays beyond the parameters hold now. What a pass leaves
+arrays (:func:`live_array_bytes`) at the first chunk choice of the process, C =
+:data:`COMPILE_RESERVE`, L_now the live JAX arrays' bytes now and P the parameters' share of
+them (P is in ``M(c)``). The first term is the memory outside JAX arrays (the Python
+interpreter, JAX's runtime, the tokenizer), taken once; C what compiling the sampler and the
+passes adds after the choice (XLA's executables, its allocator's pools), taken once; the last
+what arrays beyond the parameters hold now. What a pass leaves
 resident outside live arrays (freed buffers the allocator keeps, XLA's compiled executables
 and caches) is not counted again: a second pass at the same chunk reuses it. Measured on a
 3.4M-parameter checkpoint (``benchmarks/results/memory_repeat.md``): the first pass leaves
@@ -69,6 +75,17 @@ from .. import families
 DEFAULT_BUDGET_FRACTION = 0.5
 #: margin on the per-sample bytes for activations and XLA temporaries
 OVERHEAD_FACTOR = 1.25
+#: margin on the ghost route's activations per sequence: SmolLM2-135M's pass held about
+#: 0.95 a per sequence at chunk 4 and 1.48 a at chunk 16 above the parameters and the
+#: accumulator; with it ``advise --memory-budget 6GB`` ran chunk 16 at 0.99 of the budget
+#: (``benchmarks/results/memory_budget.md``)
+GHOST_OVERHEAD_FACTOR = 1.5
+#: bytes XLA's compilation of the sampler and of the passes adds to the process, and what its
+#: allocator keeps after them: a tiny checkpoint's ``advise`` peaked 216 MiB above its
+#: loaded model (``benchmarks/results/memory_budget_tiny.md``: 974 against 758 MiB)
+COMPILE_RESERVE = 256 * 2**20
+#: margin on the sampler's bytes per row (:func:`sampler_row_bytes`; measured 1.23)
+SAMPLER_OVERHEAD_FACTOR = 1.5
 #: the advice appended to every memory error
 HINT = "lower --chunk or --memory-budget (or --n-samples), or use --dtype bfloat16"
 """The command-line hint of an out-of-memory error."""
@@ -154,10 +171,11 @@ _outside_arrays: int | None = None
 def resident_base(params) -> int:
     """``B``, the bytes this process holds beyond the parameters ``params`` (module docstring):
     its resident memory outside JAX arrays, read once (at the first call in the process),
-    plus the bytes of the live JAX arrays that are not leaves of ``params`` now."""
+    plus :data:`COMPILE_RESERVE` (the compiled passes, once), plus the bytes of the live JAX
+    arrays that are not leaves of ``params`` now."""
     global _outside_arrays
     if _outside_arrays is None:
-        _outside_arrays = max(0, process_rss() - live_array_bytes())
+        _outside_arrays = max(0, process_rss() - live_array_bytes()) + COMPILE_RESERVE
     return _outside_arrays + live_array_bytes(jax.tree_util.tree_leaves(params))
 
 
@@ -185,18 +203,27 @@ def default_memory_budget(fraction: float = DEFAULT_BUDGET_FRACTION) -> int:
     return max(1, int(fraction * available_memory()))
 
 
+def _factor(overhead_factor, row_bytes) -> float:
+    """The margin: ``overhead_factor``, or the route's (None)."""
+    if overhead_factor is not None:
+        return overhead_factor
+    return OVERHEAD_FACTOR if row_bytes is None else GHOST_OVERHEAD_FACTOR
+
+
 def chunk_bytes(n_params: int, chunk: int, *, dtype_bytes: int,
-                n_accumulators: int = 1, overhead_factor: float = OVERHEAD_FACTOR,
+                n_accumulators: int = 1, overhead_factor: float | None = None,
                 row_bytes: int | None = None, base_bytes: int = 0) -> int:
     """Estimated peak bytes of the streamed statistics at ``chunk`` sequences at once:
-    ``B + D (2 b + 8 K) + chunk f D (b + 8)`` (per-sample scores) or, given ``row_bytes`` = a
-    (the ghost route's activations per sequence, :func:`ghost_row_bytes`), ``B + D (2 b + 8 K)
-    + chunk f a``, with ``B = base_bytes`` the process's other resident memory (module
-    docstring)."""
+    ``B + D (2 b + 8 K) + chunk f D (b + 8)`` (per-sample scores, f = 1.25) or, given
+    ``row_bytes`` = a (the ghost route's activations per sequence, :func:`ghost_row_bytes`),
+    ``B + D (b + 8 K) + chunk f a`` (the parameters once: no flattened copy; f = 1.5), with
+    ``B = base_bytes`` the process's other resident memory (module docstring); ``f`` is
+    ``overhead_factor`` when given."""
     d, b = int(n_params), int(dtype_bytes)
     per = d * (b + 8) if row_bytes is None else int(row_bytes)
-    return int(int(base_bytes) + d * (2 * b + 8 * int(n_accumulators))
-               + int(chunk) * math.ceil(overhead_factor * per))
+    copies = 2 if row_bytes is None else 1
+    return int(int(base_bytes) + d * (copies * b + 8 * int(n_accumulators))
+               + int(chunk) * math.ceil(_factor(overhead_factor, row_bytes) * per))
 
 
 def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: int = 4) -> int:
@@ -236,15 +263,67 @@ def ghost_row_bytes(arch: dict, seq_len: int, response_len: int, dtype_bytes: in
                          f"n_heads and vocab_size, got {arch!r}") from None
 
 
+def sampler_row_bytes(arch: dict, prompt_len: int, response_len: int,
+                      dtype_bytes: int = 4) -> int:
+    r"""Bytes one row adds to the KV-cached sampler: its key/value cache over the P + R
+    positions and its prefill's float32 logits,
+
+    .. math:: s = 2 L\,H_{kv}\,h\,(P + R)\,b + 4 P V.
+
+    SmolLM2-135M at P = 46, R = 32 gives s = 12.6 MiB; sampling 96 rows held about 15.5 MiB
+    each above 24 rows (:data:`SAMPLER_OVERHEAD_FACTOR`).
+
+    Args:
+        arch: the architecture (``n_layers``, ``n_kv_heads``, ``head_dim``, ``vocab_size``).
+        prompt_len: P >= 1; response_len: R >= 1.
+        dtype_bytes: b, bytes per cached value.
+
+    Returns:
+        Bytes (int).
+    """
+    p = V.positive_int("prompt_len", prompt_len)
+    r = V.positive_int("response_len", response_len)
+    b = V.positive_int("dtype_bytes", dtype_bytes)
+    try:
+        L, kv, hd, v = (int(arch[k]) for k in ("n_layers", "n_kv_heads", "head_dim",
+                                                "vocab_size"))
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("arch must be an architecture dict with n_layers, n_kv_heads, "
+                         f"head_dim and vocab_size, got {arch!r}") from None
+    return 2 * L * kv * hd * (p + r) * b + 4 * p * v
+
+
+def sample_rows_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
+                           row_bytes: int, base_bytes: int = 0) -> int:
+    r"""Rows the sampler may hold at once: the largest r with ``B + D b + r f s <= budget``
+    (the parameters and the process's other memory ``B``; s = ``row_bytes``,
+    :func:`sampler_row_bytes`; f = :data:`SAMPLER_OVERHEAD_FACTOR`).
+
+    Raises:
+        ValueError: naming ``--memory-budget`` and the smallest budget that fits, when one
+            row does not fit.
+    """
+    s = math.ceil(SAMPLER_OVERHEAD_FACTOR * V.integer("row_bytes", row_bytes, 1))
+    fixed = V.integer("base_bytes", base_bytes, 0) + int(n_params) * int(dtype_bytes)
+    budget = V.integer("memory_budget_bytes", memory_budget_bytes, 1)
+    if fixed + s > budget:
+        raise ValueError(f"--memory-budget {format_bytes(budget)} is too small to sample from a "
+                         f"{int(n_params):,}-parameter model: one row needs about "
+                         f"{format_bytes(fixed + s)} ({format_bytes(base_bytes)} already "
+                         f"resident); give --memory-budget of at least "
+                         f"{_need_gib(fixed + s)} or use --dtype bfloat16")
+    return int((budget - fixed) // s)
+
+
 def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
                      n_items: int, n_accumulators: int = 1,
-                     overhead_factor: float = OVERHEAD_FACTOR,
+                     overhead_factor: float | None = None,
                      row_bytes: int | None = None, base_bytes: int = 0) -> int:
     """The largest chunk of sequences whose statistics fit in the budget.
 
     The largest ``c`` in ``[1, n_items]`` with ``chunk_bytes(n_params, c) <=
     memory_budget_bytes``: ``floor((budget - D (2 b + 8 K)) / (f D (b + 8)))`` (per-sample
-    scores) or ``floor((budget - D (2 b + 8 K)) / (f a))`` (the ghost route, ``row_bytes`` = a)
+    scores) or ``floor((budget - D (b + 8 K)) / (f a))`` (the ghost route, ``row_bytes`` = a)
     clipped to ``n_items``.
 
     Args:
@@ -253,7 +332,8 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
         memory_budget_bytes: the budget (>= 1).
         n_items: the number of per-sample scores to compute (>= 1; no chunk exceeds it).
         n_accumulators: K >= 1 float64 (D,) accumulators held (weight rows).
-        overhead_factor: f >= 1, the margin on the per-sample bytes.
+        overhead_factor: f >= 1, the margin on a sequence's bytes; None: the route's
+            (:data:`OVERHEAD_FACTOR`, :data:`GHOST_OVERHEAD_FACTOR`).
         row_bytes: a >= 1, the bytes one sequence adds on the ghost route
             (:func:`ghost_row_bytes`); None: the per-sample route (``D (b + 8)``).
         base_bytes: B >= 0, the process's resident memory besides the parameters
@@ -269,6 +349,7 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
         ("n_params", n_params), ("dtype_bytes", dtype_bytes),
         ("memory_budget_bytes", memory_budget_bytes), ("n_items", n_items),
         ("n_accumulators", n_accumulators))}
+    overhead_factor = _factor(overhead_factor, row_bytes)
     if not (isinstance(overhead_factor, (int, float)) and overhead_factor >= 1
             and math.isfinite(overhead_factor)):
         raise ValueError(f"overhead_factor must be a finite number >= 1, got {overhead_factor!r}")
@@ -288,8 +369,63 @@ def chunk_for_budget(n_params: int, *, dtype_bytes: int, memory_budget_bytes: in
                          f"--memory-budget of at least {math.ceil(need / 2**30 * 100) / 100:g}"
                          f"GiB or use --dtype bfloat16")
     per = math.ceil(overhead_factor * (d * (b + 8) if row_bytes is None else row_bytes))
-    fixed = base + d * (2 * b + 8 * k)
+    fixed = base + d * ((2 if row_bytes is None else 1) * b + 8 * k)
     return int(max(1, min(vals["n_items"], (budget - fixed) // per)))
+
+
+def _need_gib(need: int) -> str:
+    """``need`` bytes rounded up to 0.01 GiB, as ``--memory-budget`` takes it (``"3.80GiB"``)."""
+    return f"{math.ceil(need / 2**30 * 100) / 100:g}GiB"
+
+
+def chunk_for_groups(n_params: int, *, dtype_bytes: int, memory_budget_bytes: int,
+                     n_items: int, group_size: int, row_bytes: int, n_accumulators: int = 1,
+                     overhead_factor: float | None = None, base_bytes: int = 0) -> int:
+    r"""The chunk of a pass that runs whole groups, and per-sample scores below one group.
+
+    The ghost-norm route (:meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_statistics`)
+    holds whole groups of ``group_size`` = n responses per block; a chunk below n is scored by
+    per-sample scores, ``D (b + 8)`` bytes a sequence instead of ``a``. So the chunk is the
+    ghost route's :func:`chunk_for_budget` rounded down to a multiple of n when that is at
+    least n; else the per-sample route's, below n; else neither fits and the error names the
+    smallest budget that does: :math:`\min(M_\text{ghost}(n), M(1))` (module docstring).
+
+    Args:
+        n_params, dtype_bytes, memory_budget_bytes, n_items, n_accumulators, overhead_factor,
+            base_bytes: as :func:`chunk_for_budget`.
+        group_size: n >= 1 responses per group (a block holds whole groups).
+        row_bytes: a >= 1, the bytes one sequence adds on the ghost route.
+
+    Returns:
+        The chunk: a multiple of n, or an int in ``[1, n - 1]`` (per-sample scores).
+
+    Raises:
+        ValueError: naming ``--memory-budget`` and the smallest budget that fits.
+    """
+    g = V.positive_int("group_size", group_size)
+    kw = dict(dtype_bytes=dtype_bytes, memory_budget_bytes=memory_budget_bytes,
+              n_items=n_items, n_accumulators=n_accumulators, overhead_factor=overhead_factor,
+              base_bytes=base_bytes)
+    try:
+        c = chunk_for_budget(n_params, row_bytes=V.integer("row_bytes", row_bytes, 1), **kw)
+    except ValueError:
+        c = 0
+    if c >= g:
+        return c // g * g
+    if g > 1:
+        try:
+            return min(g - 1, chunk_for_budget(n_params, **kw))
+        except ValueError:
+            pass
+    tail = {k: kw[k] for k in ("n_accumulators", "overhead_factor", "base_bytes")}
+    ghost = chunk_bytes(n_params, g, dtype_bytes=dtype_bytes, row_bytes=row_bytes, **tail)
+    one = chunk_bytes(n_params, 1, dtype_bytes=dtype_bytes, **tail)
+    raise ValueError(f"--memory-budget {format_bytes(memory_budget_bytes)} is too small for the "
+                     f"statistics of a {int(n_params):,}-parameter model: a block of one group "
+                     f"of {g} responses (ghost norms) needs about {format_bytes(ghost)}, one "
+                     f"per-sample score {format_bytes(one)} ({format_bytes(base_bytes)} already "
+                     f"resident); give --memory-budget of at least {_need_gib(min(ghost, one))} "
+                     f"or use --dtype bfloat16")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -9,7 +9,10 @@ once from the budget by :meth:`ModelOptions.resolve_chunk`:
 
 with ``a`` the bytes one sequence adds to the score pass (the policy's
 :meth:`~grpo_theory.lm.policy.LMPolicy.row_bytes`; ``D (b + 8)`` on the per-sample route),
-``B`` the process's other memory (:func:`grpo_theory.lm.budget.memory.resident_base`).
+``B`` the process's other memory (:func:`grpo_theory.lm.budget.memory.resident_base`). A
+policy with its own ``a`` runs blocks of whole groups of n responses and per-sample scores
+below one group, so its chunk is a multiple of n, or below n by the per-sample rule
+(:func:`grpo_theory.lm.budget.memory.chunk_for_groups`): the budget of the route that runs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import jax
 import numpy as np
 
 from ... import _validation as V
-from .memory import chunk_for_budget, default_memory_budget, parse_memory, resident_base
+from .memory import (chunk_for_budget, chunk_for_groups, default_memory_budget, parse_memory,
+                     resident_base, sample_rows_for_budget)
 
 
 #: dtypes a Hugging Face checkpoint can be run in (``--dtype``)
@@ -103,7 +107,8 @@ class ModelOptions:
         return out
 
     def resolve_chunk(self, policy, n_items: int, *, seq_len: int | None = None,
-                      response_len: int | None = None, n_accumulators: int = 1) -> int:
+                      response_len: int | None = None, n_accumulators: int = 1,
+                      group_size: int = 1) -> int:
         """The chunk of sequences per block of the score pass: ``chunk`` when set, else the
         largest that fits in the budget (module docstring).
 
@@ -119,9 +124,12 @@ class ModelOptions:
             n_items: sequences to score (>= 1; no chunk exceeds it).
             seq_len, response_len: positions of a sequence and of its response, or None.
             n_accumulators: float64 (D,) accumulators held (>= 1).
+            group_size: n >= 1 responses per prompt: with a ``row_bytes`` the chunk is a
+                multiple of n, or below n by the per-sample rule (module docstring).
 
         Raises:
-            ValueError: naming ``--memory-budget`` when even chunk 1 does not fit.
+            ValueError: naming ``--memory-budget`` (and the smallest budget that fits) when
+                even chunk 1 does not fit.
         """
         if self.chunk is not None:
             return self.chunk
@@ -130,9 +138,28 @@ class ModelOptions:
         row = None
         if seq_len is not None and response_len is not None:
             row = policy.row_bytes(seq_len, response_len)
-        return chunk_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
-                                n_accumulators=n_accumulators, row_bytes=row,
-                                base_bytes=resident_base(policy.params))
+        kw = dict(dtype_bytes=b, memory_budget_bytes=budget, n_items=n_items,
+                  n_accumulators=n_accumulators, base_bytes=resident_base(policy.params))
+        if row is None:
+            return chunk_for_budget(d, **kw)
+        return chunk_for_groups(d, row_bytes=row, group_size=group_size, **kw)
+
+
+    def sample_rows(self, policy, prompt_len: int, response_len: int) -> int | None:
+        """Rows per block of the sampler that fit in the budget (the given one, else the
+        default), or None when the policy does not say what a row costs
+        (:meth:`~grpo_theory.lm.policy.LMPolicy.sample_row_bytes`; no limit).
+
+        Raises:
+            ValueError: naming ``--memory-budget`` when one row does not fit.
+        """
+        row = policy.sample_row_bytes(prompt_len, response_len)
+        if row is None:
+            return None
+        d, b = score_memory(policy)
+        budget = default_memory_budget() if self.memory_budget is None else self.memory_budget
+        return sample_rows_for_budget(d, dtype_bytes=b, memory_budget_bytes=budget,
+                                      row_bytes=row, base_bytes=resident_base(policy.params))
 
 
 def score_memory(policy) -> tuple[int, int]:
@@ -147,11 +174,12 @@ def score_memory(policy) -> tuple[int, int]:
 
 
 def resolve_chunk(policy, chunk, n_items: int, memory_budget=None, n_accumulators: int = 1,
-                  *, seq_len: int | None = None, response_len: int | None = None) -> int:
+                  *, seq_len: int | None = None, response_len: int | None = None,
+                  group_size: int = 1) -> int:
     """:meth:`ModelOptions.resolve_chunk` of ``ModelOptions(memory_budget, chunk)``: ``chunk``
     when given (an int >= 1), else the largest that fits in ``memory_budget`` bytes."""
     if chunk is not None:
         chunk = V.positive_int("chunk", chunk)
     return ModelOptions(memory_budget=memory_budget, chunk=chunk).resolve_chunk(
         policy, n_items, seq_len=seq_len, response_len=response_len,
-        n_accumulators=n_accumulators)
+        n_accumulators=n_accumulators, group_size=group_size)

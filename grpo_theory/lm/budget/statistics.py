@@ -249,11 +249,13 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
     m = x.shape[0]
     n = V.positive_int("n_samples", n_samples)
     R = V.positive_int("response_len", response_len)
-    chunk = options.resolve_chunk(policy, m * n, seq_len=x.shape[1] + R, response_len=R)
+    chunk = options.resolve_chunk(policy, m * n, seq_len=x.shape[1] + R, response_len=R,
+                                  group_size=n)
     xs = np.repeat(x, n, axis=0)
     blocks = None if stage is None else (lambda done, total: stage("sampling", done, total))
+    rows = options.sample_rows(policy, x.shape[1], R)  # the sampler's blocks in the budget
     with out_of_memory_as_value_error(f"sampling {m * n} responses"):
-        y = np.asarray(policy.sample_blocked(key, xs, R, progress=blocks))
+        y = np.asarray(policy.sample_blocked(key, xs, R, progress=blocks, max_rows=rows))
     rows = np.repeat(np.arange(m), n)
     z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
     if z.shape[0] != m * n:

@@ -63,7 +63,7 @@ import numpy as np
 
 from ... import _validation as V
 from ..budget.ghost import PureForward, ghost_contractions, ghost_moments, score_dots
-from ..budget.memory import ghost_row_bytes
+from ..budget.memory import ghost_row_bytes, sampler_row_bytes
 from ..budget.statistics import ghost_statistics
 from ..families.qwen2 import positions_mask as _positions_mask
 from ..families.spec import quiet_tunix as _quiet
@@ -218,8 +218,8 @@ class HFPolicy(LMPolicy):
     Overrides of the policy contract (listed in :class:`~grpo_theory.lm.policy.LMPolicy`):
     the tokenizer (``prompt_pad``, ``pad_prompts``, ``encode``, ``decode``,
     ``response_texts``), the chat template (``question_prompts``), the chat model's defaults
-    (``default_response_len``, ``default_reward``), the prefill's logits (``sample_blocked``)
-    and the ghost-norm route (``row_bytes``, ``score_contractions``, ``score_statistics``).
+    (``default_response_len``, ``default_reward``), the prefill's logits and the KV cache
+    (``sample_blocked``, ``sample_row_bytes``) and the ghost-norm route (``row_bytes``, ``score_contractions``, ``score_statistics``).
 
     Extensions of a checkpoint: ``chat``, ``prompt_lengths``, ``sample_with_log_probs``,
     ``ghost_moments``, ``score_dots`` and ``cached_logits``.
@@ -271,16 +271,23 @@ class HFPolicy(LMPolicy):
                                                    self.temperature)
 
     def sample_blocked(self, key, prompts, response_len: int, max_elems: float = 5e7, *,
-                       progress=None):
+                       progress=None, max_rows: int | None = None):
         """:meth:`LMPolicy.sample_blocked` in blocks that also keep the prefill's logits
         (rows x prompt_len x vocab) under 2**31 elements (8 GiB in float32; Qwen2.5's
         vocabulary has 151936 ids); for a small vocabulary the blocks are the base class's.
-        ``progress(done, total)``: as there, over these blocks."""
+        ``progress(done, total)`` and ``max_rows``: as there, over these blocks."""
         p = max(1, int(np.shape(prompts)[1]))
         rows = max(1, int(2**31 // (p * self.vocab_size)))
         return super().sample_blocked(key, prompts, response_len,
                                       min(float(max_elems), float(rows * p * p)),
-                                      progress=progress)
+                                      progress=progress, max_rows=max_rows)
+
+    def sample_row_bytes(self, prompt_len: int, response_len: int) -> int:
+        """Bytes one row adds to the KV-cached sampler
+        (:func:`grpo_theory.lm.budget.memory.sampler_row_bytes` in the parameters' dtype)."""
+        b = max((np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(self.params)
+                 if np.issubdtype(np.dtype(x.dtype), np.floating)), default=4)
+        return sampler_row_bytes(self.config, prompt_len, response_len, b)
 
     def row_bytes(self, seq_len: int, response_len: int) -> int:
         """Bytes of activations one sequence of ``seq_len`` positions (``response_len`` of them

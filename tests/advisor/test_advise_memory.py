@@ -1,0 +1,52 @@
+"""``grpo-theory advise --memory-budget`` holds the process's peak resident memory, run as a
+user runs it: a child process on a tiny checkpoint, its peak read by ``os.wait4``."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from grpo_theory.lm.budget import memory as M
+
+PROMPTS = [{"question": q, "answer": a} for q, a in
+           (("a b c", 1), ("d e", 2), ("f g h i", 3), ("j k", 4), ("l m n", 5), ("o p", 6))]
+
+
+def _advise(ckpt, prompts, out, budget: str):
+    """``(exit code, stderr, peak resident bytes)`` of ``advise`` in a child process."""
+    cmd = [sys.executable, "-c", "import sys; from grpo_theory.experiments.cli import main; "
+           "sys.exit(main())", "advise", "--model", str(ckpt), "--prompts", str(prompts),
+           "--n-prompts", "6", "--n-samples", "4", "--response-len", "4", "--no-figures",
+           "--no-progress", "--out", str(out), "--memory-budget", budget]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return p.returncode, err, usage.ru_maxrss * 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB (Linux)")
+def test_advise_peak_stays_within_the_smallest_budget_it_accepts(tmp_path):
+    """A budget too small fails naming ``--memory-budget`` and the smallest that fits; at that
+    budget the child's peak stays within it (+10%). The rival, the rule without the compile
+    reserve (the process's memory at the chunk choice and the model alone), accepts budgets
+    COMPILE_RESERVE smaller, which this same peak exceeds by more than 10% (the tiny model's
+    blocks are all its rows under either rule, so the peak does not depend on the budget)."""
+    from support.hf_checkpoint import write_checkpoint
+
+    write_checkpoint(tmp_path / "ck", "llama", tied=True, bias=False, shards=1)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in PROMPTS))
+    rc, err, _ = _advise(tmp_path / "ck", prompts, tmp_path / "out", "1MB")
+    m = re.search(r"--memory-budget of at least ([0-9.]+)GiB", err)
+    assert rc == 2 and m, err
+    assert err.strip().count("\n") == 0 or "error: --memory-budget" in err.splitlines()[-1]
+    smallest = float(m.group(1)) * 2**30
+    rc, err, peak = _advise(tmp_path / "ck", prompts, tmp_path / "out", f"{m.group(1)}GiB")
+    assert rc == 0, err
+    assert peak <= 1.1 * smallest, (peak / 2**20, smallest / 2**20)
+    assert peak > 1.1 * (smallest - M.COMPILE_RESERVE), (peak / 2**20, smallest / 2**20)
