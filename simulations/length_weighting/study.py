@@ -82,7 +82,7 @@ class Settings:
 
 SETTINGS = {
     "quick": Settings(alphas=tuple(float(a) for a in np.linspace(0, 1, 11)), sweep_G=(8,),
-                      mc_reps=20_000, seeds=8, steps=300, train_alphas=(0.0, 1.0),
+                      mc_reps=20_000, seeds=64, steps=300, train_alphas=(0.0, 1.0),
                       exact_G=(2, 3), train_est=("grpo_mean",), exact_alphas=(0.0, 1.0)),
     "full": Settings(alphas=tuple(float(a) for a in np.linspace(0, 1, 41)), sweep_G=(4, 8, 16),
                      mc_reps=200_000, seeds=32, steps=600, train_alphas=(0.0, 0.5, 1.0),

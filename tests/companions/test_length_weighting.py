@@ -173,9 +173,10 @@ def driver_out(tmp_path_factory):
 
     import dataclasses
 
-    # the quick setting with G = 2 only in the exact cell and a coarser alpha grid
+    # the quick setting with G = 2 only in the exact cell, a coarser alpha grid and 40 training
+    # seeds (two vmapped calls of SEED_CHUNK = 32 and 8 runs, not the quick setting's 64)
     s = dataclasses.replace(drv.SETTINGS["quick"], exact_G=(2,),
-                            alphas=(0.0, 0.25, 0.5, 0.75, 1.0))
+                            alphas=(0.0, 0.25, 0.5, 0.75, 1.0), seeds=40)
     out = tmp_path_factory.mktemp("lw")
     res = run_experiment(drv.EXPERIMENT, out, s, seed=0, progress=False)
     return drv, out, res
@@ -192,6 +193,7 @@ def test_driver_quick_claims(driver_out):
     assert len(stat) == 3 and all(c.has_power for c in stat.values()), \
         {k: c.rival_se for k, c in stat.items()}
     assert res.verdict == "PASS"
+    assert (res.tables["training"].n_seeds == 40).all()
     assert (out / drv.NAME / "length_weighting.png").exists()
     sweep = pd.read_csv(out / drv.NAME / "sweep.csv")
     assert {"seed", "version", "config", "policy", "sin", "token_slope"} <= set(sweep.columns)
