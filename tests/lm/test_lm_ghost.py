@@ -125,8 +125,11 @@ def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
     w = np.random.default_rng(5).standard_normal(6)
     p64 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), pol.params)
     fwd = ghost.PureForward.of(pol.config)
-    scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(6), pol.temperature, 3,
-                                                 pol.eos_ids)
+    # the per-sample scores formed: rows of W S with W = [I; 0] (8 x 6, chunk 4: the shapes of
+    # test_ghost_equals_per_sample_float64's reference, so its compiled route is reused)
+    scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(8, 6), pol.temperature,
+                                                 4, pol.eos_ids)
+    scores = scores[:6]
     s, sq, gsq = ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
                                      eos=pol.eos_ids, route=route)
     flat = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(s)])
