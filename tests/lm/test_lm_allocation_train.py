@@ -231,8 +231,12 @@ def test_train_with_rule_spends_its_budget_and_reports_accuracy():
 
 
 def test_a_schedule_changes_the_rule_between_chunks():
+    """The first rule is the Knapsack rule of the test above (its chunk, compiled there, is
+    reused: same rule, policy shapes, pool, B, lr and chunk length); the schedule hands over to
+    fixed G = 2 at twice the prompts, so the group width changes from 8 to 2 at the same N."""
     pol = _eos_policy(0.3)
     q = task.eval_set().subset(np.arange(8))
+    first = AT.lm_rule("knapsack", rollouts=4, max_group=8)
     calls = []
 
     def schedule(step, now, rule, B):
@@ -240,14 +244,14 @@ def test_a_schedule_changes_the_rule_between_chunks():
         assert isinstance(now, policy.LMPolicy)
         return AT.lm_rule("fixed", group_size=2), 8
 
-    r = AT.train_with_rule(pol, q, q, AT.lm_rule("fixed", group_size=4), 4, 64, 1e-3, seed=0,
-                           chunk_steps=2, schedule=schedule)
-    assert calls[0] == (2, AT.lm_rule("fixed", group_size=4), 4)
-    np.testing.assert_array_equal(r["group"], [4, 4, 2, 2])  # 64 responses: 4 steps
+    r = AT.train_with_rule(pol, q, q, first, 4, 64, 1e-3, seed=0, chunk_steps=2,
+                           schedule=schedule)
+    assert calls[0] == (2, first, 4)
+    np.testing.assert_array_equal(r["group"], [8, 8, 2, 2])  # 64 responses: 4 steps
     np.testing.assert_array_equal(r["batch"], [4, 4, 8, 8])
     np.testing.assert_array_equal(np.diff(r["rollouts"]), 16)  # the same N = B G a step
     with pytest.raises(ValueError, match="lm_rule"):
-        AT.train_with_rule(pol, q, q, AT.lm_rule("fixed", group_size=4), 4, 64, 1e-3, seed=0,
+        AT.train_with_rule(pol, q, q, first, 4, 64, 1e-3, seed=0,
                            chunk_steps=2, schedule=lambda *a: (("fixed", 4), 8))
 
 

@@ -125,8 +125,11 @@ def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
     w = np.random.default_rng(5).standard_normal(6)
     p64 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float64), pol.params)
     fwd = ghost.PureForward.of(pol.config)
-    scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(6), pol.temperature, 3,
-                                                 pol.eos_ids)
+    # the per-sample scores formed: rows of W S with W = [I; 0] (8 x 6, chunk 4: the shapes of
+    # test_ghost_equals_per_sample_float64's reference, so its compiled route is reused)
+    scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(8, 6), pol.temperature,
+                                                 4, pol.eos_ids)
+    scores = scores[:6]
     s, sq, gsq = ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
                                      eos=pol.eos_ids, route=route)
     flat = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(s)])
@@ -147,7 +150,10 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
     """lm_rollout_statistics on a checkpoint: the ghost route (group ghost norms + forward-mode
     dots; chunk 6 and 9 = 2 and 3 prompts of 3 responses, the last call padded) gives the
     per-prompt route's statistics (chunk 2 < n: per-sample scores + one backward pass per
-    prompt) on the same sampled responses: relative 1e-4 (float32 parameters)."""
+    prompt) on the same sampled responses: relative 1e-4 (float32 parameters). Every family
+    meets the padded last call (chunk 9, the architecture's tensors in the ghost route); the
+    unpadded blocks (chunk 6) and a chunk rounded down to whole prompts (7 -> 6) read no tensor
+    of their own, so they run on one family (one compilation fewer per other family)."""
     from grpo_theory.advisor import estimate as E
 
     x = _batch(6)[0][:4]
@@ -157,7 +163,8 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
 
     ref = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=2)
     assert ref.chunk == 2 and np.all(ref.mean_sq > 0)
-    for chunk in (6, 9):
+    first = pol.config["model_type"] == "qwen2"
+    for chunk in ((6, 9) if first else (9,)):
         seen, done = [], []
         st = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=chunk,
                                      stage=lambda *a: seen.append(a),
@@ -169,4 +176,5 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
             np.testing.assert_allclose(getattr(st, k), getattr(ref, k), rtol=1e-4,
                                        atol=1e-6 * np.abs(getattr(ref, k)).max(), err_msg=k)
         assert ("scores", 2, 2) in seen and ("dots", 2, 2) in seen and done[-1] == (4, 4)
-    assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7).chunk == 6
+    if first:
+        assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7).chunk == 6
