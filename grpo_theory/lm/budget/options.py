@@ -144,7 +144,6 @@ class ModelOptions:
             return chunk_for_budget(d, **kw)
         return chunk_for_groups(d, row_bytes=row, group_size=group_size, **kw)
 
-
     def sample_rows(self, policy, prompt_len: int, response_len: int) -> int | None:
         """Rows per block of the sampler that fit in the budget (the given one, else the
         default), or None when the policy does not say what a row costs

@@ -253,9 +253,9 @@ def lm_rollout_statistics(policy, prompts, reward, n_samples: int, key, response
                                   group_size=n)
     xs = np.repeat(x, n, axis=0)
     blocks = None if stage is None else (lambda done, total: stage("sampling", done, total))
-    rows = options.sample_rows(policy, x.shape[1], R)  # the sampler's blocks in the budget
+    max_rows = options.sample_rows(policy, x.shape[1], R)  # the sampler's blocks in the budget
     with out_of_memory_as_value_error(f"sampling {m * n} responses"):
-        y = np.asarray(policy.sample_blocked(key, xs, R, progress=blocks, max_rows=rows))
+        y = np.asarray(policy.sample_blocked(key, xs, R, progress=blocks, max_rows=max_rows))
     rows = np.repeat(np.arange(m), n)
     z = V.finite_array("reward(...)", np.asarray(reward(rows, y), np.float64).reshape(-1))
     if z.shape[0] != m * n:
