@@ -77,7 +77,7 @@ DEFAULT_BUDGET_FRACTION = 0.5
 OVERHEAD_FACTOR = 1.25
 #: margin on the ghost route's activations per sequence: SmolLM2-135M's pass held about
 #: 0.95 a per sequence at chunk 4 and 1.48 a at chunk 16 above the parameters and the
-#: accumulator; with it ``advise --memory-budget 6GB`` ran chunk 16 at 0.99 of the budget
+#: accumulator; with it ``advise --memory-budget 6GB`` ran chunk 16 at 0.98 of the budget
 #: (``benchmarks/results/memory_budget.md``)
 GHOST_OVERHEAD_FACTOR = 1.5
 #: bytes XLA's compilation of the sampler and of the passes adds to the process, and what its
