@@ -16,18 +16,30 @@ PROMPTS = [{"question": q, "answer": a} for q, a in
            (("a b c", 1), ("d e", 2), ("f g h i", 3), ("j k", 4), ("l m n", 5), ("o p", 6))]
 
 
+#: started by a bare Python process, so that the child's peak is its own: Linux keeps the peak
+#: of the address space a child had before its exec, the parent's own when forked (or vforked)
+#: from a large process such as a test worker (1.7 GiB measured in a full run)
+_WRAPPER = """
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+err = p.stderr.read()
+_, status, usage = os.wait4(p.pid, 0)
+sys.stderr.write(err)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
+"""
+
+
 def _advise(ckpt, prompts, out, budget: str):
-    """``(exit code, stderr, peak resident bytes)`` of ``advise`` in a child process."""
+    """``(exit code, stderr, peak resident bytes)`` of ``advise`` in a child process of a bare
+    wrapper (:data:`_WRAPPER`)."""
     cmd = [sys.executable, "-c", "import sys; from grpo_theory.experiments.cli import main; "
            "sys.exit(main())", "advise", "--model", str(ckpt), "--prompts", str(prompts),
            "--n-prompts", "6", "--n-samples", "4", "--response-len", "4", "--no-figures",
            "--no-progress", "--out", str(out), "--memory-budget", budget]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, err, usage.ru_maxrss * 1024
+    r = subprocess.run([sys.executable, "-S", "-c", _WRAPPER, *cmd], capture_output=True,
+                       text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    code, peak = (int(v) for v in r.stdout.split())
+    return code, r.stderr, peak
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss in KiB (Linux)")
