@@ -15,7 +15,7 @@ from .reference import EnumeratedAudit, MonteCarloAudit, enumerate_rule, monte_c
 from .result import AllocationAudit
 from .rules import (FixedSize, PassRateRule, PerPromptSize, Rule, available_rules, fixed,
                     get_rule, pass_rate_allocation, pass_rate_rule, per_prompt, register_rule)
-from .steps import Draw, Sampler, Step, loo_weights
+from ..core import Draw, Sampler, Step, loo_weights  # the loops' contract (core.rollout_rules)
 from .adaptive import (ConformalStopping, DynamicSampling, MaxVarianceSubset,
                        SuccessiveElimination, balanced_elimination, conformal_stopping,
                        dynamic_sampling, max_variance_subset, successive_elimination)

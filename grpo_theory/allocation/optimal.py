@@ -58,8 +58,8 @@ import numpy as np
 
 from .. import _validation as V
 from .._precision import float64
-from ..core import (Estimate, ScalingConstants, as_structure, estimate_mean, exact_prompt_mse,
-                    get_estimator, scaling_constants)
+from ..core import (Estimate, ScalingConstants, Step, as_structure, estimate_mean,
+                    exact_prompt_mse, get_estimator, mask_from_sizes, scaling_constants)
 from .rules import Rule, per_prompt
 
 
@@ -387,8 +387,8 @@ class OptimalAllocation(Rule):
 
     In a training step the B prompts of the batch share ``rollouts B`` responses in sizes
     ``[2, max_group]`` that minimise ``sum_b a_b/G_b + b_b/(G_b (G_b - 1))``, with ``(a_b, b_b)``
-    from the loop's sampler (:meth:`~grpo_theory.allocation.steps.Sampler.mse_constants`, which
-    may read the sampler's state; :meth:`~grpo_theory.allocation.steps.Sampler.observe` updates
+    from the loop's sampler (:meth:`~grpo_theory.core.rollout_rules.Sampler.mse_constants`, which
+    may read the sampler's state; :meth:`~grpo_theory.core.rollout_rules.Sampler.observe` updates
     it after the step). The exact audit allocates ``rollouts P`` over the problem's P prompts
     with their exact constants (:func:`prompt_constants`). No current sample decides a size: the
     leave-one-out estimate stays unbiased per prompt.
@@ -418,7 +418,7 @@ class OptimalAllocation(Rule):
         return per_prompt(sizes).prompt_moments(structure, estimator, normaliser)
 
     def step(self, key, sampler, batch_size, state):
-        from .steps import Step, mask_from_sizes, optimal_sizes
+        from .steps import optimal_sizes
 
         W = self.max_group
         d = sampler.draw(key, batch_size, W)

@@ -40,13 +40,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validation as V
+from ..core import RolloutRule
 from .greedy import knapsack_value
 
 
 @dataclass(frozen=True)
-class Rule:
+class Rule(RolloutRule):
     """A rollout rule (see the module docstring). Subclasses implement :meth:`horizon` and
-    :meth:`decide`; the other methods have defaults."""
+    :meth:`decide`; the other methods have defaults (the training loops' contract,
+    :class:`~grpo_theory.core.rollout_rules.RolloutRule`, included)."""
 
     name: str
     #: whether a dropped (empty) group is replaced by another prompt's (the batch is refilled)
@@ -96,12 +98,12 @@ class Rule:
 
         Args:
             key: a JAX key.
-            sampler: the loop's :class:`~grpo_theory.allocation.steps.Sampler`.
+            sampler: the loop's :class:`~grpo_theory.core.rollout_rules.Sampler`.
             batch_size: B prompts a step (kept prompts for a refilling rule).
             state: the sampler's state (read and updated by the rules that need it).
 
         Returns:
-            A :class:`~grpo_theory.allocation.steps.Step` (B rows).
+            A :class:`~grpo_theory.core.rollout_rules.Step` (B rows).
         """
         from .steps import count_step
 
@@ -337,7 +339,7 @@ class PassRateRule(Rule):
 
     ``method`` as :func:`pass_rate_allocation` (``"knapsack"``, ``"vip"``, ``"sgpo"``). In a
     training step the B prompts of the batch share ``rollouts B`` responses, with the pass rates
-    the loop's sampler gives (:meth:`~grpo_theory.allocation.steps.Sampler.pass_rates`); the
+    the loop's sampler gives (:meth:`~grpo_theory.core.rollout_rules.Sampler.pass_rates`); the
     exact audit allocates ``rollouts P`` over the problem's P prompts at their exact pass rates
     (the rule with perfect predictions). The sizes use no current sample: leave-one-out stays
     unbiased per prompt.

@@ -1,7 +1,9 @@
 r"""The jit-able training step of every rollout rule, written once for every training loop.
 
 A training loop (the bandit families', the small transformer's) hands a rule its own sampler;
-the rule draws, decides which responses enter the estimate and reports what it spent:
+the rule draws, decides which responses enter the estimate and reports what it spent (the
+contract, :class:`~grpo_theory.core.rollout_rules.Sampler`, ``Draw``, ``Step`` and the kept
+responses' weights, lives in :mod:`grpo_theory.core.rollout_rules`, where every loop meets it):
 
 .. code-block:: python
 
@@ -28,96 +30,12 @@ response of the rounds used counts as spent.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core import Sampler, Step, mask_from_sizes
 from .greedy import knapsack_value, mse_gains, sizes_from_gains
-
-
-class Draw(NamedTuple):
-    """``n`` prompts with ``W`` responses each (what :meth:`Sampler.draw` returns).
-
-    Attributes:
-        x: (n,) prompt indices (into the caller's prompt set).
-        y: the responses, any array or pytree with leading axes ``(n, W)`` (gathered by rows).
-        z: (n, W) rewards in {0, 1} (the caller's float dtype).
-        same: (n, W) bool, whether response g is the same answer as response 0 (conformal
-            stopping on answers reads it).
-    """
-
-    x: jnp.ndarray
-    y: object
-    z: jnp.ndarray
-    same: jnp.ndarray
-
-    def rows(self, sel) -> "Draw":
-        """The draw restricted to the rows ``sel``."""
-        return Draw(self.x[sel], jax.tree_util.tree_map(lambda a: a[sel], self.y), self.z[sel],
-                    self.same[sel])
-
-
-class Step(NamedTuple):
-    """One step of a rule: ``draw`` (B rows), ``mask`` (B, W) of the responses that enter the
-    estimate (the caller's dtype), ``rollouts`` generated (every response drawn in the rounds
-    used) and the sampler's ``state`` after the step."""
-
-    draw: Draw
-    mask: jnp.ndarray
-    rollouts: jnp.ndarray
-    state: object
-
-
-class Sampler:
-    """What a training loop gives a rule: its draws and, for the rules that read them, the
-    per-prompt quantities decided before sampling. Subclass and implement :meth:`draw`; the
-    other methods have defaults (the two readers refuse, naming themselves)."""
-
-    def draw(self, key, n: int, width: int) -> Draw:  # pragma: no cover - abstract
-        """``n`` prompts from the loop's prompt law, ``width`` responses each, with rewards."""
-        raise NotImplementedError
-
-    def pass_rates(self, x, state) -> jnp.ndarray:
-        """(n,) pass rates of the prompts ``x`` before sampling (Knapsack RL, VIP, sGPO)."""
-        raise ValueError(f"{type(self).__name__} has no pass_rates: this rule allocates by "
-                         "pass rate, implement Sampler.pass_rates")
-
-    def mse_constants(self, x, state):
-        """``(a, b)`` (n,) of the leave-one-out variance ``a/G + b/(G(G-1))`` of the prompts
-        ``x`` before sampling (the MSE-optimal allocation)."""
-        raise ValueError(f"{type(self).__name__} has no mse_constants: the MSE-optimal rule "
-                         "needs them, implement Sampler.mse_constants")
-
-    def observe(self, state, draw: Draw, mask):
-        """The state after a step of a rule that reads it (default: unchanged)."""
-        return state
-
-
-# --- pieces ------------------------------------------------------------------------------------
-
-
-def mask_from_sizes(n, width: int, dtype) -> jnp.ndarray:
-    """(B, W) mask of the first ``n_b`` responses of each row."""
-    return (jnp.arange(width)[None, :] < n[:, None]).astype(dtype)
-
-
-def loo_weights(z, mask):
-    r"""Per-response weights ``w (B, W)`` with ``ghat = sum_bg w_bg s(x_b, y_bg)``: the mean
-    over the kept prompts K of each prompt's leave-one-out estimate on its ``n_b`` kept
-    responses, ``w_bg = m_bg (z_bg - \sum_{h \ne g} m_bh z_bh / (n_b - 1)) / (n_b |K|)``.
-
-    Args:
-        z: (B, W) rewards; mask: (B, W) the kept responses (0/1).
-
-    Returns:
-        ``(w (B, W), kept)`` with ``kept = |K|`` the prompts with a kept response.
-    """
-    n = jnp.sum(mask, axis=1)
-    base = (jnp.sum(mask * z, axis=1)[:, None] - z) / jnp.maximum(n[:, None] - 1, 1)
-    kept = jnp.sum(n > 0)
-    return mask * (z - base) / jnp.maximum(n, 1)[:, None] / jnp.maximum(kept, 1), kept
 
 
 def refill(valid, batch_size: int, rounds: int):

@@ -38,6 +38,9 @@ from .scaling import (GroupSizeOptimum, ScalingConstants, budget_mse, optimal_gr
 from .noise import NoiseScale, noise_scale
 from .objective import exact_objective, maximise
 from .rollouts import RolloutStatistics
+from .rollout_rules import (Draw, ProblemSampler, RolloutRule, Sampler, Step, kept_weights,
+                            loo_weights, mask_from_sizes)
+from .estimators import masked_leave_one_out, per_response
 
 
 # the names the layers above use beside the ones listed first (one import path: this face)
@@ -90,6 +93,9 @@ __all__ = [
     "exact_objective", "maximise",
     # a rollout batch's inner products (what the advisor's estimates read)
     "RolloutStatistics",
+    # what a training loop and a rollout rule say to each other (core/rollout_rules.py)
+    "RolloutRule", "Sampler", "Draw", "Step", "ProblemSampler", "kept_weights", "loo_weights",
+    "masked_leave_one_out", "mask_from_sizes", "per_response",
 ]
 __all__ += ["closed_form_of", "binary_advantages", "summarize_squared_errors", "grpo_noise_scale",
             "grid_argmin"]

@@ -144,6 +144,11 @@ class Estimator:
         pooled: a batch-coupled estimator's :class:`PooledForm` (the batch enters a group's
             advantages only through a sum of per-group statistics over the other groups), or
             ``None``: the exact pooled route (:mod:`grpo_theory.core.pooled_exact`) needs it.
+        masked: ``(z (B, W), mask (B, W), ctx) -> A (B, W)``, the advantages of each row's kept
+            responses when a rollout rule keeps groups of unequal size (read on the kept
+            responses only: the advantage of the kept responses as a group of their own), or
+            ``None``: training under a rollout rule needs it
+            (:meth:`masked_advantage`; :mod:`grpo_theory.core.rollout_rules`).
     """
 
     name: str
@@ -158,6 +163,7 @@ class Estimator:
     update_state: Callable | None = None
     pooled: PooledForm | None = None
     pass_k: int = 1
+    masked: Callable | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
@@ -180,6 +186,9 @@ class Estimator:
                                             and self.batch_coupled):
             raise ValueError(f"estimator {self.name!r}: pooled must be a PooledForm of a "
                              "batch-coupled estimator")
+        if self.masked is not None and not callable(self.masked):
+            raise ValueError(f"estimator {self.name!r}: masked must be callable "
+                             "(z, mask, ctx) -> A or None")
 
     @property
     def rewards_only(self) -> bool:
@@ -203,6 +212,20 @@ class Estimator:
         if self.update_state is None:
             return state
         return self.update_state(state, x, z, ctx if ctx is not None else PromptContext())
+
+    def masked_advantage(self, z, mask, ctx: PromptContext | None = None):
+        """The advantages of each row's kept responses (``mask``), groups of unequal size.
+
+        Raises:
+            ValueError: naming the missing piece when the estimator has no ``masked`` form.
+        """
+        if self.masked is None:
+            have = [n for n, e in _REGISTRY.items() if e.masked is not None and n == e.name]
+            raise ValueError(
+                f"estimator {self.name!r} has no masked form (the advantages of a rule's kept "
+                "responses in groups of unequal size): give Estimator(masked=...) or train "
+                f"under a rollout rule with one of {sorted(have)}")
+        return self.masked(z, mask, ctx if ctx is not None else PromptContext())
 
     @float64
     def __call__(self, z, ctx: PromptContext | None = None):
@@ -340,6 +363,24 @@ def _loo(z, ctx):
     return jnp.where(constant_group(z), 0.0, z - (total - z) / (g - 1))
 
 
+def masked_leave_one_out(z, mask, ctx=None):
+    r"""The leave-one-out advantage of each row's kept responses,
+    ``A_bg = z_bg - \sum_{h \ne g} m_bh z_bh / (n_b - 1)`` (read on the kept responses only)."""
+    n = jnp.sum(mask, axis=1)
+    return z - (jnp.sum(mask * z, axis=1)[:, None] - z) / jnp.maximum(n[:, None] - 1, 1)
+
+
+def _masked_centred(z, mask, ctx=None):
+    n = jnp.sum(mask, axis=1)
+    return z - (jnp.sum(mask * z, axis=1) / jnp.maximum(n, 1))[:, None]
+
+
+def per_response(adv):
+    """The masked form of an advantage that reads no other response (a prompt-only baseline):
+    the same advantage, whatever the group's size."""
+    return lambda z, mask, ctx: adv(z, ctx)
+
+
 def centred(z, ctx):
     """``grpo_mean``'s advantage: ``Z - mean(Z)`` over the group (0 for a constant group)."""
     return jnp.where(constant_group(z), 0.0, z - jnp.mean(z, axis=-1, keepdims=True))
@@ -349,11 +390,14 @@ def _optimal(z, ctx):
     return z - _require(ctx, "optimal_baseline", "optimal")
 
 
-register(Estimator("vanilla", _vanilla, closed_form=NoBaseline()))
-register(Estimator("oracle", _oracle, closed_form=OracleBaseline(), needs=("value",)))
-register(Estimator("grpo", _loo, min_group_size=2, closed_form=LeaveOneOut()), "rloo")
-register(Estimator("grpo_mean", centred, min_group_size=2, closed_form=GroupMean()))
-register(Estimator("optimal", _optimal, closed_form=OptimalBaseline(),
+register(Estimator("vanilla", _vanilla, closed_form=NoBaseline(), masked=per_response(_vanilla)))
+register(Estimator("oracle", _oracle, closed_form=OracleBaseline(), needs=("value",),
+                   masked=per_response(_oracle)))
+register(Estimator("grpo", _loo, min_group_size=2, closed_form=LeaveOneOut(),
+                   masked=masked_leave_one_out), "rloo")
+register(Estimator("grpo_mean", centred, min_group_size=2, closed_form=GroupMean(),
+                   masked=_masked_centred))
+register(Estimator("optimal", _optimal, closed_form=OptimalBaseline(), masked=per_response(_optimal),
                    needs=("optimal_baseline",)))
 
 
@@ -576,7 +620,8 @@ def prompt_baseline(b, name: str = "baseline") -> Estimator:
             raise ValueError("estimator 'baseline' needs PromptContext.prompt")
         return z - b[jnp.asarray(ctx.prompt)][..., None]
 
-    return Estimator(name, adv, closed_form=GivenBaseline(), params=dict(b=b), needs=("prompt",))
+    return Estimator(name, adv, closed_form=GivenBaseline(), params=dict(b=b), needs=("prompt",),
+                     masked=per_response(adv))
 
 
 @float64

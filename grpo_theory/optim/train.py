@@ -17,7 +17,15 @@ and problems of equal shapes, e.g. every member of a problem family, share one c
 The update is an optax ``GradientTransformation`` applied to the loss gradient ``-ghat``:
 :func:`ascent` (``optax.sgd``) with the step-size schedule as an optax schedule
 (:func:`schedule`), or ``TrainConfig(optimizer=...)``. Step ``t`` uses ``fold_in(key, t)``, so a seed's
-run does not depend on which other seeds run with it. At the logged steps the *exact* objective
+run does not depend on which other seeds run with it.
+
+**The variant is one static value**, the config: the estimator, the clipping (``epochs``,
+``clip_eps``) and the rollout rule (``TrainConfig(rule=...)``: any
+:class:`~grpo_theory.core.rollout_rules.RolloutRule`, e.g. DAPO's dynamic sampling or the
+MSE-optimal allocation, draws with the problem's
+:class:`~grpo_theory.core.rollout_rules.ProblemSampler` and keeps groups of unequal size; the
+estimate is the mean over kept prompts of the estimator's masked advantages). At the logged steps
+the *exact* objective
 ``J(theta) = E_X V(X)`` and the suboptimality gap ``Delta = sup J - J(theta)`` (Lemma 6,
 Theorem 8) are recorded, and the running maximum of ``Delta`` over every step.
 
@@ -63,8 +71,8 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
-from ..core import (EnumerablePolicy, GradientProblem, PromptContext, exact_objective,
-                    get_estimator, sample_groups)
+from ..core import (EnumerablePolicy, GradientProblem, ProblemSampler, PromptContext,
+                    exact_objective, get_estimator, kept_weights, sample_groups)
 from .clipped import clipped_surrogate, multi_epoch_update
 from .objective import max_objective
 from .schedules import SCHEDULE_NAMES, ascent, check_schedule, schedule
@@ -114,6 +122,28 @@ def _enumerable_step(problem, est, cfg, key, theta, state=None):
     return ghat, dp.objective(), rec, (x, y, coef / (B * G)), est.next_state(state, x, z, ctx)
 
 
+def _rule_step(problem, est, cfg, key, theta, state):
+    """One step under ``cfg.rule``: ``(ghat, J(theta), record, batch, next state, rollouts)``.
+
+    The rule draws with the problem's sampler and keeps ``mask``; the estimate is
+    ``sum_bg w_bg s(x_b, y_bg)`` with ``w_bg = m_bg A_bg / (n_b |K|)`` and ``A`` the estimator's
+    masked advantage (:mod:`grpo_theory.core.rollout_rules`); ``state`` is the sampler's."""
+    dp = problem.problem(theta)
+    st = cfg.rule.step(key, ProblemSampler(dp), cfg.batch_size, state)
+    x, y, z = st.draw.x, st.draw.y, st.draw.z
+    ctx = PromptContext(
+        prompt=x, value=dp.values()[x] if "value" in est.needs else None,
+        optimal_baseline=dp.optimal_baselines()[x] if "optimal_baseline" in est.needs else None)
+    adv = est.masked_advantage(z, st.mask, ctx)
+    coef, _ = kept_weights(adv, st.mask)
+    w = problem.response_weights(dp)
+    if w is not None:
+        coef = coef * w[x[:, None], y]
+    ghat = jnp.einsum("bg,bgd->d", coef, dp.scores[x[:, None], y])
+    rec = problem.step_record(dp, x, y, z, adv * st.mask)
+    return ghat, dp.objective(), rec, (x, y, coef), st.state, st.rollouts
+
+
 def _clipped_step(problem, tx, cfg, theta, opt_state, batch):
     """``cfg.epochs`` optax steps on the clipped surrogate of the sampled responses."""
     x, y, weight = batch
@@ -151,18 +181,24 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerab
         return jnp.where(slots[i] >= 0, buf.at[jnp.maximum(slots[i], 0)].set(val), buf)
 
     def step(carry, t):
-        theta, opt_state, jbuf, gbuf, pbuf, mx, est_state = carry
+        theta, opt_state, jbuf, gbuf, pbuf, rbuf, spent, mx, est_state = carry
         k = jax.random.fold_in(key, t)
-        if enumerable:
+        if cfg.rule is not None:
+            ghat, j, rec, batch, est_state, n_t = _rule_step(problem, est, cfg, k, theta,
+                                                             est_state)
+            g = sup - j
+        elif enumerable:
             ghat, j, rec, batch, est_state = _enumerable_step(problem, est, cfg, k, theta,
                                                               est_state)
-            g = sup - j
+            g, n_t = sup - j, cfg.batch_size * cfg.group_size
         else:
             ghat = problem.sample_gradient(k, theta, est, cfg.batch_size, cfg.group_size)
             j, g = objective_gap(theta)
-            rec = None
-        # J and the gap of theta_(t-1), the parameters this step starts from
-        jbuf, gbuf = log(jbuf, t - 1, j), log(gbuf, t - 1, g)
+            rec, n_t = None, cfg.batch_size * cfg.group_size
+        # J, the gap and the rollouts spent before theta_(t-1), the parameters this step starts
+        # from
+        jbuf, gbuf, rbuf = log(jbuf, t - 1, j), log(gbuf, t - 1, g), log(rbuf, t - 1, spent)
+        spent = spent + n_t
         if cfg.log_params:
             pbuf = log(pbuf, t - 1, theta)
         if enumerable and cfg.clipped:
@@ -170,22 +206,28 @@ def _run_one(key, theta0, problem, sup, lr, offset, sched, *, est, cfg, enumerab
         else:
             updates, opt_state = tx.update(-ghat.reshape(shape), opt_state, theta)  # loss = -J
             theta = optax.apply_updates(theta, updates)
-        return (theta, opt_state, jbuf, gbuf, pbuf, jnp.maximum(mx, g), est_state), rec
+        return (theta, opt_state, jbuf, gbuf, pbuf, rbuf, spent, jnp.maximum(mx, g),
+                est_state), rec
 
     zeros = jnp.zeros(n_log)
     pbuf = jnp.zeros((n_log, *shape)) if cfg.log_params else jnp.zeros(())
     if est.stateful and not enumerable:
         raise ValueError(f"estimator {est.name!r} carries a state across steps: training takes "
                          "it on enumerable policies only (the Gaussian bandit samples gradients)")
-    est_state = est.initial_state(problem.problem(theta0).n_prompts) if est.stateful else None
-    init = (theta0, tx.init(theta0), zeros, zeros, pbuf, -jnp.inf, est_state)
-    (theta, _, jbuf, gbuf, pbuf, mx, _), recs = jax.lax.scan(step, init, jnp.arange(1, n + 1))
+    if cfg.rule is not None:  # the carried state is the rule's sampler's
+        est_state = ProblemSampler(problem.problem(theta0)).init_state()
+    else:
+        est_state = est.initial_state(problem.problem(theta0).n_prompts) if est.stateful else None
+    init = (theta0, tx.init(theta0), zeros, zeros, pbuf, zeros, jnp.zeros(()), -jnp.inf,
+            est_state)
+    (theta, _, jbuf, gbuf, pbuf, rbuf, spent, mx, _), recs = jax.lax.scan(
+        step, init, jnp.arange(1, n + 1))
     j, g = objective_gap(theta)  # theta_n
-    jbuf, gbuf = log(jbuf, n, j), log(gbuf, n, g)
+    jbuf, gbuf, rbuf = log(jbuf, n, j), log(gbuf, n, g), log(rbuf, n, spent)
     if cfg.log_params:
         pbuf = log(pbuf, n, theta)
     return dict(objective=jbuf, gap=gbuf, max_gap=jnp.maximum(mx, g), theta_final=theta,
-                params=pbuf if cfg.log_params else None, records=recs)
+                params=pbuf if cfg.log_params else None, records=recs, rollouts=rbuf)
 
 
 _run = jax.jit(_run_one, static_argnames=("est", "cfg", "enumerable"))
@@ -217,7 +259,19 @@ class _Prepared:
                              "log-probabilities give the ratios), got "
                              f"{type(problem).__name__}")
         self.est = get_estimator(estimator)
-        V.group_run(self.est, config.group_size, config.batch_size)
+        if config.rule is None:
+            V.group_run(self.est, config.group_size, config.batch_size)
+        else:
+            if not self.enumerable:
+                raise ValueError(f"rule {config.rule.name!r} needs an enumerable policy (the "
+                                 "rule draws responses), got " + type(problem).__name__)
+            if not self.est.rewards_only:
+                raise ValueError(
+                    f"estimator {self.est.name!r} reads the whole batch, per-response weights or "
+                    "a state: under a rollout rule the loop trains estimators whose advantages "
+                    "read the kept group's rewards (and prompt constants) only")
+            if self.est.masked is None:
+                self.est.masked_advantage(None, None)  # raises, naming the missing piece
         self.cfg = config
         self.theta0 = jnp.asarray(problem.params, dtype=jnp.float64)
         if sup_objective is None:
@@ -417,7 +471,8 @@ def train_schedules(policy, estimator, batch_size: int, group_size: int, n_steps
                                                             for _ in range(S)])
     out = {k: (None if v is None else np.asarray(v)) for k, v in
            dict(objective=r.objective, gap=r.gap, max_gap=r.max_gap,
-                theta_final=r.theta_final, params=r.params, records=r.records).items()}
+                theta_final=r.theta_final, params=r.params, records=r.records,
+                rollouts=r.rollouts).items()}
     res = []
     for c, (sch, eta, off) in enumerate(schedules):
         sl = slice(c * S, (c + 1) * S)

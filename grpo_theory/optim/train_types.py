@@ -18,6 +18,7 @@ import optax
 
 from .. import _validation as V
 from .._precision import float64
+from ..core import RolloutRule
 from .schedules import check_lr, check_schedule
 
 
@@ -29,8 +30,9 @@ class TrainConfig:
     """Static settings of one training run (frozen and hashable: a static argument of jit).
 
     Attributes:
-        batch_size: prompts per step B (NumPy/JAX integers accepted).
-        group_size: responses per prompt G.
+        batch_size: prompts per step B (NumPy/JAX integers accepted; the kept prompts of a
+            refilling rule).
+        group_size: responses per prompt G (``None`` with a ``rule``, which sizes the groups).
         n_steps: number of steps n.
         schedule: a name in :data:`SCHEDULES` (``eta_t = fn(t, lr, offset)``) or an optax
             schedule ``count -> eta`` (count = t - 1, as optax counts updates).
@@ -51,10 +53,16 @@ class TrainConfig:
             times; a named or callable schedule gives every epoch of step t the step size
             ``eta_t`` (``cfg.optimizer`` counts epochs).
         clip_eps: ``None`` (no clipping) or ``eps > 0``.
+        rule: ``None`` (G responses for each of B prompts, :func:`~grpo_theory.core.sample_groups`)
+            or a rollout rule (a :class:`~grpo_theory.core.rollout_rules.RolloutRule`, e.g.
+            :func:`grpo_theory.allocation.dynamic_sampling`): each step is ``rule.step`` with
+            the problem's :class:`~grpo_theory.core.rollout_rules.ProblemSampler` and the
+            estimate the mean over kept prompts of each prompt's estimate on its kept responses
+            (the estimator's masked form). Enumerable problems only.
     """
 
     batch_size: int
-    group_size: int
+    group_size: int | None = None
     n_steps: int
     schedule: Any = "constant"
     lr: float = 0.1
@@ -65,12 +73,26 @@ class TrainConfig:
     optimizer: Any = None
     epochs: int = 1
     clip_eps: float | None = None
+    rule: Any = None
 
     @float64
     def __post_init__(self):
         set_ = partial(object.__setattr__, self)
         set_("batch_size", V.integer("batch_size", self.batch_size, 1))
-        set_("group_size", V.integer("group_size", self.group_size, 1))
+        if self.rule is None:
+            if self.group_size is None:
+                raise ValueError("group_size is required (an integer >= 1) unless a rule sizes "
+                                 "the groups")
+            set_("group_size", V.integer("group_size", self.group_size, 1))
+        else:
+            if not isinstance(self.rule, RolloutRule):
+                raise ValueError("rule must be None or a rollout rule (a "
+                                 "grpo_theory.core.RolloutRule, e.g. allocation.fixed(8)), got "
+                                 f"{type(self.rule).__name__}")
+            if self.group_size is not None:
+                raise ValueError(f"group_size must be None with a rule (rule {self.rule.name!r} "
+                                 f"sizes the groups), got {self.group_size!r}")
+            self.rule.training_rounds()  # a refilling rule without its cap is refused here
         n = V.integer("n_steps", self.n_steps, 1)
         set_("n_steps", n)
         if callable(self.schedule):
@@ -143,6 +165,8 @@ class TrainResult:
         theta_final: final parameters (..., *param_shape).
         params: parameters at the logged steps (..., L, *param_shape) if ``log_params``.
         records: the problem's ``step_record`` at every step (..., n, ...) or ``None``.
+        rollouts: the responses generated up to each logged step (..., L) (B G a step, or what
+            the rule spent: every response drawn, kept or not).
         sup_objective: ``sup J`` used for the gap.
         config: the :class:`TrainConfig` (or a dict of the legacy wrappers' settings).
         seeds: the seeds of the runs (legacy wrappers), else ``None``.
@@ -155,6 +179,7 @@ class TrainResult:
     theta_final: Any
     params: Any = None
     records: Any = None
+    rollouts: Any = None
     sup_objective: float = float("nan")
     config: Any = field(default=None)
     seeds: Any = None
@@ -162,7 +187,7 @@ class TrainResult:
     @float64
     def tree_flatten(self):
         children = (self.objective, self.gap, self.max_gap, self.theta_final, self.params,
-                    self.records)
+                    self.records, self.rollouts)
         aux = (tuple(int(s) for s in self.steps), self.sup_objective, self.config,
                None if self.seeds is None else tuple(int(s) for s in self.seeds))
         return children, aux

@@ -48,10 +48,12 @@ from grpo_theory.lm import (QUICK_WARMUP, TaskConfig, WarmupConfig, eval_set, mo
 from grpo_theory.experiments.model_settings import ModelSettings
 from grpo_theory.lm.checkpoints import model_path
 
-from .analysis import N_BOOT, bootstrap_best_g, plot, prediction, report, summary
+from .analysis import (N_BOOT, bootstrap_best_g, plot, prediction, report, summary,
+                       training_gate)
 
 __all__ = ["NAME", "CLAIM", "N_BOOT", "PRACTICAL", "Sweep", "Settings", "SETTINGS", "SCHEMA",
-           "cells", "cell", "bootstrap_best_g", "summary", "prediction", "report", "plot",
+           "cells", "cell", "bootstrap_best_g", "summary", "prediction", "training_gate",
+           "report", "plot",
            "EXPERIMENT"]
 
 NAME = "lm-groupsize"
@@ -113,7 +115,7 @@ class Settings(ModelSettings):
 
 SETTINGS = {
     "quick": Settings(warmup=QUICK_WARMUP, budgets=(128,),
-                      group_sizes=(4, 16, 64), seeds=2, steps=10, checkpoints=(5, 10), lr=1e-3,
+                      group_sizes=(4, 16, 64), seeds=8, steps=10, checkpoints=(5, 10), lr=1e-3,
                       n_eval=100, n_pool=2000, gstar_samples=16,
                       knob=Sweep(hard_fractions=(0.5,), budgets=(128,), group_sizes=(4, 64),
                                  seeds=1),

@@ -8,9 +8,10 @@ leave-one-out GRPO estimate on its kept responses,
           \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) s(x_b, y_{bg}),
 
 and ``theta += lr ghat``. The loop records the exact objective J after each step and the
-rollouts generated (every generated response counts, kept or not). The rules are the allocation
-package's values with their jit-able steps (:mod:`grpo_theory.allocation.steps`), this module
-giving them the bandit's sampler (:class:`BanditSampler`; ``lax.scan`` over steps, ``vmap`` over
+rollouts generated (every generated response counts, kept or not). The loop is the package's
+one bandit loop, :func:`grpo_theory.optim.train_batch` with the rule in its config
+(``TrainConfig(rule=...)``: the allocation package's values with their jit-able steps, the
+problem's :class:`~grpo_theory.core.ProblemSampler`; ``lax.scan`` over steps, ``vmap`` over
 seeds):
 
 * ``fixed``: ``G`` responses each (``n_b = G``).
@@ -33,18 +34,13 @@ cumulative rollouts do not pass the budget).
 
 from __future__ import annotations
 
-from functools import partial
-
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from grpo_theory import allocation as A
 from grpo_theory._precision import float64
-from grpo_theory.allocation import Draw, Sampler, loo_weights
-from grpo_theory.core import ExplicitScores, prompt_moments
+from grpo_theory.optim import TrainConfig, seed_keys, train_batch
 
-__all__ = ["RULES", "rule_config", "BanditSampler", "train_rule", "gap_at_budgets"]
+__all__ = ["RULES", "rule_config", "train_rule", "gap_at_budgets"]
 
 #: the training rules of this study (name -> the parameters its config carries)
 RULES = ("fixed", "optimal", "dynamic_sampling", "conformal_stopping")
@@ -77,69 +73,6 @@ def rule_config(name: str, **params) -> A.Rule:
                                                                agree="answer")}[name]()
 
 
-class BanditSampler(Sampler):
-    """An enumerable problem's :class:`~grpo_theory.allocation.Sampler`: prompts ~ f, responses
-    ~ pi, Bernoulli rewards; an answer is the response itself.
-
-    ``mse_constants`` are the leave-one-out constants ``a_x = tr Sigma_or(x)``, ``b_x = E||s||^2
-    Var(Z|x) + ||g(x)||^2`` (:func:`grpo_theory.core.prompt_moments`) of the current policy with
-    the reward means estimated from the earlier steps' rewards only (the state: Laplace counts
-    ``(trials, wins)`` over (prompt, response), updated with the generated responses).
-    """
-
-    def __init__(self, dp):
-        self.dp = dp
-
-    def draw(self, key, n, width):
-        dp = self.dp
-        kx, ky, kz = jax.random.split(key, 3)
-        x = jax.random.categorical(kx, jnp.log(dp.prompt_probs), shape=(n,))
-        y = jax.random.categorical(ky, jnp.log(dp.probs)[x][..., None, :], axis=-1,
-                                   shape=(n, width))
-        z = (jax.random.uniform(kz, (n, width)) < dp.reward_means[x[..., None], y]
-             ).astype(jnp.float64)
-        return Draw(x, y, z, y == y[:, :1])
-
-    def init_state(self):
-        return (jnp.zeros(self.dp.probs.shape), jnp.zeros(self.dp.probs.shape))
-
-    def mse_constants(self, x, state):
-        dp = self.dp
-        mu_hat = (state[1] + 1.0) / (state[0] + 2.0)
-        mo = prompt_moments(ExplicitScores(dp.prompt_probs, dp.probs, mu_hat, dp.scores))
-        return mo.tr_sigma_oracle[x], (mo.score_sq * mo.sigma2 + mo.grad_sq)[x]
-
-    def observe(self, state, draw, mask):
-        P, K = self.dp.probs.shape
-        cell = (draw.x[:, None] * K + draw.y).reshape(-1)
-        trials = state[0].reshape(-1).at[cell].add(mask.reshape(-1))
-        wins = state[1].reshape(-1).at[cell].add((mask * draw.z).reshape(-1))
-        return trials.reshape(P, K), wins.reshape(P, K)
-
-
-@partial(jax.jit, static_argnames=("policy_def", "rule", "B", "n_steps"))
-def _train(keys, theta0, leaves, lr, *, policy_def, rule, B, n_steps):
-    policy = jax.tree_util.tree_unflatten(policy_def, leaves)
-
-    def one(key):
-        stats0 = BanditSampler(policy.problem(theta0)).init_state()
-
-        def step(carry, t):
-            theta, stats = carry
-            dp = policy.problem(theta)
-            st = rule.step(jax.random.fold_in(key, t), BanditSampler(dp), B, stats)
-            d = st.draw
-            w, _ = loo_weights(d.z, st.mask)
-            ghat = jnp.einsum("bg,bgd->d", w, dp.scores[d.x[:, None], d.y])
-            theta = theta + lr * ghat.reshape(theta.shape)
-            return (theta, st.state), (policy.problem(theta).objective(), st.rollouts)
-
-        _, (J, spent) = jax.lax.scan(step, (theta0, stats0), jnp.arange(1, n_steps + 1))
-        return J, jnp.cumsum(spent)
-
-    return jax.vmap(one)(keys)
-
-
 @float64
 def train_rule(policy, rule, batch_size: int, n_steps: int, lr: float, seeds):
     """Run one rule for every seed: ``(J (S, n+1), rollouts (S, n+1))`` with step 0 first.
@@ -155,18 +88,10 @@ def train_rule(policy, rule, batch_size: int, n_steps: int, lr: float, seeds):
     Returns:
         The exact objective after each step and the cumulative rollouts generated.
     """
-    rule.training_rounds()  # a refilling rule without its cap is refused before tracing
-    seeds = np.asarray(seeds, dtype=np.uint32)
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds))
-    leaves, pdef = jax.tree_util.tree_flatten(policy)
-    theta0 = jnp.asarray(policy.params, dtype=jnp.float64)
-    J, spent = _train(keys, theta0, leaves, float(lr), policy_def=pdef, rule=rule,
-                      B=int(batch_size), n_steps=int(n_steps))
-    J0 = float(policy.problem(theta0).objective())
-    S = seeds.size
-    J = np.concatenate([np.full((S, 1), J0), np.asarray(J)], axis=1)
-    spent = np.concatenate([np.zeros((S, 1)), np.asarray(spent, dtype=np.float64)], axis=1)
-    return J, spent
+    config = TrainConfig(batch_size=batch_size, n_steps=n_steps, lr=lr, log_every=1, rule=rule)
+    _, keys = seed_keys(np.asarray(seeds, dtype=np.uint32))
+    res = train_batch(policy, "grpo", config, keys, sup_objective=0.0)  # the gap is not read
+    return np.asarray(res.objective), np.asarray(res.rollouts, dtype=np.float64)
 
 
 def gap_at_budgets(J, spent, budgets, sup_objective: float) -> np.ndarray:

@@ -10,7 +10,7 @@ import pytest
 
 import grpo_theory as gt
 from grpo_theory import allocation as A
-from grpo_theory.allocation.steps import Draw, Sampler, loo_weights
+from grpo_theory.core import Draw, Sampler, loo_weights
 
 
 class TableSampler(Sampler):
