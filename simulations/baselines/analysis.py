@@ -13,6 +13,8 @@ import pandas as pd
 from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments import Check, Section, check, markdown_table
 
+from .history_path import path_checks, path_lines
+
 Z_TOL = 4.0
 #: the baselines that contain the response's own reward
 SELF_INCLUSIVE = ("grpo_mean", "jspo_pooled", "norm_weighted", "reinforce_plus_plus_baseline_verl",
@@ -356,9 +358,10 @@ def report(tables, s) -> Section:
                   "baseline from the past can beat the leave-one-out mean of three responses.",
                   ""]
     lines += _history_lines(sm["history"])
+    lines += path_lines(tables.get("history_path"))
     lines += ["![](baselines.png)"]
     return Section("Baselines beyond the prompt: cross-prompt and weighted baselines",
-                   "\n".join(lines), checks(sm))
+                   "\n".join(lines), checks(sm) + path_checks(tables.get("history_path")))
 
 
 def plot(tables, s, out_dir) -> None:

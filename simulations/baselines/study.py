@@ -51,7 +51,9 @@ step given its tracker along a drifting policy has the same exact MSE by a close
 for EBPO, DBB, KAE and BASIS: the count states equal brute-force enumeration at a sampled state
 (1e-9; the rival, the state ignored, or for BASIS its self-inclusive form, is off), Monte Carlo
 at that state lies within 4 se of the exact MSE while leave-one-out's lies beyond, and the four
-are unbiased (1e-12) while both self-inclusive rivals are biased.
+are unbiased (1e-12) while both self-inclusive rivals are biased, and along a drifting policy
+EBPO, DBB and KAE stay unbiased given their sampled states at every step (1e-12) while EBPO's
+self-inclusive form along the same histories is biased (:mod:`.history_path`).
 
     grpo-theory baselines [--full] [--workers N]
 """
@@ -74,6 +76,7 @@ from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
+from .history_path import history_path_rows
 
 NAME = "baselines"
 CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased; JSPO beats "
@@ -133,6 +136,8 @@ class Settings:
     history_steps: int = 8
     history_reps: int = 20_000
     history_mc: int = 1
+    path_histories: int = 16
+    path_every: int = 10
 
 
 SETTINGS = {
@@ -146,7 +151,8 @@ SETTINGS = {
                      # the scaling family's full members: leave-one-out's G* from 2 to 128
                      pooled_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
-                     pooled_reps=100_000, spo_seeds=256, history_mc=3),
+                     pooled_reps=100_000, spo_seeds=256, history_mc=3, path_histories=64,
+                     path_every=5),
 }
 
 SCHEMA = {
@@ -171,6 +177,10 @@ SCHEMA = {
                     z="float?", rival_z="float?"),
     "history_brute": dict(estimator="str", G="int", B="int", rel_err="float",
                           rival_rel_err="float"),
+    "history_path": dict(problem="str", G="int", B="int", eta="float", step="int",
+                         histories="int", estimator="str", objective="float", loo_mse="float",
+                         ratio="float", ratio_lo="float", ratio_hi="float",
+                         max_relative_bias="float", min_relative_bias="float"),
     "spo_path": dict(problem="str", G="int", B="int", eta="float", rho="float", step="int",
                      n_seeds="int", objective="float", loo_mse="float", oracle_ratio="float",
                      spo_ratio="float", spo_lo="float", spo_hi="float", route_err="float",
@@ -230,6 +240,11 @@ def cells(s: Settings) -> list[Cell]:
     out.append(Cell("spo_path", dict(spo_path=True, mean_rate=m, spread=sp,
                                      G=s.train_sizes[0], steps=s.train_steps, eta=s.train_eta,
                                      seeds=s.spo_seeds, rho=s.spo_rho), kind="spo_path"))
+    out.append(Cell("history_path", dict(history_path=True, mean_rate=m, spread=sp,
+                                         problem=f"m{m:g}_s{sp:g}", G=s.train_sizes[0],
+                                         steps=s.train_steps, eta=s.train_eta,
+                                         histories=s.path_histories, every=s.path_every),
+                    kind="history_path"))
     out.append(Cell("history_brute", dict(history_brute=True), kind="history_brute"))
     for j, prob in enumerate(s.history_problems):
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
@@ -502,6 +517,9 @@ def cell(config: dict, key) -> list[dict]:
     the brute-force and kept-share cells."""
     if config.get("spo_path"):
         return _spo_path_rows(config, key)
+    if config.get("history_path"):
+        return history_path_rows(family_bandit(config["mean_rate"], config["spread"]), config,
+                                 key)
     if config.get("history"):
         return _history_rows(config, key)
     if config.get("history_brute"):

@@ -21,7 +21,8 @@ def study(tmp_path_factory):
                                 estimators=("grpo", "jspo", "norm_weighted", "spo"),
                                 pooled_deltas=(0.05,), pooled_budget=16,
                                 pooled_sizes=(2, 4, 8), pooled_reps=4000, spo_seeds=8,
-                                history_problems=(None, (0.5, 1.0)), history_reps=8000)
+                                history_problems=(None, (0.5, 1.0)), history_reps=8000,
+                                path_histories=4, path_every=5)
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)
@@ -143,3 +144,28 @@ def test_history_table_and_its_checks_fail_on_the_rivals(study):
     h = hs.copy()
     h.loc[h.estimator == "ebpo_self_inclusive", "relative_bias"] = 0.0
     assert _fails(m, dict(t, history=h), "BASIS are unbiased")
+
+
+def test_history_path_is_unbiased_given_the_state_and_its_check_fails_on_the_rivals(study):
+    """Along the drifting path: EBPO, DBB and KAE unbiased given each sampled state at every
+    step; the check fails when an estimator's bias is the rival's or the rival's is zero."""
+    from grpo_theory.studies.baselines.history_path import PATH_RIVAL, path_checks
+
+    m, res = study
+    tp = res.tables["history_path"]
+    assert set(tp.estimator) == {"ebpo", "dbb", "kae", PATH_RIVAL}
+    assert sorted(tp.step.unique()) == [0, 5] and (tp.histories == 4).all()
+    (ok,) = path_checks(tp)
+    assert ok.passed and ok.kind == "exact"
+    assert (tp[tp.estimator != PATH_RIVAL].max_relative_bias <= 1e-12).all()
+    assert (tp[tp.estimator == PATH_RIVAL].min_relative_bias > 1e-4).all()
+    assert np.isfinite(tp.ratio).all() and (tp.ratio_lo <= tp.ratio + 1e-12).all()
+    biased = tp.copy()  # DBB given the rival's bias
+    riv = tp[tp.estimator == PATH_RIVAL].set_index("step").max_relative_bias
+    sel = biased.estimator == "dbb"
+    biased.loc[sel, "max_relative_bias"] = riv.loc[biased[sel].step].to_numpy()
+    assert path_checks(biased)[0].passed is False
+    flat = tp.copy()  # a rival that is unbiased too: the check cannot tell, so it fails
+    flat.loc[flat.estimator == PATH_RIVAL, "min_relative_bias"] = 0.0
+    assert path_checks(flat)[0].passed is False
+    assert path_checks(None)[0].passed is None  # missing rows: INCOMPLETE, never PASS
