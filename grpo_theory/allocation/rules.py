@@ -55,6 +55,10 @@ class Rule(RolloutRule):
     refills = False
     #: whether a training step reads and updates the sampler's state (a plug-in carried over)
     reads_state = False
+    #: whether every prompt's group size is decided before its responses are sampled, from
+    #: pass rates known before the batch (:meth:`presampled_sizes`): the rules a trainer that
+    #: generates a whole batch at once (TRL's ``RolloutAllocator``) can run
+    decided_before_sampling = False
 
     def horizon(self) -> int:  # pragma: no cover - abstract
         """The largest number of responses the rule can sample for one prompt."""
@@ -108,6 +112,31 @@ class Rule(RolloutRule):
         from .steps import count_step
 
         return count_step(self, key, sampler, batch_size, state)
+
+    def check_decided_before_sampling(self) -> None:
+        """``ValueError`` naming the loops that run the rule unless it is
+        :attr:`decided_before_sampling` (what a trainer's allocator needs)."""
+        if not self.decided_before_sampling:
+            raise ValueError(
+                f"rule {self.name!r} decides from the rewards it samples (or from what a trainer "
+                "that generates a batch at once cannot give): a trainer's allocator takes the "
+                "rules decided before sampling (allocation.fixed(G), "
+                "allocation.pass_rate_rule(...)); train this one with "
+                "grpo_theory.optim.make_train(..., TrainConfig(rule=...)) or "
+                "grpo_theory.lm.training.allocation.train_with_rule")
+
+    def presampled_sizes(self, pass_rates, budget: int, width: int, min_size: int) -> np.ndarray:
+        """The group sizes (n,) of n prompts with ``pass_rates`` known before sampling, in
+        ``[min_size, width]`` and summing to at most ``budget`` (the rules with
+        :attr:`decided_before_sampling` override it).
+
+        Raises:
+            ValueError: the rule is not decided before sampling
+                (:meth:`check_decided_before_sampling`).
+        """
+        self.check_decided_before_sampling()
+        raise NotImplementedError(f"rule {self.name!r} is decided before sampling: implement "
+                                  "Rule.presampled_sizes")
 
     def slot_weights(self, prompt_probs, accept):
         """The law of the prompt in one batch slot.
@@ -190,12 +219,20 @@ class FixedSize(Rule):
     """G responses for every prompt, all kept."""
 
     group_size: int = 8
+    decided_before_sampling = True
 
     def horizon(self) -> int:
         return self.group_size
 
     def fixed_group_size(self) -> int:
         return self.group_size
+
+    def presampled_sizes(self, pass_rates, budget, width, min_size):
+        n, G = len(pass_rates), self.group_size
+        if not min_size <= G <= width or n * G > budget:
+            raise ValueError(f"rule {self.name!r}: G = {G} must lie in [min_size {min_size}, "
+                             f"width {width}] and {n} prompts x G within the budget {budget}")
+        return np.full(n, G, dtype=int)
 
     def decide(self, t, n1):
         stop = np.full((1, t + 1), t == self.group_size)
@@ -349,9 +386,16 @@ class PassRateRule(Rule):
     rollouts: int = 4
     max_group: int = 16
     min_size: int = 2
+    decided_before_sampling = True
 
     def horizon(self) -> int:
         return self.max_group
+
+    def presampled_sizes(self, pass_rates, budget, width, min_size):
+        """:func:`pass_rate_allocation` with the caller's budget, width and least size (a
+        trainer's layout, not the rule's own ``rollouts`` and ``max_group``)."""
+        return np.asarray(pass_rate_allocation(pass_rates, budget, self.method, min_size,
+                                               width).sizes)
 
     def decide(self, t, n1):
         raise ValueError(f"rule {self.name!r} decides from pass rates before sampling, not from "

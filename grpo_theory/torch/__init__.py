@@ -49,7 +49,7 @@ from .estimate import (CompletionReward, estimate_from_torch_model,  # noqa: E40
                        sequence_log_probs)
 from .estimate import estimate_from_model, estimate_scaling_constants  # noqa: F401,E402
 from .allocator import (FunctionSizes, PassRateSizes, RolloutAllocator,  # noqa: E402
-                        SizeRule, UniformSizes)
+                        RuleSizes, SizeRule, UniformSizes)
 from .scheduler import GroupSizeScheduler, ReChunkingSampler  # noqa: E402
 from .verl_metrics import grouped_variance, grouped_variance_metrics  # noqa: E402
 # the scheduler's rule, pure and torch-free, lives with the advisor
@@ -60,4 +60,5 @@ __all__ = ["estimate_from_torch_rollouts", "estimate_from_torch_model", "Complet
            "GroupSizeAdvisor", "trl_preset", "trl_sequence_weighting", "LOGGED",
            "GroupSizeScheduler", "ReChunkingSampler", "allowed_group_sizes", "propose_group_size",
            "RolloutAllocator", "SizeRule", "UniformSizes", "PassRateSizes", "FunctionSizes",
+           "RuleSizes",
            "grouped_variance", "grouped_variance_metrics"]

@@ -74,7 +74,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpo_theory import _validation as V
-from grpo_theory.allocation import PassRateRule, pass_rate_allocation
+from grpo_theory.allocation import PassRateRule, Rule, pass_rate_allocation
 
 from . import _trl as TRL
 from ._checks import ALLOCATOR_MARK
@@ -201,12 +201,40 @@ class PassRateSizes(SizeRule):
             c[1] += float(z.size)
 
 
+class RuleSizes(PassRateSizes):
+    """Sizes from the allocation package's rule value decided before sampling
+    (``allocation.fixed(G)``, ``allocation.pass_rate_rule(...)``: the value the exact audit and
+    the JAX training loops run), through :meth:`~grpo_theory.allocation.Rule.presampled_sizes`
+    with each prompt's pass rate counted as :class:`PassRateSizes` counts it and the allocator's
+    budget, width and least size. A rule that decides from the rewards it samples (DAPO's
+    dynamic sampling, conformal stopping) is refused by name: TRL generates a batch at once.
+
+    >>> from grpo_theory import allocation
+    >>> RuleSizes(allocation.fixed(3)).sizes([{}] * 4, budget=12, width=4, min_size=2)
+    [3, 3, 3, 3]
+    """
+
+    def __init__(self, rule, prior: float = 0.5, prior_weight: float = 1.0):
+        if not isinstance(rule, Rule):
+            raise ValueError(f"rule must be an allocation rule (grpo_theory.allocation.Rule), "
+                             f"got {rule!r}")
+        rule.check_decided_before_sampling()
+        super().__init__("knapsack", prior, prior_weight)
+        self.rule = rule
+
+    def sizes(self, prompts, budget, width, min_size):
+        p = np.array([self.pass_rate(x) for x in prompts], dtype=float)
+        return [int(g) for g in self.rule.presampled_sizes(p, budget, width, min_size)]
+
+
 class RolloutAllocator(TrainerCallback):
     """Per-prompt group sizes in a ``trl.GRPOTrainer`` (module docstring).
 
     Args:
         trainer: the ``GRPOTrainer`` (before ``train()``); its ``num_generations`` is the width W.
-        rule: a :class:`SizeRule`.
+        rule: a :class:`SizeRule`, or an allocation rule decided before sampling
+            (``allocation.fixed(G)``, ``allocation.pass_rate_rule(...)``; wrapped in
+            :class:`RuleSizes`).
         budget: completions generated per generation batch, ``min_size B <= budget <= B W``.
         weighting: ``"trl"`` or ``"prompt"`` (module docstring).
         min_size: the least G_i (>= 2: a leave-one-out baseline needs two).
@@ -220,9 +248,12 @@ class RolloutAllocator(TrainerCallback):
 
     def __init__(self, trainer, rule: SizeRule, *, budget: int, weighting: str = "trl",
                  min_size: int = 2):
+        if isinstance(rule, Rule):
+            rule = RuleSizes(rule)
         if not isinstance(rule, SizeRule):
             raise ValueError(f"rule must be a SizeRule (UniformSizes, PassRateSizes, "
-                             f"FunctionSizes), got {rule!r}")
+                             f"FunctionSizes) or an allocation rule decided before sampling "
+                             f"(allocation.fixed(G), allocation.pass_rate_rule(...)), got {rule!r}")
         if weighting not in ("trl", "prompt"):
             raise ValueError(f"weighting must be 'trl' or 'prompt', got {weighting!r}")
         self.rule, self.weighting = rule, weighting

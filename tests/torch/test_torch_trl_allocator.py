@@ -259,3 +259,29 @@ def test_the_prompt_weighting_is_unbiased_and_trls_is_not_exactly():
     # at equal sizes TRL's weighting is only the scale (G - 1) / G
     equal = allocation.audit(bandit, allocation.fixed(4), "grpo_mean", normaliser="token")
     assert equal.relative_bias == pytest.approx(0.25) and equal.cosine == pytest.approx(1.0)
+
+
+def test_allocation_rules_decided_before_sampling_reach_the_allocator(tmp_path):
+    """One rule value for the exact audit, the JAX loops and TRL: a pass-rate rule gives
+    PassRateSizes' sizes, fixed(G) G each; a rule decided from its own samples is refused by
+    name (rival: accepting DAPO's filter would need rewards TRL has not generated yet)."""
+    from grpo_theory import allocation as A
+    from grpo_theory.torch import RuleSizes
+
+    prompts = [{"prompt": t} for t in "abcd"]
+    rule, ref = RuleSizes(A.pass_rate_rule("sgpo")), PassRateSizes("sgpo")
+    for r in (rule, ref):
+        r.observe(prompts[:2], [4, 4], [np.array([1.0, 1.0, 0.0, 1.0]), np.zeros(4)])
+    assert rule.sizes(prompts, 12, 4, 2) == ref.sizes(prompts, 12, 4, 2)
+    assert rule.sizes(prompts, 12, 4, 2) != UniformSizes().sizes(prompts, 12, 4, 2)
+    assert RuleSizes(A.fixed(3)).sizes(prompts, 12, 4, 2) == [3, 3, 3, 3]
+    with pytest.raises(ValueError, match="G = 5 must lie in"):
+        RuleSizes(A.fixed(5)).sizes(prompts, 20, 4, 2)
+    for riv in (A.dynamic_sampling(4, 3), A.conformal_stopping((2, 4))):
+        with pytest.raises(ValueError, match="decides from the rewards it samples.*make_train"):
+            RuleSizes(riv)
+    tr = _trainer(tmp_path)
+    with pytest.raises(ValueError, match="decides from the rewards it samples"):
+        RolloutAllocator(tr, A.dynamic_sampling(4, 3), budget=12)
+    al = RolloutAllocator(tr, A.pass_rate_rule("knapsack"), budget=12)
+    assert isinstance(al.rule, RuleSizes) and al.rule.rule == A.pass_rate_rule("knapsack")
