@@ -199,7 +199,9 @@ def test_lm_groupsize(runs):
     assert (root / lm_groupsize.NAME / "lm_groupsize.png").exists()
     # a missing prediction is never a PASS
     gap = dict(r.tables, prediction=preds.assign(c1=np.nan))
-    assert lm_groupsize.report(gap, s).verdict == "INCOMPLETE"
+    sec = lm_groupsize.report(gap, s)
+    assert sec.verdict != "PASS"
+    assert [c.passed for c in sec.checks if c.name.startswith("c1 > 0")] == [None]
 
 
 def _gate_table(gain, seeds=8, sd=0.001, start=0.07, rng=None):
