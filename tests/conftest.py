@@ -74,23 +74,3 @@ def _budgets_without_the_test_process(monkeypatch):
     from grpo_theory.lm.budget import options
 
     monkeypatch.setattr(options, "resident_base", lambda params: 0)
-
-
-def _shared_fixture_module(item) -> str | None:
-    """The module of ``item`` when one of its fixtures lives longer than the test (module or
-    class scope), else ``None``."""
-    defs = item._fixtureinfo.name2fixturedefs
-    wide = any(d[-1].scope in ("module", "class") for d in defs.values() if d)
-    return item.nodeid.split("::")[0] if wide else None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under ``--dist loadgroup`` (the Makefile's ``make test``), the tests of one module that
-    share a module- or class-scoped fixture go to one xdist worker, so that fixture (a whole
-    quick study, a pair of torchrun processes) is computed once, not once per worker; the other
-    tests are spread test by test as under ``--dist load``."""
-    for item in items:
-        module = _shared_fixture_module(item)
-        if module is not None:
-            item.add_marker(pytest.mark.xdist_group(module))
