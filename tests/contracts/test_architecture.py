@@ -188,3 +188,16 @@ def test_no_top_level_simulations_package_is_installed(tmp_path):
     assert "grpo_theory/studies/smollm2/__main__.py" in names
     assert "grpo_theory/core/problem.py" in names
     assert not any(n.startswith("simulations/") for n in names)
+
+
+def test_the_suite_is_dealt_out_a_module_at_a_time():
+    """``-n N`` runs keep a module's tests on one xdist worker (``--dist loadscope`` in pytest's
+    ``addopts``), so each module-scoped fixture (a whole quick study) is computed once; the
+    rival, xdist's default ``load``, deals single tests out in turn and repeats the fixture on
+    every worker that drew one of its tests."""
+    import shlex
+
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    args = shlex.split(opts["addopts"])
+    dist = [b for a, b in zip(args, args[1:]) if a == "--dist"]
+    assert dist == ["loadscope"], args

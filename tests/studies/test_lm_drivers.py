@@ -1,8 +1,9 @@
 """lm-mse and lm-groupsize on the runner, on small settings, asserting what theory predicts.
 
 Both drivers run once per test session into one output folder, so they share one checkpoint
-cache (``<out>/.cache/lm``, the quick warm-up) and every test reads the same tables. Under
-pytest-xdist the workers share that folder through a file lock: the first computes, the others
+cache (``<out>/.cache/lm``, the quick warm-up) and every test reads the same tables. The
+suite's ``--dist loadscope`` keeps this module on one pytest-xdist worker; under another
+distribution the workers share that folder through a file lock: the first computes, the others
 read the finished cells.
 """
 
