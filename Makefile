@@ -30,7 +30,7 @@ reproduce: $(CORE_STAMP)
 	$(VENV)/bin/grpo-theory reproduce --quick --out results
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -n 2 -q --durations=30
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadscope -q --durations=30
 
 # the full studies (hours on 2 cores; every sweep resumes cell by cell)
 reproduce-full: $(STAMP)

@@ -191,13 +191,18 @@ def test_no_top_level_simulations_package_is_installed(tmp_path):
 
 
 def test_the_suite_is_dealt_out_a_module_at_a_time():
-    """``-n N`` runs keep a module's tests on one xdist worker (``--dist loadscope`` in pytest's
-    ``addopts``), so each module-scoped fixture (a whole quick study) is computed once; the
-    rival, xdist's default ``load``, deals single tests out in turn and repeats the fixture on
-    every worker that drew one of its tests."""
+    """``make test`` keeps a module's tests on one xdist worker (``--dist loadscope`` on its
+    pytest line; not in ``addopts``, which a run with ``-p no:xdist`` would refuse), so each
+    module-scoped fixture (a whole quick study) is computed once; the rival, xdist's default
+    ``load``, deals single tests out in turn and repeats the fixture on every worker that drew
+    one of its tests."""
     import shlex
 
-    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    args = shlex.split(opts["addopts"])
+    line = [ln for ln in (ROOT / "Makefile").read_text().splitlines()
+            if ln.startswith("\t") and "-m pytest" in ln and "not slow" in ln]
+    assert len(line) == 1, line
+    args = shlex.split(line[0])
     dist = [b for a, b in zip(args, args[1:]) if a == "--dist"]
     assert dist == ["loadscope"], args
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--dist" not in shlex.split(opts["addopts"])  # -p no:xdist must still run
