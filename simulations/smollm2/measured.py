@@ -243,7 +243,7 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
     new = 0
     for G, j in plan:
         t0 = time.time()
-        if max_seconds is not None and t0 - start > max_seconds:
+        if max_seconds is not None and t0 - start >= max_seconds:
             break
         new += 1
         kp, ky = jax.random.split(jax.random.fold_in(jax.random.fold_in(root, G), j))

@@ -167,9 +167,13 @@ def rival_check(runs, theta, theta_cov, target: float = 3.0) -> pd.DataFrame:
 
 
 def _pooled(G, se, g):
-    a = np.where((G == g) & (se > 0), 1.0 / np.where(se > 0, se, 1.0) ** 2, 0.0)
-    if not a.any():
+    """Inverse-variance weights of the entries at ``g`` (those with se = 0, if any, alone)."""
+    at = G == g
+    if not at.any():
         raise ValueError(f"G = {g} is not measured in any run")
+    exact = at & (se == 0)
+    a = exact.astype(float) if exact.any() else np.where(at, 1.0 / np.where(at, se, 1.0) ** 2,
+                                                          0.0)
     return a / a.sum()
 
 
@@ -198,6 +202,7 @@ def per_response_variance(Gs, se, responses, G: int) -> float:
     v = np.asarray(se, np.float64) ** 2 * np.asarray(responses, np.float64)
     if G in Gs:
         return float(v[Gs == G][0])
+    v = np.maximum(v, np.finfo(np.float64).tiny)  # a G with no spread: log of the tiniest
     lo, hi = Gs[Gs < G], Gs[Gs > G]
     if not len(lo) or not len(hi):
         raise ValueError(f"G = {G} is outside the pilot's G's {Gs.astype(int).tolist()}")
@@ -227,8 +232,9 @@ def rival_plan(Gs, se, responses, c3: float, new_Gs=(2, 3), target: float = 3.0,
 
     Returns:
         ``DataFrame``, one row per design (each G alone, the pilot extended by the same number
-        of responses at each of its G's, the pilot plus a run at ``new_Gs``): ``design, G, d, v, pilot_z, added_per_G`` (responses to add at each G of
-        the design), ``sampled`` (with m per group) and ``minutes``.
+        of responses at each of its G's, the pilot plus a run at ``new_Gs``): ``design, G, d,
+        v, pilot_z, added_per_G`` (responses to add at each G of the design), ``sampled`` (with
+        m per group) and ``minutes``.
     """
     c3 = V.real_scalar("c3", c3, positive=True)
     target = V.real_scalar("target", target, positive=True)
@@ -238,9 +244,10 @@ def rival_plan(Gs, se, responses, c3: float, new_Gs=(2, 3), target: float = 3.0,
         raise ValueError(f"se and responses must hold one entry per G of {Gs}")
     have = dict(zip(Gs, resp))
     S = sorted(int(g) for g in new_Gs)
-    d = {g: c3 / (g * (g - 1.0)) for g in sorted(set(Gs) | set(S))}
-    v = {g: per_response_variance(Gs, se, responses, g) for g in d}
-    info = {g: d[g] ** 2 / v[g] for g in d}
+    d = {g: np.float64(c3 / (g * (g - 1.0))) for g in sorted(set(Gs) | set(S))}
+    v = {g: np.float64(per_response_variance(Gs, se, responses, g)) for g in d}
+    with np.errstate(divide="ignore"):  # se = 0 (no spread): infinite information, 0 added
+        info = {g: d[g] ** 2 / v[g] for g in d}
     z_p2 = sum(info[g] * have[g] for g in Gs)
     rows = []
 
