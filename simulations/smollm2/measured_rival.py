@@ -5,12 +5,12 @@ Theorem 2 gives leave-one-out GRPO at B groups of G (N = B G responses)
 .. math:: N\,\mathrm{MSE}(G) = c_1 G + c_2 + \frac{c_3}{G - 1}
     \quad\text{(law)},\qquad c_1 G + c_2 + \frac{c_3}{G}\quad\text{(rival)},
 
-the rival being the form a baseline of the group's own mean would have without the U-statistic
-correction. They differ by ``d_G = c3 / (G (G - 1))``: ``c3 / 2`` at G = 2, ``c3 / 6`` at G = 3,
-``c3 / 12`` at G = 4. The measured ``y_G = N MSE(G) = G (E||ghat_1||^2 - ||grad J||^2)`` of
-independent groups (:mod:`.measured_stats`) has a delete-one-batch jackknife covariance ``C``
-over the G's of one run (they share ``||grad J||^2``); runs with their own seeds are independent
-(block-diagonal ``C``). Every statistic here is linear, ``a . y``, with variance ``a' C a``:
+the rival putting ``c3 / G`` in place of the leave-one-out term ``c3 / (G - 1)``. They differ
+by ``d_G = c3 / (G (G - 1))``: ``c3 / 2`` at G = 2, ``c3 / 6`` at G = 3, ``c3 / 12`` at G = 4.
+The measured ``y_G = N MSE(G) = G (E||ghat_1||^2 - ||grad J||^2)`` of independent groups
+(:mod:`.measured_stats`) has a delete-one-batch jackknife covariance ``C`` over the G's of one
+run (they share ``||grad J||^2``); runs with their own seeds are independent (block-diagonal
+``C``). Every statistic here is linear, ``a . y``, with variance ``a' C a``:
 
 * per G: ``z_rival = (y_G - rival_G) / se_G`` and ``z_law = (y_G - law_G) / se_G``; if the law
   holds, ``E z_rival = d_G / se_G``;
