@@ -20,9 +20,12 @@ most skewed, get the most replicates.
 Outputs (``--out``, default the study's folder): ``measured_groups.csv`` (one row per group: its
 Gram entries, rewards and value estimate), ``measured_batches.csv`` (the K x K Gram matrix of the
 batch means), ``measured_mse.csv`` (estimator, N, G, mse, se, predicted, predicted_se, z,
-replicates), ``measured_argmin.csv``, ``measured_mse.png``/``.pdf`` and ``MEASURED.md``, all
-redrawn from the saved tables by :func:`analyse`. The batch sums are checkpointed (``--work``,
-outside the repository) every ``--checkpoint`` seconds so a stopped run resumes.
+replicates), ``measured_argmin.csv``, ``measured_rival.csv`` and ``measured_rival_plan.csv``
+(GRPO's law against its rival, pooled with the independent runs of ``--pool``:
+:mod:`.measured_rival`), ``measured_mse.png``/``.pdf`` and ``MEASURED.md``, all redrawn from the
+saved tables by :func:`analyse`. The batch sums are checkpointed (``--work``, outside the
+repository) every ``--checkpoint`` seconds so a stopped run resumes; ``--minutes`` stops the
+sampling, checkpoints and writes the tables from the groups done (every G in proportion).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 :func:`analyse` reads ``measured_groups.csv``, ``measured_batches.csv`` and
 ``measured_meta.json`` (written by :func:`.measured.run_measurement`) and the advisor study's
 ``rollouts.npz`` (the prediction), and writes ``measured_mse.csv``, ``measured_argmin.csv``,
+``measured_differences.csv``, ``measured_rival.csv``, ``measured_rival_plan.csv``,
 ``measured_mse.png``/``.pdf`` and ``MEASURED.md``.
 """
 
