@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 CORE_STAMP := $(VENV)/.installed-core
 
 .PHONY: venv reproduce reproduce-full test bench docs docs-check clean smollm2 smollm2-study \
-	smollm2-measured trl-scheduler-study trl-allocation-study allocation-lm-study
+	smollm2-measured smollm2-rival trl-scheduler-study trl-allocation-study allocation-lm-study
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,18 @@ smollm2-study: $(STAMP) $(SMOLLM2)
 smollm2-measured: $(STAMP) $(SMOLLM2)
 	$(PY) -m grpo_theory.studies.smollm2.measured --model $(SMOLLM2) --study results-full/smollm2 \
 		--rows 768 --n-batches 16 --seed 1
+
+# GRPO's law c3/(G-1) against its rival c3/G where they differ most: a second, independent
+# measurement at G = 2, 3 (seed 2, m = 1 value response per group) for --minutes (then it
+# checkpoints and writes its tables; a rerun resumes and extends it), pooled with
+# smollm2-measured's run in results-full/smollm2/measured_rival.csv and MEASURED.md
+smollm2-rival: $(STAMP) $(SMOLLM2)
+	$(PY) -m grpo_theory.studies.smollm2.measured --model $(SMOLLM2) --study results-full/smollm2 \
+		--out results-full/smollm2/rival --work $(HOME)/.cache/grpo-theory/smollm2-rival \
+		--group-sizes 2,3 --rows 3072 --n-value 1 --n-batches 16 --budgets 48,96 --seed 2 \
+		--minutes 99
+	$(PY) -m grpo_theory.studies.smollm2.measured --model $(SMOLLM2) --study results-full/smollm2 \
+		--analyse-only --pool results-full/smollm2/rival
 
 # does acting pay? TRL's fixed G against GroupSizeScheduler at equal completions (real
 # GRPOTrainer runs of a tiny model on CPU, about 20 minutes on 2 cores; resumes run by run)

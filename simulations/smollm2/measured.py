@@ -20,9 +20,12 @@ most skewed, get the most replicates.
 Outputs (``--out``, default the study's folder): ``measured_groups.csv`` (one row per group: its
 Gram entries, rewards and value estimate), ``measured_batches.csv`` (the K x K Gram matrix of the
 batch means), ``measured_mse.csv`` (estimator, N, G, mse, se, predicted, predicted_se, z,
-replicates), ``measured_argmin.csv``, ``measured_mse.png``/``.pdf`` and ``MEASURED.md``, all
-redrawn from the saved tables by :func:`analyse`. The batch sums are checkpointed (``--work``,
-outside the repository) every ``--checkpoint`` seconds so a stopped run resumes.
+replicates), ``measured_argmin.csv``, ``measured_rival.csv`` and ``measured_rival_plan.csv``
+(GRPO's law against its rival, pooled with the independent runs of ``--pool``:
+:mod:`.measured_rival`), ``measured_mse.png``/``.pdf`` and ``MEASURED.md``, all redrawn from the
+saved tables by :func:`analyse`. The batch sums are checkpointed (``--work``, outside the
+repository) every ``--checkpoint`` seconds so a stopped run resumes; ``--minutes`` stops the
+sampling, checkpoints and writes the tables from the groups done (every G in proportion).
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def _checkpoint(work: Path, K: int):
 
 
 def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = True,
-                    checkpoint_s: float = 600.0, reward=None) -> dict:
+                    checkpoint_s: float = 600.0, reward=None, max_seconds=None,
+                    pool=()) -> dict:
     """Sample and score every group of the plan (resuming from ``work``), then :func:`analyse`.
 
     Args:
@@ -189,6 +193,9 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
         progress: a bar on stderr.
         checkpoint_s: seconds between checkpoints.
         reward: ``reward(text, answer)`` (default: the study's).
+        max_seconds: stop sampling after this many seconds (checkpointed; the tables are
+            written from the groups done, every G in proportion; a later run resumes).
+        pool: independent runs' output folders for the law-against-rival check (:func:`analyse`).
 
     Returns:
         dict of the tables (:func:`analyse`).
@@ -224,7 +231,7 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
 
     bar = tqdm(total=len(seen) + len(plan), initial=len(seen), desc="measured MSE (groups)",
                disable=not progress, file=sys.stderr)
-    last = time.time()
+    last = start = time.time()
 
     def save_sums(path):
         with open(path, "wb") as f:
@@ -236,8 +243,12 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
         _save_atomic(state, lambda p: p.write_text(json.dumps(dict(key=key,
                                                                     counts=counts.tolist()))))
 
+    new = 0
     for G, j in plan:
         t0 = time.time()
+        if max_seconds is not None and t0 - start >= max_seconds:
+            break
+        new += 1
         kp, ky = jax.random.split(jax.random.fold_in(jax.random.fold_in(root, G), j))
         a = int(jax.random.randint(kp, (), 0, n_pop))
         x = np.repeat(x_all[a:a + 1], G + m, axis=0)
@@ -261,7 +272,7 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
             checkpoint()
             last = time.time()
     bar.close()
-    if plan:
+    if new:
         checkpoint()
     tag = cfg.tag()
     groups = pd.DataFrame(done).sort_values(["G", "j"]).assign(**tag)
@@ -277,7 +288,7 @@ def run_measurement(policy, cfg: MeasuredConfig, out, work, progress: bool = Tru
                 responses_sampled=int(groups.G.sum() + m * len(groups)))
     meta["config"]["model"] = Path(cfg.model).name
     (out / "measured_meta.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
-    return analyse(out, cfg.study)
+    return analyse(out, cfg.study, pool)
 
 
 def check_config(cfg: MeasuredConfig) -> MeasuredConfig:
@@ -320,12 +331,21 @@ def _main(argv=None) -> int:
     ap.add_argument("--seed", type=C.nonnegative_int, default=MeasuredConfig.seed)
     ap.add_argument("--checkpoint", type=C.positive_float, default=600.0,
                     help="seconds between checkpoints")
+    ap.add_argument("--minutes", type=C.positive_float, default=None,
+                    help="stop sampling after this many minutes (checkpointed; the tables are "
+                         "written from the groups done; a later run resumes)")
+    ap.add_argument("--pool", action="append", default=[], metavar="DIR",
+                    help="an independent run's output folder (its own seed) pooled with this "
+                         "one in the law-against-rival check (repeatable)")
     ap.add_argument("--analyse-only", action="store_true",
                     help="redraw the tables, figure and MEASURED.md from the saved tables")
     a = ap.parse_args(argv)
     out = a.out or a.study
+    for p in a.pool:
+        if not (Path(p) / "measured_meta.json").is_file():
+            raise ValueError(f"--pool {p}: measured_meta.json is missing (not a measured run)")
     if a.analyse_only:
-        analyse(out, a.study)
+        analyse(out, a.study, a.pool)
         print((Path(out) / "MEASURED.md").read_text())
         return 0
     cfg = check_config(MeasuredConfig(
@@ -336,7 +356,8 @@ def _main(argv=None) -> int:
     from grpo_theory.lm import from_pretrained
 
     policy = from_pretrained(cfg.model)
-    run_measurement(policy, cfg, out, a.work, checkpoint_s=a.checkpoint)
+    run_measurement(policy, cfg, out, a.work, checkpoint_s=a.checkpoint,
+                    max_seconds=None if a.minutes is None else 60 * a.minutes, pool=a.pool)
     print((Path(out) / "MEASURED.md").read_text())
     return 0
 

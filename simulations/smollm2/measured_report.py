@@ -3,6 +3,7 @@
 :func:`analyse` reads ``measured_groups.csv``, ``measured_batches.csv`` and
 ``measured_meta.json`` (written by :func:`.measured.run_measurement`) and the advisor study's
 ``rollouts.npz`` (the prediction), and writes ``measured_mse.csv``, ``measured_argmin.csv``,
+``measured_differences.csv``, ``measured_rival.csv``, ``measured_rival_plan.csv``,
 ``measured_mse.png``/``.pdf`` and ``MEASURED.md``.
 """
 
@@ -18,11 +19,13 @@ from grpo_theory.advisor import estimate_from_rollouts, t_quantile
 from grpo_theory.experiments import markdown_table, study_cli as C
 from grpo_theory.plotting import plt, save_figure
 
+from .measured_rival import (budget_mse_replicates, pooled_difference, rival_check, rival_plan,
+                             run_entries)
 from .measured_stats import (ESTIMATORS, bootstrap_argmin, budget_differences,
                              measured_group_variance, measured_mse_table, oracle_hat_extra)
 from .tasks import family_items
 
-__all__ = ["population", "prediction", "analyse"]
+__all__ = ["population", "prediction", "analyse", "rival_tables"]
 
 _TAG = ["model", "rows", "n_value", "n_batches", "seed", "version"]
 
@@ -93,10 +96,11 @@ def _budget_weights(estimator: str, G: int) -> np.ndarray:
             "oracle_hat": np.array([G, 1, 0, 0, 0.0])}[estimator]
 
 
-def differences(groups, gram, K, est, arg, rows: int) -> pd.DataFrame:
+def differences(groups, gram, K, est, arg) -> pd.DataFrame:
     """Measured and predicted ``N MSE(G) - N MSE(G_ref)`` against each estimator's predicted
     argmin, and the responses per G at which the measured z would reach 2 if the predicted
-    difference is the true one (``rows (2 se / |predicted|)^2``)."""
+    difference is the true one (``rows (2 se / |predicted|)^2``, rows the responses at G)."""
+    rows = groups.groupby("G").G.sum()
     out = []
     for e in ESTIMATORS:
         R = int(arg.loc[arg.estimator == e, "predicted_argmin"].iloc[0])
@@ -106,14 +110,14 @@ def differences(groups, gram, K, est, arg, rows: int) -> pd.DataFrame:
         d["predicted"] = [float(x @ th) for x in w]
         d["predicted_se"] = [float(np.sqrt(max(x @ cov @ x, 0.0))) for x in w]
         with np.errstate(divide="ignore", invalid="ignore"):
-            need = rows * (2 * d.se / d.predicted.abs()) ** 2
+            need = d.G.map(rows).to_numpy() * (2 * d.se / d.predicted.abs()) ** 2
         d["rows_for_z2"] = np.where(d.G == R, np.nan, np.ceil(need))
         out.append(d)
     return pd.concat(out, ignore_index=True)
 
 
-def analyse(out, study) -> dict:
-    """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring); returns the tables."""
+def _run(out):
+    """A measurement's saved meta, configuration, K, groups and batch Gram matrix."""
     out = Path(out)
     meta = C.read_json(out / "measured_meta.json", ("config",))
     cfg = meta["config"]
@@ -126,6 +130,47 @@ def analyse(out, study) -> dict:
                                                       "s10", "s00") + tuple(_TAG))
     batches = C.read_csv(out / "measured_batches.csv", [f"gram_{k}" for k in range(K)])
     gram = batches[[f"gram_{k}" for k in range(K)]].to_numpy(np.float64)
+    return meta, cfg, K, groups, gram
+
+
+def _entries(label, groups, gram, K):
+    Gs, y, cov = budget_mse_replicates(groups, gram, K, "grpo")
+    resp = groups.groupby("G").G.sum()
+    return run_entries(label, Gs, y, cov, [int(resp[g]) for g in Gs])
+
+
+def rival_tables(out, est, pool=(), target: float = 3.0):
+    """GRPO's law against its rival on the run of ``out`` and the independent runs of ``pool``
+    (:func:`.measured_rival.rival_check`), the pooled G = 2 against the predicted argmin, and
+    the plan from ``out``'s run as the pilot (:func:`.measured_rival.rival_plan`, a new run at
+    G = 2, 3 with m = 1).
+
+    Returns:
+        ``(check, plan, separation)``: two ``DataFrame``s and a dict.
+    """
+    runs = []
+    for i, folder in enumerate([out, *pool]):
+        meta, cfg, K, groups, gram = _run(folder)
+        runs.append(_entries(f"seed {cfg['seed']}", groups, gram, K))
+        if i == 0:
+            sec = float(meta.get("seconds_groups", np.nan)) / float(
+                meta.get("responses_sampled", np.nan))
+    check = rival_check(runs, est.theta, est.cov, target)
+    p = runs[0]
+    plan = rival_plan(p["G"], np.sqrt(np.diag(p["cov"])), p["responses"], est.theta[2],
+                      new_Gs=(2, 3), target=target, seconds_per_sample=sec, n_value=1)
+    Gs = sorted(set(sum((r["G"] for r in runs), [])))
+    ref = min(Gs, key=lambda G: G * est.mse(1, G, "grpo"))
+    sep = pooled_difference(runs, min(Gs), ref, est.theta) if min(Gs) != ref else None
+    return check, plan, sep
+
+
+def analyse(out, study, pool=()) -> dict:
+    """Tables, figure and ``MEASURED.md`` under ``out`` (module docstring), the law against its
+    rival over ``out``'s run and the independent runs of ``pool`` (their output folders);
+    returns the tables."""
+    out = Path(out)
+    meta, cfg, K, groups, gram = _run(out)
     tag = {c: groups[c].iloc[0] for c in _TAG}
     var = measured_group_variance(groups, gram, K)
     mse = measured_mse_table(var, cfg["budgets"])
@@ -147,14 +192,18 @@ def analyse(out, study) -> dict:
     arg = arg.assign(g_star=est.g_star, g_star_low=est.g_star_ci[0],
                      g_star_high=est.g_star_ci[1], **tag)
     arg.to_csv(out / "measured_argmin.csv", index=False)
-    diff = differences(groups, gram, K, est, arg, int(cfg["rows"])).assign(**tag)
+    diff = differences(groups, gram, K, est, arg).assign(**tag)
     diff.to_csv(out / "measured_differences.csv", index=False)
+    rival, plan, sep = rival_tables(out, est, pool)
+    rival.assign(**tag).to_csv(out / "measured_rival.csv", index=False)
+    plan.assign(**tag).to_csv(out / "measured_rival_plan.csv", index=False)
     J = var.iloc[0]
     grad = dict(measured=float(J.grad_norm_sq), measured_se=float(J.grad_norm_sq_se),
                 predicted=est.grad_norm_sq, predicted_se=float(est.bse[4]))
     _figure(mse, out)
-    _report(out, meta, mse, arg, grad, extra, diff)
-    return dict(variance=var, mse=mse, argmin=arg, differences=diff, grad_norm_sq=grad)
+    _report(out, meta, mse, arg, grad, extra, diff, (rival, plan, sep, pool))
+    return dict(variance=var, mse=mse, argmin=arg, differences=diff, grad_norm_sq=grad,
+                rival=rival, rival_plan=plan, separation=sep)
 
 
 def _figure(mse, out):
@@ -184,7 +233,15 @@ def _fmt(x):
     return f"{x:.4g}"
 
 
-def _report(out, meta, mse, arg, grad, extra, diff):
+def _per_g(mse, rows):
+    """``"768 per G"``, or the responses at each G of a run stopped before ``--rows``."""
+    r = mse.drop_duplicates("G").set_index("G").responses.sort_index()
+    if (r == rows).all():
+        return f"{rows} per G"
+    return ", ".join(f"{n} at G = {g}" for g, n in r.items()) + f"; stopped before --rows {rows}"
+
+
+def _report(out, meta, mse, arg, grad, extra, diff, rival):
     cfg = meta["config"]
     N = int(mse.N.max())
     d = mse[mse.N == N][["estimator", "G", "B", "replicates", "mse", "se", "predicted",
@@ -195,9 +252,12 @@ def _report(out, meta, mse, arg, grad, extra, diff):
     lines = [
         "# SmolLM2-135M-Instruct: the gradient MSE against G, measured",
         "",
-        f"Command: `make smollm2-measured` (model `{cfg['model']}`, task {meta['task']}, "
-        f"package {meta['version']}, seed {cfg['seed']}). {meta['groups']} independent groups, "
-        f"{meta['responses_scored']} responses scored ({cfg['rows']} per G), "
+        "Command: `python -m grpo_theory.studies.smollm2.measured --group-sizes "
+        f"{','.join(str(g) for g in cfg['group_sizes'])} --rows {cfg['rows']} --n-value "
+        f"{cfg['n_value']} --n-batches {cfg['n_batches']} --seed {cfg['seed']}` (model "
+        f"`{cfg['model']}`, task {meta['task']}, package {meta['version']}). {meta['groups']} "
+        f"independent groups, {meta['responses_scored']} responses scored "
+        f"({_per_g(mse, int(cfg['rows']))}), "
         f"{meta['responses_sampled']} sampled (with m = {cfg['n_value']} per group for the "
         f"oracle's value); {meta['seconds_groups'] / 60:.1f} min of sampling and gradients.",
         "",
@@ -239,5 +299,52 @@ def _report(out, meta, mse, arg, grad, extra, diff):
         "",
         "![figure](measured_mse.png)",
         "",
-    ]
+    ] + _rival_lines(*rival)
     (out / "MEASURED.md").write_text("\n".join(lines))
+
+
+def _rival_lines(check, plan, sep, pool):
+    c = check[check.run == "combined"].iloc[0]
+    cols = ["run", "G", "responses", "measured", "se", "law", "rival", "z_law", "z_rival",
+            "expected_z_rival", "z_law_total", "z_rival_total"]
+    runs = "this run" + "".join(f" and `{Path(p).name}/`" for p in pool)
+    lines = [
+        "## The law against its rival: GRPO's N MSE(G) = c1 G + c2 + c3/(G-1) or "
+        "c1 G + c2 + c3/G?",
+        "",
+        f"Measured N MSE(G) (jackknife se) of {runs} (independent seeds; `pooled`: inverse-"
+        "variance over runs; `combined`: sum_i w_i y_i with w_i = (law_i - rival_i) / se_i^2 "
+        "over every run and G, its se from the runs' jackknife covariances), against the law and "
+        "the rival at the advisor's constants. z_rival = (measured - rival) / se, and "
+        "expected_z_rival = (law - rival) / se, its mean if the law holds; the `_total` columns "
+        "add the constants' own jackknife error to se. The rival counts as excluded at "
+        "z_rival >= 3 (measured se).",
+        "",
+        markdown_table(check[cols]),
+        "",
+        f"Combined: the rival at z = {c.z_rival:.2f} (expected {c.expected_z_rival:.2f} if the "
+        f"law holds; {c.z_rival_total:.2f} with the constants' error), the law at z = "
+        f"{c.z_law:.2f}: the rival is {'' if c.rival_excluded else 'not '}excluded at 3 se.",
+        "",
+    ]
+    if sep is not None:
+        lines += [
+            f"G = {sep['G']} (pooled, {sep['responses']} responses) against the predicted "
+            f"argmin G = {sep['reference']}: N MSE difference {_fmt(sep['difference'])} "
+            f"(se {_fmt(sep['se'])}, z = {sep['z']:.2f}; predicted {_fmt(sep['predicted'])}).",
+            "",
+        ]
+    lines += [
+        "### The plan: responses that put the rival at 3 se if the law holds (this run as the "
+        "pilot)",
+        "",
+        "d = c3 / (G (G - 1)) (law minus rival), v = se^2 responses (at G = 3, if unmeasured, "
+        "interpolated in log G), pilot_z = the pilot's expected z, added_per_G = responses to "
+        "add at each G of the design, sampled and minutes with m = 1 further response per group "
+        "at the pilot's seconds per sampled response (entries independent: the shared "
+        "||grad J||^2 ignored).",
+        "",
+        markdown_table(plan),
+        "",
+    ]
+    return lines

@@ -188,6 +188,21 @@ def test_measured_mse_end_to_end_and_resume(run, tmp_path):
     pd.testing.assert_frame_equal(new, old)
     with pytest.raises(ValueError, match="beyond --rows"):
         MS.run_measurement(policy, cfg, dest, work, progress=False, reward=parity)
+    # a run stopped by max_seconds (here before any new group) writes the tables from the
+    # saved groups and says so; the law-against-rival check and its plan come with them
+    MS.run_measurement(policy, dataclasses.replace(cfg, rows=16), dest, work, progress=False,
+                       reward=parity, max_seconds=0.0)
+    g3 = pd.read_csv(dest / "measured_groups.csv")
+    pd.testing.assert_frame_equal(g3.drop(columns=["rows"]), g2.drop(columns=["rows"]))
+    assert "stopped before --rows 16" in (dest / "MEASURED.md").read_text()
+    riv = pd.read_csv(dest / "measured_rival.csv")
+    assert riv.run.tolist() == ["seed 3", "seed 3", "combined"]
+    assert riv.responses.tolist() == [12, 12, 24] and np.isfinite(riv.law).all()
+    assert (dest / "measured_rival_plan.csv").is_file()
+    # --pool: another run's folder joins the check (pooled rows per G)
+    pooled = MS.analyse(dest, str(out), pool=[dest])["rival"]
+    assert pooled[pooled.run == "pooled"].G.tolist() == [2, 4]
+    assert pooled[pooled.run == "combined"].responses.iloc[0] == 48
     # zero-weight padding rows (a power-of-two bucket) leave the gradient unchanged
     x = np.repeat(np.asarray(S.chat_prompts(policy, ["What is 2 + 3?"], ["2 + 3 ="])), 4, axis=0)
     y = np.asarray(policy.sample(jax.random.PRNGKey(0), x, 3))
