@@ -18,7 +18,8 @@ from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOn
                            MissingClosedForm, NoBaseline, OptimalBaseline, OracleBaseline)
 from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PooledForm, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
-                         grpo_std, grpo_vectorized, prompt_baseline, register, reinforce_baseline)
+                         grpo_std, prompt_baseline, register)
+from .framework_presets import grpo_vectorized, reinforce_baseline  # registers them
 from .baselines import basis, pkpo, spo  # also registers jspo, norm_weighted, spo, pkpo, ...
 from .history_baselines import at_state, dbb, ebpo, kae  # registers ebpo, dbb, kae
 from .batch_exact import DESIGNS, BatchMoments, batch_moments, verl_proxy_audit

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import grpo_theory as gt
 from grpo_theory.companions import length_weighting as LW
 from grpo_theory.core import frameworks as F
-from grpo_theory.core.estimators import reinforce_baseline
+from grpo_theory.core import reinforce_baseline
 
 F32 = float(np.finfo(np.float32).eps)
 

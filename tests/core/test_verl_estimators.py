@@ -8,7 +8,7 @@ import pytest
 
 import grpo_theory as gt
 from grpo_theory.core import PromptContext, gdpo, whiten_tokens
-from grpo_theory.core.estimators import reinforce_baseline
+from grpo_theory.core import reinforce_baseline
 
 
 @pytest.mark.parametrize("L", [1, 3])

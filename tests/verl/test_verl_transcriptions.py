@@ -20,7 +20,7 @@ import pytest
 import grpo_theory as gt
 from grpo_theory.core import PromptContext, gdpo
 from grpo_theory.core import frameworks as F
-from grpo_theory.core.estimators import reinforce_baseline
+from grpo_theory.core import reinforce_baseline
 
 # verl 0.9.1 comes with `make test` (the verl extra, then verl itself with --no-deps): a missing
 # verl fails here, it is never skipped
