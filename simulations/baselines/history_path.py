@@ -29,8 +29,8 @@ PATH_ESTIMATORS = ("ebpo", "dbb", "kae")
 PATH_RIVAL = "ebpo_self_inclusive"
 
 
-def _bootstrap(values, rng, n_boot: int = 2000):
-    """Percentile 95% interval of the mean of ``values`` (resampling histories)."""
+def bootstrap_interval(values, rng, n_boot: int = 2000):
+    """Percentile 95% interval of the mean of ``values`` (resampling seeds or histories)."""
     v = np.asarray(values, np.float64)
     means = v[rng.integers(0, len(v), (n_boot, len(v)))].mean(axis=1)
     return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
@@ -73,7 +73,7 @@ def history_path_rows(bandit, config: dict, key) -> list[dict]:
                                      state=jax.tree_util.tree_map(lambda a: a[i], states[m]))
                        for i in range(n)]
                 ratio = np.array([b.mse for b in per]) / loo
-                lo, hi = _bootstrap(ratio, rng)
+                lo, hi = bootstrap_interval(ratio, rng)
                 rows.append(dict(problem=config["problem"], G=G, B=B, eta=eta, step=t,
                                  histories=n, estimator=m, objective=float(pr.objective()),
                                  loo_mse=loo, ratio=float(ratio.mean()), ratio_lo=lo,

@@ -76,7 +76,7 @@ from grpo_theory.problems import scaling_family_bandit
 from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
-from .history_path import history_path_rows
+from .history_path import bootstrap_interval, history_path_rows
 
 NAME = "baselines"
 CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased; JSPO beats "
@@ -304,13 +304,6 @@ def _kept_rows(rates, sizes) -> list[dict]:
     return rows
 
 
-def _bootstrap(values, rng, n_boot: int = 2000):
-    """Percentile 95% interval of the mean of ``values`` (resampling seeds)."""
-    v = np.asarray(values, np.float64)
-    means = v[rng.integers(0, len(v), (n_boot, len(v)))].mean(axis=1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
-
-
 def _training_rows(config, key) -> list[dict]:
     """Every estimator trained at equal rollouts (B = 4 prompts of G a step, the same steps and
     seeds): the final objective J and its difference to leave-one-out's, paired by seed."""
@@ -326,8 +319,8 @@ def _training_rows(config, key) -> list[dict]:
     rng = np.random.default_rng(key_seed(key))
     rows = []
     for name in names:
-        lo, hi = _bootstrap(finals[name], rng)
-        dlo, dhi = _bootstrap(finals[name] - finals["grpo"], rng)
+        lo, hi = bootstrap_interval(finals[name], rng)
+        dlo, dhi = bootstrap_interval(finals[name] - finals["grpo"], rng)
         rows.append(dict(problem=f"m{config['mean_rate']:g}_s{config['spread']:g}", G=G, B=4,
                          steps=T, n_seeds=n, eta=eta, estimator=name, start=start,
                          final=float(finals[name].mean()), final_lo=lo, final_hi=hi,
@@ -415,7 +408,7 @@ def _spo_path_rows(config, key) -> list[dict]:
             bm = batch_moments(pol, est, G, B, state=(jnp.asarray(alpha[i]),
                                                       jnp.asarray(beta[i])))
             start = batch_moments(pol, est, G, B)  # the rival: the tracker ignored
-            lo, hi = _bootstrap(spo_mse / loo, rng)
+            lo, hi = bootstrap_interval(spo_mse / loo, rng)
             rows.append(dict(problem=f"m{config['mean_rate']:g}_s{config['spread']:g}", G=G,
                              B=B, eta=eta, rho=rho, step=t, n_seeds=n,
                              objective=float(pr.objective()), loo_mse=loo,
