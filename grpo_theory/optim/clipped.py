@@ -9,7 +9,7 @@ clipped surrogate (per token or per response ``n``, ratio ``r_n = pi_theta / pi_
 
 so one epoch without clipping is Algorithm 1's step. Users: the bandit loop
 (:func:`grpo_theory.optim.train.make_train` with ``TrainConfig(epochs=, clip_eps=)``), the LM
-loop (:func:`grpo_theory.lm.training.grpo.clipped_objective`, :func:`grpo_theory.lm.training.grpo.train_grpo`) and
+loop (:func:`grpo_theory.lm.training.loop.clipped_objective`, :func:`grpo_theory.lm.training.grpo.train_grpo`) and
 the packed DPPO loop (:mod:`grpo_theory.lm.training.dppo`).
 """
 

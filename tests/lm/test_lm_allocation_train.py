@@ -15,7 +15,7 @@ from grpo_theory import allocation as A
 from grpo_theory.allocation.steps import knapsack_sizes
 from grpo_theory.lm.training import allocation as AT
 from grpo_theory.lm import model, policy, task
-from grpo_theory.lm.training import grpo
+from grpo_theory.lm.training import grpo, loop
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
 
@@ -52,19 +52,27 @@ def test_fixed_rule_is_algorithm_1_step_for_step():
     s0 = opt.init(pol.params)
     key = jax.random.PRNGKey(5)
     tail = dict(temperature=pol.temperature, eos=pol.eos_ids)
-    ref, _, rew = grpo._grpo_chunk(pol.apply_fn, pol.sample_fn, opt, "grpo", pol.params, s0, key,
-                                   px, pc, 4, 6, 3, 1, None, **tail)
-    assert 0 < float(np.mean(rew)) < 1
-    got, _, _, (acc, spent, kept, gen) = AT._chunk(
-        pol.apply_fn, pol.sample_fn, opt, AT.lm_rule("fixed", group_size=6), pol.params, s0, key,
-        px, pc, px, pc, 4, 3, **tail)
+    fixed = dict(group=6)
+
+    def run(variant, n=3):
+        p, _, _, out = loop.train_chunk(pol.apply_fn, pol.sample_fn, opt, variant, pol.params,
+                                        s0, variant.est.initial_state(16), key, px, pc, px, pc,
+                                        4, n, **tail)
+        return p, out
+
+    ref, out = run(loop.LMVariant("grpo", **fixed))
+    assert 0 < float(np.mean(out["reward"])) < 1
+    rule = AT.lm_rule("fixed", group_size=6)
+    got, _, _, out = loop.train_chunk(pol.apply_fn, pol.sample_fn, opt,
+                                      loop.LMVariant("grpo", rule=rule), pol.params, s0,
+                                      jnp.float32(0.0), key, px, pc, px, pc, 4, 3, **tail)
+    spent, kept = out["rollouts"], out["kept"]
     moved = np.abs(_flat(ref) - _flat(pol.params)).sum()
     assert moved > 0
     np.testing.assert_allclose(_flat(got), _flat(ref), rtol=0, atol=1e-6)
     assert np.all(np.asarray(spent) == 24) and np.all(np.asarray(kept) == 4)
     # the rival: the mean-centred advantage (TRL's) moves elsewhere
-    riv, _, _ = grpo._grpo_chunk(pol.apply_fn, pol.sample_fn, opt, "vanilla", pol.params, s0,
-                                 key, px, pc, 4, 6, 3, 1, None, **tail)
+    riv, _ = run(loop.LMVariant("vanilla", **fixed))
     assert np.abs(_flat(riv) - _flat(ref)).max() > 1e-4
 
 
@@ -95,11 +103,21 @@ def test_knapsack_is_not_vip():
     assert k != list(A.pass_rate_allocation(p, 24, "vip").sizes)
 
 
+def _batch(pol, rule, key, px, pc, B, s2):
+    """``(x, y, z, mask, rollouts, state)`` of one step of ``rule`` with the transformer's
+    sampler (what the training loop draws)."""
+    sampler = loop.LMSampler(pol.apply_fn, pol.sample_fn, pol.params, px, pc, pol.temperature,
+                             pol.eos_ids)
+    st = rule.step(key, sampler, B, s2)
+    x, y = (a.reshape(-1, a.shape[-1]) for a in st.draw.y)
+    return x, y, st.draw.z, st.mask, st.rollouts, st.state
+
+
 def _draws(pol, key, px, pc, n_prompts, width):
     """The prompts and responses ``_batch`` draws with ``key`` (its own key split)."""
     kx, ky = jax.random.split(key)
     idx = jax.random.randint(kx, (n_prompts,), 0, px.shape[0])
-    x, y, z = AT._draw(pol.sample_fn, pol.params, ky, px[idx], pc[idx], width, pol.temperature)
+    x, y, z = loop.draw_responses(pol.sample_fn, pol.params, ky, px[idx], pc[idx], width, pol.temperature)
     return np.asarray(y), np.asarray(z)
 
 
@@ -111,8 +129,7 @@ def test_dynamic_sampling_keeps_the_first_b_mixed_groups():
     for s in range(12):  # mixed groups are common at p = 0.15, rare at p = 0.02
         pol = _eos_policy(0.15 if s % 2 else 0.02)
         key = jax.random.PRNGKey(s)
-        x, y, z, mask, spent, _ = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
-                                            px, pc, B, pol.temperature, pol.eos_ids, 0.0)
+        x, y, z, mask, spent, _ = _batch(pol, rule, key, px, pc, B, 0.0)
         _, z_all = _draws(pol, key, px, pc, R * B, G)
         tot = z_all.sum(1)
         valid = np.flatnonzero((tot > 0) & (tot < G))
@@ -136,8 +153,7 @@ def test_conformal_stopping_stops_at_the_first_agreeing_grid_size():
     sizes = []
     for s in range(4):
         key = jax.random.PRNGKey(s)
-        _, _, _, mask, spent, _ = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
-                                            px, pc, B, pol.temperature, pol.eos_ids, 0.0)
+        _, _, _, mask, spent, _ = _batch(pol, rule, key, px, pc, B, 0.0)
         y, _ = _draws(pol, key, px, pc, B, grid[-1])
         y = y.reshape(B, grid[-1], -1)
         for b in range(B):
@@ -195,8 +211,7 @@ def test_optimal_rule_sizes_from_exact_values_and_the_previous_plug_in():
     B, m, W = 6, 4, 10
     rule = AT.lm_rule("optimal", rollouts=m, max_group=W)
     key = jax.random.PRNGKey(3)
-    x, y, z, mask, spent, s2 = AT._batch(pol.apply_fn, pol.sample_fn, rule, pol.params, key,
-                                         px, pc, B, pol.temperature, pol.eos_ids, 2.5)
+    x, y, z, mask, spent, s2 = _batch(pol, rule, key, px, pc, B, 2.5)
     kx, _ = jax.random.split(key)
     idx = np.asarray(jax.random.randint(kx, (B,), 0, px.shape[0]))
     xb, cb = np.asarray(px)[idx], np.asarray(pc)[idx]

@@ -3,7 +3,7 @@
 What theory guarantees, checked exactly on a tiny model: packed logits equal unpacked ones, the
 pruned/packed gradient's expectation over every keep mask equals the full-batch estimate, the
 controls (no 1/q, advantages recomputed on the kept subset) are biased, and the clipped
-multi-epoch update equals the one written with lm.training.grpo.clipped_objective. One compiled
+multi-epoch update equals the one written with lm.training.loop.clipped_objective. One compiled
 shape per bucket. The driver runs once on a tiny setting (tiny warm-up, a few steps).
 """
 
@@ -21,7 +21,7 @@ from jax.flatten_util import ravel_pytree
 from grpo_theory.companions.dppo import KeepScheme
 from grpo_theory.experiments.runner import run_experiment
 from grpo_theory.lm.training import dppo as D
-from grpo_theory.lm.training.grpo import clipped_objective
+from grpo_theory.lm.training.loop import clipped_objective
 from grpo_theory.lm.model import (ModelConfig, _positions, apply, init_params, make_apply,
                                   make_sampler)
 from grpo_theory.lm.policy import LMPolicy, seq_log_probs, token_log_probs

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from grpo_theory.lm import model, policy, task
-from grpo_theory.lm.training import grpo
+from grpo_theory.lm.training import grpo, loop
 
 CFG = model.ModelConfig(d_model=32, n_layers=1, n_heads=2)
 
@@ -34,7 +34,7 @@ def test_clipped_gradient_at_ratio_one_is_algorithm_1(setup):
     mask = policy.response_mask(y)
     # both gradients in one jitted program: one compilation instead of op-by-op dispatch
     g_clip, g_alg1 = jax.jit(lambda p: (
-        jax.grad(lambda q: grpo.clipped_objective(
+        jax.grad(lambda q: loop.clipped_objective(
             policy.token_log_probs(f, q, x, y), jax.lax.stop_gradient(old), adv, mask, 0.2))(p),
         jax.grad(lambda q: jnp.mean(adv * policy.seq_log_probs(f, q, x, y)))(p)))(pol.params)
     a, b = _flat(g_clip), _flat(g_alg1)
@@ -46,7 +46,7 @@ def test_clipping_stops_the_gradient_outside_the_trust_region():
     old = jnp.zeros((4, 2))
     mask = jnp.array([[1.0, 0.0]] * 4)
     adv = jnp.array([1.0, -1.0, 1.0, -1.0])
-    g = np.asarray(jax.grad(grpo.clipped_objective)(tok, old, adv, mask, 0.2))
+    g = np.asarray(jax.grad(loop.clipped_objective)(tok, old, adv, mask, 0.2))
     # ratio 1.5 with A > 0 and ratio 0.5 with A < 0: clipped, no gradient
     assert g[0, 0] == 0.0 and g[3, 0] == 0.0
     # ratio 1.5 with A < 0 and 0.5 with A > 0: unclipped, d/dlog r (r A)/N = r A / N
@@ -66,16 +66,22 @@ def test_one_epoch_clipped_step_equals_algorithm_1(setup):
     opt = grpo.cached_optimizer(1e-3)
     s0 = opt.init(params)
     key = jax.random.PRNGKey(3)
-    args = (pol.apply_fn, pol.sample_fn, opt, "grpo", params, s0, key, px, pc, 8, 8, 2)
     tail = dict(temperature=pol.temperature, eos=pol.eos_ids)
-    p1, _, r1 = grpo._grpo_chunk(*args, 1, None, **tail)
+
+    def run(epochs, clip_eps):
+        v = loop.LMVariant("grpo", group=8, epochs=epochs, clip_eps=clip_eps)
+        p, _, _, out = loop.train_chunk(pol.apply_fn, pol.sample_fn, opt, v, params, s0, None,
+                                        key, px, pc, px, pc, 8, 2, **tail)
+        return p, out["reward"]
+
+    p1, r1 = run(1, None)
     assert 0 < float(np.mean(r1)) < 0.5
-    p2, _, r2 = grpo._grpo_chunk(*args, 1, 0.2, **tail)
+    p2, r2 = run(1, 0.2)
     np.testing.assert_array_equal(np.asarray(r1), np.asarray(r2))
     moved = np.abs(_flat(p1) - _flat(params)).sum()
     assert moved > 0
     np.testing.assert_allclose(_flat(p1), _flat(p2), rtol=0, atol=1e-6)
-    p3, _, _ = grpo._grpo_chunk(*args, 2, 0.2, **tail)  # more epochs per batch move further
+    p3, _ = run(2, 0.2)  # more epochs per batch move further
     assert np.abs(_flat(p3) - _flat(params)).sum() > moved
 
 
@@ -98,6 +104,6 @@ def test_runs_of_the_same_shape_reuse_the_compiled_step(setup):
     executable per run grew memory until a long full sweep ran out of it)."""
     pol, q, _, _, _ = setup
     grpo.train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3, seed=0)
-    n = grpo._grpo_chunk._cache_size()
+    n = loop.train_chunk._cache_size()
     grpo.train_grpo(pol, q, q, 64, 8, 4, (2,), 1e-3, seed=1)
-    assert grpo._grpo_chunk._cache_size() == n
+    assert loop.train_chunk._cache_size() == n

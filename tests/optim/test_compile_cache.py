@@ -84,17 +84,17 @@ def test_credit_loop_does_not_recompile():
 
 def test_lm_loop_does_not_recompile():
     from grpo_theory.lm import model, policy, task
-    from grpo_theory.lm.training import grpo
+    from grpo_theory.lm.training import grpo, loop
 
     cfg = model.ModelConfig(d_model=16, n_layers=1, n_heads=2)
     params = model.init_params(jax.random.PRNGKey(0), cfg)
     pol = policy.LMPolicy(params, model.make_apply(cfg), model.make_sampler(cfg))
     q = task.eval_set().subset(np.arange(8))
     grpo.train_grpo(pol, q, q, 8, 4, 2, (1,), 1e-3, seed=0)
-    n = grpo._grpo_chunk._cache_size()
+    n = loop.train_chunk._cache_size()
     for seed in (1, 2):
         grpo.train_grpo(pol, q, q, 8, 4, 2, (1,), 1e-3, seed=seed)
-        assert grpo._grpo_chunk._cache_size() == n
+        assert loop.train_chunk._cache_size() == n
     # NumPy/JAX integers are the same static sizes (no new compilation)
     grpo.train_grpo(pol, q, q, np.int64(8), jnp.int32(4), np.int32(2), (1,), 1e-3, seed=3)
-    assert grpo._grpo_chunk._cache_size() == n
+    assert loop.train_chunk._cache_size() == n

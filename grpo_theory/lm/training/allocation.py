@@ -47,13 +47,12 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ... import _validation as V, allocation as A
-from ...allocation import Draw, Rule, Sampler, loo_weights, unique_answer_constants
+from ...allocation import Rule
 from .grpo import cached_optimizer, task_tokens
+from .loop import LMVariant, sq_norms, train_chunk
 from ..policy import LMPolicy, seq_log_probs
-from ..task import reward_exact_tokens
 
 
 #: shorthands of :func:`lm_rule` (name -> the parameters its rule takes)
@@ -112,115 +111,19 @@ def _check_rule(rule) -> Rule:
     return rule
 
 
-def _sq_norms(apply_fn, params, x, y, temperature, eos):
-    """``||grad log pi(y_i | x_i)||^2`` of each row (per-sample gradients, vmapped)."""
-    def one(xi, yi):
-        g = jax.grad(lambda q: seq_log_probs(apply_fn, q, xi[None], yi[None], temperature,
-                                             eos)[0])(params)
-        return sum(jnp.sum(leaf.astype(jnp.float32) ** 2) for leaf in jax.tree_util.tree_leaves(g))
-
-    return jax.lax.stop_gradient(jax.vmap(one)(x, y))
-
-
-def _draw(sample_fn, params, key, xb, cb, width, temperature):
-    """``width`` responses to each prompt of ``xb`` and their rewards ``(B, width)``."""
-    x = jnp.repeat(xb, width, axis=0)
-    y = jax.lax.stop_gradient(sample_fn(params, key, x, cb.shape[1], temperature))
-    z = reward_exact_tokens(y, jnp.repeat(cb, width, axis=0)).astype(jnp.float32)
-    return x, y, z.reshape(xb.shape[0], width)
-
-
-class LMSampler(Sampler):
-    """The transformer's :class:`~grpo_theory.allocation.Sampler`: prompts uniform over the
-    training pool, responses from the policy, the exact-answer reward.
-
-    ``pass_rates`` are the exact ``V(x) = pi(y*|x)`` by teacher forcing (the pass-rate rules as
-    they would run with perfect predictions); ``mse_constants`` are those of a prompt whose one
-    correct response is ``y*`` (:func:`~grpo_theory.allocation.unique_answer_constants`) with
-    ``E||s||^2`` replaced by the state: the previous step's mean over its prompts of the first
-    response's ``||s||^2`` (:meth:`observe`). A draw's ``y`` is ``(prompts, responses)``, each
-    ``(n, W, L)``.
-    """
-
-    def __init__(self, apply_fn, sample_fn, params, pool_x, pool_c, temperature, eos):
-        self.apply_fn, self.sample_fn, self.params = apply_fn, sample_fn, params
-        self.pool_x, self.pool_c, self.temperature, self.eos = pool_x, pool_c, temperature, eos
-
-    def draw(self, key, n, width):
-        kx, ky = jax.random.split(key)
-        idx = jax.random.randint(kx, (n,), 0, self.pool_x.shape[0])
-        x, y, z = _draw(self.sample_fn, self.params, ky, self.pool_x[idx], self.pool_c[idx],
-                        width, self.temperature)
-        yy = y.reshape(n, width, -1)
-        return Draw(idx, (x.reshape(n, width, -1), yy), z, jnp.all(yy == yy[:, :1], axis=-1))
-
-    def _teacher_forced(self, idx):
-        return jax.lax.stop_gradient(jnp.exp(seq_log_probs(
-            self.apply_fn, self.params, self.pool_x[idx], self.pool_c[idx], self.temperature,
-            self.eos)))
-
-    def pass_rates(self, idx, state):
-        return self._teacher_forced(idx)
-
-    def mse_constants(self, idx, state):
-        sq = _sq_norms(self.apply_fn, self.params, self.pool_x[idx], self.pool_c[idx],
-                       self.temperature, self.eos)
-        return unique_answer_constants(self._teacher_forced(idx), sq, state)
-
-    def observe(self, state, draw, mask):
-        first = draw.y[1][:, 0]
-        return jnp.mean(_sq_norms(self.apply_fn, self.params, self.pool_x[draw.x], first,
-                                  self.temperature, self.eos))
-
-
-def _batch(apply_fn, sample_fn, rule, params, key, pool_x, pool_c, B, temperature, eos, s2):
-    """``(x, y, z (B, W), mask (B, W), rollouts, s2)`` of one step under ``rule`` (``s2``: the
-    sampler's state, the ``E||s||^2`` plug-in of the MSE-optimal rule)."""
-    sampler = LMSampler(apply_fn, sample_fn, params, pool_x, pool_c, temperature, eos)
-    st = rule.step(key, sampler, B, s2)
-    x, y = (a.reshape(-1, a.shape[-1]) for a in st.draw.y)
-    return x, y, st.draw.z, st.mask, st.rollouts, st.state
-
-
-@partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "rule", "batch", "n_steps",
-                                   "eos"))
-def _chunk(apply_fn, sample_fn, opt, rule, params, opt_state, key, pool_x, pool_c, eval_x,
-           eval_c, batch, n_steps, temperature=1.0, eos=None, s2=0.0):
-    def step(carry, k):
-        params, opt_state, s2 = carry
-        x, y, z, mask, spent, s2 = _batch(apply_fn, sample_fn, rule, params, k, pool_x, pool_c,
-                                          batch, temperature, eos, s2)
-        w, kept = loo_weights(z, mask)
-        w = w.reshape(-1)
-
-        def surrogate(q):
-            return -jnp.sum(w * seq_log_probs(apply_fn, q, x, y, temperature, eos))
-
-        upd, opt_state = opt.update(jax.grad(surrogate)(params), opt_state, params)
-        params = optax.apply_updates(params, upd)
-        acc = jnp.mean(jnp.exp(seq_log_probs(apply_fn, params, eval_x, eval_c, temperature,
-                                             eos)))
-        gen = jnp.sum(mask * z) / jnp.maximum(jnp.sum(mask), 1)
-        return (params, opt_state, s2), (acc, spent, kept, gen)
-
-    (params, opt_state, s2), out = jax.lax.scan(step, (params, opt_state,
-                                                       jnp.asarray(s2, jnp.float32)),
-                                                jax.random.split(key, n_steps))
-    return params, opt_state, s2, out
-
-
 @partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "B", "eos"))
 def _first_s2(apply_fn, sample_fn, params, key, pool_x, pool_c, B, temperature, eos):
     """``optimal``'s first plug-in: mean ``||s||^2`` of one response to each of B prompts."""
     kx, ky = jax.random.split(key)
     idx = jax.random.randint(kx, (B,), 0, pool_x.shape[0])
     y = jax.lax.stop_gradient(sample_fn(params, ky, pool_x[idx], pool_c.shape[1], temperature))
-    return jnp.mean(_sq_norms(apply_fn, params, pool_x[idx], y, temperature, eos))
+    return jnp.mean(sq_norms(apply_fn, params, pool_x[idx], y, temperature, eos))
 
 
-def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_size: int,
+def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: Rule, batch_size: int,
                     rollout_budget: int, lr: float, seed: int, *, chunk_steps: int = 10,
-                    max_steps: int = 10_000, key=None, schedule=None) -> dict:
+                    max_steps: int = 10_000, key=None, schedule=None, estimator="grpo",
+                    epochs: int = 1, clip_eps: float | None = None) -> dict:
     """Train from ``policy`` under ``rule`` until ``rollout_budget`` responses are generated.
 
     Args:
@@ -228,7 +131,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
         pool: the training questions the prompts are drawn from (uniformly, with replacement).
         eval_questions: the held-out questions of the exact accuracy.
         rule: an allocation :class:`~grpo_theory.allocation.Rule` with a training step (e.g.
-            :func:`lm_rule`); its state (if it reads one) is :class:`LMSampler`'s.
+            :func:`lm_rule`); its state (if it reads one) is :class:`~grpo_theory.lm.training.loop.LMSampler`'s.
         batch_size: B prompts a step (kept prompts for ``dynamic_sampling``).
         rollout_budget: run whole chunks of ``chunk_steps`` steps until the responses generated
             reach it (or ``max_steps``).
@@ -237,6 +140,10 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
         schedule: optional ``schedule(step, policy, rule, batch_size)`` called after each chunk
             with the policy reached; it returns ``None`` (keep) or a new ``(rule, batch_size)``
             for the next chunks (a scheduler of G; the optimiser's state carries over).
+        estimator: the estimator of each kept group (one with a masked form: ``grpo``, the
+            leave-one-out estimate of the module doc, by default).
+        epochs, clip_eps: the clipped multi-epoch variant (the ratio clip of each kept
+            response's weighted term), as in :func:`~grpo_theory.lm.training.grpo.train_grpo`.
 
     Returns:
         ``dict(accuracy=(n + 1,), rollouts=(n + 1,), kept=(n,), reward=(n,), group=(n,),
@@ -267,12 +174,13 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: tuple, batch_s
             s2 = _first_s2(policy.apply_fn, policy.sample_fn, params, k0, pool_x, pool_c, B,
                            policy.temperature, policy.eos_ids)
             extra = B
-        params, opt_state, s2_out, out = _chunk(
-            policy.apply_fn, policy.sample_fn, opt, rule, params, opt_state, k, pool_x, pool_c,
-            ex, ec, B, chunk_steps, policy.temperature, policy.eos_ids,
-            0.0 if s2 is None else s2)
+        variant = LMVariant(estimator, rule=rule, epochs=int(epochs), clip_eps=clip_eps)
+        params, opt_state, s2_out, out = train_chunk(
+            policy.apply_fn, policy.sample_fn, opt, variant, params, opt_state,
+            jnp.asarray(0.0 if s2 is None else s2, jnp.float32), k, pool_x, pool_c, ex, ec, B,
+            chunk_steps, policy.temperature, policy.eos_ids)
         s2 = s2_out if rule.reads_state else None
-        out = [np.asarray(o, np.float64) for o in out]
+        out = [np.asarray(out[n], np.float64) for n in ("accuracy", "rollouts", "kept", "reward")]
         out[1][0] += extra
         parts.append(out + [np.full(chunk_steps, rule.horizon(), float),
                             np.full(chunk_steps, B, float)])

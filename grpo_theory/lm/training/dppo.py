@@ -28,7 +28,7 @@ n_buckets``; padding rows have weight 0), so the update compiles once per bucket
 The clipped multi-epoch variant (``epochs > 1`` or ``clip_eps``) maximises
 ``sum_t min(r_t w_n, clip(r_t, 1 - eps, 1 + eps) w_n)`` over the kept tokens (token ratios to
 the sampling policy), which for the full batch is ``N`` times
-:func:`grpo_theory.lm.training.grpo.clipped_objective`; a positive ``1/q`` factor commutes with the
+:func:`grpo_theory.lm.training.loop.clipped_objective`; a positive ``1/q`` factor commutes with the
 min and the clip, so the rescaled weights keep it unbiased at the first epoch.
 """
 

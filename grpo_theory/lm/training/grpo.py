@@ -5,7 +5,7 @@ rewards, advantages from the registry estimator (``grpo`` = leave-one-out, or an
 e.g. ``grpo_std`` for the practical variant), and an Adam step on the surrogate
 ``-(1/BG) sum_bg A_bg log pi(y_bg|x_b)`` whose gradient is minus the estimator of Algorithm 1.
 The practical variant (``estimator="grpo_std"``, ``epochs > 1``, ``clip_eps``) reuses each batch
-for ``epochs`` full-batch Adam updates of the clipped surrogate :func:`clipped_objective`
+for ``epochs`` full-batch Adam updates of the clipped surrogate :func:`~grpo_theory.lm.training.loop.clipped_objective`
 (token-level ratios to the sampling policy, summed over the response's tokens, as in PPO/GRPO
 implementations without per-sequence length normalisation). Steps run under ``lax.scan``
 between checkpoints; at each checkpoint the held-out accuracy is the *exact* expected reward
@@ -26,7 +26,7 @@ match of the canonical tokenization of the answer followed by the checkpoint's E
 
 from __future__ import annotations
 
-from functools import lru_cache, partial
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -34,12 +34,11 @@ import numpy as np
 import optax
 
 from ... import _validation as V
-from ...core import PromptContext, ScalingConstants, budget_mse, get_estimator
-from ...optim import clipped_surrogate, multi_epoch_update
+from ...core import ScalingConstants, budget_mse
 from ..checkpoints.hf import HFPolicy
-from ..policy import LMPolicy, seq_log_probs, token_log_probs
-from ..task import (EOS, RESPONSE_LEN, encode_prompts, response_mask, reward_exact_tokens,
-                    target_responses)
+from .loop import LMVariant, train_chunk
+from ..policy import LMPolicy
+from ..task import RESPONSE_LEN, encode_prompts, target_responses
 
 
 #: the user message for a Hugging Face checkpoint with a chat template (``{question}``: the
@@ -92,22 +91,6 @@ def task_tokens(policy: LMPolicy, questions) -> tuple[np.ndarray, np.ndarray]:
     for row, i in zip(canon, ids):
         row[:len(i)] = i
     return x, canon
-
-
-def clipped_objective(tok_lp, old_tok_lp, adv, mask, clip_eps):
-    r"""The clipped surrogate to *maximise*, averaged over the N responses:
-
-    .. math:: \frac1N\sum_n\sum_t m_{nt}\min\big(r_{nt}A_n,\ \mathrm{clip}(r_{nt}, 1-\epsilon,
-              1+\epsilon)A_n\big),\qquad r_{nt} = \exp(\log\pi_{nt} - \log\pi^{old}_{nt}).
-
-    At ``pi = pi_old`` (all ratios 1) its gradient is ``(1/N) sum_n A_n grad log pi(y_n|x_n)``,
-    Algorithm 1's estimator; a token whose ratio has left ``[1 - eps, 1 + eps]`` in the direction
-    that its advantage favours contributes no gradient
-    (:func:`grpo_theory.optim.clipped.clipped_surrogate`, shared with the bandit loop).
-    """
-    r = jnp.exp(tok_lp - old_tok_lp)
-    obj = clipped_surrogate(r, adv[:, None], clip_eps)
-    return jnp.sum(obj * mask) / tok_lp.shape[0]
 
 
 def pass_rates(policy: LMPolicy, x, canon) -> np.ndarray:
@@ -198,46 +181,6 @@ def cached_optimizer(lr: float, name: str = "adam"):
     return optax.chain(optax.clip_by_global_norm(1.0), OPTIMIZERS[name](lr))
 
 
-@partial(jax.jit, static_argnames=("apply_fn", "sample_fn", "opt", "estimator", "batch",
-                                   "group", "n_steps", "epochs", "clip_eps", "eos"))
-def _grpo_chunk(apply_fn, sample_fn, opt, estimator, params, opt_state, key, pool_x, pool_canon,
-                batch, group, n_steps, epochs=1, clip_eps=None, temperature=1.0, eos=(EOS,)):
-    est = get_estimator(estimator)
-    rlen = pool_canon.shape[1]
-
-    def step(carry, k):
-        params, opt_state = carry
-        kx, ky = jax.random.split(k)
-        idx = jax.random.randint(kx, (batch,), 0, pool_x.shape[0])
-        x = jnp.repeat(pool_x[idx], group, axis=0)
-        canon = jnp.repeat(pool_canon[idx], group, axis=0)
-        y = jax.lax.stop_gradient(sample_fn(params, ky, x, rlen, temperature))
-        # float64 under jax_enable_x64, else float32 (no truncation warning on accelerators)
-        z = reward_exact_tokens(y, canon).astype(float).reshape(batch, group)
-        adv = est.advantage(z, PromptContext()).reshape(-1).astype(jnp.float32)
-
-        if clip_eps is None and epochs == 1:  # Algorithm 1
-            def surrogate(p):
-                return -jnp.mean(adv * seq_log_probs(apply_fn, p, x, y, temperature, eos))
-
-            grads = jax.grad(surrogate)(params)
-            upd, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, upd), opt_state), jnp.mean(z)
-        old = jax.lax.stop_gradient(token_log_probs(apply_fn, params, x, y, temperature, eos))
-        mask = response_mask(y, eos)
-        eps = jnp.inf if clip_eps is None else clip_eps
-
-        params, opt_state = multi_epoch_update(
-            opt, params, opt_state, lambda q: clipped_objective(
-                token_log_probs(apply_fn, q, x, y, temperature, eos), old, adv, mask, eps),
-            epochs)
-        return (params, opt_state), jnp.mean(z)
-
-    (params, opt_state), rewards = jax.lax.scan(step, (params, opt_state),
-                                                jax.random.split(key, n_steps))
-    return params, opt_state, rewards
-
-
 def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: int,
                n_steps: int, checkpoints, lr: float, seed: int, estimator: str = "grpo",
                epochs: int = 1, clip_eps: float | None = None, log=None,
@@ -275,8 +218,10 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     pool_x, pool_c = jnp.asarray(px), jnp.asarray(pc)
     ex, ec = task_tokens(policy, eval_questions)
     opt = cached_optimizer(float(lr), optimizer)
+    variant = LMVariant(estimator, group=group_size, epochs=int(epochs), clip_eps=clip_eps)
     params = policy.params
     opt_state = opt.init(params)
+    state = variant.est.initial_state(len(px))
     key = V.random_key(seed, key)
     rows = [dict(step=0, accuracy=exact_accuracy(policy, ex, ec), train_reward=float("nan"))]
     if on_checkpoint is not None:
@@ -284,10 +229,10 @@ def train_grpo(policy: LMPolicy, pool, eval_questions, budget: int, group_size: 
     done = 0
     for c in checkpoints:
         key, k = jax.random.split(key)
-        params, opt_state, rew = _grpo_chunk(policy.apply_fn, policy.sample_fn, opt, estimator,
-                                             params, opt_state, k, pool_x, pool_c, batch,
-                                             group_size, c - done, int(epochs), clip_eps,
-                                             policy.temperature, policy.eos_ids)
+        params, opt_state, state, out = train_chunk(
+            policy.apply_fn, policy.sample_fn, opt, variant, params, opt_state, state, k,
+            pool_x, pool_c, ex, ec, batch, c - done, policy.temperature, policy.eos_ids)
+        rew = out["reward"]
         done = c
         now = policy.with_params(params)
         acc = exact_accuracy(now, ex, ec)
