@@ -14,6 +14,7 @@ from grpo_theory.plotting import plt, save_figure
 from grpo_theory.experiments import Check, Section, check, markdown_table
 
 from .history_path import path_checks, path_lines
+from .lm_training import lm_training_lines
 
 Z_TOL = 4.0
 #: the baselines that contain the response's own reward
@@ -359,6 +360,7 @@ def report(tables, s) -> Section:
                   ""]
     lines += _history_lines(sm["history"])
     lines += path_lines(tables.get("history_path"))
+    lines += lm_training_lines(tables.get("lm_training"))
     lines += ["![](baselines.png)"]
     return Section("Baselines beyond the prompt: cross-prompt and weighted baselines",
                    "\n".join(lines), checks(sm) + path_checks(tables.get("history_path")))

@@ -77,6 +77,7 @@ from grpo_theory.experiments import Cell, Experiment, key_seed
 from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
 from .history_path import bootstrap_interval, history_path_rows
+from .lm_training import SCHEMA as LM_SCHEMA, lm_training_cells, lm_training_rows
 
 NAME = "baselines"
 CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased; JSPO beats "
@@ -109,6 +110,9 @@ class Settings:
         train_problem, train_sizes, train_steps, train_seeds, train_eta: the training at equal
             rollouts (family member, G, steps, seeds, step size).
         estimators: the registry names compared (leave-one-out, ``grpo``, among them).
+        lm_sizes, lm_budget, lm_steps, lm_seeds, lm_lr, lm_eval, lm_pool: the training of the
+            small transformer at equal rollouts (:mod:`.lm_training`): its G's, responses a
+            step, steps, seeds, Adam's learning rate, held-out and training questions.
         history_problems, history_size, history_steps, history_reps: the ``history`` table's
             family members, G, steps of the sampled history that sets the state, and Monte
             Carlo replicates; history_mc: how many of its members (the first) get Monte Carlo.
@@ -138,6 +142,13 @@ class Settings:
     history_mc: int = 1
     path_histories: int = 16
     path_every: int = 10
+    lm_sizes: tuple = (4,)
+    lm_budget: int = 32
+    lm_steps: int = 10
+    lm_seeds: int = 8
+    lm_lr: float = 1e-3
+    lm_eval: int = 100
+    lm_pool: int = 2000
 
 
 SETTINGS = {
@@ -152,7 +163,7 @@ SETTINGS = {
                      pooled_deltas=(0.5, 0.25, 0.1, 0.047, 0.0226, 0.0111, 0.0055),
                      pooled_budget=256, pooled_sizes=(2, 4, 8, 16, 32, 64, 128),
                      pooled_reps=100_000, spo_seeds=256, history_mc=3, path_histories=64,
-                     path_every=5),
+                     path_every=5, lm_sizes=(2, 4, 8), lm_steps=40, lm_seeds=32),
 }
 
 SCHEMA = {
@@ -175,6 +186,7 @@ SCHEMA = {
                     estimator="str", exact_mse="float", relative_bias="float", kept="float",
                     ratio_loo="float", state_err="float?", mc="float?", mc_se="float?",
                     z="float?", rival_z="float?"),
+    "lm_training": LM_SCHEMA,
     "history_brute": dict(estimator="str", G="int", B="int", rel_err="float",
                           rival_rel_err="float"),
     "history_path": dict(problem="str", G="int", B="int", eta="float", step="int",
@@ -246,6 +258,8 @@ def cells(s: Settings) -> list[Cell]:
                                          histories=s.path_histories, every=s.path_every),
                     kind="history_path"))
     out.append(Cell("history_brute", dict(history_brute=True), kind="history_brute"))
+    out += lm_training_cells(s.lm_sizes, s.lm_budget, s.lm_steps, s.lm_seeds, s.lm_lr,
+                             s.lm_eval, s.lm_pool)
     for j, prob in enumerate(s.history_problems):
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         out.append(Cell(f"history_{pid}", dict(history=True, problem=pid,
@@ -517,6 +531,8 @@ def cell(config: dict, key) -> list[dict]:
         return _history_rows(config, key)
     if config.get("history_brute"):
         return _history_brute_rows()
+    if config.get("lm_train"):
+        return lm_training_rows(config, key)
     if config.get("pooled"):
         return _pooled_rows(config, key)
     if config.get("pooled_route"):

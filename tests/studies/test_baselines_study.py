@@ -22,7 +22,8 @@ def study(tmp_path_factory):
                                 pooled_deltas=(0.05,), pooled_budget=16,
                                 pooled_sizes=(2, 4, 8), pooled_reps=4000, spo_seeds=8,
                                 history_problems=(None, (0.5, 1.0)), history_reps=8000,
-                                path_histories=4, path_every=5)
+                                path_histories=4, path_every=5,
+                                lm_sizes=())  # the transformer's cell: in test_lm_drivers.py
     out = tmp_path_factory.mktemp("baselines")
     res = run_experiment(m.EXPERIMENT, out, small, seed=0, figures=True, progress=False,
                          verbose=False)

@@ -257,3 +257,28 @@ def test_lm_mse_grpo_gap_gate_can_fail(runs):
     row = [c for c in sec.checks if c.name.startswith("(iv')")]
     assert len(row) == 1 and row[0].passed is False and sec.verdict == "FAIL"
     assert "Power of (i)" in sec.markdown
+
+
+def test_baselines_train_the_transformer_with_paired_seeds(runs):
+    """The ``baselines`` study's transformer cell (in the drivers' warm-up cache), small: two
+    estimators, two seeds, two steps. Leave-one-out's own difference is 0, the runs start at
+    one accuracy, the weighted baseline moves the policy otherwise than leave-one-out (its
+    squared score norms reach the loop), and the report renders the table."""
+    import jax
+    from grpo_theory._cache import cache_context
+    from grpo_theory.lm import QUICK_WARMUP
+    from grpo_theory.studies import baselines
+    from grpo_theory.studies.baselines import lm_training as L
+
+    root, _ = runs
+    config = dict(lm_train=True, warmup=QUICK_WARMUP, G=4, N=16, steps=2, seeds=2, lr=1e-2,
+                  n_eval=24, n_pool=200, estimators=["grpo", "norm_weighted"])
+    with cache_context(root / ".cache"):
+        rows = pd.DataFrame(baselines.cell(config, jax.random.PRNGKey(0)))
+    assert list(rows.estimator) == ["grpo", "norm_weighted"]
+    loo, nw = rows.iloc[0], rows.iloc[1]
+    assert loo.diff_loo == 0 and loo.start == nw.start
+    assert nw.final != loo.final
+    assert set(rows.columns) >= set(L.SCHEMA)
+    text = "\n".join(L.lm_training_lines(rows))
+    assert "small transformer" in text and "`norm_weighted`" in text
