@@ -1,9 +1,11 @@
 """Training a language-model policy with GRPO and its companions.
 
-* :mod:`.grpo`: GRPO training under a sample budget, the exact pass rates of the answer-only
-  format and the group size they predict;
+* :mod:`.loop`: the one GRPO training loop (a jitted ``lax.scan`` over a static variant:
+  estimator, fixed G or rollout rule, clipping);
+* :mod:`.grpo`: GRPO training under a sample budget (the loop at a fixed G), the exact pass
+  rates of the answer-only format and the group size they predict;
 * :mod:`.dppo`: the DPPO-style trainer (rollouts kept by a scheme, reweighted);
-* :mod:`.allocation`: training under a group-size allocation rule.
+* :mod:`.allocation`: training under a group-size allocation rule (the loop under a rule).
 
 This ``__init__`` is the face of :mod:`grpo_theory.lm.training`: ``__all__`` lists its public
 names.
