@@ -15,6 +15,7 @@ from grpo_theory.experiments import Check, Section, check, markdown_table
 
 from .history_path import path_checks, path_lines
 from .lm_training import lm_training_lines
+from .pooled_basis import pooled_basis_checks, pooled_basis_lines
 
 Z_TOL = 4.0
 #: the baselines that contain the response's own reward
@@ -335,6 +336,7 @@ def report(tables, s) -> Section:
                   "for the leave-one-out mean) and vanishes as G grows (B = N/G prompts, little "
                   "to borrow, and the leave-one-out mean is already good), so its best group "
                   "size is smaller than leave-one-out's.", ""]
+    lines += pooled_basis_lines(tables.get("pooled_basis"))
     sp = sm["spo_path"]
     if len(sp):
         r0 = sp.iloc[0]
@@ -363,7 +365,8 @@ def report(tables, s) -> Section:
     lines += lm_training_lines(tables.get("lm_training"))
     lines += ["![](baselines.png)"]
     return Section("Baselines beyond the prompt: cross-prompt and weighted baselines",
-                   "\n".join(lines), checks(sm) + path_checks(tables.get("history_path")))
+                   "\n".join(lines), checks(sm) + path_checks(tables.get("history_path"))
+                   + pooled_basis_checks(tables.get("pooled_basis")))
 
 
 def plot(tables, s, out_dir) -> None:

@@ -31,7 +31,8 @@ The scaling law under pooling: on the scaling family (:func:`grpo_theory.problem
 whose leave-one-out G* runs from 2.4 to about 70 as its reward gap delta falls), the exact MSE of
 JSPO and of leave-one-out at a fixed budget N = BG for every G of a grid (B = N/G prompts drawn
 independently; JSPO by the pooled route, a dynamic programme over the other groups' statistics),
-the best G of each, and Monte Carlo at both best G's.
+the best G of each, and Monte Carlo at both best G's; the same for BASIS, whose baseline is the
+other prompts' mean, at every G and G = 1 (:mod:`.pooled_basis`).
 
 SPO over a training path: the policy follows the expected path of unbiased training (the drift
 model), SPO's per-prompt trackers are updated from sampled rewards as the recipe's code does,
@@ -53,7 +54,11 @@ for EBPO, DBB, KAE and BASIS: the count states equal brute-force enumeration at 
 at that state lies within 4 se of the exact MSE while leave-one-out's lies beyond, and the four
 are unbiased (1e-12) while both self-inclusive rivals are biased, and along a drifting policy
 EBPO, DBB and KAE stay unbiased given their sampled states at every step (1e-12) while EBPO's
-self-inclusive form along the same histories is biased (:mod:`.history_path`).
+self-inclusive form along the same histories is biased (:mod:`.history_path`), and Monte Carlo
+at BASIS's best G under the budget lies within 4 se of its exact MSE by the pooled route while
+the MSE without a baseline at the same (B, G) lies beyond (:mod:`.pooled_basis`). The small
+transformer trained at equal rollouts with five of the estimators (:mod:`.lm_training`) is a
+measurement, not a check.
 
     grpo-theory baselines [--full] [--workers N]
 """
@@ -78,6 +83,7 @@ from grpo_theory._precision import float64
 from .analysis import checks, plot, report, summary
 from .history_path import bootstrap_interval, history_path_rows
 from .lm_training import SCHEMA as LM_SCHEMA, lm_training_cells, lm_training_rows
+from .pooled_basis import SCHEMA as BASIS_SCHEMA, pooled_basis_cells, pooled_basis_rows
 
 NAME = "baselines"
 CLAIM = ("cross-prompt (JSPO) and leave-one-out weighted baselines are unbiased; JSPO beats "
@@ -187,6 +193,7 @@ SCHEMA = {
                     ratio_loo="float", state_err="float?", mc="float?", mc_se="float?",
                     z="float?", rival_z="float?"),
     "lm_training": LM_SCHEMA,
+    "pooled_basis": BASIS_SCHEMA,
     "history_brute": dict(estimator="str", G="int", B="int", rel_err="float",
                           rival_rel_err="float"),
     "history_path": dict(problem="str", G="int", B="int", eta="float", step="int",
@@ -274,6 +281,7 @@ def cells(s: Settings) -> list[Cell]:
                         kind="pooled"))
         out.append(Cell(f"pooled_route_d{d:g}", dict(pooled_route=True, delta=d),
                         kind="pooled_route"))
+    out += pooled_basis_cells(s.pooled_deltas, s.pooled_budget, s.pooled_sizes, s.pooled_reps)
     for prob in s.problems:
         pid = "toy" if prob is None else f"m{prob[0]:g}_s{prob[1]:g}"
         for G in s.group_sizes:
@@ -533,6 +541,8 @@ def cell(config: dict, key) -> list[dict]:
         return _history_brute_rows()
     if config.get("lm_train"):
         return lm_training_rows(config, key)
+    if config.get("pooled_basis"):
+        return pooled_basis_rows(config, key)
     if config.get("pooled"):
         return _pooled_rows(config, key)
     if config.get("pooled_route"):

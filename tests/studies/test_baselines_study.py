@@ -170,3 +170,25 @@ def test_history_path_is_unbiased_given_the_state_and_its_check_fails_on_the_riv
     flat.loc[flat.estimator == PATH_RIVAL, "min_relative_bias"] = 0.0
     assert path_checks(flat)[0].passed is False
     assert path_checks(None)[0].passed is None  # missing rows: INCOMPLETE, never PASS
+
+
+def test_basis_under_pooling_and_its_check_fails_on_the_rival(study):
+    """BASIS at a fixed budget: its best G is 1 (one response a prompt) on the member, Monte
+    Carlo at it agrees with the pooled route; fed Monte Carlo at the rival's MSE (no baseline
+    at the same B and G), the check fails; without rows it is INCOMPLETE."""
+    from grpo_theory.studies.baselines.pooled_basis import best_sizes, pooled_basis_checks
+
+    m, res = study
+    pb = res.tables["pooled_basis"]
+    assert set(pb.estimator) == {"basis", "grpo", "vanilla"} and 1 in set(pb.G)
+    assert (best_sizes(pb)["best G, BASIS"] == 1).all()
+    (ok,) = pooled_basis_checks(pb)
+    assert ok.passed and ok.kind == "statistical"
+    bad = pb.copy()
+    at = bad.mc.notna()
+    van = bad[bad.estimator == "vanilla"].set_index(["delta", "G"]).exact_mse
+    bad.loc[at, "mc"] = [van[(d, g)] for d, g in zip(bad[at].delta, bad[at].G)]
+    bad.loc[at, "z"] = (bad.loc[at, "mc"] - bad.loc[at, "exact_mse"]) / bad.loc[at, "mc_se"]
+    bad.loc[at, "rival_z"] = 0.0
+    assert pooled_basis_checks(bad)[0].passed is False
+    assert pooled_basis_checks(None)[0].passed is None
