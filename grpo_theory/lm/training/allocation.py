@@ -3,7 +3,8 @@ r"""GRPO training of the small transformer with a rollout rule choosing each pro
 Every step draws B prompts uniformly from the training pool; the rule decides which responses
 are generated and which enter the estimate; the update is Adam after global-norm clipping at 1
 (as :func:`grpo_theory.lm.training.grpo.train_grpo`) along the mean over the kept prompts ``K`` of
-each prompt's leave-one-out estimate on its ``n_b`` kept responses,
+each prompt's estimate on its ``n_b`` kept responses (any estimator with a masked form,
+``estimator=``; by default the leave-one-out estimate),
 
 .. math:: \hat g = \frac{1}{|K|} \sum_{b \in K} \frac{1}{n_b} \sum_{g \le n_b}
           \Big(z_{bg} - \frac{\sum_{h \ne g} z_{bh}}{n_b - 1}\Big) \nabla \log\pi(y_{bg}|x_b).
@@ -131,7 +132,8 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: Rule, batch_si
         pool: the training questions the prompts are drawn from (uniformly, with replacement).
         eval_questions: the held-out questions of the exact accuracy.
         rule: an allocation :class:`~grpo_theory.allocation.Rule` with a training step (e.g.
-            :func:`lm_rule`); its state (if it reads one) is :class:`~grpo_theory.lm.training.loop.LMSampler`'s.
+            :func:`lm_rule`); its state (if it reads one) is
+            :class:`~grpo_theory.lm.training.loop.LMSampler`'s.
         batch_size: B prompts a step (kept prompts for ``dynamic_sampling``).
         rollout_budget: run whole chunks of ``chunk_steps`` steps until the responses generated
             reach it (or ``max_steps``).
@@ -174,7 +176,7 @@ def train_with_rule(policy: LMPolicy, pool, eval_questions, rule: Rule, batch_si
             s2 = _first_s2(policy.apply_fn, policy.sample_fn, params, k0, pool_x, pool_c, B,
                            policy.temperature, policy.eos_ids)
             extra = B
-        variant = LMVariant(estimator, rule=rule, epochs=int(epochs), clip_eps=clip_eps)
+        variant = LMVariant(estimator, rule=rule, epochs=epochs, clip_eps=clip_eps)
         params, opt_state, s2_out, out = train_chunk(
             policy.apply_fn, policy.sample_fn, opt, variant, params, opt_state,
             jnp.asarray(0.0 if s2 is None else s2, jnp.float32), k, pool_x, pool_c, ex, ec, B,

@@ -69,6 +69,11 @@ class LMVariant:
     def __post_init__(self):
         if (self.group is None) == (self.rule is None):
             raise ValueError("give exactly one of group (a fixed G) and rule (a rollout rule)")
+        if isinstance(self.epochs, bool) or int(self.epochs) != self.epochs or self.epochs < 1:
+            raise ValueError(f"epochs must be an integer >= 1, got {self.epochs!r}")
+        object.__setattr__(self, "epochs", int(self.epochs))  # one static value per count
+        if self.clip_eps is not None and not 0.0 < self.clip_eps < 1.0:
+            raise ValueError(f"clip_eps must be None or lie in (0, 1), got {self.clip_eps!r}")
         est = get_estimator(self.estimator)
         missing = [n for n in est.needs if n not in SUPPLIED]
         if missing:
@@ -126,8 +131,8 @@ class LMSampler(Sampler):
     def draw(self, key, n, width):
         kx, ky = jax.random.split(key)
         idx = jax.random.randint(kx, (n,), 0, self.pool_x.shape[0])
-        x, y, z = draw_responses(self.sample_fn, self.params, ky, self.pool_x[idx], self.pool_c[idx],
-                        width, self.temperature)
+        x, y, z = draw_responses(self.sample_fn, self.params, ky, self.pool_x[idx],
+                                 self.pool_c[idx], width, self.temperature)
         yy = y.reshape(n, width, -1)
         return Draw(idx, (x.reshape(n, width, -1), yy), z, jnp.all(yy == yy[:, :1], axis=-1))
 
