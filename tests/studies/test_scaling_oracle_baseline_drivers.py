@@ -118,7 +118,8 @@ def test_oracle_cell_key_not_group_size(oracle_run):
     """The Monte Carlo draws come from the cell's key only: the same key repeats a cell
     exactly, another key changes its Monte Carlo numbers (not its exact ones)."""
     m, res = oracle_run
-    cfg = dict(problem="softmax", G=8, n_reps=2000, estimators=m.ESTIMATORS)
+    # the sweep's own softmax_G8 cell (its replicates too): its compiled program is reused
+    cfg = next(cl.config for cl in m.cells(m.SETTINGS["quick"]) if cl.id == "softmax_G8")
     k0, k1 = cell_key(m.NAME, "softmax_G8", 0), cell_key(m.NAME, "softmax_G8", 1)
     a, b, c = (pd.DataFrame(m.cell(cfg, k)) for k in (k0, k0, k1))
     pd.testing.assert_frame_equal(a, b)
