@@ -42,23 +42,31 @@ def _flat(tree):
     return np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(tree)])
 
 
-def _by_hand(pol, px, pc, key, est, state, opt, score_sq=True):
-    """One step of Algorithm 1 with ``est`` written out: the loop's draws (its key split), the
-    squared norms from ``pol.weighted_score`` row by row."""
+def _draws(pol, px, pc, key):
+    """The prompts, responses and rewards of the loop's first step (its key split)."""
     kx, ky = jax.random.split(jax.random.split(key, 1)[0])
     idx = jax.random.randint(kx, (B,), 0, P)
     x = jnp.repeat(px[idx], G, axis=0)
     y = pol.sample_fn(pol.params, ky, x, pc.shape[1], pol.temperature)
     z = task.reward_exact_tokens(y, jnp.repeat(pc[idx], G, axis=0)).astype(float).reshape(B, G)
-    sq = np.array([np.sum(pol.weighted_score(x[i:i + 1], y[i:i + 1], [1.0]) ** 2)
-                   for i in range(B * G)]).reshape(B, G)
-    ctx = PromptContext(prompt=idx, score_sq=jnp.asarray(sq if score_sq else np.ones_like(sq)),
-                        state=state)
+    return idx, x, y, z
+
+
+def _sq_norms(pol, x, y):
+    """Each response's squared score norm from the policy's own weighted score, row by row."""
+    return np.array([np.sum(pol.weighted_score(x[i:i + 1], y[i:i + 1], [1.0]) ** 2)
+                     for i in range(B * G)]).reshape(B, G)
+
+
+def _by_hand(pol, draws, est, state, opt, sq):
+    """One step of Algorithm 1 with ``est`` written out on ``draws`` (squared norms ``sq``)."""
+    idx, x, y, z = draws
+    ctx = PromptContext(prompt=idx, score_sq=jnp.asarray(sq), state=state)
     adv = est.advantage(z, ctx).reshape(-1).astype(jnp.float32)
     grads = jax.grad(lambda p: -jnp.mean(adv * policy.seq_log_probs(
         pol.apply_fn, p, x, y, pol.temperature, pol.eos_ids)))(pol.params)
     upd, _ = opt.update(grads, opt.init(pol.params), pol.params)
-    return optax.apply_updates(pol.params, upd), est.next_state(state, idx, z, ctx), z
+    return optax.apply_updates(pol.params, upd), est.next_state(state, idx, z, ctx)
 
 
 @pytest.mark.parametrize("name", ["norm_weighted", "jspo", "spo_raw"])
@@ -72,8 +80,10 @@ def test_one_step_equals_the_step_written_out(setup, name):
         pol.apply_fn, pol.sample_fn, opt, loop.LMVariant(name, group=G), pol.params,
         opt.init(pol.params), s0, key, px, pc, px, pc, B, 1, temperature=pol.temperature,
         eos=pol.eos_ids)
-    want, want_state, z = _by_hand(pol, px, pc, key, est, s0, opt)
-    z = np.asarray(z)
+    draws = _draws(pol, px, pc, key)
+    sq = _sq_norms(pol, draws[1], draws[2]) if "score_sq" in est.needs else np.ones((B, G))
+    want, want_state = _by_hand(pol, draws, est, s0, opt, sq)
+    z = np.asarray(draws[3])
     assert np.any((z.sum(1) > 0) & (z.sum(1) < G))  # a mixed group: the step moves
     assert float(out["reward"][0]) == pytest.approx(z.mean())
     moved = np.abs(_flat(want) - _flat(pol.params)).max()
@@ -88,11 +98,11 @@ def test_one_step_equals_the_step_written_out(setup, name):
     # mean), another prompt mix for JSPO's pooled baseline (the whole batch read as one group),
     # a tracker at another state for SPO
     if name == "norm_weighted":
-        rival, _, _ = _by_hand(pol, px, pc, key, est, s0, opt, score_sq=False)
+        rival, _ = _by_hand(pol, draws, est, s0, opt, np.ones((B, G)))
     elif name == "jspo":
-        rival, _, _ = _by_hand(pol, px, pc, key, get_estimator("grpo"), s0, opt)
+        rival, _ = _by_hand(pol, draws, get_estimator("grpo"), s0, opt, sq)
     else:
-        rival, _, _ = _by_hand(pol, px, pc, key, est, want_state, opt)
+        rival, _ = _by_hand(pol, draws, est, want_state, opt, sq)
     assert np.abs(_flat(rival) - _flat(got)).max() > 100 * 1e-6 * max(moved, 1)
 
 
