@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._precision import float64
@@ -96,15 +98,19 @@ def basis_pieces(problem) -> CrossPromptPieces:
         >>> round(batch_moments(bandit, "basis", 3, 2).mse, 6)
         0.038968
     """
-    st = as_structure(problem)
+    J, m0, qz, var_v, v2, s2, c1, c_v, grad_sq = (float(x) for x in
+                                                   np.asarray(_moments(as_structure(problem))))
+    return CrossPromptPieces(mean_reward=J, score_sq=m0, score_sq_z=qz, value_var=var_v,
+                             value_sq=v2, sigma2=s2, c1=c1, c_v=c_v, grad_sq=grad_sq)
+
+
+@jax.jit
+def _moments(st):
+    """``(J, m0, E[q Z], Var_X V, E[V^2], E[sigma^2], c1, c_v, ||grad J||^2)`` in one compiled
+    call per structure shape."""
     mo = prompt_moments(st)
-    c1, _, _, c_v, grad_sq = (float(x) for x in np.asarray(_pieces(st, mo)))
-    f = np.asarray(st.prompt_probs, np.float64)
-    v = np.asarray(mo.value, np.float64)
-    J = float(f @ v)
-    value_sq = float(f @ v**2)
-    return CrossPromptPieces(mean_reward=J, score_sq=float(f @ np.asarray(mo.score_sq)),
-                             score_sq_z=float(f @ np.asarray(mo.score_sq_z)),
-                             value_var=float(f @ (v - J) ** 2), value_sq=value_sq,
-                             sigma2=float(f @ np.asarray(mo.sigma2)), c1=c1, c_v=c_v,
-                             grad_sq=grad_sq)
+    f, v = st.prompt_probs, mo.value
+    J = f @ v
+    c1, _, _, c_v, grad_sq = _pieces(st, mo)
+    return jnp.stack([J, f @ mo.score_sq, f @ mo.score_sq_z, f @ (v - J) ** 2, f @ v**2,
+                      f @ mo.sigma2, c1, c_v, grad_sq])
