@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import grpo_theory as gt
-from grpo_theory.core import BASIS_PIECES, basis_pieces, batch_moments
+from grpo_theory.core import BASIS_PIECES, basis_pieces, batch_moments, scaling_constants
+from grpo_theory.problems import scaling_family_bandit
 
 BANDIT = gt.SoftmaxBandit([[0.0, 1.0, -1.0], [0.5, 0.0, 0.0]],
                           [[1.0, 0.0, 0.5], [0.2, 0.9, 0.0]])
@@ -57,3 +58,16 @@ def test_bad_sizes_and_the_biased_rival_are_refused():
     assert gt.get_estimator("basis_self_inclusive").closed_form is None
     with pytest.raises(ValueError, match="couple the prompts"):  # no per-prompt route
         gt.exact_mse(BANDIT, "basis", 2, 2)
+
+
+def test_the_best_group_size_at_a_budget_is_one_on_the_scaling_family():
+    """The closed form's integer argmin over G in [1, N/2] at N = 256 (B = N/G >= 2) is G = 1 on
+    the largest and the smallest reward gap of the ``pooled_basis`` study, as its exact pooled
+    route found; leave-one-out's best G on the same member is larger (the rival: GRPO's law)."""
+    N = 256
+    G = np.arange(1, N // 2 + 1, dtype=np.float64)
+    for delta in (0.5, 0.0055):
+        bandit = scaling_family_bandit(delta)
+        assert int(G[np.argmin(basis_pieces(bandit).mse(N / G, G))]) == 1, delta
+    loo = scaling_constants(bandit).mse(N / G[1:], G[1:])
+    assert int(G[1:][np.argmin(loo)]) > 2
