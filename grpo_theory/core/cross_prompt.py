@@ -27,7 +27,7 @@ import numpy as np
 from .._precision import float64
 from .closed_forms import BASIS_PIECES, CrossPromptMean
 from .gram import as_structure
-from .ustat import _pieces, prompt_moments
+from .ustat import prompt_moments
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,7 @@ def _moments(st):
     mo = prompt_moments(st)
     f, v = st.prompt_probs, mo.value
     J = f @ v
-    c1, _, _, c_v, grad_sq = _pieces(st, mo)
+    c1, grad_sq = st.spread(f, mo.grad), st.mean_sq(f, mo.grad)  # as the advisor's PIECES
+    c_v = f @ (mo.score_sq_z - mo.grad_sq)
     return jnp.stack([J, f @ mo.score_sq, f @ mo.score_sq_z, f @ (v - J) ** 2, f @ v**2,
                       f @ mo.sigma2, c1, c_v, grad_sq])
