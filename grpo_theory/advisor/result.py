@@ -19,8 +19,8 @@ pieces, hence unbiased too (Theorem 2, Proposition 3, Theorem 7; true scores):
 * grpo_mean ``((G-1)/G)^2 MSE_grpo + ||grad J||^2 / G^2``;
 * basis (the other prompts' mean as the baseline, B >= 2, any G >= 1) ``c1/B + c_J/(BG) +
   (Var_X V + E sigma^2/G) m0/(BG(B-1)) + ||grad J||^2/(B(B-1)G^2)``, ``c_J = c_v - 2 J E[qZ] +
-  J^2 m0``, ``m0 = E||s||^2``: linear in the cross-prompt pieces of :mod:`.cross_prompt` (U-statistics
-  over distinct prompts, m >= 4), computed from the rollouts when first asked for.
+  J^2 m0``, ``m0 = E||s||^2``: linear in the cross-prompt pieces of :mod:`.cross_prompt`
+  (U-statistics over distinct prompts, m >= 4), computed from the rollouts when first asked for.
 
 An estimator without a closed form (JSPO: its shrinkage coefficient is a ratio of batch
 statistics) is refused with a message naming its exact route on an enumerable problem,

@@ -24,7 +24,7 @@ form                   exact MSE over the pieces                                
 :class:`OracleBaseline` ``c1/B + c2/(BG)``                                             oracle
 :class:`LeaveOneOut`   ``c1/B + c2/(BG) + c3/(BG(G-1))``                              grpo, rloo
 :class:`GroupMean`     ``((G-1)/G)^2 MSE_grpo + ||grad J||^2/G^2``                    grpo_mean
-:class:`CrossPromptMean` over :data:`BASIS_PIECES` (its docstring)                        basis
+:class:`CrossPromptMean` over :data:`BASIS_PIECES` (see the class)                basis
 :class:`OptimalBaseline`, :class:`GivenBaseline`  exact moments only (no advisor pieces)  optimal, b(x)
 =====================  ============================================================  ==========
 
