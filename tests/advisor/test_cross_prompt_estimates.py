@@ -13,7 +13,7 @@ import pytest
 
 import grpo_theory as gt
 from grpo_theory.advisor.coverage import group_outcomes
-from grpo_theory.advisor.cross_prompt import cross_prompt_statistics
+from grpo_theory.advisor import cross_prompt_statistics
 from grpo_theory.advisor.pieces import rollout_statistics, t_quantile
 from grpo_theory.core import BASIS_PIECES, basis_pieces
 
