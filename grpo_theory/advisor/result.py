@@ -227,7 +227,11 @@ class ScalingEstimate(ResultMixin):
             theta, cov = (np.asarray(a) for a in extended_statistics_jit(
                 jnp.asarray(z), jnp.asarray(q), jnp.asarray(mq), jnp.asarray(md)))
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-            theta, cov = np.ldexp(theta, k), np.ldexp(cov, 2 * k)
+            scaled = np.ldexp(theta, k)
+            if np.any((theta != 0) & (np.abs(scaled) < np.finfo(np.float64).tiny)):
+                raise ValueError("the cross-prompt pieces underflow float64: rescale the rewards "
+                                 "or the scores")
+            theta, cov = scaled, np.ldexp(cov, 2 * k)
         if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(cov))):
             raise ValueError("the cross-prompt pieces or their covariance overflow float64: "
                              "rescale the rewards or the scores")

@@ -141,4 +141,7 @@ def test_bad_sizes_and_estimators_without_a_closed_form_are_refused(estimate):
     few.mse(2, 2, "grpo")
     with pytest.raises(ValueError, match="n_prompts must be >= 4"):
         few.mse(2, 2, "basis")
+    bare = gt.advisor.ScalingEstimate(few.theta, few.cov, {}, np.zeros((5, 4)))
+    with pytest.raises(ValueError, match="carry no rollouts"):
+        bare.mse(2, 2, "basis")
     assert BASIS_PIECES[:3] == ("c1", "c_v", "grad_sq")
