@@ -18,6 +18,7 @@ on token arrays (``rows`` index the prompt pool), which ``advise`` builds from t
 from .pieces import (MIN_PROMPTS, MIN_SAMPLES, PARAMETERS, prompt_pieces, rollout_statistics,
                      scaling_intervals, t_quantile)
 from .result import ScalingEstimate
+from .cross_prompt import CROSS_PROMPT, EXTENDED_PARAMETERS, cross_prompt_statistics
 from .estimate import estimate_from_rollouts, estimate_scaling_constants
 from .coverage import Coverage, enumerated_expectation, group_outcomes, interval_coverage
 from .intervals import fieller_interval, group_size_interval, jackknife_cov
@@ -39,6 +40,8 @@ __all__ = ["MIN_PROMPTS", "MIN_SAMPLES", "PARAMETERS", "ScalingEstimate",
            "fieller_interval", "group_size_interval", "jackknife_cov",
            "Coverage", "enumerated_expectation", "group_outcomes", "interval_coverage",
            "RolloutStatistics"]
+# BASIS's cross-prompt pieces (advisor/cross_prompt.py): ScalingEstimate.mse(B, G, "basis")
+__all__ += ["CROSS_PROMPT", "EXTENDED_PARAMETERS", "cross_prompt_statistics"]
 __all__ += ["FigureWarning"]
 __all__ += ["AdviceResult", "c1_warning", "exact_answer_reward", "load_reward",
             "read_prompts", "write_prompts", "TextReward",

@@ -174,7 +174,9 @@ def estimate_from_rollouts(rewards, scores=None, *, sq_norms=None, mean_gram=Non
         theta, cov = np.ldexp(theta, k), np.ldexp(cov, 2 * k)
         pieces = {name: np.ldexp(v, _PIECE_SCALE[name](kz, kq)) for name, v in pieces.items()}
     _check_finite_results(theta, cov, kz, kq)
-    return ScalingEstimate(theta, cov, pieces, z, float(alpha))
+    # BASIS's cross-prompt pieces are computed from the same rescaled arrays when asked for
+    rollouts = (z_, np.asarray(q), np.asarray(mq), np.asarray(md), int(k))
+    return ScalingEstimate(theta, cov, pieces, z, float(alpha), rollouts)
 
 
 #: the power of two each per-prompt piece scales by, given rewards x 2^kz, ||s||^2 x 2^kq

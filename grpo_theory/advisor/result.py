@@ -16,20 +16,32 @@ pieces, hence unbiased too (Theorem 2, Proposition 3, Theorem 7; true scores):
 
 * vanilla ``c1/B + c_v/(BG)`` with ``c_v = E_X[E[||s||^2 Z^2|X] - ||g(X)||^2]``;
 * oracle ``c1/B + c2/(BG)``; grpo ``c1/B + c2/(BG) + c3/(BG(G-1))``;
-* grpo_mean ``((G-1)/G)^2 MSE_grpo + ||grad J||^2 / G^2``.
+* grpo_mean ``((G-1)/G)^2 MSE_grpo + ||grad J||^2 / G^2``;
+* basis (the other prompts' mean as the baseline, B >= 2, any G >= 1) ``c1/B + c_J/(BG) +
+  (Var_X V + E sigma^2/G) m0/(BG(B-1)) + ||grad J||^2/(B(B-1)G^2)``, ``c_J = c_v - 2 J E[qZ] +
+  J^2 m0``, ``m0 = E||s||^2``: linear in the cross-prompt pieces of :mod:`.cross_prompt`
+  (U-statistics over distinct prompts, m >= 4), computed from the rollouts when first asked for.
+
+An estimator without a closed form (JSPO: its shrinkage coefficient is a ratio of batch
+statistics) is refused with a message naming its exact route on an enumerable problem,
+``grpo_theory.allocation.audit(problem, allocation.fixed(G), estimator=..., batch_size=B)``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _validation as V
-from ..core import Estimate, ResultMixin, closed_form_of, get_estimator, grpo_noise_scale
+from ..core import (PIECES, Estimate, MissingClosedForm, ResultMixin, closed_form_of,
+                    get_estimator, grpo_noise_scale)
+from .cross_prompt import EXTENDED_PARAMETERS, MIN_PROMPTS as CROSS_MIN_PROMPTS
+from .cross_prompt import extended_statistics_jit
 from .pieces import intervals_jit, t_quantile
 
 
@@ -55,6 +67,9 @@ class ScalingEstimate(ResultMixin):
         pieces: per-prompt unbiased pieces (:func:`prompt_pieces`), (m,) arrays.
         rewards: (m, n) the sampled rewards.
         alpha: the level of the ``*_ci`` attributes (0.05: 95% intervals).
+        rollouts: ``(rewards, sq_norms, mean_sq, mean_dot, k)`` as the U-statistics read them
+            (rescaled by powers of two; the pieces scale back by ``2^k``), or ``None``: the
+            cross-prompt pieces (:attr:`extended_theta`) are computed from them when asked for.
     """
 
     theta: np.ndarray
@@ -62,6 +77,7 @@ class ScalingEstimate(ResultMixin):
     pieces: dict = field(repr=False)
     rewards: np.ndarray = field(repr=False)
     alpha: float = 0.05
+    rollouts: tuple | None = field(default=None, repr=False)
 
     # -- sizes and point estimates
     @property
@@ -195,11 +211,52 @@ class ScalingEstimate(ResultMixin):
         return float(np.mean(share))
 
     # -- predictions
+    @cached_property
+    def _extended(self):
+        """``(theta (9,), cov (9, 9))`` over :data:`~.cross_prompt.EXTENDED_PARAMETERS`."""
+        if self.rollouts is None:
+            raise ValueError("these estimates carry no rollouts: the cross-prompt pieces need "
+                             "an estimate built by estimate_from_rollouts or "
+                             "estimate_scaling_constants")
+        if self.n_prompts < CROSS_MIN_PROMPTS:
+            raise ValueError(f"n_prompts must be >= {CROSS_MIN_PROMPTS} for the cross-prompt "
+                             f"pieces (U-statistics over triples of distinct prompts and their "
+                             f"jackknife), got {self.n_prompts}")
+        z, q, mq, md, k = self.rollouts
+        with jax.enable_x64(True):
+            theta, cov = (np.asarray(a) for a in extended_statistics_jit(
+                jnp.asarray(z), jnp.asarray(q), jnp.asarray(mq), jnp.asarray(md)))
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            scaled = np.ldexp(theta, k)
+            if np.any((theta != 0) & (np.abs(scaled) < np.finfo(np.float64).tiny)):
+                raise ValueError("the cross-prompt pieces underflow float64: rescale the rewards "
+                                 "or the scores")
+            theta, cov = scaled, np.ldexp(cov, 2 * k)
+        if not (np.all(np.isfinite(theta)) and np.all(np.isfinite(cov))):
+            raise ValueError("the cross-prompt pieces or their covariance overflow float64: "
+                             "rescale the rewards or the scores")
+        # the first five are the advisor's own estimates (the same U-statistics)
+        theta[:len(PIECES)] = self.theta
+        return theta, cov
+
+    @property
+    def extended_theta(self) -> np.ndarray:
+        """Unbiased estimates of :data:`~.cross_prompt.EXTENDED_PARAMETERS` (9,): the five
+        :data:`PARAMETERS` and the cross-prompt pieces ``J E[qZ]``, ``J^2 E[q]``,
+        ``E[V^2] E[q]``, ``E[sigma^2] E[q]`` (m >= 4 prompts)."""
+        return self._extended[0].copy()
+
+    @property
+    def extended_cov(self) -> np.ndarray:
+        """The joint delete-one-prompt jackknife covariance of :attr:`extended_theta` (9, 9)."""
+        return self._extended[1].copy()
+
     def _weights(self, batch_size, group_size, estimator):
-        """The estimator's MSE as weights over :data:`PARAMETERS` (its closed form's
-        ``mse_weights``; an estimator without them is refused, naming the missing piece)."""
+        """The estimator's MSE as weights over the pieces its closed form names, with their
+        estimates and covariance: ``(w, theta, cov)``. An estimator without such weights is
+        refused, naming the missing piece (and, without a closed form, its exact route)."""
         est = get_estimator(estimator)
-        form = closed_form_of(est, "MSE over the advisor's pieces")
+        form = closed_form_of(est, "MSE over the advisor's pieces", _exact_route(est.name))
         B = V.real_array("batch_size", batch_size)
         G = V.real_array("group_size", group_size)
         if np.any(B <= 0):
@@ -209,29 +266,41 @@ class ScalingEstimate(ResultMixin):
             raise ValueError(f"group_size must be >= {low} for {est.name}, got min "
                              f"{float(np.min(G))!r}")
         B, G = np.broadcast_arrays(B, G)
-        return form.mse_weights(B, G)
+        w = form.mse_weights(B, G)
+        if tuple(form.pieces) == PIECES:
+            return w, np.asarray(self.theta), np.asarray(self.cov)
+        missing = [p for p in form.pieces if p not in EXTENDED_PARAMETERS]
+        if missing:
+            raise MissingClosedForm(est.name, f"advisor estimates of the pieces {missing} (its "
+                                    f"closed form's mse_weights run over {list(form.pieces)})")
+        idx = [EXTENDED_PARAMETERS.index(p) for p in form.pieces]
+        theta, cov = self._extended
+        return w, theta[idx], cov[np.ix_(idx, idx)]
 
     def mse(self, batch_size, group_size, estimator: str = "grpo"):
         """Predicted ``E||ghat - grad J||^2`` with B prompts and G responses each (unbiased).
 
         Args:
-            batch_size: B > 0 (scalar or array); group_size: G (>= 2 for grpo/rloo/grpo_mean).
+            batch_size: B > 0 (scalar or array; >= 2 for basis); group_size: G (>= 2 for
+                grpo/rloo/grpo_mean, >= 1 for basis).
             estimator: a registry name or ``Estimator`` whose closed form has ``mse_weights``
-                (``"vanilla"``, ``"oracle"``, ``"grpo"`` = ``"rloo"``, ``"grpo_mean"`` among the
-                built-ins); any other is refused with a message naming the missing piece.
+                (``"vanilla"``, ``"oracle"``, ``"grpo"`` = ``"rloo"``, ``"grpo_mean"``,
+                ``"basis"`` among the built-ins; basis needs m >= 4 prompts); any other is
+                refused with a message naming the missing piece.
 
         Returns:
             The prediction (float, or an array for array inputs).
         """
-        out = self._weights(batch_size, group_size, estimator) @ np.asarray(self.theta)
+        w, theta, _ = self._weights(batch_size, group_size, estimator)
+        out = w @ theta
         return float(out) if np.ndim(out) == 0 else out
 
     def mse_ci(self, batch_size, group_size, estimator: str = "grpo", alpha: float = 0.05):
         """Jackknife interval ``(low, high)`` for :meth:`mse` (same arguments, scalars)."""
-        w = self._weights(batch_size, group_size, estimator)
+        w, theta, cov = self._weights(batch_size, group_size, estimator)
         if w.ndim != 1:
             raise ValueError("mse_ci takes scalar batch_size and group_size")
-        val, se = float(w @ self.theta), float(np.sqrt(max(w @ self.cov @ w, 0.0)))
+        val, se = float(w @ theta), float(np.sqrt(max(w @ cov @ w, 0.0)))
         q = t_quantile(alpha, self.n_prompts)
         return (val - q * se, val + q * se)
 
@@ -283,22 +352,33 @@ class ScalingEstimate(ResultMixin):
         return (f"c1 is not resolved above 0 (estimate {self.c1:.4g}, "
                 f"{100 * (1 - self.alpha):g}% CI [{lo:.4g}, {hi:.4g}]): no recommended G")
 
-    def recommended_group_size(self, budget: int) -> int | None:
+    def recommended_group_size(self, budget: int, estimator=None) -> int | None:
         """Integer G in [2, budget] minimising the estimated ``c1 G + c2 + c3/(G-1)``
-        (the GRPO MSE at a fixed budget N = B G, B = N / G).
+        (the GRPO MSE at a fixed budget N = B G, B = N / G); with ``estimator``, the integer G
+        minimising that estimator's predicted MSE at ``B = N / G`` instead.
 
         ``None`` when c1 is not resolved above 0 (:attr:`c1_resolved`;
         :attr:`no_recommendation_reason` says why): the rollouts then show no between-prompt
         spread and recommend nothing, in particular not the whole budget. 2 when the c3
         estimate is <= 0.
 
+        With an estimator (``"basis"``: G in [1, N/2], B >= 2; its fixed-budget MSE is
+        ``(c1 G + c_J + ((Var_X V G + E sigma^2) m0 + ||grad J||^2)/(N - G)) / N``, usually
+        least at G = 1) every integer G from the estimator's ``min_group_size`` to
+        ``N / min_batch_size`` of its closed form is compared (ties to the smallest G); the c1
+        gate above is GRPO's law's and does not apply.
+
         Args:
             budget: N >= 2 responses per step.
+            estimator: ``None`` (GRPO's law, above) or a registry name or ``Estimator`` whose
+                closed form has ``mse_weights`` (:meth:`mse`).
 
         Returns:
             The integer G, or ``None`` (no recommendation).
         """
         N = V.integer("budget", budget, 2)
+        if estimator is not None:
+            return self._argmin_group_size(N, estimator)
         c1, c2, c3 = self.c1, self.c2, self.c3
         if not self.c1_resolved:
             return None
@@ -307,3 +387,28 @@ class ScalingEstimate(ResultMixin):
         r = 1.0 + math.sqrt(c3 / c1)
         cands = {min(max(2, math.floor(r)), N), min(max(2, math.floor(r) + 1), N)}
         return int(min(sorted(cands), key=lambda G: c1 * G + c2 + c3 / (G - 1)))
+
+    def _argmin_group_size(self, N: int, estimator) -> int:
+        """The integer G minimising ``estimator``'s predicted MSE at ``B = N / G``."""
+        est = get_estimator(estimator)
+        form = closed_form_of(est, "MSE over the advisor's pieces", _exact_route(est.name))
+        low, high = max(1, est.min_group_size), N // form.min_batch_size
+        if high < low:
+            raise ValueError(f"budget must be >= {low * form.min_batch_size} for {est.name} "
+                             f"(G >= {low}, B >= {form.min_batch_size}), got {N}")
+        if high - low >= MAX_GROUP_CANDIDATES:
+            raise ValueError(f"budget must give at most {MAX_GROUP_CANDIDATES} candidate group "
+                             f"sizes for {est.name}, got {high - low + 1} (budget {N})")
+        G = np.arange(low, high + 1, dtype=np.float64)
+        return int(G[int(np.argmin(self.mse(N / G, G, est)))])
+
+
+#: the most integer group sizes :meth:`ScalingEstimate.recommended_group_size` compares
+MAX_GROUP_CANDIDATES = 100_000
+
+
+def _exact_route(name: str) -> str:
+    """The exact route of an estimator without a closed form, for the advisor's refusal."""
+    return (f"its exact MSE on an enumerable problem with binary rewards is "
+            f"grpo_theory.allocation.audit(problem, allocation.fixed(G), estimator=\"{name}\", "
+            f"batch_size=B).mse")

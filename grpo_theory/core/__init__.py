@@ -14,8 +14,9 @@ from .problem import DiscreteProblem, RewardTable, as_problem
 from .policy import EnumerablePolicy, GradientProblem, PolicyWrapper
 from .policies import LinearSoftmaxBandit, SequencePolicy, SoftmaxBandit, n_sequences
 from .sampling import sample_from_uniforms, sample_groups
-from .closed_forms import (PIECES, ClosedForm, GivenBaseline, GroupMean, LeaveOneOut,
-                           MissingClosedForm, NoBaseline, OptimalBaseline, OracleBaseline)
+from .closed_forms import (BASIS_PIECES, PIECES, ClosedForm, CrossPromptMean, GivenBaseline,
+                           GroupMean, LeaveOneOut, MissingClosedForm, NoBaseline, OptimalBaseline,
+                           OracleBaseline)
 from .estimators import (CONTEXT_FIELDS, STD_PRESETS, Estimator, PooledForm, PromptContext,
                          available_estimators, batch_context, compute_advantages, get_estimator,
                          grpo_std, prompt_baseline, register)
@@ -36,6 +37,7 @@ from .ustat import (HoeffdingResult, PromptMoments, exact_mse_closed_form, hoeff
                     u_statistic)
 from .scaling import (GroupSizeOptimum, ScalingConstants, budget_mse, optimal_group_size,
                       scaling_constants)
+from .cross_prompt import CrossPromptPieces, basis_pieces
 from .noise import NoiseScale, noise_scale
 from .objective import exact_objective, maximise
 from .rollouts import RolloutStatistics
@@ -66,7 +68,8 @@ __all__ = [
     "grpo_passk", "gdpo", "whiten_tokens",
     # an estimator's closed forms (the open contract of the exact, advisor and theory routes)
     "ClosedForm", "MissingClosedForm", "PIECES", "NoBaseline", "OracleBaseline",
-    "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean",
+    "OptimalBaseline", "GivenBaseline", "LeaveOneOut", "GroupMean", "CrossPromptMean",
+    "BASIS_PIECES",
     # framework conventions
     "preset", "advantage_options", "framework_table", "FRAMEWORK_OPTIONS",
     # exact and Monte Carlo MSE
@@ -90,6 +93,8 @@ __all__ = [
     "ScalingConstants", "scaling_constants", "GroupSizeOptimum", "optimal_group_size",
     "NoiseScale", "noise_scale",
     "budget_mse",
+    # BASIS's exact MSE in closed form (core/cross_prompt.py)
+    "CrossPromptPieces", "basis_pieces",
     # the exact objective J(theta) and the multi-start maximiser of sup J
     "exact_objective", "maximise",
     # a rollout batch's inner products (what the advisor's estimates read)

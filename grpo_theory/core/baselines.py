@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .closed_forms import CrossPromptMean
 from .estimators import Estimator, PooledForm, register
 
 #: JSPO's epsilon in ``lam = v2 / (v2 + s2 + eps)`` (the code's default ``epsilon``)
@@ -166,7 +167,9 @@ def basis(self_inclusive: bool = False, name: str | None = None) -> Estimator:
     (the own prompt is excluded); needs B >= 2. ``self_inclusive=True`` is the rival: the mean
     of all B group means, own included: biased. Batch-coupled, with a
     :class:`~grpo_theory.core.estimators.PooledForm` (the sum of the others' group means), so
-    the exact pooled route covers any B.
+    the exact pooled route covers any B. The unbiased form carries its exact MSE in closed form
+    (:class:`~grpo_theory.core.closed_forms.CrossPromptMean`,
+    :func:`~grpo_theory.core.cross_prompt.basis_pieces`); the biased rival carries none.
 
     Args:
         self_inclusive: the rival form above. name: registry name.
@@ -201,6 +204,7 @@ def basis(self_inclusive: bool = False, name: str | None = None) -> Estimator:
         return from_others(z, jnp.sum(t, axis=-2, keepdims=True) - t, z.shape[-2] - 1)
 
     return Estimator(label, adv, min_group_size=1, batch_coupled=True,
+                     closed_form=None if self_inclusive else CrossPromptMean(),
                      params=dict(source="arXiv 2605.27293 (equal weights)",
                                  self_inclusive=self_inclusive, unbiased=not self_inclusive),
                      pooled=PooledForm(_basis_statistic, from_others))

@@ -24,8 +24,13 @@ form                   exact MSE over the pieces                                
 :class:`OracleBaseline` ``c1/B + c2/(BG)``                                             oracle
 :class:`LeaveOneOut`   ``c1/B + c2/(BG) + c3/(BG(G-1))``                              grpo, rloo
 :class:`GroupMean`     ``((G-1)/G)^2 MSE_grpo + ||grad J||^2/G^2``                    grpo_mean
+:class:`CrossPromptMean` over :data:`BASIS_PIECES` (see the class)                basis
 :class:`OptimalBaseline`, :class:`GivenBaseline`  exact moments only (no advisor pieces)  optimal, b(x)
 =====================  ============================================================  ==========
+
+A form states the names of the pieces its ``mse_weights`` run over (:attr:`ClosedForm.pieces`,
+:data:`PIECES` unless it says otherwise: :class:`CrossPromptMean` runs over :data:`BASIS_PIECES`)
+and the fewest prompts a batch needs (:attr:`ClosedForm.min_batch_size`).
 
 A form that lacks a piece raises :class:`MissingClosedForm` naming the method to implement; an
 estimator with no form at all (``closed_form=None``) is refused by the closed-form routes with
@@ -49,6 +54,12 @@ import numpy as np
 PIECES = ("c1", "c2", "c3", "c_v", "grad_sq")
 """The advisor's unbiased pieces ``(c1, c2, c3, c_v, ||grad J||^2)``, in the order of
 :meth:`ClosedForm.mse_weights`' last axis."""
+
+
+BASIS_PIECES = ("c1", "c_v", "grad_sq", "j_qz", "j2_q", "v2_q", "s2_q")
+"""The pieces of :class:`CrossPromptMean`'s MSE: ``c1``, ``c_v``, ``grad_sq`` as in :data:`PIECES`
+and four products of population means over prompts, ``j_qz = J E[q Z]``, ``j2_q = J^2 E[q]``,
+``v2_q = E[V(X)^2] E[q]`` and ``s2_q = E[sigma^2(X)] E[q]`` (``q = ||s||^2``, ``J = E Z``)."""
 
 
 class MissingClosedForm(ValueError):
@@ -97,6 +108,10 @@ class ClosedForm:
 
     unbiased = False
     pair_term = False
+    #: the names of :meth:`mse_weights`' last axis
+    pieces = PIECES
+    #: the fewest prompts a batch needs (B >= 2 for a baseline built from the other prompts)
+    min_batch_size = 1
 
     # -- the per-prompt law through a route (exact MSE, Gaussian covariance)
     def moments(self, route, group_size, baseline):
@@ -127,7 +142,8 @@ class ClosedForm:
 
     # -- the advisor's pieces
     def mse_weights(self, batch_size, group_size) -> np.ndarray:
-        """The MSE with B prompts of G responses as weights over :data:`PIECES`, shape (..., 5)."""
+        """The MSE with B prompts of G responses as weights over :attr:`pieces` (:data:`PIECES`
+        unless the form says otherwise), shape (..., len(pieces))."""
         raise MissingClosedForm(self._label(), "MSE over the advisor's pieces c1, c2, c3, c_v, "
                                 "||grad J||^2 (ClosedForm.mse_weights)")
 
@@ -254,3 +270,40 @@ class GroupMean(ClosedForm):
         w = ((G - 1) / G)[..., None] ** 2 * w
         w[..., 4] = 1 / G**2
         return w
+
+
+# --- a cross-prompt baseline -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrossPromptMean(ClosedForm):
+    r"""BASIS's baseline ``b_x`` = the mean of the other B - 1 prompts' group means: unbiased.
+
+    With ``q = ||s||^2``, ``J = E Z``, ``m0 = E[q]``, ``c_J = E[q (Z - J)^2] - E||g(X)||^2
+    = c_v - 2 J E[q Z] + J^2 m0`` and ``Var(Zbar_G) = Var_X V(X) + E[sigma^2(X)]/G``, the exact
+    MSE with B >= 2 prompts of G >= 1 responses is
+
+    .. math:: \frac{c_1}{B} + \frac{c_J}{BG} + \frac{\mathrm{Var}(\bar Z_G)\, m_0}{BG(B-1)}
+              + \frac{\|\nabla J\|^2}{B(B-1)G^2},
+
+    linear in :data:`BASIS_PIECES` (``Var_X V m0 = v2_q - j2_q``). At a budget ``N = BG``:
+    ``N MSE = c1 G + c_J + ((Var_X V G + E sigma^2) m0 + ||grad J||^2)/(N - G)``. No per-prompt
+    law (the baseline couples the batch's prompts): the exact routes are the pooled ones
+    (:func:`grpo_theory.core.batch_moments`).
+    """
+
+    unbiased = True
+    pieces = BASIS_PIECES
+    min_batch_size = 2
+
+    def mse_weights(self, batch_size, group_size):
+        B, G, _ = _grid(batch_size, group_size)
+        if np.any(B < 2):
+            raise ValueError(f"batch_size must be >= 2 for a baseline built from the other prompts "
+                             f"(BASIS), got min {float(np.min(B))!r}")
+        if np.any(G <= 0):
+            raise ValueError(f"group_size must be > 0, got min {float(np.min(G))!r}")
+        within, across = 1 / (B * G), 1 / (B * G * (B - 1))
+        # c1, c_v, grad_sq, j_qz, j2_q, v2_q, s2_q
+        return np.stack([1 / B, within, across / G, -2 * within, within - across, across,
+                         across / G], axis=-1)

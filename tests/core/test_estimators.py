@@ -9,6 +9,7 @@ from hypothesis.extra.numpy import arrays
 
 import grpo_theory as gt
 from grpo_theory.core.ustat import grpo_loo_estimate, grpo_ustat_estimate
+from grpo_theory.core import MissingClosedForm
 
 # rewards on a 1/8 grid: real rewards are discrete, and a grid keeps affine maps away from the
 # catastrophic cancellation that float64 cannot avoid (spreads of 1e-9 on values of order 1)
@@ -152,12 +153,20 @@ def test_batch_coupled_flags():
                        # BASIS and EBPO's self-inclusive rival (core/baselines.py,
                        # core/history_baselines.py)
                        "basis", "basis_self_inclusive", "ebpo_self_inclusive"}
+    with_form = set()
     for n in coupled:
         est = gt.get_estimator(n)
         # exact by batch counts (core.batch_exact), never by the per-group routes; those that
         # read response lengths (verl's token whitening) are not functions of the rewards
-        assert est.closed_form is None and not est.rewards_only, n
+        assert not est.rewards_only, n
+        if est.closed_form is not None:  # an MSE over cross-prompt pieces, no per-prompt law
+            with_form.add(n)
+            with pytest.raises(MissingClosedForm, match="per-prompt"):
+                est.closed_form.moments(None, 2, None)
+            with pytest.raises(ValueError, match="couple the prompts"):
+                gt.exact_mse(gt.SoftmaxBandit.random(0, 2, 2), n, 2, 2)
         assert est.binary_exact == ("length" not in est.needs), n
+    assert with_form == {"basis"}  # the biased rival basis_self_inclusive carries none
 
 
 def test_registry_lists_required_names():
