@@ -12,8 +12,10 @@ The engine (:func:`mc_mse`) scatters the advantages into the per-(prompt, respon
 a ``(chunk, B, G, D)`` score array. Responses and rewards are drawn jointly with ONE uniform per
 response (:func:`grpo_theory.core.sampling.sample_cells_from_uniforms`; the law is exact). Chunks
 run under ``lax.scan`` and the summaries stream: the carry holds running (count, mean, M2) of the
-squared errors ``||ghat - grad J||^2`` and of the estimates (:mod:`grpo_theory.core.stats`), so
-memory is O(chunk x (B G + P K + D)) whatever R is.
+squared errors ``||ghat - grad J||^2`` (:mod:`grpo_theory.core.stats`) and the sum of ``W`` (the
+estimates' mean is its image, ``sum_r W_r S / (R B G)``; the trace of their covariance is
+``R (mean err2 - ||bias||^2) / (R - 1)``, the same sum of squares), so memory is
+O(chunk x (B G + P K + D)) whatever R is.
 
 Random numbers (``rng``, ``uniforms`` and ``sampler`` of :func:`mc_mse`): chunk ``i`` draws all
 its uniforms with ``fold_in(key, i)``; the key comes from ``_validation.seed_key(seed, key)``.
@@ -176,10 +178,13 @@ def _weights(problem, adv, x, y, onehot):
                                    "sampler", "dtype", "onehot", "splitmix"))
 def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk, n_chunks,
                   sampler, dtype, onehot, splitmix=False):
-    """Scan over chunks of replicates; returns streaming moments of err2 and of the estimates.
+    """Scan over chunks of replicates; returns the streaming moments of err2 and the sum of the
+    weights ``W`` over the replicates.
 
-    Chunk ``i`` draws its uniforms with ``fold_in(key, i)``; replicates ``>= n_reps`` of the last
-    chunk are masked out of the moments.
+    The estimates are linear in ``W`` (``ghat = W S / (BG)``), so their mean is the summed
+    weights' image and needs no per-replicate moments of the (chunk, D) estimates; their
+    covariance's trace follows from err2's mean (:func:`mc_mse`). Chunk ``i`` draws its uniforms
+    with ``fold_in(key, i)``; replicates ``>= n_reps`` of the last chunk are masked out.
     """
     target = problem.pass_k_gradient(estimator.pass_k)
     B, G = batch_size, group_size
@@ -204,19 +209,19 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
                                     unif(kz, (chunk, B, G)))
 
     def body(carry, i):
-        m_err, m_est = carry
+        m_err, w_sum = carry
         x, y, z = draw(jax.random.fold_in(key, i))
         ctx = batch_context(estimator, x, y, ctx_value, ctx_opt, lambda: sq_table,
                             problem.n_prompts)
         adv = jax.vmap(estimator.advantage, in_axes=(0, _ctx_axes(ctx)))(z, ctx)  # per replicate: (B, G) as in one batch
-        est = _weights(problem, adv, x, y, onehot) @ scores / (B * G)  # (chunk, D)
-        err2 = jnp.sum((est - target) ** 2, axis=1)
+        w = _weights(problem, adv, x, y, onehot)  # (chunk, P*K)
+        err2 = jnp.sum((w @ scores / (B * G) - target) ** 2, axis=1)
         mask = (i * chunk + jnp.arange(chunk) < n_reps).astype(jnp.float64)
-        return (moments_update(m_err, err2, mask), moments_update(m_est, est, mask)), None
+        return (moments_update(m_err, err2, mask), w_sum + mask @ w), None
 
-    init = (moments_init(()), moments_init((problem.dim,)))
-    (m_err, m_est), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
-    return m_err, m_est
+    init = (moments_init(()), jnp.zeros(scores.shape[0]))
+    (m_err, w_sum), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
+    return m_err, w_sum
 
 
 def _check_run(problem, est, group_size, batch_size, n_reps=None):
@@ -402,11 +407,13 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
                        chunk * per_rep, f"use chunk <= {fit}")
     n_chunks = -(-R // chunk)
     k = _rng_key(seed, key, rng)
-    m_err, m_est = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
+    m_err, w_sum = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
                                  jnp.dtype(uniforms), onehot, rng == "splitmix")
     e = moments_estimate(m_err)
     lo, hi = e.interval()
-    mean = np.asarray(m_est.mean)
-    trace_cov = float(jnp.sum(m_est.m2)) / (R - 1)
-    return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean,
-                    mean - np.asarray(problem.pass_k_gradient(est.pass_k)), trace_cov)
+    scores = np.asarray(problem.scores, np.float64).reshape(-1, problem.dim)
+    mean = np.asarray(w_sum) @ scores / (R * B * G)
+    bias = mean - np.asarray(problem.pass_k_gradient(est.pass_k))
+    # sum_r ||ghat_r - mean||^2 = sum_r ||ghat_r - g||^2 - R ||mean - g||^2 (exact)
+    trace_cov = max(R * (float(m_err.mean) - float(bias @ bias)), 0.0) / (R - 1)
+    return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean, bias, trace_cov)
