@@ -26,9 +26,19 @@ PP = hf.PROMPT_PAD
 R = 7
 
 
-@pytest.fixture(scope="module", params=[("qwen2", False, True), ("llama", True, False),
-                                        ("llama", False, False)],
-                ids=["qwen2-untied-bias", "llama-tied", "llama-untied"])
+FAMILIES = [pytest.param(("qwen2", False, True), id="qwen2-untied-bias"),
+            pytest.param(("llama", True, False), id="llama-tied"),
+            pytest.param(("llama", False, False), id="llama-untied")]
+# the float32 policy, block and advisor tests: llama-untied's tensors (no biases, an untied head)
+# are each met by another family there, and its own ghost route ("auto") by the float64 test
+# below, so it runs with the slow tests only
+HEAVY = pytest.mark.parametrize("pol", FAMILIES[:2] + [
+    pytest.param(("llama", False, False), id="llama-untied", marks=pytest.mark.slow)],
+    indirect=True)
+
+
+@pytest.fixture(scope="module", params=[p.values[0] for p in FAMILIES],
+                ids=[p.id for p in FAMILIES])
 def pol(request, tmp_path_factory):
     model_type, tied, bias = request.param
     path = tmp_path_factory.mktemp(f"{model_type}_{tied}")
@@ -79,6 +89,7 @@ def test_ghost_equals_per_sample_float64(pol):
     assert np.all(sq > 0) and np.abs(acc_ref[:6]).max() > 1e-2  # non-trivial scores
 
 
+@HEAVY
 def test_policy_default_is_ghost_float32(pol):
     """HFPolicy.score_contractions (ghost, default) against method="per_sample" (tunix's module,
     vmap(grad)) in float32, one block and several blocks."""
@@ -113,6 +124,7 @@ def test_errors_name_the_argument(pol):
         ghost.ghost_contractions(pol.config, pol.params, x, y, np.ones((1, 6)), route="fast")
 
 
+@HEAVY
 @pytest.mark.parametrize("gs,chunk", [(2, 2), (3, 6)])
 def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
     """ghost_moments (S, ||s_n||^2, group norms ||sum_{n in a} w_n s_n||^2) and score_dots
@@ -146,6 +158,7 @@ def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
         ghost.ghost_moments(pol.config, p64, x, y, w, 4, pol.temperature, chunk=4)
 
 
+@HEAVY
 def test_advisor_ghost_route_equals_per_prompt_route(pol):
     """lm_rollout_statistics on a checkpoint: the ghost route (group ghost norms + forward-mode
     dots; chunk 6 and 9 = 2 and 3 prompts of 3 responses, the last call padded) gives the
