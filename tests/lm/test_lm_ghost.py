@@ -33,8 +33,7 @@ FAMILIES = [pytest.param(("qwen2", False, True), id="qwen2-untied-bias"),
 # are each met by another family there, and its own ghost route ("auto") by the float64 test
 # below, so it runs with the slow tests only
 HEAVY = pytest.mark.parametrize("pol", FAMILIES[:2] + [
-    pytest.param(("llama", False, False), id="llama-untied", marks=pytest.mark.slow)],
-    indirect=True)
+    pytest.param(*FAMILIES[2].values, id=FAMILIES[2].id, marks=pytest.mark.slow)], indirect=True)
 
 
 @pytest.fixture(scope="module", params=[p.values[0] for p in FAMILIES],
