@@ -16,8 +16,8 @@ forward+backward pass, what a training step costs), and ``stats``, the advisor's
 over the same n responses (:func:`grpo_theory.lm.budget.statistics.lm_rollout_statistics`: the
 squared norm of every per-sample score and of every prompt's weighted sum by ghost norms in
 blocks of ``chunk`` responses (one backward pass per block), then the dot products with the
-total weighted sum in one forward-mode pass) at the chunk the memory budget picks (rounded down
-to whole prompts)
+total weighted sum in one forward-mode pass, or in the same backward pass when one block holds
+all n) at the chunk the memory budget picks (rounded down to whole prompts)
 (:func:`grpo_theory.lm.budget.memory.chunk_for_budget` with the activations per sequence,
 :func:`grpo_theory.lm.budget.memory.ghost_row_bytes`). Each timed call runs twice; the first
 includes compilation. Peak memory: ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss`` of a
@@ -26,6 +26,8 @@ wrapper process whose only child is the case.
     python benchmarks/bench_lm_statistics.py                      # both shapes, n = 16
     python benchmarks/bench_lm_statistics.py --n-prompts 16 --n-samples 8 \
         --memory-budget smollm2=4GB qwen05=12GB                   # the committed run
+    python benchmarks/bench_lm_statistics.py --models smollm2 --n-prompts 16 --n-samples 8 \
+        --memory-budget 16GB --out benchmarks/results/lm_statistics_one_block.md  # one block
 
 Writes ``benchmarks/results/lm_statistics.md`` (the table, the machine and its load) and the
 raw rows as ``lm_statistics.json``.
@@ -301,7 +303,8 @@ def _report(rows, args, machine, load) -> str:
              "ghost norms in blocks of `chunk` responses (the budget's chunk rounded down to "
              "whole prompts), with every prompt's weighted sum of scores (its ghost norm) and "
              "the total weighted sum S, one backward pass per block; then every <s_i, S> in "
-             "one forward-mode pass), sampling included; its phases are listed "
+             "one forward-mode pass, or, when one block holds all n, in the same backward "
+             "pass as each layer's S completes), sampling included; its phases are listed "
              "after the table. First call includes compilation. Peak RSS: "
              "`getrusage(RUSAGE_CHILDREN).ru_maxrss` of a wrapper whose only child is the "
              "case.", "",
@@ -333,8 +336,10 @@ def _report(rows, args, machine, load) -> str:
             continue
         ph = s["second_phases"]
         score_t = ph.get("scores", float("nan"))
-        grad_t = ph.get("dots", ph.get("gradients", float("nan")))
-        pass2 = "forward-mode dots" if "dots" in ph else "per-prompt gradients"
+        grad_t = ph.get("dots", ph.get("gradients", 0.0 if s["chunk"] == n else float("nan")))
+        pass2 = ("forward-mode dots" if "dots" in ph else "per-prompt gradients"
+                 if "gradients" in ph else "no second pass (one block: the dots in the "
+                 "ghost-norm pass)")
         lines.append(f"* {TITLES[shape]}: sampling {ph.get('sampling', float('nan')):.1f}, "
                      f"ghost-norm pass {score_t:.1f}, {pass2} "
                      f"{grad_t:.1f}; without sampling, stats / plain time "
@@ -348,8 +353,9 @@ def _report(rows, args, machine, load) -> str:
             est = _estimate(r)
             lines.append(f"* Memory model, {TITLES[r['shape']]}: {_gib(est)} GiB estimated at "
                          f"chunk {r['chunk']}, {_gib(r['peak_rss_bytes'])} GiB measured "
-                         f"(the whole process: Python, JAX, the model, sampling and both "
-                         f"passes); the estimate is {est / r['peak_rss_bytes']:.2f}x the peak.")
+                         f"(the whole process: Python, JAX, the model, sampling and "
+                         f"{'both passes' if r['chunk'] < n else 'the one pass'}); the "
+                         f"estimate is {est / r['peak_rss_bytes']:.2f}x the peak.")
     return "\n".join(lines) + "\n"
 
 

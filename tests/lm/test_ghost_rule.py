@@ -4,7 +4,7 @@
 * the rule is what its docstring says: the route with fewer multiply-adds by the stated counts,
   a memory budget moving it to the other route only when that one fits;
 * both backends pick the same route: the JAX ghost pass on a tiny checkpoint is watched through
-  its adapter (``ghost.layer_route``, called as the backward pass reaches each layer), and the
+  its adapter (``ghost_ops.layer_route``, called as the backward pass reaches each layer), and the
   PyTorch backend's own layer code (``_linear_uses`` / ``_embedding_uses``) is run at every shape
   it met and on a grid of shapes: a factored use is the gram route, a formed gradient the direct
   one;
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from grpo_theory import lm
-from grpo_theory.lm.budget import ghost
+from grpo_theory.lm.budget import ghost, ghost_ops
 from grpo_theory.lm.budget import ghost_rule
 from grpo_theory.torch import layers as torch_layers
 from support.hf_checkpoint import EOS, write_checkpoint
@@ -110,10 +110,10 @@ def _torch_route(t, di, do, one_hot, n=2):
 
 @pytest.mark.parametrize("t,di,do,one_hot", GRID)
 def test_both_backends_pick_the_same_route_on_a_grid(t, di, do, one_hot):
-    jax_route = ghost.layer_route("auto", t, di, do, one_hot=one_hot)
+    jax_route = ghost_ops.layer_route("auto", t, di, do, one_hot=one_hot)
     assert jax_route == _torch_route(t, di, do, one_hot) == ghost_rule.ghost_route(
         t, di, do, one_hot=one_hot)
-    assert ghost.layer_route("gram", t, di, do, one_hot) == "gram"  # a forced route stays
+    assert ghost_ops.layer_route("gram", t, di, do, one_hot) == "gram"  # a forced route stays
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_the_jax_pass_and_torch_agree_at_every_layer_it_meets(pol, monkeypatch):
         seen[(int(positions), int(d_in), int(d_out), bool(one_hot))] = out
         return out
 
-    monkeypatch.setattr(ghost, "layer_route", watch)
+    monkeypatch.setattr(ghost_ops, "layer_route", watch)
     ghost._ghost_jit.clear_cache()
     rng = np.random.default_rng(0)
     x, y = rng.integers(4, 40, size=(4, 5)), rng.integers(4, 40, size=(4, 6))
@@ -158,9 +158,9 @@ def test_both_jax_routes_give_the_same_norms(one_hot):
     if one_hot:
         ids = jnp.asarray(rng.integers(0, 3, size=(n, t))).at[0, 0].set(-1)  # repeats
         b = b.at[0, 0].set(0.0)  # padding carries no gradient
-        out = [ghost._embedding_sq(b, ids, None, jnp.float32, r, di) for r in ("gram", "direct")]
+        out = [ghost_ops._embedding_sq(b, ids, None, jnp.float32, r, di) for r in ("gram", "direct")]
     else:
         x = jnp.asarray(rng.standard_normal((n, t, di)))
-        out = [ghost._sq_linear(x, b, r, jnp.float32) for r in ("gram", "direct")]
+        out = [ghost_ops._sq_linear(x, b, r, jnp.float32) for r in ("gram", "direct")]
     np.testing.assert_allclose(np.asarray(out[0]), np.asarray(out[1]), rtol=1e-5)
     assert np.all(np.asarray(out[0]) > 0)

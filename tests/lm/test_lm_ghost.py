@@ -141,8 +141,10 @@ def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
     scores, sq_ref = lmpolicy.score_contractions(fwd, p64, x, y, np.eye(8, 6), pol.temperature,
                                                  4, pol.eos_ids)
     scores = scores[:6]
-    s, sq, gsq = ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
-                                     eos=pol.eos_ids, route=route)
+    one_block = chunk == 6  # then the same backward pass forms every <s_n, S> as well
+    out = ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
+                              eos=pol.eos_ids, route=route, dots=one_block)
+    s, sq, gsq = out[:3]
     flat = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(s)])
     s_ref = w @ scores
     np.testing.assert_allclose(flat, s_ref, rtol=1e-5, atol=1e-5 * np.abs(s_ref).max())
@@ -150,8 +152,16 @@ def test_moments_and_dots_equal_formed_scores_float64(pol, gs, chunk):
     g_ref = (w[:, None] * scores).reshape(6 // gs, gs, -1).sum(1)
     np.testing.assert_allclose(gsq, np.sum(g_ref ** 2, axis=1), rtol=1e-5)
     assert gsq.shape == (6 // gs,) and np.all(gsq > 0)
-    dots = ghost.score_dots(pol.config, p64, x, y, s, pol.temperature, chunk=4, eos=pol.eos_ids)
     ref = scores @ s_ref
+    if one_block:
+        # every layer's part counts: the embedding's rows (and a tied head's) come after the
+        # pass, so a missing one moves the dots by far more than the tolerance
+        np.testing.assert_allclose(out[3], ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+    else:
+        with pytest.raises(ValueError, match="one block"):
+            ghost.ghost_moments(pol.config, p64, x, y, w, gs, pol.temperature, chunk=chunk,
+                                eos=pol.eos_ids, dots=True)
+    dots = ghost.score_dots(pol.config, p64, x, y, s, pol.temperature, chunk=4, eos=pol.eos_ids)
     np.testing.assert_allclose(dots, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
     with pytest.raises(ValueError, match="group_size"):
         ghost.ghost_moments(pol.config, p64, x, y, w, 4, pol.temperature, chunk=4)
@@ -176,7 +186,8 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
     ref = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=2)
     assert ref.chunk == 2 and np.all(ref.mean_sq > 0)
     first = pol.config["model_type"] == "qwen2"
-    for chunk in ((6, 9) if first else (9,)):
+    # chunk 12 holds all 12 responses: one backward pass forms the dot products too
+    for chunk in ((6, 9, 12) if first else (9,)):
         seen, done = [], []
         st = E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=chunk,
                                      stage=lambda *a: seen.append(a),
@@ -187,6 +198,10 @@ def test_advisor_ghost_route_equals_per_prompt_route(pol):
         for k in ("sq_norms", "mean_sq", "mean_dot"):
             np.testing.assert_allclose(getattr(st, k), getattr(ref, k), rtol=1e-4,
                                        atol=1e-6 * np.abs(getattr(ref, k)).max(), err_msg=k)
-        assert ("scores", 2, 2) in seen and ("dots", 2, 2) in seen and done[-1] == (4, 4)
+        if chunk < 12:
+            assert ("scores", 2, 2) in seen and ("dots", 2, 2) in seen
+        else:
+            assert [a for a in seen if a[0] != "sampling"] == [("scores", 0, 1), ("scores", 1, 1)]
+        assert done[-1] == (4, 4)
     if first:
         assert E.lm_rollout_statistics(pol, x, reward, 3, 7, 5, chunk=7).chunk == 6

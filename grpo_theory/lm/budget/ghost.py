@@ -19,7 +19,7 @@ O(T^2 (d_in + d_out)) without the d_in x d_out matrix (the "gram" route), or the
 (the "direct" route); ``route="auto"`` takes the one with fewer multiply-adds by the rule both
 backends share (:func:`grpo_theory.lm.budget.ghost_rule.ghost_route`, also for the embedding). The
 weighted sums are ``sum_n W_kn G_n = a^T diag(W_k) b`` over all (n, t) at once. Every linear map of the forward
-below is a ``jax.custom_vjp`` whose backward rule emits these two quantities as the cotangents of
+is a ``jax.custom_vjp`` (:mod:`grpo_theory.lm.budget.ghost_ops`) whose backward rule emits these two quantities as the cotangents of
 zero "statistic" inputs, so they are formed layer by layer as the backward pass reaches the layer
 and the output gradients are freed as in an ordinary backward pass. Other tensors are handled
 exactly:
@@ -33,6 +33,13 @@ exactly:
   ``||G^emb + G^head||^2`` has the cross term ``2 <G^emb, G^head> = 2 sum_{t,t'} g_{t', id_t}
   (b_t . h_{t'})`` with g the logits' gradients and h the head's inputs.
 
+When one block holds the whole batch (:func:`ghost_moments` with ``dots``), the pass also gives
+every ``<s_n, S>`` with ``S = sum_n w_n s_n``: a linear map's sum is complete when the backward
+pass reaches it, so its rule adds ``<a^T b, S> = sum_t a_t^T S b_t`` (one product the size of
+its forward); the embedding's rows are dotted with the tied or untied matrix's sum after the
+pass, and a tied head's part ``<G^head_n, S>`` (its sum includes the embedding's, complete only
+after the pass) by forward mode through the head alone, its inputs h kept from the pass.
+
 The forward is the model family's pure-JAX forward (its spec's
 :attr:`~grpo_theory.lm.families.spec.ModelSpec.forward`, :mod:`grpo_theory.lm.families`; for Qwen2 /
 Llama :func:`grpo_theory.lm.families.qwen2.forward`, tunix's Qwen2 computation) over the
@@ -43,6 +50,7 @@ others never enter ``log pi(y|x)``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -51,7 +59,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import families
-from .ghost_rule import ROUTES, ghost_route
+from .ghost_ops import _Ghost, _embedding_sq, _group
+from .ghost_rule import ROUTES
 from ..task import response_mask
 from .memory import acc_dtype, pad_to_chunk
 
@@ -125,233 +134,47 @@ class PureForward:
         return _forward(self.arch, params, jnp.asarray(tokens), _Plain)
 
 
-# ---------------------------------------------------------------------------------------------
-# operations whose backward rules emit the statistics
-def layer_route(route: str, positions: int, d_in: int, d_out: int, one_hot: bool = False,
-                acc=jnp.float32) -> str:
-    """The route of one layer: ``route`` itself, or for ``"auto"`` the shared rule
-    :func:`grpo_theory.lm.budget.ghost_rule.ghost_route` at these shapes (values of ``acc``)."""
-    if route != "auto":
-        return route
-    return ghost_route(int(positions), int(d_in), int(d_out), one_hot=one_hot,
-                       dtype_bytes=jnp.dtype(acc).itemsize)
+def _sample_log_probs(logits, responses, mask, temperature):
+    """(N,) ``log pi(y_n|x_n)``: the response positions' logits (N, R, V) at ``temperature``,
+    summed over the positions ``mask`` keeps."""
+    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
+    lp = jax.nn.log_softmax(logits, axis=-1)
+    return jnp.sum(jnp.take_along_axis(lp, responses[..., None], axis=-1)[..., 0] * mask, axis=1)
 
 
-def _sq_linear(x, b, route, acc):
-    """(N,) ``||x_n^T b_n||_F^2`` for x (N, T, i), b (N, T, o), by ``route``."""
-    route = layer_route(route, x.shape[1], x.shape[2], b.shape[2], acc=acc)
-    x, b = x.astype(acc), b.astype(acc)
-    if route == "gram":
-        ga = jnp.einsum("nti,nsi->nts", x, x)
-        gb = jnp.einsum("nto,nso->nts", b, b)
-        return jnp.sum(ga * gb, axis=(1, 2))
-    g = jnp.einsum("nti,nto->nio", x, b)
-    return jnp.sum(g * g, axis=(1, 2))
+#: rows per step of the tied head's forward-mode dot products (their (rows, R, V) logits)
+HEAD_ROWS = 8
 
 
-def _ws_linear(wts, x, b, acc):
-    """(K, i, o) ``sum_n W_kn x_n^T b_n``: per weight row one contraction over (n, t), the
-    narrower of ``x`` and ``b`` scaled by the row (no (K, N, T, o) intermediate)."""
-    x, b = x.astype(acc), b.astype(acc)
-    if x.shape[-1] <= b.shape[-1]:
-        return jnp.stack([jnp.einsum("nti,nto->io", x * w[:, None, None], b) for w in wts])
-    return jnp.stack([jnp.einsum("nti,nto->io", x, b * w[:, None, None]) for w in wts])
+def _tied_head_dots(z, emb, direction, responses, mask, temperature):
+    """(N,) ``<G^head_n, v>``: the tied head's part of each score (the head's inputs ``z``
+    (N, R, d) held fixed) along ``v`` (V, d), by forward mode through the head alone, in steps
+    of ``gcd(N, HEAD_ROWS)`` rows (so its logits never hold more than :data:`HEAD_ROWS`)."""
+    e, v = emb.astype(z.dtype), direction.astype(z.dtype)
 
+    def rows(inp):
+        zi, yi, mi = inp
 
-def _group(x, gs):
-    """(N, T, ...) -> (N / gs, gs T, ...): the rows of each group of ``gs`` consecutive samples
-    as one sequence."""
-    return x.reshape((x.shape[0] // gs, gs * x.shape[1]) + x.shape[2:])
+        def lp(m):
+            return _sample_log_probs(jnp.einsum("ntd,vd->ntv", zi, m), yi, mi, temperature)
 
+        return jax.jvp(lp, (e,), (v,))[1]
 
-def _gsq_linear(x, b, gw, gs, route, acc):
-    """(N / gs,) ``||sum_{n in group} gw_n x_n^T b_n||_F^2`` (:func:`_sq_linear` of the groups
-    as sequences of gs T positions, the output gradients weighted)."""
-    return _sq_linear(_group(x, gs), _group(b * gw[:, None, None].astype(b.dtype), gs), route,
-                      acc)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_lin(flags, x, w, ws0, sq0, gsq0, wts, gw):
-    return jnp.einsum("nti,io->nto", x, w)
-
-
-def _g_lin_fwd(flags, x, w, ws0, sq0, gsq0, wts, gw):
-    return jnp.einsum("nti,io->nto", x, w), (x, w, wts, gw)
-
-
-def _g_lin_bwd(flags, res, b):
-    route, need_ws, gs = flags
-    x, w, wts, gw = res
-    acc = wts.dtype
-    dx = jnp.einsum("nto,io->nti", b, w)
-    ws = _ws_linear(wts, x, b, acc) if need_ws else None
-    gsq = _gsq_linear(x, b, gw, gs, route, acc) if gs else None
-    return (dx, jnp.zeros_like(w), ws, _sq_linear(x, b, route, acc), gsq, jnp.zeros_like(wts),
-            None if gw is None else jnp.zeros_like(gw))
-
-
-_g_lin.defvjp(_g_lin_fwd, _g_lin_bwd)
-
-
-def _small_stats(pg, wts, flags, gw):
-    """(ws (K, ...), sq (N,), gsq (N / gs,)) of formed per-sample gradients pg (N, ...)."""
-    need_ws, gs = flags
-    pg = pg.astype(wts.dtype)
-    flat = pg.reshape(pg.shape[0], -1)
-    sq = jnp.sum(flat ** 2, axis=1)
-    ws = jnp.tensordot(wts, pg, axes=1) if need_ws else None
-    gsq = None
-    if gs:
-        g = (flat * gw[:, None].astype(flat.dtype)).reshape(flat.shape[0] // gs, gs, -1).sum(1)
-        gsq = jnp.sum(g * g, axis=1)
-    return ws, sq, gsq
-
-
-def _zero_cots(wts, gw):
-    return jnp.zeros_like(wts), None if gw is None else jnp.zeros_like(gw)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_scale(flags, xhat, w, ws0, sq0, gsq0, wts, gw):
-    return xhat * w
-
-
-def _g_scale_fwd(flags, xhat, w, ws0, sq0, gsq0, wts, gw):
-    return xhat * w, (xhat, w, wts, gw)
-
-
-def _g_scale_bwd(flags, res, b):
-    xhat, w, wts, gw = res
-    ws, sq, gsq = _small_stats(jnp.sum(xhat * b, axis=1), wts, flags, gw)
-    return (b * w, jnp.zeros_like(w), ws, sq, gsq) + _zero_cots(wts, gw)
-
-
-_g_scale.defvjp(_g_scale_fwd, _g_scale_bwd)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_bias(flags, y, c, ws0, sq0, gsq0, wts, gw):
-    return y + c
-
-
-def _g_bias_fwd(flags, y, c, ws0, sq0, gsq0, wts, gw):
-    return y + c, (c, wts, gw)
-
-
-def _g_bias_bwd(flags, res, b):
-    c, wts, gw = res
-    ws, sq, gsq = _small_stats(jnp.sum(b, axis=1), wts, flags, gw)
-    return (b, jnp.zeros_like(c), ws, sq, gsq) + _zero_cots(wts, gw)
-
-
-_g_bias.defvjp(_g_bias_fwd, _g_bias_bwd)
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _g_tied(flags, z, emb, ids, ws0, sq0, gsq0, cross0, crossg0, wts, gw):
-    return jnp.einsum("ntd,vd->ntv", z, emb)
-
-
-def _g_tied_fwd(flags, z, emb, ids, ws0, sq0, gsq0, cross0, crossg0, wts, gw):
-    return jnp.einsum("ntd,vd->ntv", z, emb), (z, emb, ids, wts, gw)
-
-
-def _head_rows(g, z, ids, acc):
-    """(N, T, d) ``r_{n,t} = sum_r g[n, r, id_t] z[n, r]``: the rows of sample n's head
-    gradient at its own token ids."""
-    m = jnp.take_along_axis(g, jnp.broadcast_to(ids[:, None, :], g.shape[:2] + ids.shape[1:]),
-                            axis=2)  # (N, R, T): g[n, r, id_t]
-    return jnp.einsum("nrt,nrd->ntd", m.astype(acc), z.astype(acc))
-
-
-def _g_tied_bwd(flags, res, g):
-    """Head part of the tied matrix; ``cross0`` receives ``r_{n,t} = G^head_n[id_t]`` (N, T, d)
-    (:func:`_head_rows`, for the cross term) and ``crossg0`` the same of each group's weighted
-    head gradient (N / gs, gs T, d)."""
-    route, need_ws, gs = flags
-    z, emb, ids, wts, gw = res
-    acc = wts.dtype
-    dz = jnp.einsum("ntv,vd->ntd", g, emb)
-    ws = jnp.swapaxes(_ws_linear(wts, z, g, acc), 1, 2) if need_ws else None
-    gsq = rows_g = None
-    if gs:
-        gwg = g * gw[:, None, None].astype(g.dtype)
-        gsq = _gsq_linear(z, g, gw, gs, route, acc)
-        rows_g = _head_rows(_group(gwg, gs), _group(z, gs), _group(ids, gs), acc)
-    return ((dz, jnp.zeros_like(emb), None, ws, _sq_linear(z, g, route, acc), gsq,
-             _head_rows(g, z, ids, acc), rows_g) + _zero_cots(wts, gw))
-
-
-_g_tied.defvjp(_g_tied_fwd, _g_tied_bwd)
-
-
-def _leaf(tree, path):
-    for k in path:
-        tree = tree[k]
-    return tree
-
-
-class _Ghost:
-    """The forward's operations with statistics: ``ws`` (params' structure, leading K axis, or
-    None when no weighted sum is needed), ``sq`` (N,), ``gsq`` (N / gs,) or None, the embedding
-    tap (N, T, d) and the cross terms' receivers (N, T, d) and (N / gs, gs T, d) are zero inputs
-    whose cotangents are the statistics; ``gw`` (N,) weights the group sums."""
-
-    def __init__(self, ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs):
-        self.ws, self.sq, self.gsq, self.tap, self.wts, self.gw = ws, sq, gsq, tap, wts, gw
-        self.cross, self.crossg = cross, crossg
-        self.route, self.need_ws, self.gs = route, ws is not None, gs
-
-    def _ws(self, path, shape):
-        if self.ws is None:
-            return None
-        w = _leaf(self.ws, path)
-        return w.reshape((w.shape[0],) + tuple(shape))
-
-    def embed(self, emb, ids):
-        return jnp.take(emb, ids, axis=0) + self.tap
-
-    def lin(self, x, w, path):
-        return _g_lin((self.route, self.need_ws, self.gs), x, w, self._ws(path, w.shape),
-                      self.sq, self.gsq, self.wts, self.gw)
-
-    def scale(self, xhat, w, path):
-        return _g_scale((self.need_ws, self.gs), xhat, w, self._ws(path, w.shape), self.sq,
-                        self.gsq, self.wts, self.gw)
-
-    def bias(self, y, c, path):
-        return _g_bias((self.need_ws, self.gs), y, c, self._ws(path, c.shape), self.sq,
-                       self.gsq, self.wts, self.gw)
-
-    def tied_head(self, z, emb, ids):
-        return _g_tied((self.route, self.need_ws, self.gs), z, emb, ids,
-                       self._ws(("embedder", "input_embedding"), emb.shape), self.sq, self.gsq,
-                       self.cross, self.crossg, self.wts, self.gw)
-
-
-def _embedding_sq(b, ids, rows, acc, route, vocab):
-    """(N,) squared norm of the embedding's gradient (gram: rows of ``b`` grouped by token id,
-    ``sum_{t,t'} [id_t = id_t'] b_t . b_t'``; direct: the (vocab, d) gradient scattered) plus,
-    with a tied head's rows (the head gradient at the token ids, :func:`_head_rows`), twice the
-    cross term; ``b`` is zero at padding (``ids`` -1)."""
-    n, t, d = b.shape
-    if layer_route(route, t, vocab, d, one_hot=True, acc=acc) == "gram":
-        same = (ids[:, :, None] == ids[:, None, :]) & (ids[:, :, None] >= 0)
-        sq = jnp.sum(jnp.where(same, jnp.einsum("ntd,nsd->nts", b, b), 0.0), axis=(1, 2))
-    else:
-        g = jnp.zeros((n, vocab, d), acc).at[jnp.arange(n)[:, None], jnp.maximum(ids, 0)].add(
-            b.astype(acc))
-        sq = jnp.sum(g * g, axis=(1, 2))
-    if rows is not None:
-        sq = sq + 2.0 * jnp.sum(b * rows, axis=(1, 2))
-    return sq
+    n = z.shape[0]
+    k = math.gcd(n, HEAD_ROWS)
+    split = [a.reshape((n // k, k) + a.shape[1:]) for a in (z, responses, mask)]
+    return jax.lax.map(rows, tuple(split)).reshape(n)
 
 
 def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, route, need_ws,
-                 gs):
-    """(ws tree or None, sq (C,), gsq (C / gs,) or None) of one block of C samples: one forward
-    + one backward."""
+                 gs, need_dots=False):
+    """(ws tree or None, sq (C,), gsq (C / gs,) or None, dots (C,) or None) of one block of C
+    samples: one forward + one backward.
+
+    ``need_dots`` (one weight row, the block the whole batch): every ``<s_n, S>`` with the
+    block's own sum ``S = ws[0]``, formed layer by layer as the backward pass completes each
+    layer's sum (``sum_t x_t^T S b_t`` for a linear map), the embedding's and the tied head's
+    after the pass (their sum is complete only then)."""
     a = dict(ak)
     acc = wts.dtype
     tokens = jnp.concatenate([prompts, responses], axis=1)
@@ -361,13 +184,10 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     dt = params["embedder"]["input_embedding"].dtype
     mask = response_mask(responses, eos)
 
-    def total_log_prob(ws, sq, gsq, tap, cross, crossg):
-        ops = _Ghost(ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs)
+    def total_log_prob(ws, sq, gsq, tap, cross, crossg, dots, zrec):
+        ops = _Ghost(ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs, dots, zrec)
         logits = _forward(ak, params, tokens, ops, rows=slice(p - 1, t - 1))
-        logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
-        lp = jax.nn.log_softmax(logits, axis=-1)
-        tok = jnp.take_along_axis(lp, responses[..., None], axis=-1)[..., 0]
-        return jnp.sum(tok * mask)
+        return jnp.sum(_sample_log_probs(logits, responses, mask, temperature))
 
     ws0 = (jax.tree_util.tree_map(lambda x: jnp.zeros((wts.shape[0],) + x.shape, acc), params)
            if need_ws else None)
@@ -376,8 +196,10 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     tap0 = jnp.zeros((n, t, d), dt)
     cross0 = jnp.zeros((n, t, d), acc) if a["tied"] else None
     crossg0 = jnp.zeros((n // gs, gs * t, d), acc) if a["tied"] and gs else None
-    ws, sq, gsq, b, rows, rows_g = jax.grad(total_log_prob, argnums=tuple(range(6)))(
-        ws0, sq0, gsq0, tap0, cross0, crossg0)
+    dots0 = jnp.zeros((n,), acc) if need_dots else None
+    z0 = jnp.zeros((n, responses.shape[1], d), acc) if need_dots and a["tied"] else None
+    ws, sq, gsq, b, rows, rows_g, dots, z = jax.grad(total_log_prob, argnums=tuple(range(8)))(
+        ws0, sq0, gsq0, tap0, cross0, crossg0, dots0, z0)
     # the embedding: gradient rows grouped by token id (padding slots carry b = 0 and no id)
     ids = jnp.where(tokens >= 0, tokens, -1)
     b = b.astype(acc) * (tokens >= 0)[..., None]
@@ -391,15 +213,22 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
             (b * w[:, None, None]).reshape(n * t, d)) for w in wts])
         ws = dict(ws, embedder=dict(ws["embedder"], input_embedding=ws["embedder"][
             "input_embedding"] + emb_ws))
-    return ws, sq, gsq
+    if need_dots:  # the embedding matrix's sum is complete: its rows at each token, the head
+        s_emb = ws["embedder"]["input_embedding"][0]
+        dots = dots + jnp.einsum("ntd,ntd->n", b, jnp.take(s_emb, jnp.maximum(ids, 0), axis=0))
+        if a["tied"]:
+            dots = dots + _tied_head_dots(z, params["embedder"]["input_embedding"], s_emb,
+                                          responses, mask, temperature)
+    return ws, sq, gsq, dots
 
 
-@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws", "gs"),
+@partial(jax.jit, static_argnames=("ak", "chunk", "eos", "route", "need_ws", "gs", "need_dots"),
          donate_argnames=("acc0",))
 def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, eos, route,
-               need_ws, gs=0, acc0=None):
+               need_ws, gs=0, acc0=None, need_dots=False):
     """Blocks of ``chunk`` scanned. The weighted sums come back with their K axis, or (K = 1,
-    ``acc0`` given: a tree like ``params``, donated) added to ``acc0`` in place."""
+    ``acc0`` given: a tree like ``params``, donated) added to ``acc0`` in place; with
+    ``need_dots`` (one block) also every ``<s_n, S>`` (else None)."""
     n = prompts.shape[0]
     nc = n // chunk
 
@@ -409,9 +238,11 @@ def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, 
         return jax.tree_util.tree_map(lambda a, w: a + w[0].astype(a.dtype), acc, ws)
 
     if nc == 1:
-        ws, sq, gsq = _block_stats(ak, params, prompts, responses, weights, gw, temperature,
-                                   eos, route, need_ws, gs)
-        return (ws if acc0 is None or not need_ws else add(acc0, ws)), sq, gsq
+        ws, sq, gsq, dots = _block_stats(ak, params, prompts, responses, weights, gw,
+                                         temperature, eos, route, need_ws, gs, need_dots)
+        if need_dots:  # the sums are read twice: returned as they are (no copy into acc0)
+            return jax.tree_util.tree_map(lambda x: x[0], ws), sq, gsq, dots
+        return (ws if acc0 is None or not need_ws else add(acc0, ws)), sq, gsq, dots
     xs = prompts.reshape(nc, chunk, -1)
     ys = responses.reshape(nc, chunk, -1)
     wb = weights.reshape(weights.shape[0], nc, chunk).transpose(1, 0, 2)
@@ -419,8 +250,8 @@ def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, 
 
     def body(acc, inp):
         x, y, w, g = inp
-        ws, sq, gsq = _block_stats(ak, params, x, y, w, g, temperature, eos, route, need_ws,
-                                   gs)
+        ws, sq, gsq, _ = _block_stats(ak, params, x, y, w, g, temperature, eos, route, need_ws,
+                                      gs)
         return (add(acc, ws) if need_ws else acc), (sq, gsq)
 
     if acc0 is not None or not need_ws:
@@ -429,7 +260,7 @@ def _ghost_jit(ak, params, prompts, responses, weights, gw, temperature, chunk, 
         start = jax.tree_util.tree_map(lambda x: jnp.zeros((weights.shape[0],) + x.shape,
                                                            weights.dtype), params)
     acc, (sq, gsq) = jax.lax.scan(body, start, (xs, ys, wb, gwb))
-    return acc, sq.reshape(-1), None if gsq is None else gsq.reshape(-1)
+    return acc, sq.reshape(-1), None if gsq is None else gsq.reshape(-1), None
 
 
 def ghost_contractions(arch: dict, params, prompts, responses, weights, temperature=1.0,
@@ -464,9 +295,10 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     need_ws = bool(np.any(weights != 0))
     acc = acc_dtype()
-    ws, sq, _ = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
-                           jnp.asarray(responses, jnp.int32), jnp.asarray(weights, acc), None,
-                           temperature, chunk, tuple(int(e) for e in eos), route, need_ws)
+    ws, sq, _, _ = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
+                              jnp.asarray(responses, jnp.int32), jnp.asarray(weights, acc),
+                              None, temperature, chunk, tuple(int(e) for e in eos), route,
+                              need_ws)
     sq = np.asarray(sq, np.float64)[:n]
     leaves = jax.tree_util.tree_leaves(params)
     out = np.zeros((weights.shape[0], sum(int(x.size) for x in leaves)), np.float64)
@@ -481,7 +313,7 @@ def ghost_contractions(arch: dict, params, prompts, responses, weights, temperat
 
 def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: int,
                   temperature=1.0, chunk: int = 256, eos=(0,), route: str = "auto",
-                  init=None):
+                  init=None, dots: bool = False):
     r"""The advisor's pass 1 by ghost norms: ``S = sum_n w_n s_n``, every ``||s_n||^2`` and
     every group's ``||sum_{n in a} w_n s_n||^2`` (no per-sample gradient is formed).
 
@@ -504,15 +336,21 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
         init: None, or an ``S`` of an earlier call (a JAX pytree like ``params`` in the
             accumulation dtype): the sum is added to it in place (its buffers are donated and
             must not be used afterwards), so a streamed pass holds one ``S``.
+        dots: also every ``<s_n, S>`` from the same backward pass (the whole batch in one
+            block, ``chunk >= N``, and no ``init``: ``S`` must be complete). Each linear map's
+            ``sum_t x_t^T S b_t`` is formed as soon as the pass has its ``S`` (one more product
+            the size of its forward), the embedding's and a tied head's after the pass (the
+            head's part by forward mode through the head alone); the two-pass alternative is
+            :func:`score_dots` after the last block.
 
     Returns:
-        ``(S, sq, gsq)``: ``S`` a JAX pytree shaped like ``params`` and (N,), (N / group_size,)
-        NumPy float64 arrays; sums accumulated in float64 when JAX's 64-bit mode is on, else
-        float32.
+        ``(S, sq, gsq)``, and ``dots`` (N,) when asked: ``S`` a JAX pytree shaped like
+        ``params`` and (N,), (N / group_size,) NumPy float64 arrays; sums accumulated in
+        float64 when JAX's 64-bit mode is on, else float32.
 
     Raises:
-        ValueError: for a route not in :data:`ROUTES` or a group size that does not divide N
-            and ``chunk``.
+        ValueError: for a route not in :data:`ROUTES`, a group size that does not divide N
+            and ``chunk``, or ``dots`` with more than one block or an ``init``.
     """
     if route not in ROUTES:
         raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {route!r}")
@@ -523,16 +361,20 @@ def ghost_moments(arch: dict, params, prompts, responses, weights, group_size: i
     if gs < 1 or n % gs or chunk % gs:
         raise ValueError(f"group_size must be >= 1 and divide the number of rows ({n}) and "
                          f"chunk ({chunk}), got {group_size!r}")
+    if dots and (chunk < n or init is not None):
+        raise ValueError(f"dots=True needs the whole batch in one block (chunk >= {n} rows, got "
+                         f"{chunk}) and no init (S must be complete): use score_dots after the "
+                         "last block")
     prompts, responses, weights, chunk = pad_to_chunk(prompts, responses, weights, chunk)
     acc = acc_dtype()
     w = jnp.asarray(weights, acc)
-    if init is None:
+    if init is None and not dots:
         init = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, acc), params)
-    s, sq, gsq = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
-                            jnp.asarray(responses, jnp.int32), w, w[0], temperature, chunk,
-                            tuple(int(e) for e in eos), route, True, gs, init)
-    return (s, np.asarray(sq, np.float64)[:n],
-            np.asarray(gsq, np.float64)[:n // gs])
+    s, sq, gsq, d = _ghost_jit(_arch_key(arch), params, jnp.asarray(prompts, jnp.int32),
+                               jnp.asarray(responses, jnp.int32), w, w[0], temperature, chunk,
+                               tuple(int(e) for e in eos), route, True, gs, init, bool(dots))
+    out = (s, np.asarray(sq, np.float64)[:n], np.asarray(gsq, np.float64)[:n // gs])
+    return out + (np.asarray(d, np.float64)[:n],) if dots else out
 
 
 @partial(jax.jit, static_argnames=("ak", "chunk", "eos"))

@@ -16,7 +16,9 @@ For m prompts ``x_a`` with n sampled responses ``y_ai`` each, rewards ``Z_ai``, 
   :meth:`grpo_theory.lm.checkpoints.hf.HFPolicy.score_statistics`): (1) one backward pass per block
   of whole groups gives every ``||s_ai||^2``, every ``||ghat_a||^2`` (the group's ghost norm) and
   ``S``; (2) one forward-mode pass gives every ``<s_ai, S>``, hence ``<ghat_a, S> = sum_i (Z_ai / n)
-  <s_ai, S>``.
+  <s_ai, S>``. When the chunk holds every response (one block), pass 1 forms the ``<s_ai, S>``
+  itself, each layer's as its sum completes in the backward pass, and pass 2 is skipped
+  (:func:`grpo_theory.lm.budget.ghost.ghost_moments` with ``dots``).
 
 :func:`lm_rollout_statistics` samples the responses, scores them with the reward and returns
 the record with the responses.
@@ -153,7 +155,7 @@ def ghost_statistics(policy, prompts, responses, rewards, chunk: int, *, stage=N
         policy, prompts, responses, rewards: as :func:`per_sample_statistics`.
         chunk: sequences per block (>= n responses per prompt).
         stage: optional ``stage(phase, done, total)``: ``"scores"`` (pass 1) and ``"dots"``
-            (the forward-mode pass 2).
+            (the forward-mode pass 2; none when one block holds every response).
         progress: optional ``progress(done, total)`` over the prompts of pass 2.
 
     Returns:
@@ -170,6 +172,17 @@ def ghost_statistics(policy, prompts, responses, rewards, chunk: int, *, stage=N
     rows = _call_rows(big, chunk)
     calls = -(-big // rows)
     what = f"the ghost-norm statistics (chunk {chunk} of {score_memory(policy)[0]:,} parameters)"
+    if chunk == big:  # one block: the dot products from the same backward pass
+        if stage is not None:
+            stage("scores", 0, 1)
+        with out_of_memory_as_value_error(what):
+            _, q, gq, d = policy.ghost_moments(xs, yf, w, n, chunk=chunk, dots=True)
+        if stage is not None:
+            stage("scores", 1, 1)
+        if progress is not None:
+            progress(m, m)
+        return RolloutStatistics(z, q.reshape(m, n), gq, (w * d).reshape(m, n).sum(axis=1),
+                                 n_params=score_memory(policy)[0], chunk=chunk)
     s_total, sq, gsq = None, [], []
     if stage is not None:
         stage("scores", 0, calls)

@@ -344,10 +344,11 @@ class HFPolicy(LMPolicy):
                                   np.atleast_2d(w), self.temperature, chunk, self.eos_ids)
 
     def ghost_moments(self, prompts, responses, weights, group_size: int, chunk: int = 256,
-                      init=None):
+                      init=None, dots: bool = False):
         """``(S, ||s_n||^2, group norms)`` by ghost norms in one backward pass per block
         (:func:`grpo_theory.lm.budget.ghost.ghost_moments`: ``S = sum_n w_n s_n`` a pytree like
-        ``params``, the groups ``group_size`` consecutive rows).
+        ``params``, the groups ``group_size`` consecutive rows), and every ``<s_n, S>`` from the
+        same pass with ``dots`` (the whole batch in one block, no ``init``).
 
         Args:
             prompts: (N, P) ids left-padded with :data:`PROMPT_PAD`; responses: (N, R) ids.
@@ -355,6 +356,7 @@ class HFPolicy(LMPolicy):
             group_size: rows per group (divides N and ``chunk``).
             chunk: samples per block (>= 1).
             init: None or the ``S`` of an earlier call, added to in place (donated).
+            dots: also return (N,) ``<s_n, S>`` (``chunk >= N`` and ``init`` None).
         """
         prompts, responses = checked_tokens(prompts, responses, self._vocab(), self.prompt_pad)
         chunk = V.positive_int("chunk", chunk)
@@ -364,7 +366,8 @@ class HFPolicy(LMPolicy):
         self.apply_fn._check_length(prompts.shape[1] + responses.shape[1])
         return ghost_moments(self.config, self.params, prompts, responses, w,
                              V.positive_int("group_size", group_size), self.temperature,
-                             min(chunk, prompts.shape[0]), self.eos_ids, init=init)
+                             min(chunk, prompts.shape[0]), self.eos_ids, init=init,
+                             dots=dots)
 
     def score_dots(self, prompts, responses, direction, chunk: int = 256):
         """(N,) ``<s_n, v>`` by forward mode (:func:`grpo_theory.lm.budget.ghost.score_dots`);
