@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import families
-from .ghost_ops import _Ghost, _embedding_sq, _group
+from .ghost_ops import GhostOps, embedding_sq, group_rows
 from .ghost_rule import ROUTES
 from ..task import response_mask
 from .memory import acc_dtype, pad_to_chunk
@@ -185,7 +185,7 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     mask = response_mask(responses, eos)
 
     def total_log_prob(ws, sq, gsq, tap, cross, crossg, dots, zrec):
-        ops = _Ghost(ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs, dots, zrec)
+        ops = GhostOps(ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs, dots, zrec)
         logits = _forward(ak, params, tokens, ops, rows=slice(p - 1, t - 1))
         return jnp.sum(_sample_log_probs(logits, responses, mask, temperature))
 
@@ -204,10 +204,10 @@ def _block_stats(ak, params, prompts, responses, wts, gw, temperature, eos, rout
     ids = jnp.where(tokens >= 0, tokens, -1)
     b = b.astype(acc) * (tokens >= 0)[..., None]
     v = params["embedder"]["input_embedding"].shape[0]
-    sq = sq + _embedding_sq(b, ids, rows, acc, route, v)
+    sq = sq + embedding_sq(b, ids, rows, acc, route, v)
     if gs:
-        bw = _group(b * gw[:, None, None].astype(acc), gs)
-        gsq = gsq + _embedding_sq(bw, _group(ids, gs), rows_g, acc, route, v)
+        bw = group_rows(b * gw[:, None, None].astype(acc), gs)
+        gsq = gsq + embedding_sq(bw, group_rows(ids, gs), rows_g, acc, route, v)
     if need_ws:
         emb_ws = jnp.stack([jnp.zeros((v, d), acc).at[jnp.maximum(ids, 0).reshape(-1)].add(
             (b * w[:, None, None]).reshape(n * t, d)) for w in wts])

@@ -47,7 +47,7 @@ def _ws_linear(wts, x, b, acc):
     return jnp.stack([jnp.einsum("nti,nto->io", x, b * w[:, None, None]) for w in wts])
 
 
-def _group(x, gs):
+def group_rows(x, gs):
     """(N, T, ...) -> (N / gs, gs T, ...): the rows of each group of ``gs`` consecutive samples
     as one sequence."""
     return x.reshape((x.shape[0] // gs, gs * x.shape[1]) + x.shape[2:])
@@ -56,7 +56,7 @@ def _group(x, gs):
 def _gsq_linear(x, b, gw, gs, route, acc):
     """(N / gs,) ``||sum_{n in group} gw_n x_n^T b_n||_F^2`` (:func:`_sq_linear` of the groups
     as sequences of gs T positions, the output gradients weighted)."""
-    return _sq_linear(_group(x, gs), _group(b * gw[:, None, None].astype(b.dtype), gs), route,
+    return _sq_linear(group_rows(x, gs), group_rows(b * gw[:, None, None].astype(b.dtype), gs), route,
                       acc)
 
 
@@ -180,7 +180,7 @@ def _g_tied_bwd(flags, res, g):
     if gs:
         gwg = g * gw[:, None, None].astype(g.dtype)
         gsq = _gsq_linear(z, g, gw, gs, route, acc)
-        rows_g = _head_rows(_group(gwg, gs), _group(z, gs), _group(ids, gs), acc)
+        rows_g = _head_rows(group_rows(gwg, gs), group_rows(z, gs), group_rows(ids, gs), acc)
     return ((dz, jnp.zeros_like(emb), None, ws, _sq_linear(z, g, route, acc), gsq,
              _head_rows(g, z, ids, acc), rows_g, z.astype(acc) if need_dots else None)
             + _zero_cots(wts, gw))
@@ -195,11 +195,13 @@ def _leaf(tree, path):
     return tree
 
 
-class _Ghost:
+class GhostOps:
     """The forward's operations with statistics: ``ws`` (params' structure, leading K axis, or
     None when no weighted sum is needed), ``sq`` (N,), ``gsq`` (N / gs,) or None, the embedding
-    tap (N, T, d) and the cross terms' receivers (N, T, d) and (N / gs, gs T, d) are zero inputs
-    whose cotangents are the statistics; ``gw`` (N,) weights the group sums."""
+    tap (N, T, d), the cross terms' receivers (N, T, d) and (N / gs, gs T, d), ``dots`` (N,) or
+    None (the one-block dot products) and ``zrec`` (N, R, d) or None (a tied head's inputs,
+    kept for its dot products) are zero inputs whose cotangents are the statistics; ``gw`` (N,)
+    weights the group sums."""
 
     def __init__(self, ws, sq, gsq, tap, cross, crossg, wts, gw, route, gs, dots=None,
                  zrec=None):
@@ -236,7 +238,7 @@ class _Ghost:
                        self.cross, self.crossg, self.zrec, self.wts, self.gw)
 
 
-def _embedding_sq(b, ids, rows, acc, route, vocab):
+def embedding_sq(b, ids, rows, acc, route, vocab):
     """(N,) squared norm of the embedding's gradient (gram: rows of ``b`` grouped by token id,
     ``sum_{t,t'} [id_t = id_t'] b_t . b_t'``; direct: the (vocab, d) gradient scattered) plus,
     with a tied head's rows (the head gradient at the token ids, :func:`_head_rows`), twice the
