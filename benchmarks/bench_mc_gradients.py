@@ -9,9 +9,10 @@ inverse-CDF sampling with ONE ``searchsorted`` over the prompts' CDFs laid end t
 for all replicates at once, the advantages scattered into per-(prompt, response) weights with
 ``np.bincount`` and ONE ``(R, P*K) @ (P*K, D)`` matmul. It draws 1 + 2G uniforms per group.
 
-Printed per (B, G) and engine route: engine time, NumPy time and their ratio (measured
-interleaved in the same run, best of ``--repeat``), and each side's time relative to drawing its
-own random numbers alone (``jax.random.uniform`` / ``bits`` of the same count, dtype, key
+Printed per (B, G) and engine route: engine time, NumPy time and their ratio, measured in the
+same run two ways, best of ``--repeat`` each: interleaved (each call right after the other
+programs') and consecutive (each program's calls back to back); and each side's time relative to
+drawing its own random numbers alone (``jax.random.uniform`` / ``bits`` of the same count, dtype, key
 implementation and chunking; ``rng.random`` for NumPy).
 
     python benchmarks/bench_mc_gradients.py [--reps 200000] [--repeat 5] [--csv out.csv]
@@ -19,19 +20,25 @@ implementation and chunking; ``rng.random`` for NumPy).
 
 from __future__ import annotations
 
-import argparse
 import os
-import platform
-import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pandas as pd
+# NumPy's BLAS on one thread unless the caller says otherwise: the NumPy program's products are
+# (20,000 x 24) @ (24 x 24), which one thread did faster (measured), and OpenBLAS's idle worker
+# threads spin after each product on the cores the next program is timed on.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import grpo_theory as gt
-from grpo_theory.core import montecarlo as mc
-from grpo_theory.problems import default_bandit
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import grpo_theory as gt  # noqa: E402
+from grpo_theory.core import montecarlo as mc  # noqa: E402
+from grpo_theory.problems import default_bandit  # noqa: E402
 
 NP_CHUNK = 20_000
 
@@ -107,8 +114,25 @@ def _best(fns, repeat):
     return best
 
 
-ROUTES = {  # name -> mc_mse keyword arguments (the default: rbg bits, float64, joint sampler)
+def _best_consecutive(fns, repeat):
+    """Best-of-``repeat`` wall times, each callable's calls back to back (``timeit``'s way)."""
+    best = []
+    for fn in fns:
+        fn()
+        ts = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        best.append(min(ts))
+    return best
+
+
+ROUTES = {  # name -> mc_mse keyword arguments (the default: rbg bits, float64, joint sampler,
+    # route "auto": each group's cell counts for a rewards-only estimator such as GRPO's)
     "default": {},
+    "responses": dict(route="responses"),
+    "splitmix_responses": dict(rng="splitmix", route="responses"),
     "threefry": dict(rng="threefry"),
     "uint32": dict(uniforms="uint32"),
     "float32": dict(uniforms="float32"),
@@ -123,6 +147,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--routes", default="default,splitmix,threefry,float32,separate")
+    ap.add_argument("--shapes", default="1x8,8x8,4x64", help="B x G pairs, comma-separated")
     ap.add_argument("--csv", default=None)
     ap.add_argument("--md", default=None, help="write the table, machine, load and command here")
     args = ap.parse_args(argv)
@@ -131,7 +156,7 @@ def main(argv=None):
     R = args.reps
     rows = []
     with jax.enable_x64(True):
-        for B, G in [(1, 8), (8, 8), (4, 64)]:
+        for B, G in [tuple(int(v) for v in bg.split("x")) for bg in args.shapes.split(",")]:
             rng_np = np.random.default_rng(0)
             for route in args.routes.split(","):
                 kw = ROUTES[route]
@@ -146,22 +171,25 @@ def main(argv=None):
                 def run_engine():
                     return gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1, **kw).mse
 
+                run_numpy = lambda: numpy_strong(problem, B, G, R, 1)  # noqa: E731
                 t_eng, t_np, t_draw, t_npdraw = _best(
-                    [run_engine, lambda: numpy_strong(problem, B, G, R, 1),
+                    [run_engine, run_numpy,
                      lambda: float(draw(key)), lambda: numpy_draws(rng_np, R, B * (1 + 2 * G))],
                     args.repeat)
+                c_eng, c_np = _best_consecutive([run_engine, run_numpy], args.repeat)
                 r = gt.mc_mse(problem, "grpo", G, B, n_reps=R, seed=1, **kw)
                 m_np, se_np = numpy_strong(problem, B, G, R, 1)
                 exact = float(gt.exact_mse(problem, "grpo", G, B))
                 rows.append(dict(
                     B=B, G=G, route=route, reps=R, engine_s=t_eng, numpy_s=t_np,
-                    ratio=t_np / t_eng, engine_over_own_draws=t_eng / t_draw,
+                    ratio=t_np / t_eng, engine_consecutive_s=c_eng, numpy_consecutive_s=c_np,
+                    ratio_consecutive=c_np / c_eng, engine_over_own_draws=t_eng / t_draw,
                     jax_draw_s=t_draw, numpy_draw_s=t_npdraw,
                     numpy_over_own_draws=t_np / t_npdraw,
                     engine_z=(r.mse - exact) / r.se, numpy_z=(m_np - exact) / se_np))
                 print(f"B={B} G={G} {route:9s} engine {t_eng:.3f}s numpy {t_np:.3f}s "
-                      f"ratio {t_np / t_eng:.2f}x engine/own-draws {t_eng / t_draw:.2f}",
-                      flush=True)
+                      f"ratio {t_np / t_eng:.2f}x (consecutive {c_np / c_eng:.2f}x) "
+                      f"engine/own-draws {t_eng / t_draw:.2f}", flush=True)
     df = pd.DataFrame(rows)
     print(f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"jax {jax.__version__} on {jax.devices()[0]}, numpy {np.__version__}, "
@@ -180,19 +208,25 @@ def _write_md(args, df, load0, load1):
     import sys
 
     cmd = "python benchmarks/bench_mc_gradients.py " + " ".join(sys.argv[1:])
-    rows = ["| B | G | route | engine s | NumPy s | NumPy / engine | engine / its own draws | "
-            "JAX draws s | NumPy draws s |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| B | G | route | engine s | NumPy s | NumPy / engine | engine s, consecutive | "
+            "NumPy s, consecutive | NumPy / engine, consecutive | engine / its own draws | "
+            "JAX draws s | NumPy draws s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         rows.append(f"| {r.B} | {r.G} | {r.route} | {r.engine_s:.3f} | {r.numpy_s:.3f} | "
-                    f"**{r.ratio:.1f}x** | {r.engine_over_own_draws:.2f} | {r.jax_draw_s:.3f} | "
-                    f"{r.numpy_draw_s:.3f} |")
+                    f"**{r.ratio:.1f}x** | {r.engine_consecutive_s:.3f} | "
+                    f"{r.numpy_consecutive_s:.3f} | **{r.ratio_consecutive:.1f}x** | "
+                    f"{r.engine_over_own_draws:.2f} | {r.jax_draw_s:.3f} | {r.numpy_draw_s:.3f} |")
     text = "\n".join([
         "# Monte Carlo gradient MSE: the engine against a strong NumPy program", "",
         f"`{cmd}`: default bandit (P = 4, K = 6, D = 24), GRPO (leave-one-out), R = {args.reps:,} "
-        f"replicates, best of {args.repeat} interleaved runs per side.", "",
+        f"replicates. Each time is the best of {args.repeat} calls after one warm-up call: "
+        "interleaved (engine, NumPy, the two draw programs, in turn: each call follows the "
+        "others' work) and consecutive (each program's calls back to back, as `timeit` runs "
+        "them).", "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}, jax {jax.__version__} on {jax.devices()[0]}, numpy "
-        f"{np.__version__}, grpo-theory {gt.__version__}. Load average at start "
+        f"{np.__version__} (OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}), "
+        f"grpo-theory {gt.__version__}. Load average at start "
         f"{load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}, at the end {load1[0]:.2f} "
         "(1/5/15 min; 2 cores: above 2 the cores are shared with other jobs).", "",
         "`engine / its own draws`: the engine's time over the time to draw its random numbers "

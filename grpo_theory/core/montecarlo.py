@@ -7,10 +7,24 @@ y_bg))``, forms the estimator's advantages ``A_bg`` and returns
           = \frac{1}{BG} \sum_{x, y} W_{xy}\, s(x, y), \qquad
           W_{xy} = \sum_{b,g} A_{bg} [x_b = x, y_{bg} = y].
 
-The engine (:func:`mc_mse`) scatters the advantages into the per-(prompt, response) weights
-``W`` and does one ``(chunk, PK) @ (PK, D)`` matmul per chunk of replicates, instead of gathering
-a ``(chunk, B, G, D)`` score array. Responses and rewards are drawn jointly with ONE uniform per
-response (:func:`grpo_theory.core.sampling.sample_cells_from_uniforms`; the law is exact). Chunks
+The engine (:func:`mc_mse`) forms the per-(prompt, response) weights ``W`` and does one
+``(chunk, PK) @ (PK, D)`` matmul per chunk of replicates, instead of gathering a
+``(chunk, B, G, D)`` score array. Responses and rewards are drawn jointly with ONE uniform per
+response (:func:`grpo_theory.core.sampling.sample_cells_from_uniforms`; the law is exact). Two
+routes form ``W`` from the same uniforms (``route`` of :func:`mc_mse`):
+
+* ``counts`` (the default wherever it applies: an estimator whose advantages are a function of
+  the group's binary rewards and prompt constants alone, ``Estimator.rewards_only``, and the joint
+  sampler): each group's counts ``n[y, z]`` of its 2K cells
+  (:func:`~grpo_theory.core.sampling.sample_cell_counts_from_uniforms`) and the estimator's
+  advantage tables ``a1[x, k]``, ``a0[x, k]`` (:func:`~grpo_theory.core.exact.binary_advantages`,
+  ``k`` correct of G) give ``W[x, y] += n[y, 1] a1[x, k] + n[y, 0] a0[x, k]``: no per-response
+  index, advantage or scatter.
+* ``responses``: each response's cell, the estimator's ``advantage`` on every sampled group, the
+  advantages scattered into ``W`` (``segment_sum``). Every estimator; the tests hold the counts
+  route equal to it on the same uniforms, so the engine stays a check of the exact binary route
+  that shares the tables.
+ Chunks
 run under ``lax.scan`` and the summaries stream: the carry holds running (count, mean, M2) of the
 squared errors ``||ghat - grad J||^2`` (:mod:`grpo_theory.core.stats`) and the sum of ``W`` (the
 estimates' mean is its image, ``sum_r W_r S / (R B G)``; the trace of their covariance is
@@ -44,7 +58,9 @@ its uniforms with ``fold_in(key, i)``; the key comes from ``_validation.seed_key
 * ``sampler="separate"``: the draws of :func:`~grpo_theory.core.sampling.sample_from_uniforms`
   (two uniforms per response) instead of the joint one-uniform draw.
 
-Default by measurement (``benchmarks/bench_mc_gradients.py``, 2-core CPU): ``rbg`` with float64
+Default by measurement (``benchmarks/bench_mc_gradients.py``, 2-core CPU): the counts route
+took 0.40-0.84x the responses route's time with SplitMix64 bits and 0.67x with the default bits
+at (B, G) = (4, 64) (at (1, 8) and (8, 8) the default bits are the bottleneck); ``rbg`` with float64
 uniforms; threefry took about 1.8x its time at (B, G) = (8, 8) and the same at (4, 64); float32
 or 32-bit uniforms were not reliably faster on CPU (XLA's generators are the cost, not the bits). Sampling sufficient statistics (the group's (response, reward) counts, one multinomial
 per group) was measured 2-7x slower than the joint inverse-CDF draw at G = 8 and 64: JAX draws a
@@ -63,8 +79,9 @@ import numpy as np
 from .. import _validation as V
 from .estimators import Estimator, PromptContext, batch_context, get_estimator
 from .problem import DiscreteProblem, as_problem
-from .sampling import (safe_cdf, joint_cell_cdf, sample_cells_from_uniforms,
-                       sample_from_uniforms, sample_groups)
+from .exact import binary_advantages
+from .sampling import (safe_cdf, joint_cell_cdf, sample_cell_counts_from_uniforms,
+                       sample_cells_from_uniforms, sample_from_uniforms, sample_groups)
 from .stats import (Estimate, ScalarResultMixin, estimate_mean, moments_estimate, moments_init,
                     moments_update)
 from .._precision import float64
@@ -77,6 +94,8 @@ UNIFORM_DTYPES = ("float64", "float32", "uint32")
 #: samplers: ``joint`` (one uniform per response, the default) or ``separate`` (the draws of
 #: :func:`~grpo_theory.core.sampling.sample_from_uniforms`, two uniforms per response)
 SAMPLERS = ("joint", "separate")
+#: weight routes: ``counts`` (cell counts and advantage tables), ``responses`` (per response)
+ROUTES = ("auto", "counts", "responses")
 #: defaults, chosen by ``benchmarks/bench_mc_gradients.py`` (see the performance page of the docs)
 DEFAULT_RNG = "rbg"
 DEFAULT_UNIFORMS = "float64"
@@ -163,6 +182,27 @@ def _estimates(keys, problem, estimator, batch_size, group_size):
     return jax.vmap(lambda k: _one_replicate(k, problem, estimator, batch_size, group_size))(keys)
 
 
+def _count_weights(problem, x, n, a1, a0):
+    """Per-replicate weights ``W (r, P*K)`` from each group's cell counts ``n (r, B, 2K)``.
+
+    For an estimator whose advantages are a function of the group's binary rewards (and prompt
+    constants) alone, every correct response of a group with ``k`` correct has advantage
+    ``a1[x, k]`` and every incorrect one ``a0[x, k]``
+    (:func:`~grpo_theory.core.exact.binary_advantages`), so
+    ``W[x_b, y] += n[b, y, 1] a1[x_b, k_b] + n[b, y, 0] a0[x_b, k_b]``.
+    """
+    r, B = x.shape
+    P, K = problem.n_prompts, problem.n_responses
+    n = n.reshape(r, B, K, 2).astype(jnp.float64)
+    k = jnp.sum(n[..., 1], axis=-1).astype(jnp.int32)
+    wb = n[..., 1] * a1[x, k][..., None] + n[..., 0] * a0[x, k][..., None]  # (r, B, K)
+    if B == 1:  # place the one group's K weights in its prompt's block
+        onehot = (x[:, 0, None] == jnp.arange(P)).astype(wb.dtype)  # (r, P)
+        return (onehot[:, :, None] * wb[:, 0, None, :]).reshape(r, P * K)
+    seg = ((jnp.arange(r)[:, None] * P + x)[..., None] * K + jnp.arange(K)).reshape(-1)
+    return jax.ops.segment_sum(wb.reshape(-1), seg, num_segments=r * P * K).reshape(r, P * K)
+
+
 def _weights(problem, adv, x, y, onehot):
     """Per-replicate weights ``W (r, P*K)`` = sum of advantages per (prompt, response) cell."""
     r = adv.shape[0]
@@ -177,9 +217,13 @@ def _weights(problem, adv, x, y, onehot):
 @partial(jax.jit, static_argnames=("estimator", "batch_size", "group_size", "chunk", "n_chunks",
                                    "sampler", "dtype", "onehot", "splitmix"))
 def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk, n_chunks,
-                  sampler, dtype, onehot, splitmix=False):
-    """Scan over chunks of replicates; returns the streaming moments of err2 and the sum of the
-    weights ``W`` over the replicates.
+                  sampler, dtype, onehot, splitmix=False, tables=None):
+    """Scan over chunks of replicates; returns the streaming moments of err2, the sum of the
+    weights ``W`` over the replicates and the target gradient.
+
+    ``tables``: ``(a1, a0)`` of :func:`~grpo_theory.core.exact.binary_advantages` selects the
+    counts route (each group's cell counts from the same uniforms, :func:`_count_weights`);
+    ``None`` the responses route (each response's cell, the estimator's advantages, a scatter).
 
     The estimates are linear in ``W`` (``ghat = W S / (BG)``), so their mean is the summed
     weights' image and needs no per-replicate moments of the (chunk, D) estimates; their
@@ -208,20 +252,48 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
         return sample_from_uniforms(problem, unif(kx, (chunk, B)), unif(ky, (chunk, B, G)),
                                     unif(kz, (chunk, B, G)))
 
-    def body(carry, i):
-        m_err, w_sum = carry
-        x, y, z = draw(jax.random.fold_in(key, i))
+    def weights(k):
+        if tables is not None:
+            u = unif(k, (chunk, B, G + 1))
+            x, n = sample_cell_counts_from_uniforms(problem, u[..., 0], u[..., 1:], pcdf, ccdf)
+            return _count_weights(problem, x, n, *tables)
+        x, y, z = draw(k)
         ctx = batch_context(estimator, x, y, ctx_value, ctx_opt, lambda: sq_table,
                             problem.n_prompts)
         adv = jax.vmap(estimator.advantage, in_axes=(0, _ctx_axes(ctx)))(z, ctx)  # per replicate: (B, G) as in one batch
-        w = _weights(problem, adv, x, y, onehot)  # (chunk, P*K)
+        return _weights(problem, adv, x, y, onehot)
+
+    def body(carry, i):
+        m_err, w_sum = carry
+        w = weights(jax.random.fold_in(key, i))  # (chunk, P*K)
         err2 = jnp.sum((w @ scores / (B * G) - target) ** 2, axis=1)
         mask = (i * chunk + jnp.arange(chunk) < n_reps).astype(jnp.float64)
         return (moments_update(m_err, err2, mask), w_sum + mask @ w), None
 
     init = (moments_init(()), jnp.zeros(scores.shape[0]))
     (m_err, w_sum), _ = jax.lax.scan(body, init, jnp.arange(n_chunks))
-    return m_err, w_sum
+    return m_err, w_sum, target
+
+
+def _count_tables(problem, est, group_size, sampler, route):
+    """``(a1, a0)`` for the counts route, or ``None`` for the responses route (``route``)."""
+    fits = est.rewards_only and sampler == "joint"
+    if route == "counts" and not fits:
+        why = ("its advantages are not a function of the group's rewards alone"
+               if not est.rewards_only else "the counts come from the joint sampler")
+        raise ValueError(f"route='counts' does not apply to estimator {est.name!r} with "
+                         f"sampler={sampler!r} ({why}); use route='responses' or 'auto'")
+    if route == "responses" or not fits:
+        return None
+    rows = problem.n_prompts if est.needs else 1
+    if 8 * rows * (group_size + 1) * group_size > _CHUNK_BYTES:  # the (G+1, G) evaluation
+        if route == "auto":
+            return None
+        raise ValueError(f"route='counts' evaluates the estimator on a ({rows}, {group_size + 1}, "
+                         f"{group_size}) table of binary groups, over {_CHUNK_BYTES >> 20} MiB "
+                         f"at G={group_size}; use route='responses' or 'auto'")
+    a1, a0 = binary_advantages(problem, est, group_size)
+    return jnp.asarray(a1, jnp.float64), jnp.asarray(a0, jnp.float64)
 
 
 def _check_run(problem, est, group_size, batch_size, n_reps=None):
@@ -354,7 +426,8 @@ def summarize_squared_errors(err2) -> tuple[float, float, float, float]:
 @float64
 def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int = 100_000,
            seed: int = 0, key=None, chunk: int | None = None, *, rng: str = DEFAULT_RNG,
-           uniforms: str = DEFAULT_UNIFORMS, sampler: str = "joint") -> MCResult:
+           uniforms: str = DEFAULT_UNIFORMS, sampler: str = "joint",
+           route: str = "auto") -> MCResult:
     """Monte Carlo MSE ``E||ghat - grad J||^2`` of an estimator with a 95% CI.
 
     Deterministic for a given ``(seed, n_reps, chunk, rng, uniforms, sampler)``; memory does not
@@ -372,6 +445,12 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
             docstring).
         uniforms: ``"float64"`` (default), ``"float32"`` or ``"uint32"`` (32-bit words).
         sampler: ``"joint"`` (one uniform per response, default) or ``"separate"``.
+        route: ``"counts"`` (each group's cell counts and the estimator's binary advantage
+            tables: the same draws, no per-response advantages), ``"responses"`` (each response's
+            cell and the estimator's advantages, scattered into the weights) or ``"auto"``
+            (default: counts where the estimator's advantages are a function of the group's
+            rewards alone and the sampler is joint). Both give the same estimates from the same
+            uniforms, up to rounding.
 
     Returns:
         :class:`MCResult`.
@@ -393,11 +472,13 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
     rng = _choice("rng", rng, RNG_IMPLS)
     uniforms = _choice("uniforms", uniforms, UNIFORM_DTYPES)
     sampler = _choice("sampler", sampler, SAMPLERS)
+    route = _choice("route", route, ROUTES)
     pk = problem.n_prompts * problem.n_responses
     onehot = False  # segment_sum measured faster than a one-hot contraction on CPU
     per_rep = _per_rep_bytes(problem, B, G, sampler, onehot)
     V.check_memory(f"one Monte Carlo replicate (B={B}, G={G}, P*K={pk}, D={problem.dim})",
                    per_rep, "reduce batch_size or group_size")
+    tables = _count_tables(problem, est, G, sampler, route)
     fit = max(1, int(V.MEMORY_LIMIT // per_rep))
     if chunk is None:
         chunk = int(max(1, min(R, _CHUNK_BYTES // per_rep)))
@@ -407,13 +488,13 @@ def mc_mse(bandit, estimator, group_size: int, batch_size: int = 1, n_reps: int 
                        chunk * per_rep, f"use chunk <= {fit}")
     n_chunks = -(-R // chunk)
     k = _rng_key(seed, key, rng)
-    m_err, w_sum = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
-                                 jnp.dtype(uniforms), onehot, rng == "splitmix")
+    m_err, w_sum, target = _summary_scan(k, problem, R, est, B, G, chunk, n_chunks, sampler,
+                                 jnp.dtype(uniforms), onehot, rng == "splitmix", tables)
     e = moments_estimate(m_err)
     lo, hi = e.interval()
     scores = np.asarray(problem.scores, np.float64).reshape(-1, problem.dim)
     mean = np.asarray(w_sum) @ scores / (R * B * G)
-    bias = mean - np.asarray(problem.pass_k_gradient(est.pass_k))
+    bias = mean - np.asarray(target)
     # sum_r ||ghat_r - mean||^2 = sum_r ||ghat_r - g||^2 - R ||mean - g||^2 (exact)
     trace_cov = max(R * (float(m_err.mean) - float(bias @ bias)), 0.0) / (R - 1)
     return MCResult(est.name, G, B, R, seed, e.value, e.se, lo, hi, mean, bias, trace_cov)

@@ -82,6 +82,59 @@ def sample_cells_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None
     return x, c // 2, (c % 2).astype(jnp.float64)
 
 
+#: responses compared per inner reduction of :func:`sample_cell_counts_from_uniforms` (XLA's CPU
+#: reductions over a group axis of 16 measured 2-3x faster than over 32 or 64 at once)
+_COUNT_BLOCK = 16
+
+
+@float64
+def sample_cell_counts_from_uniforms(problem: DiscreteProblem, ux, uc, prompt_cdf=None,
+                                     cell_cdf=None):
+    """Prompts and each group's count of responses per (response, reward) cell.
+
+    The same cells as :func:`sample_cells_from_uniforms` on the same uniforms, counted: with
+    ``q_c`` the prompt's cell CDF, ``m_c = #{g : u_g >= q_c}`` responses lie above cell ``c``, so
+    ``n_0 = G - m_0`` and ``n_c = m_{c-1} - m_c`` (the last cell also takes any ``u`` at or above
+    its CDF, as the cell sampler's clamp does). No per-response index is formed.
+
+    Args:
+        problem: the problem.
+        ux: uniforms in [0, 1) ``(..., B)`` for the prompts.
+        uc: uniforms in [0, 1) ``(..., B, G)``, one per response.
+        prompt_cdf, cell_cdf: optional precomputed ``safe_cdf(f)`` and :func:`joint_cell_cdf`.
+
+    Returns:
+        ``(x, n)``: prompt indices ``(..., B)`` and the counts ``(..., B, 2K)`` over the cells
+        ``c = 2y + z`` (whole numbers in float64; each row sums to G).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> from grpo_theory.core import SoftmaxBandit
+        >>> from grpo_theory.core.sampling import sample_cell_counts_from_uniforms
+        >>> p = SoftmaxBandit([[0.0, 1.0]], [[1.0, 0.0]]).problem()
+        >>> x, n = sample_cell_counts_from_uniforms(p, jnp.zeros(1), jnp.array([[0.1, 0.5, 0.9]]))
+        >>> n.tolist()  # cells (y=0, z=0), (y=0, z=1), (y=1, z=0), (y=1, z=1)
+        [[0.0, 1.0, 2.0, 0.0]]
+    """
+    pcdf = safe_cdf(problem.prompt_probs) if prompt_cdf is None else prompt_cdf
+    ccdf = joint_cell_cdf(problem) if cell_cdf is None else cell_cdf
+    x = jnp.minimum(jnp.sum(ux.astype(pcdf.dtype)[..., None] >= pcdf, axis=-1), pcdf.shape[-1] - 1)
+    q = ccdf[x]  # (..., B, 2K)
+    u = uc.astype(ccdf.dtype)
+    G = u.shape[-1]
+    if G > _COUNT_BLOCK:  # blocks of 16 responses; padding at -1 lies below every CDF value
+        pad = -G % _COUNT_BLOCK
+        if pad:
+            u = jnp.concatenate([u, jnp.full(u.shape[:-1] + (pad,), -1.0, u.dtype)], axis=-1)
+        u = u.reshape(u.shape[:-1] + (-1, _COUNT_BLOCK))
+        above = jnp.sum(jnp.sum(u[..., None] >= q[..., None, None, :], axis=-2), axis=-2)
+    else:
+        above = jnp.sum(u[..., None] >= q[..., None, :], axis=-2)  # (..., B, 2K): m_c
+    above = above.astype(jnp.float64)  # differences in float64 measured faster than in int64
+    upper = jnp.concatenate([jnp.full(above.shape[:-1] + (1,), float(G)), above[..., :-1]], -1)
+    return x, (upper - above).at[..., -1].add(above[..., -1])
+
+
 @float64
 def sample_groups_joint(key, problem: DiscreteProblem, batch_size: int, group_size: int,
                         dtype=jnp.float64):
