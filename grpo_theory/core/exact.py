@@ -84,36 +84,71 @@ def binary_advantages(st, est, group_size: int):
     table and broadcast; the others on a (P, G+1, G) table. A table that would not fit is refused
     (``ValueError`` naming its size) before anything is allocated.
     """
-    G, P = group_size, st.n_prompts
+    G = group_size
+    k = np.arange(G + 1)
+    z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
+    adv = _advantage_table(st, est, z1)
+    a1 = np.where(k[None, :] > 0, adv[:, :, 0], 0.0)
+    a0 = np.where(k[None, :] < G, adv[:, :, -1], 0.0)
+    return a1, a0
+
+
+def binary_advantages_hold(st, est, group_size: int, tables=None, rtol: float = 1e-9) -> bool:
+    """Whether the estimator's advantages on binary groups are its tables' entries in any order.
+
+    :func:`binary_advantages` reads each group's advantages with its correct responses first; the
+    routes built on the tables assume every response's advantage is a function of its own reward
+    and the group's count alone. This evaluates the estimator on the same G + 1 groups with the
+    responses in a fixed shuffled order and checks each advantage against ``a1[x, k]`` or
+    ``a0[x, k]`` (relative ``rtol`` of the table's largest entry).
+
+    Args:
+        st: the problem (or structure) with ``n_prompts``, ``values()``, ``optimal_baselines()``.
+        est: the :class:`~grpo_theory.core.estimators.Estimator`.
+        group_size: G.
+        tables: ``(a1, a0)`` already formed, or None to form them.
+        rtol: the tolerance.
+
+    Returns:
+        True where every shuffled advantage matches.
+    """
+    G = group_size
+    a1, a0 = binary_advantages(st, est, G) if tables is None else map(np.asarray, tables)
+    k = np.arange(G + 1)
+    z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)
+    shuffled = np.random.default_rng(0).permuted(z1, axis=1)
+    adv = _advantage_table(st, est, shuffled)
+    want = np.where(shuffled[None] > 0, a1[:, :, None], a0[:, :, None])
+    scale = max(float(np.max(np.abs(a1), initial=0.0)), float(np.max(np.abs(a0), initial=0.0)))
+    return bool(np.all(np.abs(adv - want) <= rtol * max(scale, 1e-300)))
+
+
+def _advantage_table(st, est, z1):
+    """The estimator's advantages ``(P, G+1, G)`` on the binary groups ``z1 (G+1, G)``."""
+    G, P = z1.shape[1], st.n_prompts
     alternative = "use method='closed_form' where the estimator has one, a smaller G, or mc_mse"
     V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
                    _ADV_BYTES * (G + 1) * G, alternative)
     if est.needs:
         V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
                        _ADV_BYTES * P * (G + 1) * G, alternative)
-    k = np.arange(G + 1)
-    z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
-    adv = None
     if not est.needs:
         try:
-            adv = np.broadcast_to(np.asarray(compiled_advantage(est)(jnp.asarray(z1), PromptContext())),
-                                  (P, G + 1, G))
+            return np.broadcast_to(
+                np.asarray(compiled_advantage(est)(jnp.asarray(z1), PromptContext())),
+                (P, G + 1, G))
         except Exception:  # an advantage that reads a prompt constant without declaring it
-            adv = None
-    if adv is None:
-        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
-                       _ADV_BYTES * P * (G + 1) * G, alternative)
-        z = jnp.broadcast_to(jnp.asarray(z1), (P, G + 1, G))
-        xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
-        ctx = PromptContext(
-            prompt=xs,
-            value=jnp.broadcast_to(st.values()[:, None], (P, G + 1)),
-            optimal_baseline=jnp.broadcast_to(st.optimal_baselines()[:, None], (P, G + 1)),
-        )
-        adv = np.asarray(compiled_advantage(est)(z, ctx))  # (P, G+1, G)
-    a1 = np.where(k[None, :] > 0, adv[:, :, 0], 0.0)
-    a0 = np.where(k[None, :] < G, adv[:, :, -1], 0.0)
-    return a1, a0
+            pass
+    V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
+                   _ADV_BYTES * P * (G + 1) * G, alternative)
+    z = jnp.broadcast_to(jnp.asarray(z1), (P, G + 1, G))
+    xs = jnp.broadcast_to(jnp.arange(P)[:, None], (P, G + 1))
+    ctx = PromptContext(
+        prompt=xs,
+        value=jnp.broadcast_to(st.values()[:, None], (P, G + 1)),
+        optimal_baseline=jnp.broadcast_to(st.optimal_baselines()[:, None], (P, G + 1)),
+    )
+    return np.asarray(compiled_advantage(est)(z, ctx))  # (P, G+1, G)
 
 
 def _binary_blocks(st, est, group_size: int):

@@ -79,7 +79,7 @@ import numpy as np
 from .. import _validation as V
 from .estimators import Estimator, PromptContext, batch_context, get_estimator
 from .problem import DiscreteProblem, as_problem
-from .exact import binary_advantages
+from .exact import binary_advantages, binary_advantages_hold
 from .sampling import (safe_cdf, joint_cell_cdf, sample_cell_counts_from_uniforms,
                        sample_cells_from_uniforms, sample_from_uniforms, sample_groups)
 from .stats import (Estimate, ScalarResultMixin, estimate_mean, moments_estimate, moments_init,
@@ -276,7 +276,13 @@ def _summary_scan(key, problem, n_reps, estimator, batch_size, group_size, chunk
 
 
 def _count_tables(problem, est, group_size, sampler, route):
-    """``(a1, a0)`` for the counts route, or ``None`` for the responses route (``route``)."""
+    """``(a1, a0)`` for the counts route, or ``None`` for the responses route (``route``).
+
+    The counts route needs an estimator that says its advantages are a function of the group's
+    rewards alone (``rewards_only``), the joint sampler, a table within the chunk budget and
+    advantages that match the table on a shuffled group (:func:`binary_advantages_hold`): an
+    estimator that says so wrongly falls back to (``auto``) or is refused by (``counts``) the
+    responses route, which calls its advantage function on every sampled group."""
     fits = est.rewards_only and sampler == "joint"
     if route == "counts" and not fits:
         why = ("its advantages are not a function of the group's rewards alone"
@@ -293,6 +299,13 @@ def _count_tables(problem, est, group_size, sampler, route):
                          f"{group_size}) table of binary groups, over {_CHUNK_BYTES >> 20} MiB "
                          f"at G={group_size}; use route='responses' or 'auto'")
     a1, a0 = binary_advantages(problem, est, group_size)
+    if not binary_advantages_hold(problem, est, group_size, (a1, a0)):
+        if route == "auto":
+            return None
+        raise ValueError(f"route='counts' does not apply to estimator {est.name!r}: its advantages "
+                         "on a shuffled binary group are not its table's entries (they depend on "
+                         "more than each response's reward and the group's count); use "
+                         "route='responses' or 'auto'")
     return jnp.asarray(a1, jnp.float64), jnp.asarray(a0, jnp.float64)
 
 

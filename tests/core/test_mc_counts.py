@@ -27,6 +27,25 @@ def _cells_counted(problem, ux, uc):
     return x, jnp.sum(cell[..., None] == jnp.arange(2 * problem.n_responses), axis=-2)
 
 
+def _weights_both_routes(est, G, B):
+    """Per-replicate weights of the two routes on the same uniforms (the rival's tables forced)."""
+    from grpo_theory.core import montecarlo as mc
+    from grpo_theory.core.estimators import batch_context
+    from grpo_theory.core.exact import binary_advantages
+
+    p = BANDIT.problem()
+    with jax.enable_x64(True):
+        u = jax.random.uniform(jax.random.PRNGKey(7), (200, B, G + 1), dtype=jnp.float64)
+        x, y, z = sample_cells_from_uniforms(p, u[..., 0], u[..., 1:])
+        x2, n = sample_cell_counts_from_uniforms(p, u[..., 0], u[..., 1:])
+        ctx = batch_context(est, x, y, p.values(), p.optimal_baselines(),
+                            lambda: jnp.sum(p.scores**2, axis=-1), p.n_prompts)
+        adv = jax.vmap(est.advantage, in_axes=(0, mc._ctx_axes(ctx)))(z, ctx)
+        a1, a0 = (jnp.asarray(t) for t in binary_advantages(p, est, G))
+        return (np.asarray(mc._count_weights(p, x2, n, a1, a0)),
+                np.asarray(mc._weights(p, adv, x, y, False)))
+
+
 @pytest.mark.parametrize("G", [1, 17, 40])
 def test_cell_counts_are_the_sampled_cells_counted(G):
     """Every group's counts equal the joint sampler's cells counted, on the same uniforms,
@@ -63,26 +82,10 @@ def test_count_weights_equal_response_weights_for_every_rewards_only_estimator()
     """For every registered rewards-only estimator, on the same uniforms (three prompts per
     batch, groups of 17: a padded block of the counts), the counts route's per-replicate weights
     W equal the responses route's (the estimator's own advantages, scattered) to rounding."""
-    from grpo_theory.core import montecarlo as mc
-    from grpo_theory.core.estimators import batch_context
-
-    p = BANDIT.problem()
-    G, B = 17, 3
-    with jax.enable_x64(True):
-        u = jax.random.uniform(jax.random.PRNGKey(7), (200, B, G + 1), dtype=jnp.float64)
-        x, y, z = sample_cells_from_uniforms(p, u[..., 0], u[..., 1:])
-        x2, n = sample_cell_counts_from_uniforms(p, u[..., 0], u[..., 1:])
-        sq = jnp.sum(p.scores**2, axis=-1)
-        for name in REWARDS_ONLY:
-            est = _REGISTRY[name]
-            ctx = batch_context(est, x, y, p.values(), p.optimal_baselines(), lambda: sq,
-                                p.n_prompts)
-            adv = jax.vmap(est.advantage, in_axes=(0, mc._ctx_axes(ctx)))(z, ctx)
-            w_resp = np.asarray(mc._weights(p, adv, x, y, False))
-            a1, a0 = mc._count_tables(p, est, G, "joint", "counts")
-            w_counts = np.asarray(mc._count_weights(p, x2, n, a1, a0))
-            np.testing.assert_allclose(w_counts, w_resp, rtol=1e-12,
-                                       atol=1e-12 * np.abs(w_resp).max(), err_msg=name)
+    for name in REWARDS_ONLY:
+        w_counts, w_resp = _weights_both_routes(_REGISTRY[name], 17, 3)
+        np.testing.assert_allclose(w_counts, w_resp, rtol=1e-12,
+                                   atol=1e-12 * np.abs(w_resp).max(), err_msg=name)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(rng="splitmix")])
@@ -96,10 +99,13 @@ def test_counts_route_equals_responses_route_in_the_engine(kw):
 
 def test_counts_route_is_chosen_by_default_and_tells_a_rival_apart():
     """``auto`` is the counts route for a rewards-only estimator (the same numbers bit for bit
-    here). The rival: an estimator that claims its advantages depend on the rewards alone but
-    weights responses by their position in the group; the counts route (which only sees the
-    group's counts) then differs from the responses route by far more than rounding, so the
-    equality above can fail."""
+    here). The rival: an estimator that says its advantages depend on the rewards alone but
+    weights responses by their position in the group. Its forced tables give weights far from
+    its own advantages' (so the equality above can fail); the shuffled-group check
+    (``binary_advantages_hold``) catches it, so ``auto`` gives it the responses route and
+    ``counts`` refuses it by name."""
+    from grpo_theory.core.exact import binary_advantages_hold
+
     a = gt.mc_mse(BANDIT, "grpo", 6, 2, n_reps=300, seed=5, chunk=128)
     c, r = _routes("grpo", 6, 2)
     assert a.mse == c.mse and np.array_equal(a.mean, c.mean)
@@ -111,8 +117,16 @@ def test_counts_route_is_chosen_by_default_and_tells_a_rival_apart():
 
     rival = Estimator("positional_rival", positional, min_group_size=2)
     assert rival.rewards_only
-    c, r = _routes(rival, 6, 2)
-    assert abs(c.mse / r.mse - 1) > 1e-3
+    w_counts, w_resp = _weights_both_routes(rival, 6, 2)
+    assert np.abs(w_counts - w_resp).max() > 1e-2 * np.abs(w_resp).max()
+    p = BANDIT.problem()
+    assert not binary_advantages_hold(p, rival, 6)
+    assert all(binary_advantages_hold(p, _REGISTRY[name], 6) for name in REWARDS_ONLY)
+    auto = gt.mc_mse(BANDIT, rival, 6, 2, n_reps=300, seed=5, chunk=128)
+    resp = gt.mc_mse(BANDIT, rival, 6, 2, n_reps=300, seed=5, chunk=128, route="responses")
+    assert auto.mse == resp.mse
+    with pytest.raises(ValueError, match="route='counts' .*'positional_rival'.*shuffled"):
+        gt.mc_mse(BANDIT, rival, 6, 2, n_reps=300, route="counts")
 
 
 def test_counts_route_refusals():
