@@ -85,6 +85,7 @@ def binary_advantages(st, est, group_size: int):
     (``ValueError`` naming its size) before anything is allocated.
     """
     G = group_size
+    _check_table(st, est, G)  # before the (G+1, G) groups are formed
     k = np.arange(G + 1)
     z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)  # (G+1, G): k ones first
     adv = _advantage_table(st, est, z1)
@@ -113,6 +114,7 @@ def binary_advantages_hold(st, est, group_size: int, tables=None, rtol: float = 
         True where every shuffled advantage matches.
     """
     G = group_size
+    _check_table(st, est, G)
     a1, a0 = binary_advantages(st, est, G) if tables is None else map(np.asarray, tables)
     k = np.arange(G + 1)
     z1 = (np.arange(G)[None, :] < k[:, None]).astype(np.float64)
@@ -123,15 +125,23 @@ def binary_advantages_hold(st, est, group_size: int, tables=None, rtol: float = 
     return bool(np.all(np.abs(adv - want) <= rtol * max(scale, 1e-300)))
 
 
+_TABLE_ALTERNATIVE = "use method='closed_form' where the estimator has one, a smaller G, or mc_mse"
+
+
+def _check_table(st, est, G):
+    """Refuse an advantage table that would not fit (``ValueError`` naming its size)."""
+    P = st.n_prompts
+    V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
+                   _ADV_BYTES * (G + 1) * G, _TABLE_ALTERNATIVE)
+    if est.needs:
+        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
+                       _ADV_BYTES * P * (G + 1) * G, _TABLE_ALTERNATIVE)
+
+
 def _advantage_table(st, est, z1):
     """The estimator's advantages ``(P, G+1, G)`` on the binary groups ``z1 (G+1, G)``."""
     G, P = z1.shape[1], st.n_prompts
-    alternative = "use method='closed_form' where the estimator has one, a smaller G, or mc_mse"
-    V.check_memory(f"the binary route's ({G + 1}, {G}) advantage table (G={G})",
-                   _ADV_BYTES * (G + 1) * G, alternative)
-    if est.needs:
-        V.check_memory(f"the binary route's ({P}, {G + 1}, {G}) advantage table (P={P}, G={G})",
-                       _ADV_BYTES * P * (G + 1) * G, alternative)
+    alternative = _TABLE_ALTERNATIVE
     if not est.needs:
         try:
             return np.broadcast_to(
