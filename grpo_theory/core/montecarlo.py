@@ -59,8 +59,8 @@ its uniforms with ``fold_in(key, i)``; the key comes from ``_validation.seed_key
   (two uniforms per response) instead of the joint one-uniform draw.
 
 Default by measurement (``benchmarks/bench_mc_gradients.py``, 2-core CPU): the counts route
-took 0.40-0.84x the responses route's time with SplitMix64 bits and 0.67x with the default bits
-at (B, G) = (4, 64) (at (1, 8) and (8, 8) the default bits are the bottleneck); ``rbg`` with float64
+took 0.37-0.86x the responses route's time with SplitMix64 bits and 0.64-0.68x with the default
+bits at (B, G) = (4, 64) (at (1, 8) and (8, 8) the default bits are the bottleneck); ``rbg`` with float64
 uniforms; threefry took about 1.8x its time at (B, G) = (8, 8) and the same at (4, 64); float32
 or 32-bit uniforms were not reliably faster on CPU (XLA's generators are the cost, not the bits). Sampling sufficient statistics (the group's (response, reward) counts, one multinomial
 per group) was measured 2-7x slower than the joint inverse-CDF draw at G = 8 and 64: JAX draws a
