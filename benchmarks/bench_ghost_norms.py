@@ -1,4 +1,4 @@
-"""Score statistics by ghost norms against one plain forward + backward pass (issue 19 B).
+"""Score statistics by ghost norms against one plain forward + backward pass.
 
 For n responses (``--n``, default 16, ~24 tokens after ~40-token left-padded prompts, some
 ending at an EOS) of a randomly initialised model built in memory (no download) with the shape of

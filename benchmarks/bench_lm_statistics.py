@@ -1,5 +1,5 @@
 """Time and peak memory of the advisor's per-sample statistics against one plain forward+backward
-pass, on random-weight models of real shapes (issue 19 B).
+pass, on random-weight models of real shapes.
 
 Two shapes, each written as a Hugging Face checkpoint folder of random weights in a temporary
 directory and loaded by :func:`grpo_theory.lm.from_pretrained` (the advisor's route):
