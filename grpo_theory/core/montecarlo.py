@@ -24,8 +24,8 @@ routes form ``W`` from the same uniforms (``route`` of :func:`mc_mse`):
   advantages scattered into ``W`` (``segment_sum``). Every estimator; the tests hold the counts
   route equal to it on the same uniforms, so the engine stays a check of the exact binary route
   that shares the tables.
- Chunks
-run under ``lax.scan`` and the summaries stream: the carry holds running (count, mean, M2) of the
+
+Chunks run under ``lax.scan`` and the summaries stream: the carry holds running (count, mean, M2) of the
 squared errors ``||ghat - grad J||^2`` (:mod:`grpo_theory.core.stats`) and the sum of ``W`` (the
 estimates' mean is its image, ``sum_r W_r S / (R B G)``; the trace of their covariance is
 ``R (mean err2 - ||bias||^2) / (R - 1)``, the same sum of squares), so memory is
